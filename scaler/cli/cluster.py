@@ -1,0 +1,110 @@
+"""`scaler_cluster -n N ADDRESS` (alias `scaler_worker`): run N workers in the foreground."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import threading
+from typing import Optional, Sequence
+
+from scaler.cli.common import add_event_loop_argument, add_logging_arguments, exit_with_parent_pid, zmq_address
+from scaler.cluster.cluster import Cluster, default_worker_names
+from scaler.utility.logging_setup import setup_logging
+from scaler.worker.config import WorkerConfig
+
+_DEFAULTS = WorkerConfig(address="")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        "scaler_cluster", description="Run Scaler workers on this machine.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--num-of-workers", "-n", type=int, default=os.cpu_count() or 1, help="number of workers")
+    parser.add_argument(
+        "--worker-names", "-wn", type=str, default=None,
+        help="comma-separated worker names, one per worker (default: host name and index)",
+    )
+    parser.add_argument(
+        "--per-worker-task-queue-size", "-wtqs", type=int, default=_DEFAULTS.task_queue_size,
+        help="how many tasks each worker accepts at once (shown as 'free' in scaler_top)",
+    )
+    parser.add_argument(
+        "--heartbeat-interval", "-hi", type=float, default=_DEFAULTS.heartbeat_interval_seconds,
+        help="seconds between heartbeats to the scheduler",
+    )
+    parser.add_argument(
+        "--task-timeout-seconds", "-tts", type=float, default=_DEFAULTS.task_timeout_seconds,
+        help="accepted for compatibility; per-task timeouts are not active yet (0 = none)",
+    )
+    parser.add_argument(
+        "--death-timeout-seconds", "-ds", type=float, default=_DEFAULTS.death_timeout_seconds,
+        help="a worker exits after hearing nothing from the scheduler for this long",
+    )
+    parser.add_argument(
+        "--garbage-collect-interval-seconds", "-gc", type=float, default=_DEFAULTS.garbage_collect_interval_seconds,
+        help="accepted for compatibility; not active yet",
+    )
+    parser.add_argument(
+        "--trim-memory-threshold-bytes", "-tm", type=int, default=_DEFAULTS.trim_memory_threshold_bytes,
+        help="accepted for compatibility; not active yet",
+    )
+    parser.add_argument(
+        "--hard-processor-suspend", "-hps", action="store_true", default=_DEFAULTS.hard_processor_suspend,
+        help="accepted for compatibility; processor suspension is not active yet",
+    )
+    add_event_loop_argument(parser, "--event-loop", "-el")
+    parser.add_argument("--io-threads", "-it", type=int, default=_DEFAULTS.io_threads, help="zmq io threads per worker")
+    add_logging_arguments(parser)
+    parser.add_argument("address", type=zmq_address, help="scheduler address, e.g. tcp://127.0.0.1:2345")
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.num_of_workers < 1:
+        parser.error("--num-of-workers must be at least 1")
+    if args.worker_names is None:
+        names = default_worker_names(args.num_of_workers)
+    else:
+        names = [name.strip() for name in args.worker_names.split(",")]
+        if len(names) != args.num_of_workers:
+            parser.error(f"{len(names)} worker names given for {args.num_of_workers} workers")
+    setup_logging(args.logging_paths, args.logging_level, args.logging_config_file)
+    template = WorkerConfig(
+        address=args.address,
+        task_queue_size=args.per_worker_task_queue_size,
+        heartbeat_interval_seconds=args.heartbeat_interval,
+        death_timeout_seconds=args.death_timeout_seconds,
+        task_timeout_seconds=args.task_timeout_seconds,
+        garbage_collect_interval_seconds=args.garbage_collect_interval_seconds,
+        trim_memory_threshold_bytes=args.trim_memory_threshold_bytes,
+        hard_processor_suspend=args.hard_processor_suspend,
+        event_loop=args.event_loop,
+        io_threads=args.io_threads,
+        logging_paths=tuple(args.logging_paths),
+        logging_level=args.logging_level,
+        logging_config_file=args.logging_config_file,
+    )
+    run_cluster(Cluster(template, names))
+
+
+def run_cluster(cluster: Cluster) -> None:
+    """Run until a signal, until every worker has exited, or until our parent (if we have one) is gone."""
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    parent = exit_with_parent_pid()
+    cluster.start()
+    try:
+        while not stop.wait(0.2):
+            if cluster.all_exited() or (parent is not None and os.getppid() != parent):
+                break
+    finally:
+        cluster.shutdown()
+
+
+if __name__ == "__main__":
+    main()

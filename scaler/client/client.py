@@ -1,0 +1,213 @@
+"""Client: the application's handle on a Scaler cluster."""
+
+from __future__ import annotations
+
+import collections
+import threading
+import weakref
+from typing import Any, Callable, Iterable, Optional
+
+import cloudpickle
+
+from scaler.client.connection import ClientConnection, MapCollector, Signature
+from scaler.client.future import ScalerFuture
+from scaler.client.serializer import DefaultSerializer, Serializer
+from scaler.errors import ProtectedModeError
+from scaler.protocol import messages as m
+from scaler.utility.identifiers import content_object_id
+
+DEFAULT_TIMEOUT_SECONDS = 60.0
+DEFAULT_HEARTBEAT_INTERVAL_SECONDS = 2.0
+
+# Tasks of a map go out in chunks this size, so the scheduler starts dispatching before the map is built.
+_MAP_CHUNK = 1000
+# Call sites remembered, so that a function submitted again is not serialized again.
+_FUNCTION_CACHE_SIZE = 1024
+
+
+class Client:
+    """Connects to a scheduler and submits work to it.
+
+    >>> with Client(address="tcp://127.0.0.1:2345") as client:
+    ...     client.submit(math.sqrt, 16).result()
+    4.0
+    """
+
+    def __init__(
+        self,
+        address: str,
+        serializer: Optional[Serializer] = None,
+        timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
+        heartbeat_interval_seconds: float = DEFAULT_HEARTBEAT_INTERVAL_SECONDS,
+        name: str = "",
+    ) -> None:
+        if not isinstance(address, str) or "://" not in address:
+            raise ValueError(f"address must look like tcp://host:port or ipc:///path, got {address!r}")
+        if serializer is not None and not isinstance(serializer, Serializer):
+            raise TypeError("serializer must be an instance of scaler.Serializer")
+        if timeout_seconds <= 0 or heartbeat_interval_seconds <= 0:
+            raise ValueError("timeout_seconds and heartbeat_interval_seconds must be positive")
+        self._address = address
+        self._serializer: Serializer = serializer if serializer is not None else DefaultSerializer()
+        self._timeout_seconds = timeout_seconds
+        self._heartbeat_interval_seconds = heartbeat_interval_seconds
+        self._serializer_id = b""
+        self._sent_object_ids: set[bytes] = set()
+        self._function_ids: collections.OrderedDict[int, tuple[Callable, bytes]] = collections.OrderedDict()
+        self._lock = threading.Lock()
+        self._connection = ClientConnection(address, name, timeout_seconds, heartbeat_interval_seconds)
+        self._connection.connect()
+        # Whoever forgets to disconnect still gets the I/O thread stopped when the client is collected.
+        self._finalizer = weakref.finalize(self, self._connection.close)
+        if type(self._serializer) is not DefaultSerializer:
+            payload = cloudpickle.dumps(self._serializer)
+            self._serializer_id = content_object_id(payload)
+
+    # ------------------------------------------------------------------------------------------ context
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.disconnect()
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        # A client passed into a task reconnects from the worker: nested tasks.
+        return (
+            _reconnect,
+            (self._address, self._serializer, self._timeout_seconds, self._heartbeat_interval_seconds),
+        )
+
+    @property
+    def address(self) -> str:
+        return self._address
+
+    # ------------------------------------------------------------------------------------------ tasks
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> ScalerFuture:
+        """Run `fn(*args, **kwargs)` on the cluster; returns a future of its result."""
+        self._connection.check_open()
+        if not callable(fn):
+            raise TypeError(f"submit() needs a callable as its first argument, got {type(fn).__name__}")
+        serialize = self._serializer.serialize
+        payloads = [serialize(argument) for argument in args]
+        keywords: tuple[str, ...] = ()
+        if kwargs:
+            keywords = tuple(kwargs)
+            payloads.extend(serialize(value) for value in kwargs.values())
+        signature = (self._function_id(fn), len(payloads), keywords, self._serializer_id)
+        connection = self._connection
+        task_id = connection.next_task_id()
+        future = ScalerFuture(task_id, connection, self._serializer)
+        connection.submit_task(signature, task_id, payloads, future)
+        return future
+
+    def map(self, fn: Callable[..., Any], iterable: Iterable[tuple]) -> list[Any]:
+        """Run `fn(*args)` for every tuple of arguments; returns the results in order.
+
+        The function is serialized once for the whole call. If any call raises, the rest are canceled
+        and the first failure (in argument order, among those seen) is raised.
+        """
+        self._connection.check_open()
+        if not callable(fn):
+            raise TypeError(f"map() needs a callable as its first argument, got {type(fn).__name__}")
+        function_id = self._function_id(fn)
+        argument_tuples = list(iterable)
+        collector = MapCollector(len(argument_tuples))
+        all_task_ids = self._submit_map(function_id, argument_tuples, collector)
+        collector.finished.wait()
+        if collector.errors:
+            self._connection.forget(all_task_ids)
+            self._connection.cancel_tasks(all_task_ids)
+            raise collector.errors[min(collector.errors)]
+        deserialize = self._serializer.deserialize
+        return [deserialize(payload) for payload in collector.payloads]
+
+    def _submit_map(self, function_id: bytes, argument_tuples: list[tuple], collector: MapCollector) -> list[int]:
+        serialize = self._serializer.serialize
+        connection = self._connection
+        all_task_ids: list[int] = []
+        start = 0
+        while start < len(argument_tuples):
+            chunk_args: list[bytes] = []
+            width = -1
+            end = start
+            while end < len(argument_tuples) and end - start < _MAP_CHUNK:
+                arguments = argument_tuples[end]
+                if not isinstance(arguments, (tuple, list)):
+                    raise TypeError(
+                        f"map() takes an iterable of argument tuples such as [(1,), (2,)]; "
+                        f"item {end} is a {type(arguments).__name__}"
+                    )
+                if width == -1:
+                    width = len(arguments)
+                elif len(arguments) != width:
+                    break  # a new group starts with the new number of arguments
+                chunk_args.extend(serialize(argument) for argument in arguments)
+                end += 1
+            task_ids = [connection.next_task_id() for _ in range(end - start)]
+            signature: Signature = (function_id, width, (), self._serializer_id)
+            connection.submit_tasks(signature, task_ids, chunk_args, collector, start)
+            all_task_ids.extend(task_ids)
+            start = end
+        return all_task_ids
+
+    def _function_id(self, fn: Callable[..., Any]) -> bytes:
+        """Serialize a function once per call site and send it once; identity decides sameness."""
+        key = id(fn)
+        with self._lock:
+            cached = self._function_ids.get(key)
+            if cached is not None and cached[0] is fn:
+                self._function_ids.move_to_end(key)
+                return cached[1]
+        payload = self._serializer.serialize(fn)
+        function_id = content_object_id(payload)
+        with self._lock:
+            self._function_ids[key] = (fn, function_id)
+            if len(self._function_ids) > _FUNCTION_CACHE_SIZE:
+                self._function_ids.popitem(last=False)
+            if self._serializer_id and self._serializer_id not in self._sent_object_ids:
+                self._connection.send_object(m.ObjectPayload(
+                    object_id=self._serializer_id, payload=cloudpickle.dumps(self._serializer), name="serializer"
+                ))
+                self._sent_object_ids.add(self._serializer_id)
+            if function_id not in self._sent_object_ids:
+                name = getattr(fn, "__qualname__", "") or type(fn).__name__
+                self._connection.send_object(m.ObjectPayload(object_id=function_id, payload=payload, name=name))
+                self._sent_object_ids.add(function_id)
+        return function_id
+
+    # ------------------------------------------------------------------------------------------ session
+
+    def clear(self) -> None:
+        """Cancel every unfinished task of this client and drop its objects; the client stays usable."""
+        self._connection.request(m.ClearRequest(), m.ClearResponse, self._timeout_seconds)
+        with self._lock:
+            self._sent_object_ids.clear()
+            self._function_ids.clear()
+        self._connection._cancel_everything_pending()
+
+    def disconnect(self) -> None:
+        """Leave the scheduler; unfinished tasks of this client are canceled. Safe to call twice."""
+        self._finalizer()
+
+    def shutdown(self) -> None:
+        """Ask the scheduler to stop the whole cluster; refused (ProtectedModeError) in protected mode."""
+        try:
+            response = self._connection.request(m.ShutdownRequest(), m.ShutdownResponse, self._timeout_seconds)
+        finally:
+            self.disconnect()
+        assert isinstance(response, m.ShutdownResponse)
+        if not response.accepted:
+            raise ProtectedModeError(response.reason)
+
+
+def _reconnect(
+    address: str, serializer: Serializer, timeout_seconds: float, heartbeat_interval_seconds: float
+) -> Client:
+    return Client(
+        address=address,
+        serializer=serializer,
+        timeout_seconds=timeout_seconds,
+        heartbeat_interval_seconds=heartbeat_interval_seconds,
+    )

@@ -1,0 +1,391 @@
+"""The client's link to the scheduler: one DEALER socket owned by one I/O thread.
+
+Callers never touch the socket. They append to an outbox and wake the I/O thread, which sends
+whatever has piled up as one message: under load, many submits become one batch on their own, and
+a lone submit still leaves at once. Results come back on the same thread, which completes futures.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import logging
+import os
+import socket as socket_module
+import threading
+import time
+import uuid
+from typing import Any, Optional, Union
+
+import zmq
+
+from scaler.client.future import ScalerFuture, exception_from_failure
+from scaler.errors import ConnectionFailedError, SchedulerLostError
+from scaler.protocol import messages as m
+from scaler.utility.identifiers import TASK_COUNTER_BITS
+
+logger = logging.getLogger(__name__)
+
+_MAX_TASKS_PER_MESSAGE = 2000
+_IDLE_POLL_SECONDS = 0.25
+
+# A group signature: function id, arguments per task, keyword names, serializer id.
+Signature = tuple[bytes, int, tuple[str, ...], bytes]
+
+
+class MapCollector:
+    """Where the results of one `Client.map` land; cheaper than a future per task."""
+
+    def __init__(self, count: int) -> None:
+        self.payloads: list[Any] = [None] * count
+        self.errors: dict[int, BaseException] = {}
+        self.remaining = count
+        self.finished = threading.Event()
+        if count == 0:
+            self.finished.set()
+
+    def deliver(self, index: int, payload: bytes) -> None:
+        self.payloads[index] = payload
+        self._one_done()
+
+    def fail(self, index: int, error: BaseException) -> None:
+        self.errors[index] = error
+        self.finished.set()  # fail fast: map raises as soon as anything fails
+        self._one_done()
+
+    def _one_done(self) -> None:
+        self.remaining -= 1
+        if self.remaining == 0:
+            self.finished.set()
+
+
+_Pending = Union[ScalerFuture, tuple[MapCollector, int]]
+
+_TASK, _TASKS, _OBJECT, _MESSAGE = range(4)
+
+
+class ClientConnection:
+    def __init__(self, address: str, name: str, timeout_seconds: float, heartbeat_interval_seconds: float) -> None:
+        self.address = address
+        self._name = name
+        self._timeout_seconds = timeout_seconds
+        self._heartbeat_interval_seconds = heartbeat_interval_seconds
+        self._identity = f"C|{socket_module.gethostname()}|{os.getpid()}|{uuid.uuid4().hex[:8]}".encode()
+        self._outbox: collections.deque[tuple] = collections.deque()
+        self._pending: dict[int, _Pending] = {}
+        self._counter = itertools.count()
+        self._id_prefix = 0
+        self._wake_reader, self._wake_writer = os.pipe()
+        self._wake_pending = False
+        self._welcomed = threading.Event()
+        self._stopping = False
+        self._stopped = threading.Event()
+        self._broken: Optional[BaseException] = None
+        self._replies: dict[type, tuple[threading.Event, list[m.Message]]] = {}
+        self._reply_lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="scaler-client-io", daemon=True)
+
+    # ------------------------------------------------------------------------------------------ life
+
+    def connect(self) -> None:
+        self._thread.start()
+        if not self._welcomed.wait(self._timeout_seconds + 1.0) or self._broken is not None:
+            error = self._broken or ConnectionFailedError(self._unreachable_text())
+            self.close(graceful=False)
+            raise error
+
+    def close(self, graceful: bool = True) -> None:
+        """Stop the I/O thread after it has sent what is queued; cancel futures still waiting."""
+        if graceful and self._thread.is_alive() and self._broken is None:
+            self.send_message(m.Disconnect(reason="client disconnecting"))
+        self._stopping = True
+        self._wake()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout=10)
+        self._cancel_everything_pending()
+        if not self._thread.is_alive():
+            for descriptor in (self._wake_reader, self._wake_writer):
+                try:
+                    os.close(descriptor)
+                except OSError:
+                    pass
+
+    @property
+    def is_open(self) -> bool:
+        return not self._stopping and self._broken is None
+
+    def check_open(self) -> None:
+        if self._broken is not None:
+            raise self._broken
+        if self._stopping:
+            raise ConnectionFailedError("this client is disconnected; create a new Client to submit more work")
+
+    # ------------------------------------------------------------------------------------------ calls
+
+    def next_task_id(self) -> int:
+        return (self._id_prefix << TASK_COUNTER_BITS) | next(self._counter)
+
+    def send_object(self, payload: m.ObjectPayload) -> None:
+        self._outbox.append((_OBJECT, payload))
+
+    def submit_task(self, signature: Signature, task_id: int, args: list[bytes], future: ScalerFuture) -> None:
+        self._pending[task_id] = future
+        self._outbox.append((_TASK, signature, task_id, args))
+        self._wake()
+
+    def submit_tasks(
+        self, signature: Signature, task_ids: list[int], args: list[bytes], collector: MapCollector, first_index: int
+    ) -> None:
+        pending = self._pending
+        for offset, task_id in enumerate(task_ids):
+            pending[task_id] = (collector, first_index + offset)
+        self._outbox.append((_TASKS, signature, task_ids, args))
+        self._wake()
+
+    def send_message(self, message: m.Message) -> None:
+        self._outbox.append((_MESSAGE, message))
+        self._wake()
+
+    def cancel_tasks(self, task_ids: list[int]) -> None:
+        if task_ids and self.is_open:
+            self.send_message(m.CancelTasks(task_ids=task_ids))
+
+    def cancel_future(self, future: ScalerFuture) -> bool:
+        if not self.is_open:
+            future._cancel_locally()
+            return future.cancelled()
+        self.send_message(m.CancelTasks(task_ids=[future.task_id]))
+        if threading.current_thread() is self._thread:
+            # A done-callback canceling another future cannot wait for the thread it runs on.
+            future._cancel_locally()
+            return True
+        try:
+            concurrent_wait(future, self._timeout_seconds)
+        except TimeoutError:
+            return False
+        return future.cancelled()
+
+    def request(self, message: m.Message, reply_type: type, timeout: float) -> m.Message:
+        """Send a message and wait for the scheduler's answer of the given type."""
+        self.check_open()
+        with self._reply_lock:
+            event = threading.Event()
+            slot: list[m.Message] = []
+            self._replies[reply_type] = (event, slot)
+        self.send_message(message)
+        if not event.wait(timeout):
+            raise ConnectionFailedError(f"no {reply_type.__name__} from the scheduler within {timeout:g}s")
+        if self._broken is not None and not slot:
+            raise self._broken
+        return slot[0]
+
+    def forget(self, task_ids: list[int]) -> None:
+        for task_id in task_ids:
+            self._pending.pop(task_id, None)
+
+    # ------------------------------------------------------------------------------------------ I/O thread
+
+    def _wake(self) -> None:
+        if not self._wake_pending:
+            self._wake_pending = True
+            try:
+                os.write(self._wake_writer, b"\0")
+            except OSError:
+                pass  # closed: the thread is gone
+
+    def _run(self) -> None:
+        context = zmq.Context(io_threads=1)
+        socket = context.socket(zmq.DEALER)
+        socket.setsockopt(zmq.IDENTITY, self._identity)
+        socket.setsockopt(zmq.SNDHWM, 0)
+        socket.setsockopt(zmq.RCVHWM, 0)
+        socket.setsockopt(zmq.LINGER, 0)
+        try:
+            socket.connect(self.address)
+            socket.send(m.encode(m.Hello(
+                role=m.Role.CLIENT, name=self._name, hostname=socket_module.gethostname(), pid=os.getpid()
+            )))
+            self._loop(socket)
+        except Exception as error:  # a bug here must fail the futures, not strand them
+            logger.exception("Client: I/O thread failed")
+            self._break(SchedulerLostError(f"client I/O thread failed: {error!r}"))
+        finally:
+            socket.close(linger=2000 if self._broken is None else 0)
+            context.term()
+            self._stopped.set()
+
+    def _loop(self, socket: zmq.Socket) -> None:
+        poller = zmq.Poller()
+        poller.register(socket, zmq.POLLIN)
+        poller.register(self._wake_reader, zmq.POLLIN)
+        started = last_heard = time.monotonic()
+        next_heartbeat = started + self._heartbeat_interval_seconds
+        while True:
+            events = dict(poller.poll(_IDLE_POLL_SECONDS * 1000))
+            if self._wake_reader in events:
+                self._wake_pending = False
+                os.read(self._wake_reader, 65536)
+            if socket in events:
+                last_heard = time.monotonic()
+                while socket.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+                    self._on_frame(socket.recv(copy=True))
+            if self._welcomed.is_set():
+                self._flush_outbox(socket)
+            if self._stopping or self._broken is not None:
+                return
+            now = time.monotonic()
+            if not self._welcomed.is_set():
+                if now - started > self._timeout_seconds:
+                    self._break(ConnectionFailedError(self._unreachable_text()))
+                    self._welcomed.set()
+                    return
+            elif now - last_heard > self._timeout_seconds:
+                self._break(SchedulerLostError(
+                    f"no word from the scheduler at {self.address} for {self._timeout_seconds:g}s; it is gone or stuck"
+                ))
+                return
+            if now >= next_heartbeat:
+                next_heartbeat = now + self._heartbeat_interval_seconds
+                socket.send(m.encode(m.Heartbeat()))
+
+    def _flush_outbox(self, socket: zmq.Socket) -> None:
+        outbox = self._outbox
+        objects: list[m.ObjectPayload] = []
+        groups: list[m.TaskGroup] = []
+        current: Optional[m.TaskGroup] = None
+        current_signature: Optional[Signature] = None
+        count = 0
+
+        def send_batch() -> None:
+            nonlocal objects, groups, current, current_signature, count
+            if objects or groups:
+                socket.send(m.encode(m.TaskSubmission(objects=objects, groups=groups)), copy=False)
+            objects, groups, current, current_signature, count = [], [], None, None, 0
+
+        while outbox:
+            item = outbox.popleft()
+            kind = item[0]
+            if kind == _TASK or kind == _TASKS:
+                signature = item[1]
+                if current is None or signature != current_signature:
+                    current = m.TaskGroup(
+                        function_id=signature[0], args_per_task=signature[1], keywords=signature[2],
+                        task_ids=[], args=[], serializer_id=signature[3],
+                    )
+                    current_signature = signature
+                    groups.append(current)
+                if kind == _TASK:
+                    current.task_ids.append(item[2])
+                    count += 1
+                else:
+                    current.task_ids.extend(item[2])
+                    count += len(item[2])
+                current.args.extend(item[3])
+                if count >= _MAX_TASKS_PER_MESSAGE:
+                    send_batch()
+            elif kind == _OBJECT:
+                if groups:
+                    send_batch()
+                objects.append(item[1])
+            else:
+                send_batch()
+                socket.send(m.encode(item[1]))
+        send_batch()
+
+    def _on_frame(self, frame: bytes) -> None:
+        try:
+            message = m.decode(frame)
+        except m.ProtocolDecodeError as error:
+            logger.warning(f"Client: dropped an undecodable message from the scheduler: {error}")
+            return
+        if isinstance(message, m.TaskResults):
+            self._on_results(message)
+        elif isinstance(message, m.HeartbeatEcho):
+            pass
+        elif isinstance(message, m.Welcome):
+            self._id_prefix = message.id_prefix
+            self._welcomed.set()
+        elif isinstance(message, m.Refused):
+            self._break(ConnectionFailedError(f"the scheduler at {self.address} refused this client: {message.reason}"))
+            self._welcomed.set()
+        elif isinstance(message, m.Disconnect):
+            self._break(SchedulerLostError(f"the scheduler at {self.address} closed the connection: {message.reason}"))
+        elif isinstance(message, m.ProtocolError):
+            logger.warning(f"Client: the scheduler reports a protocol error: {message.reason}")
+        else:
+            with self._reply_lock:
+                waiter = self._replies.pop(type(message), None)
+            if waiter is not None:
+                waiter[1].append(message)
+                waiter[0].set()
+
+    def _on_results(self, results: m.TaskResults) -> None:
+        pending = self._pending
+        for task_id, payload in zip(results.succeeded_ids, results.payloads):
+            entry = pending.pop(task_id, None)
+            if entry is None:
+                continue
+            if type(entry) is tuple:
+                entry[0].deliver(entry[1], payload)
+            else:
+                entry._deliver(payload)  # type: ignore[union-attr]
+        for failure in results.failures:
+            if failure.kind == m.FailureKind.NOT_FOUND:
+                continue  # an answer to a cancel that came too late; the result went out before it
+            entry = pending.pop(failure.task_id, None)
+            if entry is None:
+                continue
+            if failure.kind == m.FailureKind.CANCELED:
+                if type(entry) is tuple:
+                    entry[0].fail(entry[1], _canceled_error())
+                else:
+                    entry._cancel_locally()  # type: ignore[union-attr]
+                continue
+            error = exception_from_failure(failure)
+            if type(entry) is tuple:
+                entry[0].fail(entry[1], error)
+            else:
+                entry._fail(error)  # type: ignore[union-attr]
+
+    def _break(self, error: BaseException) -> None:
+        """The link is unusable: every waiting caller gets `error` instead of waiting forever."""
+        if self._broken is None:
+            self._broken = error
+        pending, self._pending = self._pending, {}
+        for entry in pending.values():
+            if type(entry) is tuple:
+                entry[0].fail(entry[1], error)
+            else:
+                entry._fail(error)  # type: ignore[union-attr]
+        with self._reply_lock:
+            waiters, self._replies = self._replies, {}
+        for event, _ in waiters.values():
+            event.set()
+
+    def _cancel_everything_pending(self) -> None:
+        pending, self._pending = self._pending, {}
+        for entry in pending.values():
+            if type(entry) is tuple:
+                entry[0].fail(entry[1], _canceled_error())
+            else:
+                entry._cancel_locally()  # type: ignore[union-attr]
+
+    def _unreachable_text(self) -> str:
+        return (
+            f"could not connect to the scheduler at {self.address} within {self._timeout_seconds:g}s: "
+            "is it running and reachable from here?"
+        )
+
+
+def _canceled_error() -> BaseException:
+    from concurrent.futures import CancelledError
+
+    return CancelledError()
+
+
+def concurrent_wait(future: ScalerFuture, timeout: float) -> None:
+    import concurrent.futures
+
+    done, _ = concurrent.futures.wait([future], timeout=timeout)
+    if not done:
+        raise TimeoutError

@@ -1,0 +1,109 @@
+"""ScalerFuture: a real concurrent.futures.Future whose result is deserialized on first use."""
+
+from __future__ import annotations
+
+import concurrent.futures
+from typing import TYPE_CHECKING, Any, Optional
+
+import cloudpickle
+
+from scaler.client.serializer import Serializer
+from scaler.errors import (
+    RemoteTaskError,
+    RemoteTraceback,
+    SerializationError,
+    TaskRejectedError,
+    WorkerDiedError,
+)
+from scaler.protocol import messages as m
+
+if TYPE_CHECKING:
+    from scaler.client.connection import ClientConnection
+
+_FINISHED = "FINISHED"
+_CANCELLED_STATES = ("CANCELLED", "CANCELLED_AND_NOTIFIED")
+
+
+class ScalerFuture(concurrent.futures.Future):
+    """Works with `concurrent.futures.wait`, `as_completed` and `add_done_callback` like any other future.
+
+    Done-callbacks run on the client's I/O thread, as an executor's run on its management thread.
+    """
+
+    def __init__(self, task_id: int, connection: "ClientConnection", serializer: Serializer) -> None:
+        super().__init__()
+        self._task_id = task_id
+        self._connection = connection
+        self._serializer = serializer
+        self._decoded = False
+        self._value: Any = None
+
+    @property
+    def task_id(self) -> int:
+        return self._task_id
+
+    def result(self, timeout: Optional[float] = None) -> Any:
+        payload = super().result(timeout)
+        if not self._decoded:
+            with self._condition:
+                if not self._decoded:
+                    self._value = _deserialize_result(self._serializer, payload)
+                    self._decoded = True
+        return self._value
+
+    def cancel(self) -> bool:
+        """Cancel the task if it has not started; True only when it is certain it will not run."""
+        with self._condition:
+            if self._state == _FINISHED:
+                return False
+            if self._state in _CANCELLED_STATES:
+                return True
+        return self._connection.cancel_future(self)
+
+    # Called by the connection's I/O thread only.
+
+    def _deliver(self, payload: bytes) -> None:
+        if not self.done():
+            concurrent.futures.Future.set_result(self, payload)
+
+    def _fail(self, error: BaseException) -> None:
+        if not self.done():
+            concurrent.futures.Future.set_exception(self, error)
+
+    def _cancel_locally(self) -> None:
+        if concurrent.futures.Future.cancel(self):
+            # Moves to CANCELLED_AND_NOTIFIED, which is what wait() and as_completed() look for.
+            self.set_running_or_notify_cancel()
+
+
+def _deserialize_result(serializer: Serializer, payload: bytes) -> Any:
+    try:
+        return serializer.deserialize(payload)
+    except Exception as error:
+        raise SerializationError(f"could not deserialize a task result: {type(error).__name__}: {error}") from error
+
+
+def exception_from_failure(failure: m.TaskFailure) -> BaseException:
+    """Rebuild what the client should raise for a failed task."""
+    kind = failure.kind
+    if kind == m.FailureKind.RAISED:
+        error: BaseException
+        try:
+            error = cloudpickle.loads(failure.exception) if failure.exception else None  # type: ignore[assignment]
+        except Exception:
+            error = None  # type: ignore[assignment]
+        if not isinstance(error, BaseException):
+            error = RemoteTaskError(failure.type_name, failure.message)
+        if failure.traceback:
+            error.__cause__ = RemoteTraceback(failure.traceback)
+        return error
+    if kind == m.FailureKind.WORKER_DIED:
+        return WorkerDiedError(failure.message or "the worker running this task died")
+    if kind == m.FailureKind.SERIALIZATION:
+        error = SerializationError(failure.message)
+        if failure.traceback:
+            error.__cause__ = RemoteTraceback(failure.traceback)
+        return error
+    if kind == m.FailureKind.REJECTED:
+        return TaskRejectedError(failure.message)
+    return RemoteTaskError(failure.type_name or kind.name, failure.message)

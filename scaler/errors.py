@@ -1,0 +1,56 @@
+"""Errors a Scaler user can meet, in one place so that every layer raises the same types."""
+
+from __future__ import annotations
+
+import concurrent.futures
+
+
+class ScalerError(Exception):
+    """Base class of the errors Scaler itself raises (not those raised by your functions)."""
+
+
+class ConnectionFailedError(ScalerError, ConnectionError):
+    """The scheduler could not be reached, refused us, or stopped answering."""
+
+
+class SchedulerLostError(ConnectionFailedError):
+    """The scheduler went silent or away while work was outstanding."""
+
+
+class ProtectedModeError(ScalerError):
+    """The scheduler runs in protected mode and refused to shut down."""
+
+
+class WorkerDiedError(ScalerError):
+    """The worker running the task died, or the task crashed its worker too many times."""
+
+
+class TaskRejectedError(ScalerError):
+    """The scheduler refused the task (malformed, unknown function, or its queue is full)."""
+
+
+class SerializationError(ScalerError):
+    """A function, argument or result could not be serialized or deserialized."""
+
+
+class RemoteTaskError(ScalerError):
+    """A task raised an exception that could not be rebuilt here; holds its type name and message."""
+
+    def __init__(self, type_name: str, message: str) -> None:
+        super().__init__(f"{type_name}: {message}")
+        self.type_name = type_name
+        self.remote_message = message
+
+
+class RemoteTraceback(Exception):
+    """Attached as `__cause__` of a task's exception so that printing it shows the remote traceback."""
+
+    def __init__(self, traceback_text: str) -> None:
+        super().__init__(traceback_text)
+        self.traceback_text = traceback_text
+
+    def __str__(self) -> str:
+        return f'\n"""\n{self.traceback_text}"""'
+
+
+CancelledError = concurrent.futures.CancelledError

@@ -1,0 +1,409 @@
+"""The Python view of the wire protocol: plain objects in, one Cap'n Proto frame out, and back.
+
+This is the only module that imports capnp. Everything above it handles the dataclasses below, so the
+scheduler core, the worker and the client never see a capnp reader or builder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import os
+from typing import Union
+
+import capnp
+
+capnp.remove_import_hook()
+_schema = capnp.load(os.path.join(os.path.dirname(__file__), "scaler.capnp"))
+
+PROTOCOL_VERSION = 1
+
+# A reader may visit each word of a frame a few times; capping traversal relative to the frame's size
+# stops a small forged frame (say, a list of a billion empty structs) from costing more than its bytes.
+_TRAVERSAL_WORDS_PER_FRAME_WORD = 4
+_TRAVERSAL_SLACK_WORDS = 4096
+_NESTING_LIMIT = 16
+
+
+class ProtocolDecodeError(ValueError):
+    """A frame that is not a valid Scaler message."""
+
+
+class Role(enum.IntEnum):
+    CLIENT = 0
+    WORKER = 1
+
+
+class FailureKind(enum.IntEnum):
+    RAISED = 0
+    WORKER_DIED = 1
+    CANCELED = 2
+    NOT_FOUND = 3
+    SERIALIZATION = 4
+    REJECTED = 5
+    RETURNED = 6
+
+
+_ROLE_NAMES = {Role.CLIENT: "client", Role.WORKER: "worker"}
+_ROLE_BY_NAME = {name: role for role, name in _ROLE_NAMES.items()}
+_FAILURE_NAMES = {
+    FailureKind.RAISED: "raised",
+    FailureKind.WORKER_DIED: "workerDied",
+    FailureKind.CANCELED: "canceled",
+    FailureKind.NOT_FOUND: "notFound",
+    FailureKind.SERIALIZATION: "serialization",
+    FailureKind.REJECTED: "rejected",
+    FailureKind.RETURNED: "returned",
+}
+_FAILURE_BY_NAME = {name: kind for kind, name in _FAILURE_NAMES.items()}
+
+
+@dataclasses.dataclass(slots=True)
+class Hello:
+    role: Role
+    name: str = ""
+    hostname: str = ""
+    pid: int = 0
+    capacity: int = 0
+    protocol_version: int = PROTOCOL_VERSION
+
+
+@dataclasses.dataclass(slots=True)
+class Welcome:
+    id_prefix: int = 0
+    heartbeat_interval_ms: int = 0
+    peer_timeout_ms: int = 0
+    protocol_version: int = PROTOCOL_VERSION
+
+
+@dataclasses.dataclass(slots=True)
+class Refused:
+    reason: str
+
+
+@dataclasses.dataclass(slots=True)
+class Heartbeat:
+    cpu_percent: float = 0.0
+    rss_bytes: int = 0
+    queued_tasks: int = 0
+    processor_cpu_percent: float = 0.0
+    processor_rss_bytes: int = 0
+
+
+@dataclasses.dataclass(slots=True)
+class HeartbeatEcho:
+    pass
+
+
+@dataclasses.dataclass(slots=True)
+class ObjectPayload:
+    object_id: bytes
+    payload: bytes
+    name: str = ""
+
+
+@dataclasses.dataclass(slots=True)
+class TaskGroup:
+    """Tasks sharing a function and an argument layout; `args` is flattened row by row."""
+
+    function_id: bytes
+    args_per_task: int
+    keywords: tuple[str, ...]
+    task_ids: list[int]
+    args: list[bytes]
+    serializer_id: bytes = b""
+
+
+@dataclasses.dataclass(slots=True)
+class TaskSubmission:
+    objects: list[ObjectPayload]
+    groups: list[TaskGroup]
+
+
+@dataclasses.dataclass(slots=True)
+class TaskFailure:
+    task_id: int
+    kind: FailureKind
+    type_name: str = ""
+    message: str = ""
+    traceback: str = ""
+    exception: bytes = b""
+
+
+@dataclasses.dataclass(slots=True)
+class TaskResults:
+    succeeded_ids: list[int]
+    payloads: list[bytes]
+    failures: list[TaskFailure]
+
+
+@dataclasses.dataclass(slots=True)
+class CancelTasks:
+    task_ids: list[int]
+
+
+@dataclasses.dataclass(slots=True)
+class DeleteObjects:
+    object_ids: list[bytes]
+
+
+@dataclasses.dataclass(slots=True)
+class ClearRequest:
+    pass
+
+
+@dataclasses.dataclass(slots=True)
+class ClearResponse:
+    canceled_tasks: int = 0
+
+
+@dataclasses.dataclass(slots=True)
+class Disconnect:
+    reason: str = ""
+
+
+@dataclasses.dataclass(slots=True)
+class ShutdownRequest:
+    pass
+
+
+@dataclasses.dataclass(slots=True)
+class ShutdownResponse:
+    accepted: bool
+    reason: str = ""
+
+
+@dataclasses.dataclass(slots=True)
+class ProtocolError:
+    reason: str
+
+
+Message = Union[
+    Hello,
+    Welcome,
+    Refused,
+    Heartbeat,
+    HeartbeatEcho,
+    TaskSubmission,
+    TaskResults,
+    CancelTasks,
+    DeleteObjects,
+    ClearRequest,
+    ClearResponse,
+    Disconnect,
+    ShutdownRequest,
+    ShutdownResponse,
+    ProtocolError,
+]
+
+
+# ---------------------------------------------------------------------------------------------- encoding
+
+
+def encode(message: Message) -> bytes:
+    builder = _schema.Message.new_message()
+    encoder = _ENCODERS.get(type(message))
+    if encoder is None:
+        raise TypeError(f"not a protocol message: {type(message).__name__}")
+    encoder(builder, message)
+    return builder.to_bytes()
+
+
+def _init_with(builder, field: str, values: dict) -> None:
+    # Assigning a dict to a union member only works for the member that is already set, so init first.
+    struct = builder.init(field)
+    for name, value in values.items():
+        setattr(struct, name, value)
+
+
+def _encode_hello(builder, message: Hello) -> None:
+    _init_with(builder, "hello", {
+        "protocolVersion": message.protocol_version,
+        "role": _ROLE_NAMES[message.role],
+        "name": message.name,
+        "hostname": message.hostname,
+        "pid": message.pid,
+        "capacity": message.capacity,
+    })
+
+
+def _encode_welcome(builder, message: Welcome) -> None:
+    _init_with(builder, "welcome", {
+        "protocolVersion": message.protocol_version,
+        "idPrefix": message.id_prefix,
+        "heartbeatIntervalMs": message.heartbeat_interval_ms,
+        "peerTimeoutMs": message.peer_timeout_ms,
+    })
+
+
+def _encode_heartbeat(builder, message: Heartbeat) -> None:
+    _init_with(builder, "heartbeat", {
+        "cpuPercent": message.cpu_percent,
+        "rssBytes": message.rss_bytes,
+        "queuedTasks": message.queued_tasks,
+        "processorCpuPercent": message.processor_cpu_percent,
+        "processorRssBytes": message.processor_rss_bytes,
+    })
+
+
+def _encode_submission(builder, message: TaskSubmission) -> None:
+    submission = builder.init("submitTasks")
+    if message.objects:
+        objects = submission.init("objects", len(message.objects))
+        for slot, item in zip(objects, message.objects):
+            slot.objectId = item.object_id
+            slot.name = item.name
+            slot.payload = item.payload
+    groups = submission.init("groups", len(message.groups))
+    for slot, group in zip(groups, message.groups):
+        slot.functionId = group.function_id
+        slot.argsPerTask = group.args_per_task
+        if group.keywords:
+            slot.keywords = list(group.keywords)
+        slot.taskIds = group.task_ids
+        slot.args = group.args
+        if group.serializer_id:
+            slot.serializerId = group.serializer_id
+
+
+def _encode_results(builder, message: TaskResults) -> None:
+    results = builder.init("taskResults")
+    results.succeededIds = message.succeeded_ids
+    results.payloads = message.payloads
+    if message.failures:
+        failures = results.init("failures", len(message.failures))
+        for slot, failure in zip(failures, message.failures):
+            slot.taskId = failure.task_id
+            slot.kind = _FAILURE_NAMES[failure.kind]
+            slot.typeName = failure.type_name
+            slot.message = failure.message
+            slot.traceback = failure.traceback
+            slot.exception = failure.exception
+
+
+_ENCODERS = {
+    Hello: _encode_hello,
+    Welcome: _encode_welcome,
+    Refused: lambda b, m: _init_with(b, "refused", {"reason": m.reason}),
+    Heartbeat: _encode_heartbeat,
+    HeartbeatEcho: lambda b, m: b.init("heartbeatEcho"),
+    TaskSubmission: _encode_submission,
+    TaskResults: _encode_results,
+    CancelTasks: lambda b, m: _init_with(b, "cancelTasks", {"taskIds": m.task_ids}),
+    DeleteObjects: lambda b, m: _init_with(b, "deleteObjects", {"objectIds": m.object_ids}),
+    ClearRequest: lambda b, m: b.init("clearRequest"),
+    ClearResponse: lambda b, m: _init_with(b, "clearResponse", {"canceledTasks": m.canceled_tasks}),
+    Disconnect: lambda b, m: _init_with(b, "disconnect", {"reason": m.reason}),
+    ShutdownRequest: lambda b, m: b.init("shutdownRequest"),
+    ShutdownResponse: lambda b, m: _init_with(b, "shutdownResponse", {"accepted": m.accepted, "reason": m.reason}),
+    ProtocolError: lambda b, m: _init_with(b, "protocolError", {"reason": m.reason}),
+}
+
+
+# ---------------------------------------------------------------------------------------------- decoding
+
+
+def decode(frame: bytes | memoryview) -> Message:
+    """Decode one frame; anything malformed raises ProtocolDecodeError, never anything else."""
+    try:
+        traversal_limit = len(frame) // 8 * _TRAVERSAL_WORDS_PER_FRAME_WORD + _TRAVERSAL_SLACK_WORDS
+        with _schema.Message.from_bytes(
+            frame, traversal_limit_in_words=traversal_limit, nesting_limit=_NESTING_LIMIT
+        ) as reader:
+            which = reader.which()
+            decoder = _DECODERS.get(which)
+            if decoder is None:
+                raise ProtocolDecodeError(f"unknown message type {which!r}")
+            return decoder(getattr(reader, which))
+    except ProtocolDecodeError:
+        raise
+    except Exception as error:  # capnp raises KjException and friends for corrupt frames
+        raise ProtocolDecodeError(f"malformed message: {type(error).__name__}: {error}") from None
+
+
+def message_type_name(message: Message) -> str:
+    return type(message).__name__
+
+
+def _decode_hello(reader) -> Hello:
+    return Hello(
+        protocol_version=reader.protocolVersion,
+        role=_ROLE_BY_NAME[reader.role],
+        name=reader.name,
+        hostname=reader.hostname,
+        pid=reader.pid,
+        capacity=reader.capacity,
+    )
+
+
+def _decode_welcome(reader) -> Welcome:
+    return Welcome(
+        protocol_version=reader.protocolVersion,
+        id_prefix=reader.idPrefix,
+        heartbeat_interval_ms=reader.heartbeatIntervalMs,
+        peer_timeout_ms=reader.peerTimeoutMs,
+    )
+
+
+def _decode_heartbeat(reader) -> Heartbeat:
+    return Heartbeat(
+        cpu_percent=reader.cpuPercent,
+        rss_bytes=reader.rssBytes,
+        queued_tasks=reader.queuedTasks,
+        processor_cpu_percent=reader.processorCpuPercent,
+        processor_rss_bytes=reader.processorRssBytes,
+    )
+
+
+def _decode_submission(reader) -> TaskSubmission:
+    objects = [
+        ObjectPayload(object_id=bytes(item.objectId), name=item.name, payload=bytes(item.payload))
+        for item in reader.objects
+    ]
+    groups = []
+    for group in reader.groups:
+        groups.append(
+            TaskGroup(
+                function_id=bytes(group.functionId),
+                args_per_task=group.argsPerTask,
+                keywords=tuple(group.keywords),
+                task_ids=list(group.taskIds),
+                args=list(group.args),
+                serializer_id=bytes(group.serializerId),
+            )
+        )
+    return TaskSubmission(objects=objects, groups=groups)
+
+
+def _decode_results(reader) -> TaskResults:
+    failures = [
+        TaskFailure(
+            task_id=failure.taskId,
+            kind=_FAILURE_BY_NAME[str(failure.kind)],
+            type_name=failure.typeName,
+            message=failure.message,
+            traceback=failure.traceback,
+            exception=bytes(failure.exception),
+        )
+        for failure in reader.failures
+    ]
+    return TaskResults(succeeded_ids=list(reader.succeededIds), payloads=list(reader.payloads), failures=failures)
+
+
+_DECODERS = {
+    "hello": _decode_hello,
+    "welcome": _decode_welcome,
+    "refused": lambda r: Refused(reason=r.reason),
+    "heartbeat": _decode_heartbeat,
+    "heartbeatEcho": lambda r: HeartbeatEcho(),
+    "submitTasks": _decode_submission,
+    "taskResults": _decode_results,
+    "cancelTasks": lambda r: CancelTasks(task_ids=list(r.taskIds)),
+    "deleteObjects": lambda r: DeleteObjects(object_ids=[bytes(x) for x in r.objectIds]),
+    "clearRequest": lambda r: ClearRequest(),
+    "clearResponse": lambda r: ClearResponse(canceled_tasks=r.canceledTasks),
+    "disconnect": lambda r: Disconnect(reason=r.reason),
+    "shutdownRequest": lambda r: ShutdownRequest(),
+    "shutdownResponse": lambda r: ShutdownResponse(accepted=r.accepted, reason=r.reason),
+    "protocolError": lambda r: ProtocolError(reason=r.reason),
+}

@@ -1,0 +1,142 @@
+@0xd61f51ffb71d4321;
+# The Scaler wire protocol. PROTOCOL.md explains the order in which each role sends these messages.
+#
+# Every ZeroMQ message on the wire is exactly one frame holding one `Message` in the standard (unpacked)
+# Cap'n Proto encoding. Opaque payloads (functions, arguments, results, objects) are `Data` made by the
+# client's serializer; every control field is a plain Cap'n Proto field, never pickled.
+#
+# Hot paths are columnar: a batch of N tasks is a handful of lists, not N structs, because per-struct
+# access costs dominate in dynamic-language bindings.
+
+struct Message {
+  union {
+    hello @0 :Hello;
+    welcome @1 :Welcome;
+    refused @2 :Refused;
+    heartbeat @3 :Heartbeat;
+    heartbeatEcho @4 :HeartbeatEcho;
+    submitTasks @5 :TaskSubmission;
+    taskResults @6 :TaskResults;
+    cancelTasks @7 :CancelTasks;
+    deleteObjects @8 :DeleteObjects;
+    clearRequest @9 :ClearRequest;
+    clearResponse @10 :ClearResponse;
+    disconnect @11 :Disconnect;
+    shutdownRequest @12 :ShutdownRequest;
+    shutdownResponse @13 :ShutdownResponse;
+    protocolError @14 :ProtocolError;
+  }
+}
+
+enum Role {
+  client @0;
+  worker @1;
+}
+
+struct Hello {
+  protocolVersion @0 :UInt32;
+  role @1 :Role;
+  name @2 :Text;           # free text shown in logs and the monitor
+  hostname @3 :Text;
+  pid @4 :UInt32;
+  capacity @5 :UInt32;     # workers only: how many tasks it accepts at once
+}
+
+struct Welcome {
+  protocolVersion @0 :UInt32;
+  idPrefix @1 :UInt32;     # clients only: the high 32 bits of every task id this client makes
+  heartbeatIntervalMs @2 :UInt32;   # how often the scheduler expects to hear from the peer
+  peerTimeoutMs @3 :UInt32;         # silence longer than this and the scheduler drops the peer
+}
+
+struct Refused {
+  reason @0 :Text;
+}
+
+struct Heartbeat {
+  cpuPercent @0 :Float32;
+  rssBytes @1 :UInt64;
+  queuedTasks @2 :UInt32;      # workers only
+  processorCpuPercent @3 :Float32;
+  processorRssBytes @4 :UInt64;
+}
+
+struct HeartbeatEcho {}
+
+struct ObjectPayload {
+  objectId @0 :Data;       # 16 bytes; for functions, the blake2b-128 digest of `payload`
+  name @1 :Text;
+  payload @2 :Data;
+}
+
+# `len(taskIds)` tasks that share a function and an argument layout. Arguments are flattened row by
+# row: task i owns args[i * argsPerTask .. (i + 1) * argsPerTask). The last `len(keywords)` arguments
+# of every task are passed by keyword, in the order of `keywords`.
+struct TaskGroup {
+  functionId @0 :Data;
+  argsPerTask @1 :UInt16;
+  keywords @2 :List(Text);
+  taskIds @3 :List(UInt64);
+  args @4 :List(Data);
+  serializerId @5 :Data;   # object holding the serializer for args and results; empty = the default
+}
+
+struct TaskSubmission {
+  objects @0 :List(ObjectPayload);   # delivered before any group of this message is looked at
+  groups @1 :List(TaskGroup);
+}
+
+enum FailureKind {
+  raised @0;               # the function raised; see typeName, message, traceback, exception
+  workerDied @1;           # the worker running it died too often, or its processor crashed
+  canceled @2;
+  notFound @3;             # the scheduler or worker has no such task (already finished or unknown)
+  serialization @4;        # the result or the arguments could not be (de)serialized
+  rejected @5;             # the scheduler refused the task (bad layout, unknown function, too large)
+  returned @6;             # worker to scheduler only: given back untried, schedule it again
+}
+
+struct TaskFailure {
+  taskId @0 :UInt64;
+  kind @1 :FailureKind;
+  typeName @2 :Text;       # e.g. "builtins.ValueError"
+  message @3 :Text;
+  traceback @4 :Text;      # remote traceback, formatted
+  exception @5 :Data;      # optional: the exception object, made by the Python serializer
+}
+
+# Results travel columnar too: `payloads[i]` is the serialized return value of `succeededIds[i]`.
+struct TaskResults {
+  succeededIds @0 :List(UInt64);
+  payloads @1 :List(Data);
+  failures @2 :List(TaskFailure);
+}
+
+struct CancelTasks {
+  taskIds @0 :List(UInt64);
+}
+
+struct DeleteObjects {
+  objectIds @0 :List(Data);
+}
+
+struct ClearRequest {}
+
+struct ClearResponse {
+  canceledTasks @0 :UInt32;
+}
+
+struct Disconnect {
+  reason @0 :Text;
+}
+
+struct ShutdownRequest {}
+
+struct ShutdownResponse {
+  accepted @0 :Bool;
+  reason @1 :Text;
+}
+
+struct ProtocolError {
+  reason @0 :Text;
+}

@@ -1,0 +1,61 @@
+"""What the scheduler core remembers about each connected client and worker, and about each task."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+from scaler.protocol.messages import Role
+
+
+@dataclasses.dataclass(eq=False, slots=True)
+class ClientPeer:
+    identity: bytes
+    name: str
+    id_prefix: int
+    last_seen: float
+    # Unfinished tasks of this client, so that clear() and a disconnect find them without a scan.
+    task_ids: set[int] = dataclasses.field(default_factory=set)
+    object_ids: set[bytes] = dataclasses.field(default_factory=set)
+
+    role = Role.CLIENT
+
+
+@dataclasses.dataclass(eq=False, slots=True)
+class WorkerPeer:
+    identity: bytes
+    name: str
+    capacity: int
+    last_seen: float
+    # Insertion-ordered, so the oldest assigned task is first.
+    assigned: dict[int, None] = dataclasses.field(default_factory=dict)
+    known_object_ids: set[bytes] = dataclasses.field(default_factory=set)
+    tasks_sent: int = 0
+
+    role = Role.WORKER
+
+    @property
+    def free(self) -> int:
+        return self.capacity - len(self.assigned)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TaskSignature:
+    """What the tasks of one group share; one instance is shared by every task of a submitted group."""
+
+    function_id: bytes
+    args_per_task: int
+    keywords: tuple[str, ...]
+    serializer_id: bytes
+
+
+@dataclasses.dataclass(eq=False, slots=True)
+class TaskRecord:
+    task_id: int
+    client: ClientPeer
+    signature: TaskSignature
+    args: list[bytes]
+    worker: Optional[WorkerPeer] = None
+    # How many processors crashed while running this task.
+    crashes: int = 0
+    canceled: bool = False

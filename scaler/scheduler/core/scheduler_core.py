@@ -1,0 +1,460 @@
+"""The scheduler's decisions, as a state machine with no I/O.
+
+The I/O shell feeds it `(sender identity, decoded message, now)` and sends whatever it returns. There
+are no sockets, threads or clocks in here, so the unit tests drive thousands of simulated peers and
+injected faults in microseconds.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import logging
+import math
+from typing import Callable, Iterable, Optional
+
+from scaler.protocol import messages as m
+from scaler.scheduler.core.peers import ClientPeer, TaskRecord, TaskSignature, WorkerPeer
+from scaler.utility.identifiers import TASK_COUNTER_BITS
+
+Outgoing = tuple[bytes, m.Message]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class CoreConfig:
+    protected: bool = True
+    client_timeout_seconds: float = 60.0
+    worker_timeout_seconds: float = 60.0
+    heartbeat_interval_seconds: float = 2.0
+    # Upper bound on any worker's advertised capacity; 0 trusts the worker.
+    per_worker_queue_size: int = 0
+    # Tasks waiting for a worker beyond this are rejected; -1 means no limit.
+    max_tasks_waiting: int = -1
+    # A task whose processor crashed this many times fails with WorkerDiedError instead of being retried.
+    max_task_crashes: int = 3
+
+
+@dataclasses.dataclass
+class _ObjectRecord:
+    payload: bytes
+    name: str
+    owners: set[bytes]
+
+
+class _ResultRouter:
+    """Collects results per client while one event is handled, then emits one message per client."""
+
+    def __init__(self) -> None:
+        self._by_client: dict[bytes, m.TaskResults] = {}
+
+    def success(self, client: ClientPeer, task_id: int, payload: bytes) -> None:
+        results = self._results_for(client.identity)
+        results.succeeded_ids.append(task_id)
+        results.payloads.append(payload)
+
+    def failure(self, client: ClientPeer, failure: m.TaskFailure) -> None:
+        self._results_for(client.identity).failures.append(failure)
+
+    def flush(self, out: list[Outgoing]) -> None:
+        out.extend(self._by_client.items())
+        self._by_client.clear()
+
+    def _results_for(self, identity: bytes) -> m.TaskResults:
+        results = self._by_client.get(identity)
+        if results is None:
+            results = self._by_client[identity] = m.TaskResults(succeeded_ids=[], payloads=[], failures=[])
+        return results
+
+
+class SchedulerCore:
+    def __init__(self, config: CoreConfig) -> None:
+        self._config = config
+        self._clients: dict[bytes, ClientPeer] = {}
+        self._workers: dict[bytes, WorkerPeer] = {}
+        self._tasks: dict[int, TaskRecord] = {}
+        self._unassigned: collections.deque[TaskRecord] = collections.deque()
+        self._objects: dict[bytes, _ObjectRecord] = {}
+        self._next_id_prefix = 1
+        self.should_exit = False
+        self.counters: collections.Counter[str] = collections.Counter()
+        self._handlers: dict[type, Callable[[bytes, m.Message, float, list[Outgoing]], None]] = {
+            m.Heartbeat: self._on_heartbeat,
+            m.TaskSubmission: self._on_submission,
+            m.TaskResults: self._on_results,
+            m.CancelTasks: self._on_cancel,
+            m.ClearRequest: self._on_clear,
+            m.Disconnect: self._on_disconnect,
+            m.ShutdownRequest: self._on_shutdown,
+        }
+
+    # ------------------------------------------------------------------------------------------ inputs
+
+    def on_message(self, sender: bytes, message: m.Message, now: float) -> list[Outgoing]:
+        out: list[Outgoing] = []
+        if isinstance(message, m.Hello):
+            self._on_hello(sender, message, now, out)
+            return out
+        peer = self._clients.get(sender) or self._workers.get(sender)
+        if peer is None:
+            # A peer we dropped (timed out, or never said hello): tell it, so it can reconnect or exit.
+            out.append((sender, m.Refused(reason="unknown peer: send hello first (or you were timed out)")))
+            return out
+        peer.last_seen = now
+        handler = self._handlers.get(type(message))
+        if handler is None:
+            out.append((sender, m.ProtocolError(reason=f"unexpected message {type(message).__name__}")))
+            return out
+        handler(sender, message, now, out)
+        return out
+
+    def on_bad_frame(self, sender: bytes, reason: str) -> list[Outgoing]:
+        return [(sender, m.ProtocolError(reason=reason))]
+
+    def on_tick(self, now: float) -> list[Outgoing]:
+        out: list[Outgoing] = []
+        worker_deadline = now - self._config.worker_timeout_seconds
+        for worker in [w for w in self._workers.values() if w.last_seen < worker_deadline]:
+            logger.warning("worker %s timed out, %d tasks to reschedule", worker.name, len(worker.assigned))
+            self._remove_worker(worker, out)
+        client_deadline = now - self._config.client_timeout_seconds
+        for client in [c for c in self._clients.values() if c.last_seen < client_deadline]:
+            logger.warning("client %s timed out", client.name)
+            self._remove_client(client, out)
+        self._dispatch(out)
+        return out
+
+    # ------------------------------------------------------------------------------------------ views
+
+    @property
+    def worker_count(self) -> int:
+        return len(self._workers)
+
+    @property
+    def client_count(self) -> int:
+        return len(self._clients)
+
+    @property
+    def task_count(self) -> int:
+        return len(self._tasks)
+
+    @property
+    def unassigned_count(self) -> int:
+        return sum(1 for record in self._unassigned if not record.canceled)
+
+    @property
+    def object_count(self) -> int:
+        return len(self._objects)
+
+    def workers(self) -> Iterable[WorkerPeer]:
+        return self._workers.values()
+
+    # ------------------------------------------------------------------------------------------ handshake
+
+    def _on_hello(self, sender: bytes, hello: m.Hello, now: float, out: list[Outgoing]) -> None:
+        if hello.protocol_version != m.PROTOCOL_VERSION:
+            out.append((sender, m.Refused(
+                reason=f"protocol version {hello.protocol_version} not supported, scheduler speaks {m.PROTOCOL_VERSION}"
+            )))
+            return
+        if sender in self._clients or sender in self._workers:
+            out.append((sender, m.ProtocolError(reason="hello sent twice on one connection")))
+            return
+        welcome = m.Welcome(
+            heartbeat_interval_ms=int(self._config.heartbeat_interval_seconds * 1000),
+            peer_timeout_ms=int(
+                (self._config.client_timeout_seconds if hello.role == m.Role.CLIENT
+                 else self._config.worker_timeout_seconds) * 1000
+            ),
+        )
+        if hello.role == m.Role.CLIENT:
+            prefix = self._next_id_prefix
+            self._next_id_prefix += 1
+            self._clients[sender] = ClientPeer(identity=sender, name=hello.name, id_prefix=prefix, last_seen=now)
+            welcome.id_prefix = prefix
+            logger.info("client %s connected", hello.name)
+        else:
+            capacity = hello.capacity
+            if self._config.per_worker_queue_size > 0:
+                capacity = min(capacity, self._config.per_worker_queue_size)
+            if capacity <= 0:
+                out.append((sender, m.Refused(reason="a worker must accept at least one task")))
+                return
+            self._workers[sender] = WorkerPeer(identity=sender, name=hello.name, capacity=capacity, last_seen=now)
+            logger.info("worker %s connected, capacity %d", hello.name, capacity)
+        out.append((sender, welcome))
+        if hello.role == m.Role.WORKER:
+            self._dispatch(out)
+
+    def _on_heartbeat(self, sender: bytes, message: m.Message, now: float, out: list[Outgoing]) -> None:
+        out.append((sender, m.HeartbeatEcho()))
+
+    # ------------------------------------------------------------------------------------------ tasks
+
+    def _on_submission(self, sender: bytes, message: m.Message, now: float, out: list[Outgoing]) -> None:
+        assert isinstance(message, m.TaskSubmission)
+        client = self._clients.get(sender)
+        if client is None:
+            out.append((sender, m.ProtocolError(reason="only clients submit tasks")))
+            return
+        for item in message.objects:
+            record = self._objects.get(item.object_id)
+            if record is None:
+                self._objects[item.object_id] = _ObjectRecord(payload=item.payload, name=item.name, owners={sender})
+            else:
+                record.owners.add(sender)
+            client.object_ids.add(item.object_id)
+
+        router = _ResultRouter()
+        limit = self._config.max_tasks_waiting
+        for group in message.groups:
+            problem = self._check_group(client, group)
+            if problem is None and limit >= 0 and len(self._unassigned) + len(group.task_ids) > limit:
+                problem = f"scheduler queue is full ({limit} tasks waiting); submit fewer tasks at once"
+            if problem is not None:
+                for task_id in group.task_ids:
+                    router.failure(client, m.TaskFailure(
+                        task_id=task_id, kind=m.FailureKind.REJECTED, type_name="TaskRejectedError", message=problem
+                    ))
+                continue
+            signature = TaskSignature(
+                function_id=group.function_id,
+                args_per_task=group.args_per_task,
+                keywords=group.keywords,
+                serializer_id=group.serializer_id,
+            )
+            width = group.args_per_task
+            args = group.args
+            for index, task_id in enumerate(group.task_ids):
+                record = TaskRecord(
+                    task_id=task_id, client=client, signature=signature, args=args[index * width:(index + 1) * width]
+                )
+                self._tasks[task_id] = record
+                client.task_ids.add(task_id)
+                self._unassigned.append(record)
+            self.counters["tasks_submitted"] += len(group.task_ids)
+        router.flush(out)
+        self._dispatch(out)
+
+    def _check_group(self, client: ClientPeer, group: m.TaskGroup) -> Optional[str]:
+        if len(group.args) != group.args_per_task * len(group.task_ids):
+            return f"group carries {len(group.args)} arguments for {len(group.task_ids)} tasks of {group.args_per_task}"
+        if len(group.keywords) > group.args_per_task:
+            return "more keyword names than arguments per task"
+        if group.function_id not in self._objects:
+            return "unknown function object: send its payload with or before the first task that uses it"
+        if group.serializer_id and group.serializer_id not in self._objects:
+            return "unknown serializer object"
+        for task_id in group.task_ids:
+            if task_id >> TASK_COUNTER_BITS != client.id_prefix:
+                return f"task id {task_id:#x} does not carry this client's prefix {client.id_prefix:#x}"
+            if task_id in self._tasks:
+                return f"task id {task_id:#x} is already in use"
+        return None
+
+    def _on_results(self, sender: bytes, message: m.Message, now: float, out: list[Outgoing]) -> None:
+        assert isinstance(message, m.TaskResults)
+        worker = self._workers.get(sender)
+        if worker is None:
+            out.append((sender, m.ProtocolError(reason="only workers send results")))
+            return
+        router = _ResultRouter()
+        tasks = self._tasks
+        for task_id, payload in zip(message.succeeded_ids, message.payloads):
+            record = tasks.get(task_id)
+            if record is None or record.worker is not worker:
+                continue  # late or duplicate: the task was canceled, or rescheduled after this worker was dropped
+            self._forget(record)
+            router.success(record.client, task_id, payload)
+        self.counters["tasks_succeeded"] += len(message.succeeded_ids)
+        for failure in message.failures:
+            record = tasks.get(failure.task_id)
+            if record is None or record.worker is not worker:
+                continue
+            if failure.kind == m.FailureKind.RETURNED:
+                self._requeue(record)
+                continue
+            if failure.kind == m.FailureKind.WORKER_DIED:
+                record.crashes += 1
+                if record.crashes < self._config.max_task_crashes:
+                    self._requeue(record)
+                    continue
+                failure.message = f"{failure.message} (its processor crashed {record.crashes} times, giving up)"
+            self._forget(record)
+            router.failure(record.client, failure)
+            self.counters["tasks_failed"] += 1
+        router.flush(out)
+        self._dispatch(out)
+
+    def _on_cancel(self, sender: bytes, message: m.Message, now: float, out: list[Outgoing]) -> None:
+        assert isinstance(message, m.CancelTasks)
+        client = self._clients.get(sender)
+        if client is None:
+            return
+        router = _ResultRouter()
+        per_worker: dict[bytes, list[int]] = {}
+        for task_id in message.task_ids:
+            record = self._tasks.get(task_id)
+            if record is None or record.client is not client:
+                router.failure(client, m.TaskFailure(task_id=task_id, kind=m.FailureKind.NOT_FOUND))
+            elif record.worker is None:
+                self._forget(record)
+                router.failure(client, m.TaskFailure(task_id=task_id, kind=m.FailureKind.CANCELED))
+            else:
+                per_worker.setdefault(record.worker.identity, []).append(task_id)
+        router.flush(out)
+        out.extend((identity, m.CancelTasks(task_ids=task_ids)) for identity, task_ids in per_worker.items())
+
+    def _on_clear(self, sender: bytes, message: m.Message, now: float, out: list[Outgoing]) -> None:
+        client = self._clients.get(sender)
+        if client is None:
+            return
+        canceled = self._drop_client_work(client, out)
+        out.append((sender, m.ClearResponse(canceled_tasks=canceled)))
+
+    def _on_disconnect(self, sender: bytes, message: m.Message, now: float, out: list[Outgoing]) -> None:
+        client = self._clients.get(sender)
+        if client is not None:
+            logger.info("client %s disconnected", client.name)
+            self._remove_client(client, out)
+            return
+        worker = self._workers.get(sender)
+        if worker is not None:
+            logger.info("worker %s disconnected", worker.name)
+            self._remove_worker(worker, out)
+            self._dispatch(out)
+
+    def _on_shutdown(self, sender: bytes, message: m.Message, now: float, out: list[Outgoing]) -> None:
+        if self._config.protected:
+            out.append((sender, m.ShutdownResponse(
+                accepted=False, reason="scheduler is in protected mode; start it with --protected false to allow this"
+            )))
+            return
+        logger.info("shutdown requested by a client")
+        for identity in list(self._workers) + [c for c in self._clients if c != sender]:
+            out.append((identity, m.Disconnect(reason="scheduler is shutting down")))
+        out.append((sender, m.ShutdownResponse(accepted=True)))
+        self.should_exit = True
+
+    # ------------------------------------------------------------------------------------------ dispatch
+
+    def _dispatch(self, out: list[Outgoing]) -> None:
+        """Hand waiting tasks to workers with free slots, spreading them evenly over the free workers."""
+        queue = self._unassigned
+        if not queue:
+            return
+        available = [worker for worker in self._workers.values() if worker.free > 0]
+        while queue and available:
+            share = math.ceil(len(queue) / len(available))
+            still_free = []
+            for worker in available:
+                records = self._take(min(worker.free, share))
+                if records:
+                    out.append((worker.identity, self._submission_for(worker, records)))
+                if worker.free > 0:
+                    still_free.append(worker)
+                if not queue:
+                    break
+            available = still_free
+
+    def _take(self, count: int) -> list[TaskRecord]:
+        queue = self._unassigned
+        records = []
+        while queue and len(records) < count:
+            record = queue.popleft()
+            if not record.canceled:
+                records.append(record)
+        return records
+
+    def _submission_for(self, worker: WorkerPeer, records: list[TaskRecord]) -> m.TaskSubmission:
+        groups: dict[TaskSignature, m.TaskGroup] = {}
+        objects: list[m.ObjectPayload] = []
+        for record in records:
+            record.worker = worker
+            worker.assigned[record.task_id] = None
+            signature = record.signature
+            group = groups.get(signature)
+            if group is None:
+                group = groups[signature] = m.TaskGroup(
+                    function_id=signature.function_id,
+                    args_per_task=signature.args_per_task,
+                    keywords=signature.keywords,
+                    task_ids=[],
+                    args=[],
+                    serializer_id=signature.serializer_id,
+                )
+                for object_id in (signature.serializer_id, signature.function_id):
+                    if object_id and object_id not in worker.known_object_ids:
+                        stored = self._objects[object_id]
+                        objects.append(m.ObjectPayload(object_id=object_id, payload=stored.payload, name=stored.name))
+                        worker.known_object_ids.add(object_id)
+            group.task_ids.append(record.task_id)
+            group.args.extend(record.args)
+        worker.tasks_sent += len(records)
+        return m.TaskSubmission(objects=objects, groups=list(groups.values()))
+
+    # ------------------------------------------------------------------------------------------ removal
+
+    def _forget(self, record: TaskRecord) -> None:
+        """The task is finished for good: no state about it stays behind."""
+        del self._tasks[record.task_id]
+        record.client.task_ids.discard(record.task_id)
+        if record.worker is not None:
+            record.worker.assigned.pop(record.task_id, None)
+        else:
+            record.canceled = True  # still in the unassigned queue; _take skips it
+
+    def _requeue(self, record: TaskRecord) -> None:
+        assert record.worker is not None
+        record.worker.assigned.pop(record.task_id, None)
+        record.worker = None
+        self._unassigned.appendleft(record)
+
+    def _drop_client_work(self, client: ClientPeer, out: list[Outgoing]) -> int:
+        """Cancel every unfinished task of the client and release its objects."""
+        per_worker: dict[bytes, list[int]] = {}
+        canceled = 0
+        for task_id in list(client.task_ids):
+            record = self._tasks[task_id]
+            if record.worker is not None:
+                per_worker.setdefault(record.worker.identity, []).append(task_id)
+            self._forget(record)
+            canceled += 1
+        out.extend((identity, m.CancelTasks(task_ids=task_ids)) for identity, task_ids in per_worker.items())
+        self._release_objects(client, out)
+        return canceled
+
+    def _release_objects(self, client: ClientPeer, out: list[Outgoing]) -> None:
+        freed = []
+        for object_id in client.object_ids:
+            record = self._objects.get(object_id)
+            if record is None:
+                continue
+            record.owners.discard(client.identity)
+            if not record.owners:
+                del self._objects[object_id]
+                freed.append(object_id)
+        client.object_ids.clear()
+        if not freed:
+            return
+        freed_set = set(freed)
+        for worker in self._workers.values():
+            held = worker.known_object_ids & freed_set
+            if held:
+                worker.known_object_ids -= held
+                out.append((worker.identity, m.DeleteObjects(object_ids=list(held))))
+
+    def _remove_client(self, client: ClientPeer, out: list[Outgoing]) -> None:
+        self._drop_client_work(client, out)
+        del self._clients[client.identity]
+
+    def _remove_worker(self, worker: WorkerPeer, out: list[Outgoing]) -> None:
+        """The worker is gone: everything it held goes back to the front of the queue, oldest first."""
+        del self._workers[worker.identity]
+        orphans = [self._tasks[task_id] for task_id in worker.assigned]
+        worker.assigned.clear()
+        for record in reversed(orphans):
+            record.worker = None
+            self._unassigned.appendleft(record)
+        self.counters["tasks_rescheduled"] += len(orphans)

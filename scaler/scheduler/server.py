@@ -1,0 +1,151 @@
+"""The scheduler's I/O shell: one ROUTER socket, one thread, feeding the core and sending what it returns."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+import signal
+import threading
+import time
+from typing import Optional
+from urllib.parse import urlsplit
+
+import zmq
+
+from scaler.protocol import messages as m
+from scaler.scheduler.config import SchedulerConfig, default_monitor_address
+from scaler.scheduler.core.scheduler_core import CoreConfig, Outgoing, SchedulerCore
+
+logger = logging.getLogger(__name__)
+
+# Receive at most this many messages before checking timers, so a flood cannot starve heartbeats.
+_MAX_MESSAGES_PER_WAKE = 512
+_TICK_SECONDS = 0.25
+
+
+class SchedulerServer:
+    def __init__(self, config: SchedulerConfig) -> None:
+        self._config = config
+        self._core = SchedulerCore(
+            CoreConfig(
+                protected=config.protected,
+                client_timeout_seconds=config.client_timeout_seconds,
+                worker_timeout_seconds=config.worker_timeout_seconds,
+                heartbeat_interval_seconds=config.heartbeat_interval_seconds,
+                per_worker_queue_size=config.per_worker_queue_size,
+                max_tasks_waiting=config.max_number_of_tasks_waiting,
+                max_task_crashes=config.max_task_crashes,
+            )
+        )
+        self._stop_requested = threading.Event()
+        self.received: dict[str, int] = {}
+        self.sent: dict[str, int] = {}
+
+    @property
+    def core(self) -> SchedulerCore:
+        return self._core
+
+    def stop(self) -> None:
+        """Ask the loop to finish; safe from any thread or a signal handler."""
+        self._stop_requested.set()
+
+    def run(self, exit_with_parent: Optional[int] = None) -> None:
+        config = self._config
+        monitor_address = config.monitor_address or default_monitor_address(config.address)
+        logger.info(f"use event loop: {config.event_loop}")
+        if config.event_loop != "builtin":
+            logger.info("Scheduler: the I/O loop is a plain zmq poller; the event loop choice does not change it")
+        logger.info(f"Scheduler: monitor address is {monitor_address}")
+        _warn_if_exposed(config.address)
+
+        context = zmq.Context(io_threads=config.io_threads)
+        socket = context.socket(zmq.ROUTER)
+        # Never drop a message silently: a ROUTER drops on a full queue unless the limit is lifted.
+        socket.setsockopt(zmq.SNDHWM, 0)
+        socket.setsockopt(zmq.RCVHWM, 0)
+        socket.setsockopt(zmq.LINGER, 0)
+        try:
+            socket.bind(config.address)
+            logger.info(f"Scheduler: listening on {config.address}")
+            for component in ("TaskManager", "ObjectManager", "WorkerManager", "ClientManager"):
+                logger.info(f"{component}: started")
+            self._loop(socket, exit_with_parent)
+        finally:
+            socket.close(linger=0)
+            context.term()
+            logger.info("Scheduler: stopped")
+
+    def _loop(self, socket: zmq.Socket, exit_with_parent: Optional[int]) -> None:
+        core = self._core
+        poller = zmq.Poller()
+        poller.register(socket, zmq.POLLIN)
+        next_tick = time.monotonic() + _TICK_SECONDS
+        while not self._stop_requested.is_set() and not core.should_exit:
+            timeout_ms = max(0.0, (next_tick - time.monotonic()) * 1000)
+            if poller.poll(timeout_ms):
+                for _ in range(_MAX_MESSAGES_PER_WAKE):
+                    try:
+                        frames = socket.recv_multipart(zmq.NOBLOCK, copy=True)
+                    except zmq.Again:
+                        break
+                    self._send(socket, self._handle(frames))
+            now = time.monotonic()
+            if now >= next_tick:
+                self._send(socket, core.on_tick(now))
+                next_tick = now + _TICK_SECONDS
+                if exit_with_parent is not None and os.getppid() != exit_with_parent:
+                    logger.warning("Scheduler: parent process is gone, exiting")
+                    return
+
+    def _handle(self, frames: list[bytes]) -> list[Outgoing]:
+        sender = frames[0]
+        if len(frames) != 2:
+            logger.warning(f"Scheduler: dropped a message of {len(frames) - 1} frames from {sender!r}")
+            return self._core.on_bad_frame(sender, "a message must be exactly one frame")
+        try:
+            message = m.decode(frames[1])
+        except m.ProtocolDecodeError as error:
+            logger.warning(f"Scheduler: dropped an undecodable message from {sender!r}: {error}")
+            return self._core.on_bad_frame(sender, str(error))
+        name = type(message).__name__
+        self.received[name] = self.received.get(name, 0) + 1
+        try:
+            return self._core.on_message(sender, message, time.monotonic())
+        except Exception:
+            # A bug triggered by one message must not take the whole cluster down with it.
+            logger.exception(f"Scheduler: failed to handle {name} from {sender!r}")
+            return self._core.on_bad_frame(sender, f"scheduler could not handle {name}")
+
+    def _send(self, socket: zmq.Socket, outgoing: list[Outgoing]) -> None:
+        for identity, message in outgoing:
+            name = type(message).__name__
+            self.sent[name] = self.sent.get(name, 0) + 1
+            try:
+                socket.send_multipart([identity, m.encode(message)], copy=False)
+            except zmq.ZMQError as error:
+                logger.warning(f"Scheduler: could not send {name} to {identity!r}: {error}")
+
+
+def _warn_if_exposed(address: str) -> None:
+    parts = urlsplit(address)
+    if parts.scheme != "tcp":
+        return
+    host = (parts.hostname or "").strip("[]")
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        logger.warning(
+            f"Scheduler: listening on {address}, beyond loopback, without authentication: "
+            "anyone who can reach this port can run code on your workers"
+        )
+
+
+def run_scheduler(config: SchedulerConfig, exit_with_parent: Optional[int] = None) -> None:
+    """Run until SIGINT/SIGTERM or an accepted shutdown request."""
+    server = SchedulerServer(config)
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: server.stop())
+    server.run(exit_with_parent=exit_with_parent)

@@ -1,0 +1,39 @@
+"""One log format for every process: `[LEVEL]time: component: message`, as the product documents show."""
+
+from __future__ import annotations
+
+import logging
+import logging.config
+import sys
+from typing import Optional, Sequence
+
+LOG_FORMAT = "[%(levelname)s]%(asctime)s: %(message)s"
+DATE_FORMAT = "%Y-%m-%d %H:%M:%S%z"
+DEFAULT_LOGGING_PATHS = ("/dev/stdout",)
+LOGGING_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def setup_logging(
+    paths: Sequence[str] = DEFAULT_LOGGING_PATHS, level: str = "INFO", config_file: Optional[str] = None
+) -> None:
+    """Configure the root logger; a logging config file (logging.config.fileConfig format) wins over the rest."""
+    if config_file:
+        logging.config.fileConfig(config_file, disable_existing_loggers=False)
+        logging.info(f"logging configured from {config_file}")
+        return
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    formatter = logging.Formatter(LOG_FORMAT, DATE_FORMAT)
+    for path in paths:
+        handler: logging.Handler
+        if path == "/dev/stdout":
+            handler = logging.StreamHandler(sys.stdout)
+        elif path == "/dev/stderr":
+            handler = logging.StreamHandler(sys.stderr)
+        else:
+            handler = logging.FileHandler(path)
+        handler.setFormatter(formatter)
+        root.addHandler(handler)
+    root.setLevel(level.upper())
+    logging.info(f"logging to {tuple(paths)}")

@@ -1,0 +1,27 @@
+"""Everything a worker can be told, with the option names of released Scaler 1.9.x."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+from scaler.utility.logging_setup import DEFAULT_LOGGING_PATHS
+
+
+@dataclasses.dataclass
+class WorkerConfig:
+    address: str
+    name: str = ""
+    task_queue_size: int = 1000
+    heartbeat_interval_seconds: float = 2.0
+    death_timeout_seconds: float = 300.0
+    # Accepted for compatibility; see docs/configuration.md for what each does today.
+    task_timeout_seconds: float = 0.0
+    garbage_collect_interval_seconds: float = 30.0
+    trim_memory_threshold_bytes: int = 1024 * 1024 * 1024
+    hard_processor_suspend: bool = False
+    event_loop: str = "builtin"
+    io_threads: int = 1
+    logging_paths: tuple[str, ...] = DEFAULT_LOGGING_PATHS
+    logging_level: str = "INFO"
+    logging_config_file: Optional[str] = None

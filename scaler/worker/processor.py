@@ -1,0 +1,224 @@
+"""The processor: a child process of a worker agent that runs the functions, one task at a time.
+
+It speaks the same messages as the scheduler link (TaskSubmission in, TaskResults out) over a PAIR
+socket to its agent. Before it starts a task it writes the task id into a small shared file, so that
+if the function crashes the process, the agent knows which task to blame.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import mmap
+import os
+import signal
+import struct
+import sys
+import time
+import traceback
+from typing import Any, Callable
+
+import cloudpickle
+import zmq
+
+from scaler.client.serializer import DefaultSerializer, Serializer
+from scaler.protocol import messages as m
+
+logger = logging.getLogger(__name__)
+
+# Results are sent when the queue runs dry, or at least this often while it does not.
+_FLUSH_EVERY_TASKS = 1000
+_FLUSH_EVERY_SECONDS = 0.005
+_PARENT_CHECK_SECONDS = 1.0
+_RUNNING_TASK_FORMAT = "<Q"
+
+_PendingTask = tuple[int, m.TaskGroup, int]  # task id, its group, its row in the group
+
+
+class Processor:
+    def __init__(self, socket: zmq.Socket, running_task_slot: mmap.mmap) -> None:
+        self._socket = socket
+        self._running_task_slot = running_task_slot
+        self._object_payloads: dict[bytes, bytes] = {}
+        self._functions: dict[tuple[bytes, bytes], Callable[..., Any]] = {}
+        self._serializers: dict[bytes, Serializer] = {b"": DefaultSerializer()}
+        self._queue: collections.deque[_PendingTask] = collections.deque()
+        self._queued_ids: set[int] = set()
+        self._succeeded_ids: list[int] = []
+        self._payloads: list[bytes] = []
+        self._failures: list[m.TaskFailure] = []
+        self._last_flush = time.monotonic()
+        self._running = True
+
+    def run(self, parent_pid: int) -> None:
+        socket = self._socket
+        while self._running:
+            if not self._queue:
+                self._flush()
+                if not socket.poll(_PARENT_CHECK_SECONDS * 1000):
+                    if os.getppid() != parent_pid:
+                        return  # the agent is gone; nobody would read our results
+                    continue
+            self._drain()
+            if self._queue:
+                self._run_one()
+                if len(self._succeeded_ids) + len(self._failures) >= _FLUSH_EVERY_TASKS or (
+                    time.monotonic() - self._last_flush >= _FLUSH_EVERY_SECONDS
+                ):
+                    self._flush()
+        self._flush()
+
+    # ------------------------------------------------------------------------------------------ input
+
+    def _drain(self) -> None:
+        socket = self._socket
+        while socket.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            message = m.decode(socket.recv(copy=True))
+            if isinstance(message, m.TaskSubmission):
+                for item in message.objects:
+                    self._object_payloads[item.object_id] = item.payload
+                for group in message.groups:
+                    for row, task_id in enumerate(group.task_ids):
+                        self._queue.append((task_id, group, row))
+                        self._queued_ids.add(task_id)
+            elif isinstance(message, m.CancelTasks):
+                self._cancel(message.task_ids)
+            elif isinstance(message, m.DeleteObjects):
+                for object_id in message.object_ids:
+                    self._object_payloads.pop(object_id, None)
+                    self._serializers.pop(object_id, None)
+                    for key in [key for key in self._functions if object_id in key]:
+                        del self._functions[key]
+            elif isinstance(message, m.Disconnect):
+                self._running = False
+                return
+
+    def _cancel(self, task_ids: list[int]) -> None:
+        to_cancel = self._queued_ids.intersection(task_ids)
+        if not to_cancel:
+            return  # already ran: their results are on the way
+        self._queue = collections.deque(item for item in self._queue if item[0] not in to_cancel)
+        self._queued_ids -= to_cancel
+        for task_id in to_cancel:
+            self._failures.append(m.TaskFailure(task_id=task_id, kind=m.FailureKind.CANCELED))
+
+    # ------------------------------------------------------------------------------------------ running
+
+    def _run_one(self) -> None:
+        task_id, group, row = self._queue.popleft()
+        self._queued_ids.discard(task_id)
+        struct.pack_into(_RUNNING_TASK_FORMAT, self._running_task_slot, 0, task_id)
+        function_name = "<unknown function>"
+        try:
+            serializer = self._serializer(group.serializer_id)
+            function = self._function(group.function_id, group.serializer_id, serializer)
+            function_name = getattr(function, "__qualname__", None) or repr(function)
+            width = group.args_per_task
+            raw_args = group.args[row * width:(row + 1) * width]
+            args = [serializer.deserialize(payload) for payload in raw_args]
+        except Exception as error:
+            self._fail(task_id, m.FailureKind.SERIALIZATION, error, f"could not load {function_name} or its arguments")
+            return
+        try:
+            if group.keywords:
+                split = width - len(group.keywords)
+                result = function(*args[:split], **dict(zip(group.keywords, args[split:])))
+            else:
+                result = function(*args)
+        except BaseException as error:  # SystemExit from a task is the task's failure, not ours
+            self._fail(task_id, m.FailureKind.RAISED, error)
+            return
+        try:
+            payload = serializer.serialize(result)
+        except Exception as error:
+            self._fail(task_id, m.FailureKind.SERIALIZATION, error, f"result of {function_name} could not be serialized")
+            return
+        self._succeeded_ids.append(task_id)
+        self._payloads.append(payload)
+
+    def _serializer(self, serializer_id: bytes) -> Serializer:
+        serializer = self._serializers.get(serializer_id)
+        if serializer is None:
+            serializer = cloudpickle.loads(self._object_payloads[serializer_id])
+            self._serializers[serializer_id] = serializer
+        return serializer
+
+    def _function(self, function_id: bytes, serializer_id: bytes, serializer: Serializer) -> Callable[..., Any]:
+        key = (function_id, serializer_id)
+        function = self._functions.get(key)
+        if function is None:
+            function = serializer.deserialize(self._object_payloads[function_id])
+            self._functions[key] = function
+        return function
+
+    def _fail(self, task_id: int, kind: m.FailureKind, error: BaseException, context: str = "") -> None:
+        try:
+            pickled = cloudpickle.dumps(error)
+            cloudpickle.loads(pickled)  # an exception that pickles but cannot be rebuilt is no use to the client
+        except Exception:
+            pickled = b""
+        message = str(error)
+        if context:
+            message = f"{context}: {type(error).__name__}: {message}"
+        self._failures.append(
+            m.TaskFailure(
+                task_id=task_id,
+                kind=kind,
+                type_name=f"{type(error).__module__}.{type(error).__qualname__}",
+                message=message,
+                traceback="".join(traceback.format_exception(type(error), error, error.__traceback__)),
+                exception=pickled,
+            )
+        )
+
+    def _flush(self) -> None:
+        self._last_flush = time.monotonic()
+        if not self._succeeded_ids and not self._failures:
+            return
+        self._socket.send(
+            m.encode(m.TaskResults(succeeded_ids=self._succeeded_ids, payloads=self._payloads, failures=self._failures)),
+            copy=False,
+        )
+        self._succeeded_ids = []
+        self._payloads = []
+        self._failures = []
+
+
+def _die_with_parent() -> None:
+    """Linux: have the kernel kill us if the agent dies, even while a long task runs."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
+    except Exception:  # the parent check in the loop still covers us
+        pass
+
+
+def main() -> None:
+    address, running_task_path, parent_pid_text = sys.argv[1:4]
+    parent_pid = int(parent_pid_text)
+    _die_with_parent()
+    if os.getppid() != parent_pid:
+        return
+    # Ctrl-C in a terminal reaches the whole process group; the agent decides when we stop.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    context = zmq.Context(io_threads=1)
+    socket = context.socket(zmq.PAIR)
+    socket.setsockopt(zmq.LINGER, 0)
+    socket.connect(address)
+    with open(running_task_path, "r+b") as slot_file:
+        slot = mmap.mmap(slot_file.fileno(), struct.calcsize(_RUNNING_TASK_FORMAT))
+    try:
+        Processor(socket, slot).run(parent_pid)
+    finally:
+        slot.close()
+        socket.close(linger=1000)
+        context.term()
+
+
+if __name__ == "__main__":
+    main()
