@@ -92,7 +92,10 @@ class SchedulerServer:
                     self._send(socket, self._handle(frames))
             now = time.monotonic()
             if now >= next_tick:
-                self._send(socket, core.on_tick(now))
+                try:
+                    self._send(socket, core.on_tick(now))
+                except Exception:
+                    logger.exception("Scheduler: timer handling failed")
                 next_tick = now + _TICK_SECONDS
                 if exit_with_parent is not None and os.getppid() != exit_with_parent:
                     logger.warning("Scheduler: parent process is gone, exiting")

@@ -40,6 +40,7 @@ class Processor:
         self._socket = socket
         self._running_task_slot = running_task_slot
         self._object_payloads: dict[bytes, bytes] = {}
+        self._object_names: dict[bytes, str] = {}
         self._functions: dict[tuple[bytes, bytes], Callable[..., Any]] = {}
         self._serializers: dict[bytes, Serializer] = {b"": DefaultSerializer()}
         self._queue: collections.deque[_PendingTask] = collections.deque()
@@ -77,6 +78,7 @@ class Processor:
             if isinstance(message, m.TaskSubmission):
                 for item in message.objects:
                     self._object_payloads[item.object_id] = item.payload
+                    self._object_names[item.object_id] = item.name
                 for group in message.groups:
                     for row, task_id in enumerate(group.task_ids):
                         self._queue.append((task_id, group, row))
@@ -86,6 +88,7 @@ class Processor:
             elif isinstance(message, m.DeleteObjects):
                 for object_id in message.object_ids:
                     self._object_payloads.pop(object_id, None)
+                    self._object_names.pop(object_id, None)
                     self._serializers.pop(object_id, None)
                     for key in [key for key in self._functions if object_id in key]:
                         del self._functions[key]
@@ -108,7 +111,7 @@ class Processor:
         task_id, group, row = self._queue.popleft()
         self._queued_ids.discard(task_id)
         struct.pack_into(_RUNNING_TASK_FORMAT, self._running_task_slot, 0, task_id)
-        function_name = "<unknown function>"
+        function_name = self._object_names.get(group.function_id) or "<unnamed function>"
         try:
             serializer = self._serializer(group.serializer_id)
             function = self._function(group.function_id, group.serializer_id, serializer)

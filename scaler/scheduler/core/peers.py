@@ -58,4 +58,7 @@ class TaskRecord:
     worker: Optional[WorkerPeer] = None
     # How many processors crashed while running this task.
     crashes: int = 0
+    # Set once the task is finished for good while it may still sit in the unassigned queue.
     canceled: bool = False
+    # The client asked to cancel it while a worker held it: if it comes back unfinished, it ends there.
+    cancel_requested: bool = False

@@ -68,6 +68,10 @@ class _ResultRouter:
         return results
 
 
+def _free_slots(worker: WorkerPeer) -> int:
+    return worker.free
+
+
 class SchedulerCore:
     def __init__(self, config: CoreConfig) -> None:
         self._config = config
@@ -75,6 +79,8 @@ class SchedulerCore:
         self._workers: dict[bytes, WorkerPeer] = {}
         self._tasks: dict[int, TaskRecord] = {}
         self._unassigned: collections.deque[TaskRecord] = collections.deque()
+        # Live entries of _unassigned: canceled ones stay in the deque until dispatch skips them.
+        self._waiting = 0
         self._objects: dict[bytes, _ObjectRecord] = {}
         self._next_id_prefix = 1
         self.should_exit = False
@@ -141,7 +147,7 @@ class SchedulerCore:
 
     @property
     def unassigned_count(self) -> int:
-        return sum(1 for record in self._unassigned if not record.canceled)
+        return self._waiting
 
     @property
     def object_count(self) -> int:
@@ -210,7 +216,7 @@ class SchedulerCore:
         limit = self._config.max_tasks_waiting
         for group in message.groups:
             problem = self._check_group(client, group)
-            if problem is None and limit >= 0 and len(self._unassigned) + len(group.task_ids) > limit:
+            if problem is None and limit >= 0 and self._waiting + len(group.task_ids) > limit:
                 problem = f"scheduler queue is full ({limit} tasks waiting); submit fewer tasks at once"
             if problem is not None:
                 for task_id in group.task_ids:
@@ -233,9 +239,18 @@ class SchedulerCore:
                 self._tasks[task_id] = record
                 client.task_ids.add(task_id)
                 self._unassigned.append(record)
+            self._waiting += len(group.task_ids)
+            self._claim_objects(client, signature)
             self.counters["tasks_submitted"] += len(group.task_ids)
         router.flush(out)
         self._dispatch(out)
+
+    def _claim_objects(self, client: ClientPeer, signature: TaskSignature) -> None:
+        """A client using an object keeps it alive, even one another client uploaded first."""
+        for object_id in (signature.function_id, signature.serializer_id):
+            if object_id and object_id not in client.object_ids:
+                self._objects[object_id].owners.add(client.identity)
+                client.object_ids.add(object_id)
 
     def _check_group(self, client: ClientPeer, group: m.TaskGroup) -> Optional[str]:
         if len(group.args) != group.args_per_task * len(group.task_ids):
@@ -246,6 +261,8 @@ class SchedulerCore:
             return "unknown function object: send its payload with or before the first task that uses it"
         if group.serializer_id and group.serializer_id not in self._objects:
             return "unknown serializer object"
+        if len(set(group.task_ids)) != len(group.task_ids):
+            return "a task id appears twice in one group"
         for task_id in group.task_ids:
             if task_id >> TASK_COUNTER_BITS != client.id_prefix:
                 return f"task id {task_id:#x} does not carry this client's prefix {client.id_prefix:#x}"
@@ -267,25 +284,47 @@ class SchedulerCore:
                 continue  # late or duplicate: the task was canceled, or rescheduled after this worker was dropped
             self._forget(record)
             router.success(record.client, task_id, payload)
-        self.counters["tasks_succeeded"] += len(message.succeeded_ids)
+            self.counters["tasks_succeeded"] += 1
+        back_to_queue: list[TaskRecord] = []
         for failure in message.failures:
             record = tasks.get(failure.task_id)
             if record is None or record.worker is not worker:
                 continue
-            if failure.kind == m.FailureKind.RETURNED:
-                self._requeue(record)
-                continue
             if failure.kind == m.FailureKind.WORKER_DIED:
                 record.crashes += 1
-                if record.crashes < self._config.max_task_crashes:
-                    self._requeue(record)
+                if record.crashes >= self._config.max_task_crashes:
+                    failure.message = f"{failure.message} (its processor crashed {record.crashes} times, giving up)"
+                    self._finish_with_failure(record, failure, router)
                     continue
-                failure.message = f"{failure.message} (its processor crashed {record.crashes} times, giving up)"
-            self._forget(record)
-            router.failure(record.client, failure)
-            self.counters["tasks_failed"] += 1
+            if failure.kind in (m.FailureKind.RETURNED, m.FailureKind.WORKER_DIED):
+                back_to_queue.append(record)
+                continue
+            self._finish_with_failure(record, failure, router)
+        self._return_to_queue(back_to_queue, router)
         router.flush(out)
         self._dispatch(out)
+
+    def _finish_with_failure(self, record: TaskRecord, failure: m.TaskFailure, router: _ResultRouter) -> None:
+        self._forget(record)
+        router.failure(record.client, failure)
+        self.counters["tasks_failed"] += 1
+
+    def _return_to_queue(self, records: list[TaskRecord], router: _ResultRouter) -> None:
+        """Unfinished tasks a worker no longer holds go to the front of the queue, keeping their order."""
+        requeued = []
+        for record in records:
+            if record.worker is not None:
+                record.worker.assigned.pop(record.task_id, None)
+                record.worker = None
+            if record.cancel_requested:
+                self._finish_with_failure(
+                    record, m.TaskFailure(task_id=record.task_id, kind=m.FailureKind.CANCELED), router
+                )
+            else:
+                requeued.append(record)
+        self._unassigned.extendleft(reversed(requeued))
+        self._waiting += len(requeued)
+        self.counters["tasks_rescheduled"] += len(requeued)
 
     def _on_cancel(self, sender: bytes, message: m.Message, now: float, out: list[Outgoing]) -> None:
         assert isinstance(message, m.CancelTasks)
@@ -302,6 +341,7 @@ class SchedulerCore:
                 self._forget(record)
                 router.failure(client, m.TaskFailure(task_id=task_id, kind=m.FailureKind.CANCELED))
             else:
+                record.cancel_requested = True
                 per_worker.setdefault(record.worker.identity, []).append(task_id)
         router.flush(out)
         out.extend((identity, m.CancelTasks(task_ids=task_ids)) for identity, task_ids in per_worker.items())
@@ -312,12 +352,14 @@ class SchedulerCore:
             return
         canceled = self._drop_client_work(client, out)
         out.append((sender, m.ClearResponse(canceled_tasks=canceled)))
+        self._dispatch(out)
 
     def _on_disconnect(self, sender: bytes, message: m.Message, now: float, out: list[Outgoing]) -> None:
         client = self._clients.get(sender)
         if client is not None:
             logger.info("client %s disconnected", client.name)
             self._remove_client(client, out)
+            self._dispatch(out)
             return
         worker = self._workers.get(sender)
         if worker is not None:
@@ -326,6 +368,9 @@ class SchedulerCore:
             self._dispatch(out)
 
     def _on_shutdown(self, sender: bytes, message: m.Message, now: float, out: list[Outgoing]) -> None:
+        if sender not in self._clients:
+            out.append((sender, m.ProtocolError(reason="only clients may ask the scheduler to shut down")))
+            return
         if self._config.protected:
             out.append((sender, m.ShutdownResponse(
                 accepted=False, reason="scheduler is in protected mode; start it with --protected false to allow this"
@@ -344,7 +389,8 @@ class SchedulerCore:
         queue = self._unassigned
         if not queue:
             return
-        available = [worker for worker in self._workers.values() if worker.free > 0]
+        # Least loaded first, so that tasks trickling in one at a time still spread over idle workers.
+        available = sorted((w for w in self._workers.values() if w.free > 0), key=_free_slots, reverse=True)
         while queue and available:
             share = math.ceil(len(queue) / len(available))
             still_free = []
@@ -365,6 +411,7 @@ class SchedulerCore:
             record = queue.popleft()
             if not record.canceled:
                 records.append(record)
+        self._waiting -= len(records)
         return records
 
     def _submission_for(self, worker: WorkerPeer, records: list[TaskRecord]) -> m.TaskSubmission:
@@ -404,12 +451,7 @@ class SchedulerCore:
             record.worker.assigned.pop(record.task_id, None)
         else:
             record.canceled = True  # still in the unassigned queue; _take skips it
-
-    def _requeue(self, record: TaskRecord) -> None:
-        assert record.worker is not None
-        record.worker.assigned.pop(record.task_id, None)
-        record.worker = None
-        self._unassigned.appendleft(record)
+            self._waiting -= 1
 
     def _drop_client_work(self, client: ClientPeer, out: list[Outgoing]) -> int:
         """Cancel every unfinished task of the client and release its objects."""
@@ -452,9 +494,6 @@ class SchedulerCore:
     def _remove_worker(self, worker: WorkerPeer, out: list[Outgoing]) -> None:
         """The worker is gone: everything it held goes back to the front of the queue, oldest first."""
         del self._workers[worker.identity]
-        orphans = [self._tasks[task_id] for task_id in worker.assigned]
-        worker.assigned.clear()
-        for record in reversed(orphans):
-            record.worker = None
-            self._unassigned.appendleft(record)
-        self.counters["tasks_rescheduled"] += len(orphans)
+        router = _ResultRouter()
+        self._return_to_queue([self._tasks[task_id] for task_id in worker.assigned], router)
+        router.flush(out)
