@@ -6,7 +6,7 @@ import argparse
 import os
 import signal
 import threading
-from typing import Optional, Sequence
+from typing import Sequence
 
 from scaler.cli.common import add_event_loop_argument, add_logging_arguments, exit_with_parent_pid, zmq_address
 from scaler.cluster.cluster import Cluster, default_worker_names
@@ -61,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Optional[Sequence[str]] = None) -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.num_of_workers < 1:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Optional
 
 from scaler.utility.logging_setup import DEFAULT_LOGGING_PATHS, LOGGING_LEVELS
 
@@ -12,7 +11,7 @@ from scaler.utility.logging_setup import DEFAULT_LOGGING_PATHS, LOGGING_LEVELS
 EXIT_WITH_PARENT_ENV = "SCALER_EXIT_WITH_PARENT"
 
 
-def exit_with_parent_pid() -> Optional[int]:
+def exit_with_parent_pid() -> int | None:
     value = os.environ.get(EXIT_WITH_PARENT_ENV)
     return int(value) if value else None
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from typing import Optional, Sequence
+from typing import Sequence
 
 from scaler.cli.common import (
     add_event_loop_argument,
@@ -21,7 +21,9 @@ _DEFAULTS = SchedulerConfig(address="")
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        "scaler_scheduler", description="Run a Scaler scheduler.", formatter_class=argparse.ArgumentDefaultsHelpFormatter
+        "scaler_scheduler",
+        description="Run a Scaler scheduler.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument("--io-threads", "-it", type=int, default=_DEFAULTS.io_threads, help="number of zmq io threads")
     parser.add_argument(
@@ -74,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Optional[Sequence[str]] = None) -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     setup_logging(args.logging_paths, args.logging_level, args.logging_config_file)
     config = SchedulerConfig(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections
 import threading
 import weakref
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable
 
 import cloudpickle
 
@@ -36,7 +36,7 @@ class Client:
     def __init__(
         self,
         address: str,
-        serializer: Optional[Serializer] = None,
+        serializer: Serializer | None = None,
         timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
         heartbeat_interval_seconds: float = DEFAULT_HEARTBEAT_INTERVAL_SECONDS,
         name: str = "",
@@ -65,7 +65,7 @@ class Client:
 
     # ------------------------------------------------------------------------------------------ context
 
-    def __enter__(self) -> "Client":
+    def __enter__(self) -> Client:
         return self
 
     def __exit__(self, *exc_info: object) -> None:

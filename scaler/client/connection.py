@@ -15,7 +15,7 @@ import socket as socket_module
 import threading
 import time
 import uuid
-from typing import Any, Optional, Union
+from typing import Any, Union
 
 import zmq
 
@@ -23,6 +23,7 @@ from scaler.client.future import ScalerFuture, exception_from_failure
 from scaler.errors import ConnectionFailedError, SchedulerLostError
 from scaler.protocol import messages as m
 from scaler.utility.identifiers import TASK_COUNTER_BITS
+from scaler.utility.zmq_util import has_input
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +68,7 @@ _TASK, _TASKS, _OBJECT, _MESSAGE = range(4)
 class ClientConnection:
     def __init__(self, address: str, name: str, timeout_seconds: float, heartbeat_interval_seconds: float) -> None:
         self.address = address
-        self._name = name
+        self._name = name or f"{socket_module.gethostname()}|{os.getpid()}"
         self._timeout_seconds = timeout_seconds
         self._heartbeat_interval_seconds = heartbeat_interval_seconds
         self._identity = f"C|{socket_module.gethostname()}|{os.getpid()}|{uuid.uuid4().hex[:8]}".encode()
@@ -80,7 +81,7 @@ class ClientConnection:
         self._welcomed = threading.Event()
         self._stopping = False
         self._stopped = threading.Event()
-        self._broken: Optional[BaseException] = None
+        self._broken: BaseException | None = None
         self._replies: dict[type, tuple[threading.Event, list[m.Message]]] = {}
         self._reply_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="scaler-client-io", daemon=True)
@@ -221,13 +222,13 @@ class ClientConnection:
         started = last_heard = time.monotonic()
         next_heartbeat = started + self._heartbeat_interval_seconds
         while True:
-            events = dict(poller.poll(_IDLE_POLL_SECONDS * 1000))
+            events = dict(poller.poll(int(_IDLE_POLL_SECONDS * 1000)))
             if self._wake_reader in events:
                 self._wake_pending = False
                 os.read(self._wake_reader, 65536)
             if socket in events:
                 last_heard = time.monotonic()
-                while socket.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+                while has_input(socket):
                     self._on_frame(socket.recv(copy=True))
             if self._welcomed.is_set():
                 self._flush_outbox(socket)
@@ -252,8 +253,8 @@ class ClientConnection:
         outbox = self._outbox
         objects: list[m.ObjectPayload] = []
         groups: list[m.TaskGroup] = []
-        current: Optional[m.TaskGroup] = None
-        current_signature: Optional[Signature] = None
+        current: m.TaskGroup | None = None
+        current_signature: Signature | None = None
         count = 0
 
         def send_batch() -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
@@ -30,7 +30,7 @@ class ScalerFuture(concurrent.futures.Future):
     Done-callbacks run on the client's I/O thread, as an executor's run on its management thread.
     """
 
-    def __init__(self, task_id: int, connection: "ClientConnection", serializer: Serializer) -> None:
+    def __init__(self, task_id: int, connection: ClientConnection, serializer: Serializer) -> None:
         super().__init__()
         self._task_id = task_id
         self._connection = connection
@@ -42,7 +42,7 @@ class ScalerFuture(concurrent.futures.Future):
     def task_id(self) -> int:
         return self._task_id
 
-    def result(self, timeout: Optional[float] = None) -> Any:
+    def result(self, timeout: float | None = None) -> Any:
         payload = super().result(timeout)
         if not self._decoded:
             with self._condition:

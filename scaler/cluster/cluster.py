@@ -11,7 +11,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Optional, Sequence
+from typing import Sequence
 
 from scaler.cli.common import EXIT_WITH_PARENT_ENV
 from scaler.worker.config import WorkerConfig
@@ -73,7 +73,7 @@ class Cluster:
                 process.wait()
 
 
-def default_worker_names(count: int, prefix: Optional[str] = None) -> list[str]:
+def default_worker_names(count: int, prefix: str | None = None) -> list[str]:
     import socket
 
     host = prefix or socket.gethostname().split(".")[0]

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Optional, Sequence
+from typing import Sequence
 
 from scaler.cli.common import EXIT_WITH_PARENT_ENV
 from scaler.utility.logging_setup import DEFAULT_LOGGING_PATHS
@@ -36,11 +36,11 @@ class SchedulerClusterCombo:
 
     def __init__(
         self,
-        address: Optional[str] = None,
+        address: str | None = None,
         n_workers: int = os.cpu_count() or 1,
         event_loop: str = "builtin",
         *,
-        monitor_address: Optional[str] = None,
+        monitor_address: str | None = None,
         protected: bool = True,
         per_worker_queue_size: int = 1000,
         max_number_of_tasks_waiting: int = -1,
@@ -114,7 +114,7 @@ class SchedulerClusterCombo:
     def cluster_pid(self) -> int:
         return self._processes[1].pid
 
-    def __enter__(self) -> "SchedulerClusterCombo":
+    def __enter__(self) -> SchedulerClusterCombo:
         return self
 
     def __exit__(self, *exc_info: object) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import os
-from typing import Union
+from typing import Any, Callable, Union, cast
 
 import capnp
 
@@ -281,7 +281,7 @@ def _encode_results(builder, message: TaskResults) -> None:
             slot.exception = failure.exception
 
 
-_ENCODERS = {
+_ENCODERS: dict[type, Callable[[Any, Any], Any]] = {
     Hello: _encode_hello,
     Welcome: _encode_welcome,
     Refused: lambda b, m: _init_with(b, "refused", {"reason": m.reason}),
@@ -314,7 +314,7 @@ def decode(frame: bytes | memoryview) -> Message:
             decoder = _DECODERS.get(which)
             if decoder is None:
                 raise ProtocolDecodeError(f"unknown message type {which!r}")
-            return decoder(getattr(reader, which))
+            return cast(Message, decoder(getattr(reader, which)))
     except ProtocolDecodeError:
         raise
     except Exception as error:  # capnp raises KjException and friends for corrupt frames
@@ -390,7 +390,7 @@ def _decode_results(reader) -> TaskResults:
     return TaskResults(succeeded_ids=list(reader.succeededIds), payloads=list(reader.payloads), failures=failures)
 
 
-_DECODERS = {
+_DECODERS: dict[str, Callable[[Any], Any]] = {
     "hello": _decode_hello,
     "welcome": _decode_welcome,
     "refused": lambda r: Refused(reason=r.reason),

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
 
 from scaler.utility.logging_setup import DEFAULT_LOGGING_PATHS
 
@@ -23,10 +22,10 @@ class SchedulerConfig:
     max_task_crashes: int = 3
     event_loop: str = "builtin"
     protected: bool = True
-    monitor_address: Optional[str] = None
+    monitor_address: str | None = None
     logging_paths: tuple[str, ...] = DEFAULT_LOGGING_PATHS
     logging_level: str = "INFO"
-    logging_config_file: Optional[str] = None
+    logging_config_file: str | None = None
 
 
 def default_monitor_address(address: str) -> str:

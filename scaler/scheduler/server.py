@@ -8,7 +8,6 @@ import os
 import signal
 import threading
 import time
-from typing import Optional
 from urllib.parse import urlsplit
 
 import zmq
@@ -50,7 +49,7 @@ class SchedulerServer:
         """Ask the loop to finish; safe from any thread or a signal handler."""
         self._stop_requested.set()
 
-    def run(self, exit_with_parent: Optional[int] = None) -> None:
+    def run(self, exit_with_parent: int | None = None) -> None:
         config = self._config
         monitor_address = config.monitor_address or default_monitor_address(config.address)
         logger.info(f"use event loop: {config.event_loop}")
@@ -76,14 +75,14 @@ class SchedulerServer:
             context.term()
             logger.info("Scheduler: stopped")
 
-    def _loop(self, socket: zmq.Socket, exit_with_parent: Optional[int]) -> None:
+    def _loop(self, socket: zmq.Socket, exit_with_parent: int | None) -> None:
         core = self._core
         poller = zmq.Poller()
         poller.register(socket, zmq.POLLIN)
         next_tick = time.monotonic() + _TICK_SECONDS
         while not self._stop_requested.is_set() and not core.should_exit:
             timeout_ms = max(0.0, (next_tick - time.monotonic()) * 1000)
-            if poller.poll(timeout_ms):
+            if poller.poll(int(timeout_ms)):
                 for _ in range(_MAX_MESSAGES_PER_WAKE):
                     try:
                         frames = socket.recv_multipart(zmq.NOBLOCK, copy=True)
@@ -146,7 +145,7 @@ def _warn_if_exposed(address: str) -> None:
         )
 
 
-def run_scheduler(config: SchedulerConfig, exit_with_parent: Optional[int] = None) -> None:
+def run_scheduler(config: SchedulerConfig, exit_with_parent: int | None = None) -> None:
     """Run until SIGINT/SIGTERM or an accepted shutdown request."""
     server = SchedulerServer(config)
     for signum in (signal.SIGINT, signal.SIGTERM):

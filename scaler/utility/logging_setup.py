@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import logging.config
 import sys
-from typing import Optional, Sequence
+from typing import Sequence
 
 LOG_FORMAT = "[%(levelname)s]%(asctime)s: %(message)s"
 DATE_FORMAT = "%Y-%m-%d %H:%M:%S%z"
@@ -14,7 +14,7 @@ LOGGING_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 def setup_logging(
-    paths: Sequence[str] = DEFAULT_LOGGING_PATHS, level: str = "INFO", config_file: Optional[str] = None
+    paths: Sequence[str] = DEFAULT_LOGGING_PATHS, level: str = "INFO", config_file: str | None = None
 ) -> None:
     """Configure the root logger; a logging config file (logging.config.fileConfig format) wins over the rest."""
     if config_file:
@@ -22,11 +22,11 @@ def setup_logging(
         logging.info(f"logging configured from {config_file}")
         return
     root = logging.getLogger()
-    for handler in list(root.handlers):
-        root.removeHandler(handler)
+    for existing in list(root.handlers):
+        root.removeHandler(existing)
     formatter = logging.Formatter(LOG_FORMAT, DATE_FORMAT)
+    handler: logging.Handler
     for path in paths:
-        handler: logging.Handler
         if path == "/dev/stdout":
             handler = logging.StreamHandler(sys.stdout)
         elif path == "/dev/stderr":

@@ -19,12 +19,12 @@ import tempfile
 import threading
 import time
 import uuid
-from typing import Optional
 
 import psutil
 import zmq
 
 from scaler.protocol import messages as m
+from scaler.utility.zmq_util import has_input
 from scaler.worker.config import WorkerConfig
 
 logger = logging.getLogger(__name__)
@@ -49,8 +49,8 @@ class _ProcessorHandle:
         self.socket.setsockopt(zmq.LINGER, 0)
         self.address = f"ipc://{os.path.join(work_dir, 'processor.sock')}"
         self.socket.bind(self.address)
-        self.process: Optional[subprocess.Popen] = None
-        self.psutil_process: Optional[psutil.Process] = None
+        self.process: subprocess.Popen | None = None
+        self.psutil_process: psutil.Process | None = None
 
     def start(self) -> None:
         with open(self._slot_path, "wb") as slot:
@@ -62,7 +62,7 @@ class _ProcessorHandle:
         self.psutil_process = psutil.Process(self.process.pid)
         self.psutil_process.cpu_percent()
 
-    def exit_code(self) -> Optional[int]:
+    def exit_code(self) -> int | None:
         return None if self.process is None else self.process.poll()
 
     def running_task_id(self) -> int:
@@ -110,7 +110,7 @@ class WorkerAgent:
     def stop(self) -> None:
         self._stop_requested.set()
 
-    def run(self, exit_with_parent: Optional[int] = None) -> None:
+    def run(self, exit_with_parent: int | None = None) -> None:
         config = self._config
         work_dir = tempfile.mkdtemp(prefix="scaler-worker-")
         context = zmq.Context(io_threads=config.io_threads)
@@ -119,7 +119,7 @@ class WorkerAgent:
         scheduler.setsockopt(zmq.SNDHWM, 0)
         scheduler.setsockopt(zmq.RCVHWM, 0)
         scheduler.setsockopt(zmq.LINGER, 0)
-        processor: Optional[_ProcessorHandle] = None
+        processor: _ProcessorHandle | None = None
         try:
             processor = _ProcessorHandle(work_dir, context)
             processor.start()
@@ -142,7 +142,7 @@ class WorkerAgent:
             context.term()
             shutil.rmtree(work_dir, ignore_errors=True)
 
-    def _loop(self, scheduler: zmq.Socket, processor: _ProcessorHandle, exit_with_parent: Optional[int]) -> None:
+    def _loop(self, scheduler: zmq.Socket, processor: _ProcessorHandle, exit_with_parent: int | None) -> None:
         config = self._config
         poller = zmq.Poller()
         poller.register(scheduler, zmq.POLLIN)
@@ -151,13 +151,13 @@ class WorkerAgent:
         next_heartbeat = 0.0
         next_check = 0.0
         while not self._stop_requested.is_set():
-            events = dict(poller.poll(_PROCESSOR_CHECK_SECONDS * 1000))
+            events = dict(poller.poll(int(_PROCESSOR_CHECK_SECONDS * 1000)))
             if scheduler in events:
                 last_heard = time.monotonic()
-                while scheduler.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+                while has_input(scheduler):
                     self._on_scheduler_frame(scheduler.recv(copy=True), processor)
             if processor.socket in events:
-                while processor.socket.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+                while has_input(processor.socket):
                     frame = processor.socket.recv(copy=True)
                     self._on_processor_results(frame)
                     scheduler.send(frame, copy=False)
@@ -253,7 +253,7 @@ class WorkerAgent:
         )
 
 
-def run_worker(config: WorkerConfig, exit_with_parent: Optional[int] = None) -> None:
+def run_worker(config: WorkerConfig, exit_with_parent: int | None = None) -> None:
     agent = WorkerAgent(config)
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: agent.stop())

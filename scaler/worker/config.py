@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
 
 from scaler.utility.logging_setup import DEFAULT_LOGGING_PATHS
 
@@ -24,4 +23,4 @@ class WorkerConfig:
     io_threads: int = 1
     logging_paths: tuple[str, ...] = DEFAULT_LOGGING_PATHS
     logging_level: str = "INFO"
-    logging_config_file: Optional[str] = None
+    logging_config_file: str | None = None

@@ -23,6 +23,7 @@ import zmq
 
 from scaler.client.serializer import DefaultSerializer, Serializer
 from scaler.protocol import messages as m
+from scaler.utility.zmq_util import has_input
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +57,7 @@ class Processor:
         while self._running:
             if not self._queue:
                 self._flush()
-                if not socket.poll(_PARENT_CHECK_SECONDS * 1000):
+                if not socket.poll(int(_PARENT_CHECK_SECONDS * 1000)):
                     if os.getppid() != parent_pid:
                         return  # the agent is gone; nobody would read our results
                     continue
@@ -73,7 +74,7 @@ class Processor:
 
     def _drain(self) -> None:
         socket = self._socket
-        while socket.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+        while has_input(socket):
             message = m.decode(socket.recv(copy=True))
             if isinstance(message, m.TaskSubmission):
                 for item in message.objects:
@@ -120,7 +121,8 @@ class Processor:
             raw_args = group.args[row * width:(row + 1) * width]
             args = [serializer.deserialize(payload) for payload in raw_args]
         except Exception as error:
-            self._fail(task_id, m.FailureKind.SERIALIZATION, error, f"could not load {function_name} or its arguments")
+            context = f"could not load {function_name} or its arguments"
+            self._fail(task_id, m.FailureKind.SERIALIZATION, error, context)
             return
         try:
             if group.keywords:
@@ -134,7 +136,8 @@ class Processor:
         try:
             payload = serializer.serialize(result)
         except Exception as error:
-            self._fail(task_id, m.FailureKind.SERIALIZATION, error, f"result of {function_name} could not be serialized")
+            context = f"result of {function_name} could not be serialized"
+            self._fail(task_id, m.FailureKind.SERIALIZATION, error, context)
             return
         self._succeeded_ids.append(task_id)
         self._payloads.append(payload)
@@ -178,10 +181,8 @@ class Processor:
         self._last_flush = time.monotonic()
         if not self._succeeded_ids and not self._failures:
             return
-        self._socket.send(
-            m.encode(m.TaskResults(succeeded_ids=self._succeeded_ids, payloads=self._payloads, failures=self._failures)),
-            copy=False,
-        )
+        results = m.TaskResults(succeeded_ids=self._succeeded_ids, payloads=self._payloads, failures=self._failures)
+        self._socket.send(m.encode(results), copy=False)
         self._succeeded_ids = []
         self._payloads = []
         self._failures = []

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
 
 from scaler.protocol.messages import Role
 
@@ -55,7 +54,7 @@ class TaskRecord:
     client: ClientPeer
     signature: TaskSignature
     args: list[bytes]
-    worker: Optional[WorkerPeer] = None
+    worker: WorkerPeer | None = None
     # How many processors crashed while running this task.
     crashes: int = 0
     # Set once the task is finished for good while it may still sit in the unassigned queue.

@@ -11,7 +11,7 @@ import collections
 import dataclasses
 import logging
 import math
-from typing import Callable, Iterable, Optional
+from typing import Callable, Iterable
 
 from scaler.protocol import messages as m
 from scaler.scheduler.core.peers import ClientPeer, TaskRecord, TaskSignature, WorkerPeer
@@ -122,11 +122,13 @@ class SchedulerCore:
         out: list[Outgoing] = []
         worker_deadline = now - self._config.worker_timeout_seconds
         for worker in [w for w in self._workers.values() if w.last_seen < worker_deadline]:
-            logger.warning("worker %s timed out, %d tasks to reschedule", worker.name, len(worker.assigned))
+            logger.warning(
+                "WorkerManager: worker %s timed out, %d tasks to reschedule", worker.name, len(worker.assigned)
+            )
             self._remove_worker(worker, out)
         client_deadline = now - self._config.client_timeout_seconds
         for client in [c for c in self._clients.values() if c.last_seen < client_deadline]:
-            logger.warning("client %s timed out", client.name)
+            logger.warning("ClientManager: client %s timed out", client.name)
             self._remove_client(client, out)
         self._dispatch(out)
         return out
@@ -179,7 +181,7 @@ class SchedulerCore:
             self._next_id_prefix += 1
             self._clients[sender] = ClientPeer(identity=sender, name=hello.name, id_prefix=prefix, last_seen=now)
             welcome.id_prefix = prefix
-            logger.info("client %s connected", hello.name)
+            logger.info("ClientManager: client %s connected", hello.name)
         else:
             capacity = hello.capacity
             if self._config.per_worker_queue_size > 0:
@@ -188,7 +190,7 @@ class SchedulerCore:
                 out.append((sender, m.Refused(reason="a worker must accept at least one task")))
                 return
             self._workers[sender] = WorkerPeer(identity=sender, name=hello.name, capacity=capacity, last_seen=now)
-            logger.info("worker %s connected, capacity %d", hello.name, capacity)
+            logger.info("WorkerManager: worker %s connected, capacity %d", hello.name, capacity)
         out.append((sender, welcome))
         if hello.role == m.Role.WORKER:
             self._dispatch(out)
@@ -205,11 +207,11 @@ class SchedulerCore:
             out.append((sender, m.ProtocolError(reason="only clients submit tasks")))
             return
         for item in message.objects:
-            record = self._objects.get(item.object_id)
-            if record is None:
+            stored = self._objects.get(item.object_id)
+            if stored is None:
                 self._objects[item.object_id] = _ObjectRecord(payload=item.payload, name=item.name, owners={sender})
             else:
-                record.owners.add(sender)
+                stored.owners.add(sender)
             client.object_ids.add(item.object_id)
 
         router = _ResultRouter()
@@ -252,7 +254,7 @@ class SchedulerCore:
                 self._objects[object_id].owners.add(client.identity)
                 client.object_ids.add(object_id)
 
-    def _check_group(self, client: ClientPeer, group: m.TaskGroup) -> Optional[str]:
+    def _check_group(self, client: ClientPeer, group: m.TaskGroup) -> str | None:
         if len(group.args) != group.args_per_task * len(group.task_ids):
             return f"group carries {len(group.args)} arguments for {len(group.task_ids)} tasks of {group.args_per_task}"
         if len(group.keywords) > group.args_per_task:
@@ -275,6 +277,9 @@ class SchedulerCore:
         worker = self._workers.get(sender)
         if worker is None:
             out.append((sender, m.ProtocolError(reason="only workers send results")))
+            return
+        if len(message.succeeded_ids) != len(message.payloads):
+            out.append((sender, m.ProtocolError(reason="results carry a different number of ids and payloads")))
             return
         router = _ResultRouter()
         tasks = self._tasks
@@ -357,13 +362,13 @@ class SchedulerCore:
     def _on_disconnect(self, sender: bytes, message: m.Message, now: float, out: list[Outgoing]) -> None:
         client = self._clients.get(sender)
         if client is not None:
-            logger.info("client %s disconnected", client.name)
+            logger.info("ClientManager: client %s disconnected", client.name)
             self._remove_client(client, out)
             self._dispatch(out)
             return
         worker = self._workers.get(sender)
         if worker is not None:
-            logger.info("worker %s disconnected", worker.name)
+            logger.info("WorkerManager: worker %s disconnected", worker.name)
             self._remove_worker(worker, out)
             self._dispatch(out)
 
@@ -376,7 +381,7 @@ class SchedulerCore:
                 accepted=False, reason="scheduler is in protected mode; start it with --protected false to allow this"
             )))
             return
-        logger.info("shutdown requested by a client")
+        logger.info("Scheduler: shutdown requested by a client")
         for identity in list(self._workers) + [c for c in self._clients if c != sender]:
             out.append((identity, m.Disconnect(reason="scheduler is shutting down")))
         out.append((sender, m.ShutdownResponse(accepted=True)))
@@ -406,7 +411,7 @@ class SchedulerCore:
 
     def _take(self, count: int) -> list[TaskRecord]:
         queue = self._unassigned
-        records = []
+        records: list[TaskRecord] = []
         while queue and len(records) < count:
             record = queue.popleft()
             if not record.canceled:

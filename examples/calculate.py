@@ -1,0 +1,31 @@
+"""The 100k-task example of the product README: 100,000 submits on a local scheduler and 10 workers."""
+
+import random
+
+from scaler import Client, SchedulerClusterCombo
+
+
+def calculate(sec: int):
+    return sec * 1
+
+
+def main():
+    address = "tcp://127.0.0.1:2345"
+
+    cluster = SchedulerClusterCombo(address=address, n_workers=10, event_loop="uvloop")
+    client = Client(address=address)
+
+    tasks = [random.randint(0, 100) for _ in range(100000)]
+    futures = [client.submit(calculate, i) for i in tasks]
+
+    results = [future.result() for future in futures]
+
+    assert results == tasks
+    print(f"{len(results)} tasks done")
+
+    client.disconnect()
+    cluster.shutdown()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,106 @@
+"""Failures the native runtime must survive or report clearly, injected into real processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import psutil
+import pytest
+
+from scaler import Client, SchedulerClusterCombo
+from scaler.cluster.combo import free_local_address
+from scaler.errors import ConnectionFailedError, SchedulerLostError, WorkerDiedError
+
+pytestmark = pytest.mark.timeout(90)
+
+
+def crash_processor() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def slow_identity(value: int, seconds: float) -> int:
+    time.sleep(seconds)
+    return value
+
+
+def processes_running(parent_pid: int, module: str) -> list[psutil.Process]:
+    found = []
+    for child in psutil.Process(parent_pid).children(recursive=True):
+        try:
+            if module in " ".join(child.cmdline()):
+                found.append(child)
+        except psutil.NoSuchProcess:
+            pass
+    return found
+
+
+def wait_for(predicate, timeout: float, message: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(message)
+
+
+def test_unreachable_scheduler_is_a_clear_error_within_the_timeout() -> None:
+    address = free_local_address()
+    started = time.monotonic()
+    with pytest.raises(ConnectionFailedError, match="could not connect to the scheduler"):
+        Client(address=address, timeout_seconds=1)
+    assert time.monotonic() - started < 10
+
+
+def test_futures_fail_when_the_scheduler_dies() -> None:
+    with SchedulerClusterCombo(n_workers=1, logging_level="WARNING") as cluster:
+        client = Client(address=cluster.get_address(), timeout_seconds=3, heartbeat_interval_seconds=0.5)
+        assert client.submit(abs, -1).result(timeout=30) == 1
+        future = client.submit(time.sleep, 60)
+        os.kill(cluster.scheduler_pid, signal.SIGKILL)
+        started = time.monotonic()
+        with pytest.raises(SchedulerLostError, match="scheduler"):
+            future.result(timeout=30)
+        assert time.monotonic() - started < 15
+        with pytest.raises(SchedulerLostError):
+            client.submit(abs, 1)
+        client.disconnect()
+
+
+def test_a_task_that_keeps_crashing_its_processor_fails_with_worker_died() -> None:
+    with SchedulerClusterCombo(n_workers=2, logging_level="ERROR", max_task_crashes=3) as cluster:
+        with Client(address=cluster.get_address()) as client:
+            before = [client.submit(slow_identity, i, 0.01) for i in range(20)]
+            poisoned = client.submit(crash_processor)
+            after = [client.submit(slow_identity, i, 0.01) for i in range(20, 40)]
+            with pytest.raises(WorkerDiedError, match="crashed 3 times"):
+                poisoned.result(timeout=60)
+            assert [f.result(timeout=60) for f in before + after] == list(range(40))
+            # workers replaced their processors and still serve
+            assert client.map(abs, [(-i,) for i in range(100)]) == list(range(100))
+
+
+def test_a_processor_killed_mid_task_does_not_lose_the_task() -> None:
+    with SchedulerClusterCombo(n_workers=1, logging_level="ERROR") as cluster:
+        with Client(address=cluster.get_address()) as client:
+            futures = [client.submit(slow_identity, i, 0.2) for i in range(10)]
+            wait_for(lambda: processes_running(cluster.cluster_pid, "scaler.worker.processor"), 20, "no processor")
+            time.sleep(0.3)
+            for processor in processes_running(cluster.cluster_pid, "scaler.worker.processor"):
+                processor.kill()
+            assert [f.result(timeout=60) for f in futures] == list(range(10))
+
+
+def test_a_killed_worker_has_its_tasks_rescheduled_on_the_others() -> None:
+    with SchedulerClusterCombo(
+        n_workers=2, logging_level="ERROR", worker_timeout_seconds=3, heartbeat_interval_seconds=0.5
+    ) as cluster:
+        with Client(address=cluster.get_address()) as client:
+            wait_for(lambda: len(processes_running(cluster.cluster_pid, "scaler.worker.agent")) == 2, 20, "no agents")
+            futures = [client.submit(slow_identity, i, 0.02) for i in range(300)]
+            time.sleep(0.5)
+            victim = processes_running(cluster.cluster_pid, "scaler.worker.agent")[0]
+            victim.kill()
+            results = [f.result(timeout=60) for f in futures]
+            assert results == list(range(300))
