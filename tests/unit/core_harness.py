@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from typing import Iterable, Optional
+from typing import Iterable
 
 from scaler.protocol import messages as m
 from scaler.scheduler.core.scheduler_core import CoreConfig, SchedulerCore
@@ -43,7 +43,7 @@ class SimClient:
     def received(self, kind: type) -> list:
         return [message for message in self.inbox if isinstance(message, kind)]
 
-    def failures(self, kind: Optional[m.FailureKind] = None) -> list[m.TaskFailure]:
+    def failures(self, kind: m.FailureKind | None = None) -> list[m.TaskFailure]:
         return [
             failure
             for message in self.received(m.TaskResults)
@@ -78,7 +78,7 @@ class SimWorker:
 
 
 class SimulatedCluster:
-    def __init__(self, config: Optional[CoreConfig] = None, *, now: float = 1000.0) -> None:
+    def __init__(self, config: CoreConfig | None = None, *, now: float = 1000.0) -> None:
         self.core = SchedulerCore(config or CoreConfig())
         self.now = now
         self.clients: dict[bytes, SimClient] = {}
@@ -136,14 +136,14 @@ class SimulatedCluster:
 
     # ------------------------------------------------------------------------------------------ peers
 
-    def add_client(self, identity: Optional[bytes] = None) -> SimClient:
+    def add_client(self, identity: bytes | None = None) -> SimClient:
         identity = identity or b"client-%d" % len(self.clients)
         client = self.clients[identity] = SimClient(identity=identity)
         self.send(identity, m.Hello(role=m.Role.CLIENT, name=identity.decode()))
         assert isinstance(client.inbox[-1], m.Welcome), client.inbox
         return client
 
-    def add_worker(self, capacity: int = 10, identity: Optional[bytes] = None) -> SimWorker:
+    def add_worker(self, capacity: int = 10, identity: bytes | None = None) -> SimWorker:
         identity = identity or b"worker-%d" % len(self.workers)
         worker = self.workers[identity] = SimWorker(identity=identity, capacity=capacity)
         self.send(identity, m.Hello(role=m.Role.WORKER, name=identity.decode(), capacity=capacity))
@@ -169,8 +169,8 @@ class SimulatedCluster:
         *,
         function_payload: bytes = FUNCTION_PAYLOAD,
         args_per_task: int = 1,
-        send_object: Optional[bool] = None,
-        task_ids: Optional[list[int]] = None,
+        send_object: bool | None = None,
+        task_ids: list[int] | None = None,
     ) -> list[int]:
         function_id = content_object_id(function_payload)
         task_ids = task_ids if task_ids is not None else client.next_task_ids(count)
@@ -196,10 +196,10 @@ class SimulatedCluster:
     def complete(
         self,
         worker: SimWorker,
-        limit: Optional[int] = None,
+        limit: int | None = None,
         *,
-        task_ids: Optional[Iterable[int]] = None,
-        failure_kind: Optional[m.FailureKind] = None,
+        task_ids: Iterable[int] | None = None,
+        failure_kind: m.FailureKind | None = None,
     ) -> list[tuple[bytes, m.Message]]:
         """The worker answers some of its pending tasks in one TaskResults message."""
         if task_ids is None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import collections
 
 import pytest
-
 from core_harness import (
     FUNCTION_ID,
     FUNCTION_PAYLOAD,
@@ -13,6 +12,7 @@ from core_harness import (
     assert_no_task_state,
     payload_for,
 )
+
 from scaler.protocol import messages as m
 from scaler.scheduler.core.scheduler_core import CoreConfig, SchedulerCore
 from scaler.utility.identifiers import TASK_COUNTER_BITS, content_object_id
