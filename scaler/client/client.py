@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import threading
 import weakref
+from collections.abc import Hashable
 from typing import Any, Callable, Iterable
 
 import cloudpickle
 
 from scaler.client.connection import ClientConnection, MapCollector, Signature
 from scaler.client.future import ScalerFuture
+from scaler.client.graph import PlannedCall, TemplateCall, plan_graph
 from scaler.client.serializer import DefaultSerializer, Serializer
 from scaler.errors import ProtectedModeError
 from scaler.protocol import messages as m
@@ -54,6 +57,7 @@ class Client:
         self._serializer_id = b""
         self._sent_object_ids: set[bytes] = set()
         self._function_ids: collections.OrderedDict[int, tuple[Callable, bytes]] = collections.OrderedDict()
+        self._template_calls: dict[int, TemplateCall] = {}
         self._lock = threading.Lock()
         self._connection = ClientConnection(address, name, timeout_seconds, heartbeat_interval_seconds)
         self._connection.connect()
@@ -151,6 +155,83 @@ class Client:
             all_task_ids.extend(task_ids)
             start = end
         return all_task_ids
+
+    def get(self, graph: dict, keys: Any, block: bool = True) -> dict[Hashable, Any]:
+        """Compute the requested keys of a task graph; the whole graph goes to the scheduler at once.
+
+        `graph` maps keys to literals, callables (returned as they are), aliases (another key) or tasks
+        `(callable, arg, ...)` whose arguments may be keys, literals, nested tasks, or lists/tuples of
+        those. Returns `{key: value}`; with `block=False`, `{key: future}` instead. A missing key or a
+        cycle raises ValueError before anything runs; a failed task fails every key that needs it.
+        """
+        self._connection.check_open()
+        requested = list(keys) if isinstance(keys, (list, set)) else [keys]
+        plan = plan_graph(graph, requested)
+        futures = self._submit_graph(plan.calls, set(plan.targets.values()))
+        outcome: dict[Hashable, Any] = {}
+        for key in requested:
+            if key in plan.literals:
+                literal: concurrent.futures.Future = concurrent.futures.Future()
+                literal.set_result(plan.literals[key])
+                outcome[key] = literal
+            else:
+                outcome[key] = futures[plan.targets[key]]
+        if not block:
+            return outcome
+        return {key: future.result() for key, future in outcome.items()}
+
+    def _submit_graph(self, calls: list[PlannedCall], wanted: set[Hashable]) -> dict[Hashable, ScalerFuture]:
+        """Send planned calls as one submission; returns a future per wanted task key."""
+        connection = self._connection
+        serialize = self._serializer.serialize
+        task_ids = {call.key: connection.next_task_id() for call in calls}
+        groups: list[m.TaskGroup] = []
+        current_signature: Signature | None = None
+        group: m.TaskGroup | None = None
+        quiet: list[int] = []
+        futures: dict[int, ScalerFuture] = {}
+        by_key: dict[Hashable, ScalerFuture] = {}
+        for call in calls:
+            function = call.function
+            if isinstance(function, TemplateCall):
+                function = self._template_call(function)
+            signature: Signature = (self._function_id(function), len(call.arguments), (), self._serializer_id)
+            if signature != current_signature:
+                current_signature = signature
+                group = m.TaskGroup(
+                    function_id=signature[0], args_per_task=signature[1], keywords=(), task_ids=[], args=[],
+                    serializer_id=self._serializer_id,
+                )
+                groups.append(group)
+            assert group is not None
+            task_id = task_ids[call.key]
+            base = len(group.args)
+            group.task_ids.append(task_id)
+            slots = call.reference_slots
+            for position, argument in enumerate(call.arguments):
+                if position in slots:
+                    group.ref_arg_indices.append(base + position)
+                    group.ref_task_ids.append(task_ids[slots[position]])
+                    group.args.append(b"")
+                else:
+                    group.args.append(serialize(argument))
+            if call.key in wanted:
+                future = ScalerFuture(task_id, connection, self._serializer)
+                futures[task_id] = future
+                by_key[call.key] = future
+            else:
+                quiet.append(task_id)
+        connection.submit_graph(m.TaskSubmission(objects=[], groups=groups, quiet_task_ids=quiet), futures)
+        return by_key
+
+    def _template_call(self, wrapper: TemplateCall) -> TemplateCall:
+        """One wrapper per user function, so it is serialized and sent once like the function itself."""
+        cached = self._template_calls.get(id(wrapper.function))
+        if cached is None or cached.function is not wrapper.function:
+            if len(self._template_calls) >= _FUNCTION_CACHE_SIZE:
+                self._template_calls.clear()
+            cached = self._template_calls[id(wrapper.function)] = wrapper
+        return cached
 
     def _function_id(self, fn: Callable[..., Any]) -> bytes:
         """Serialize a function once per call site and send it once; identity decides sameness."""

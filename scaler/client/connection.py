@@ -143,6 +143,11 @@ class ClientConnection:
         self._outbox.append((_TASKS, signature, task_ids, args))
         self._wake()
 
+    def submit_graph(self, submission: m.TaskSubmission, futures: dict[int, ScalerFuture]) -> None:
+        """A graph goes out as one message, after everything queued before it."""
+        self._pending.update(futures)
+        self.send_message(submission)
+
     def send_message(self, message: m.Message) -> None:
         self._outbox.append((_MESSAGE, message))
         self._wake()

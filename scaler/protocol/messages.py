@@ -112,12 +112,16 @@ class TaskGroup:
     task_ids: list[int]
     args: list[bytes]
     serializer_id: bytes = b""
+    # Graph edges: args[ref_arg_indices[k]] receives the result of task ref_task_ids[k].
+    ref_arg_indices: list[int] = dataclasses.field(default_factory=list)
+    ref_task_ids: list[int] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass(slots=True)
 class TaskSubmission:
     objects: list[ObjectPayload]
     groups: list[TaskGroup]
+    quiet_task_ids: list[int] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass(slots=True)
@@ -264,6 +268,11 @@ def _encode_submission(builder, message: TaskSubmission) -> None:
         slot.args = group.args
         if group.serializer_id:
             slot.serializerId = group.serializer_id
+        if group.ref_task_ids:
+            slot.refArgIndices = group.ref_arg_indices
+            slot.refTaskIds = group.ref_task_ids
+    if message.quiet_task_ids:
+        submission.quietTaskIds = message.quiet_task_ids
 
 
 def _encode_results(builder, message: TaskResults) -> None:
@@ -370,9 +379,11 @@ def _decode_submission(reader) -> TaskSubmission:
                 task_ids=list(group.taskIds),
                 args=list(group.args),
                 serializer_id=bytes(group.serializerId),
+                ref_arg_indices=list(group.refArgIndices),
+                ref_task_ids=list(group.refTaskIds),
             )
         )
-    return TaskSubmission(objects=objects, groups=groups)
+    return TaskSubmission(objects=objects, groups=groups, quiet_task_ids=list(reader.quietTaskIds))
 
 
 def _decode_results(reader) -> TaskResults:

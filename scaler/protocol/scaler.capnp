@@ -79,11 +79,17 @@ struct TaskGroup {
   taskIds @3 :List(UInt64);
   args @4 :List(Data);
   serializerId @5 :Data;   # object holding the serializer for args and results; empty = the default
+  # Graph edges: args[refArgIndices[k]] is left empty and receives the result payload of task
+  # refTaskIds[k] once that task succeeds. A referenced task must be known to the scheduler already:
+  # sent earlier (an earlier group, or an earlier row of this group) and not yet finished.
+  refArgIndices @6 :List(UInt32);
+  refTaskIds @7 :List(UInt64);
 }
 
 struct TaskSubmission {
   objects @0 :List(ObjectPayload);   # delivered before any group of this message is looked at
   groups @1 :List(TaskGroup);
+  quietTaskIds @2 :List(UInt64);     # intermediate graph nodes: results feed dependents, never the client
 }
 
 enum FailureKind {

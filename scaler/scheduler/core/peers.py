@@ -61,3 +61,7 @@ class TaskRecord:
     canceled: bool = False
     # The client asked to cancel it while a worker held it: if it comes back unfinished, it ends there.
     cancel_requested: bool = False
+    # Graph tasks: how many argument slots still wait for another task's result (parked while > 0).
+    waiting_on: int = 0
+    # An intermediate graph node: its result feeds dependents and never goes to the client.
+    quiet: bool = False

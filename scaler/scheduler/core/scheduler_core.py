@@ -68,6 +68,16 @@ class _ResultRouter:
         return results
 
 
+def _refs_by_row(group: m.TaskGroup) -> dict[int, list[tuple[int, int]]]:
+    """Group references by task row: row -> [(argument slot within the row, dependency task id)]."""
+    width = group.args_per_task
+    by_row: dict[int, list[tuple[int, int]]] = {}
+    for flat_index, dependency_id in zip(group.ref_arg_indices, group.ref_task_ids):
+        row, slot = divmod(flat_index, width)
+        by_row.setdefault(row, []).append((slot, dependency_id))
+    return by_row
+
+
 def _free_slots(worker: WorkerPeer) -> int:
     return worker.free
 
@@ -82,6 +92,8 @@ class SchedulerCore:
         # Live entries of _unassigned: canceled ones stay in the deque until dispatch skips them.
         self._waiting = 0
         self._objects: dict[bytes, _ObjectRecord] = {}
+        # Graph edges: task id -> the (dependent task, argument slot) pairs waiting for its result.
+        self._dependents: dict[int, list[tuple[TaskRecord, int]]] = {}
         self._next_id_prefix = 1
         self.should_exit = False
         self.counters: collections.Counter[str] = collections.Counter()
@@ -216,6 +228,7 @@ class SchedulerCore:
 
         router = _ResultRouter()
         limit = self._config.max_tasks_waiting
+        quiet_ids = set(message.quiet_task_ids)
         for group in message.groups:
             problem = self._check_group(client, group)
             if problem is None and limit >= 0 and self._waiting + len(group.task_ids) > limit:
@@ -234,14 +247,21 @@ class SchedulerCore:
             )
             width = group.args_per_task
             args = group.args
+            refs_by_row = _refs_by_row(group) if group.ref_task_ids else {}
             for index, task_id in enumerate(group.task_ids):
                 record = TaskRecord(
                     task_id=task_id, client=client, signature=signature, args=args[index * width:(index + 1) * width]
                 )
+                if quiet_ids and task_id in quiet_ids:
+                    record.quiet = True
                 self._tasks[task_id] = record
                 client.task_ids.add(task_id)
-                self._unassigned.append(record)
-            self._waiting += len(group.task_ids)
+                row_refs = refs_by_row.get(index)
+                if row_refs:
+                    self._park(record, row_refs)
+                else:
+                    self._unassigned.append(record)
+                    self._waiting += 1
             self._claim_objects(client, signature)
             self.counters["tasks_submitted"] += len(group.task_ids)
         router.flush(out)
@@ -270,7 +290,33 @@ class SchedulerCore:
                 return f"task id {task_id:#x} does not carry this client's prefix {client.id_prefix:#x}"
             if task_id in self._tasks:
                 return f"task id {task_id:#x} is already in use"
+        if group.ref_task_ids or group.ref_arg_indices:
+            return self._check_references(client, group)
         return None
+
+    def _check_references(self, client: ClientPeer, group: m.TaskGroup) -> str | None:
+        if len(group.ref_arg_indices) != len(group.ref_task_ids):
+            return "refArgIndices and refTaskIds differ in length"
+        width = max(group.args_per_task, 1)
+        row_of = {task_id: row for row, task_id in enumerate(group.task_ids)}
+        for flat_index, dependency_id in zip(group.ref_arg_indices, group.ref_task_ids):
+            if flat_index >= len(group.args):
+                return f"argument reference {flat_index} points past the {len(group.args)} arguments"
+            dependency_row = row_of.get(dependency_id)
+            if dependency_row is not None:
+                if dependency_row >= flat_index // width:
+                    return "a task may only depend on tasks sent before it"
+                continue
+            dependency = self._tasks.get(dependency_id)
+            if dependency is None or dependency.client is not client:
+                return f"depends on task {dependency_id:#x}, which is unknown, finished, or another client's"
+        return None
+
+    def _park(self, record: TaskRecord, references: list[tuple[int, int]]) -> None:
+        """Hold a graph task until every argument slot that waits on another task has its result."""
+        for slot, dependency_id in references:
+            self._dependents.setdefault(dependency_id, []).append((record, slot))
+        record.waiting_on = len(references)
 
     def _on_results(self, sender: bytes, message: m.Message, now: float, out: list[Outgoing]) -> None:
         assert isinstance(message, m.TaskResults)
@@ -287,9 +333,7 @@ class SchedulerCore:
             record = tasks.get(task_id)
             if record is None or record.worker is not worker:
                 continue  # late or duplicate: the task was canceled, or rescheduled after this worker was dropped
-            self._forget(record)
-            router.success(record.client, task_id, payload)
-            self.counters["tasks_succeeded"] += 1
+            self._complete(record, payload, router)
         back_to_queue: list[TaskRecord] = []
         for failure in message.failures:
             record = tasks.get(failure.task_id)
@@ -309,10 +353,33 @@ class SchedulerCore:
         router.flush(out)
         self._dispatch(out)
 
+    def _complete(self, record: TaskRecord, payload: bytes, router: _ResultRouter) -> None:
+        dependents = self._forget(record)
+        if not record.quiet:
+            router.success(record.client, record.task_id, payload)
+        self.counters["tasks_succeeded"] += 1
+        tasks = self._tasks
+        for dependent, slot in dependents:
+            if tasks.get(dependent.task_id) is not dependent:
+                continue  # canceled meanwhile
+            dependent.args[slot] = payload
+            dependent.waiting_on -= 1
+            if dependent.waiting_on == 0:
+                self._unassigned.append(dependent)
+                self._waiting += 1
+
     def _finish_with_failure(self, record: TaskRecord, failure: m.TaskFailure, router: _ResultRouter) -> None:
-        self._forget(record)
-        router.failure(record.client, failure)
-        self.counters["tasks_failed"] += 1
+        """The task ends unsuccessfully, and so does every task waiting on its result, with the same failure."""
+        pending = [(record, failure)]
+        while pending:
+            current, current_failure = pending.pop()
+            dependents = self._forget(current)
+            if not current.quiet:
+                router.failure(current.client, current_failure)
+            self.counters[f"tasks_{current_failure.kind.name.lower()}"] += 1
+            for dependent, _ in dependents:
+                if self._tasks.get(dependent.task_id) is dependent:
+                    pending.append((dependent, dataclasses.replace(current_failure, task_id=dependent.task_id)))
 
     def _return_to_queue(self, records: list[TaskRecord], router: _ResultRouter) -> None:
         """Unfinished tasks a worker no longer holds go to the front of the queue, keeping their order."""
@@ -343,8 +410,7 @@ class SchedulerCore:
             if record is None or record.client is not client:
                 router.failure(client, m.TaskFailure(task_id=task_id, kind=m.FailureKind.NOT_FOUND))
             elif record.worker is None:
-                self._forget(record)
-                router.failure(client, m.TaskFailure(task_id=task_id, kind=m.FailureKind.CANCELED))
+                self._finish_with_failure(record, m.TaskFailure(task_id=task_id, kind=m.FailureKind.CANCELED), router)
             else:
                 record.cancel_requested = True
                 per_worker.setdefault(record.worker.identity, []).append(task_id)
@@ -448,15 +514,16 @@ class SchedulerCore:
 
     # ------------------------------------------------------------------------------------------ removal
 
-    def _forget(self, record: TaskRecord) -> None:
-        """The task is finished for good: no state about it stays behind."""
+    def _forget(self, record: TaskRecord) -> list[tuple[TaskRecord, int]]:
+        """The task is finished for good: no state about it stays behind. Returns who waited on it."""
         del self._tasks[record.task_id]
         record.client.task_ids.discard(record.task_id)
         if record.worker is not None:
             record.worker.assigned.pop(record.task_id, None)
-        else:
+        elif record.waiting_on == 0:
             record.canceled = True  # still in the unassigned queue; _take skips it
             self._waiting -= 1
+        return self._dependents.pop(record.task_id, [])
 
     def _drop_client_work(self, client: ClientPeer, out: list[Outgoing]) -> int:
         """Cancel every unfinished task of the client and release its objects."""
