@@ -88,6 +88,7 @@ class Heartbeat:
     queued_tasks: int = 0
     processor_cpu_percent: float = 0.0
     processor_rss_bytes: int = 0
+    latency_us: int = 0
 
 
 @dataclasses.dataclass(slots=True)
@@ -247,6 +248,7 @@ def _encode_heartbeat(builder, message: Heartbeat) -> None:
         "queuedTasks": message.queued_tasks,
         "processorCpuPercent": message.processor_cpu_percent,
         "processorRssBytes": message.processor_rss_bytes,
+        "latencyUs": message.latency_us,
     })
 
 
@@ -361,6 +363,7 @@ def _decode_heartbeat(reader) -> Heartbeat:
         queued_tasks=reader.queuedTasks,
         processor_cpu_percent=reader.processorCpuPercent,
         processor_rss_bytes=reader.processorRssBytes,
+        latency_us=reader.latencyUs,
     )
 
 

@@ -59,6 +59,7 @@ struct Heartbeat {
   queuedTasks @2 :UInt32;      # workers only
   processorCpuPercent @3 :Float32;
   processorRssBytes @4 :UInt64;
+  latencyUs @5 :UInt32;        # the sender's last measured heartbeat round trip
 }
 
 struct HeartbeatEcho {}

@@ -10,6 +10,7 @@ import threading
 import time
 from urllib.parse import urlsplit
 
+import psutil
 import zmq
 
 from scaler.protocol import messages as m
@@ -38,12 +39,25 @@ class SchedulerServer:
             )
         )
         self._stop_requested = threading.Event()
+        self._process = psutil.Process()
+        self._process.cpu_percent()
         self.received: dict[str, int] = {}
         self.sent: dict[str, int] = {}
 
     @property
     def core(self) -> SchedulerCore:
         return self._core
+
+    def status_snapshot(self) -> dict:
+        """What the monitor feed publishes: the core's view plus this process's own usage and counters."""
+        snapshot = self._core.status(time.monotonic())
+        snapshot["scheduler"] = {
+            "cpu_percent": self._process.cpu_percent(),
+            "rss_bytes": self._process.memory_info().rss,
+        }
+        snapshot["sent"] = dict(self.sent)
+        snapshot["received"] = dict(self.received)
+        return snapshot
 
     def stop(self) -> None:
         """Ask the loop to finish; safe from any thread or a signal handler."""

@@ -104,6 +104,8 @@ class WorkerAgent:
         # Kept so that a replacement processor can be given every object the scheduler thinks we hold.
         self._objects: dict[bytes, m.ObjectPayload] = {}
         self._stop_requested = threading.Event()
+        self._heartbeat_sent_at: float | None = None
+        self._latency_us = 0
         self._process = psutil.Process()
         self._process.cpu_percent()
 
@@ -173,6 +175,7 @@ class WorkerAgent:
             if now >= next_heartbeat:
                 next_heartbeat = now + config.heartbeat_interval_seconds
                 scheduler.send(m.encode(self._heartbeat(processor)))
+                self._heartbeat_sent_at = now
 
     def _on_scheduler_frame(self, frame: bytes, processor: _ProcessorHandle) -> None:
         try:
@@ -195,7 +198,9 @@ class WorkerAgent:
         elif isinstance(message, m.Welcome):
             logger.info(f"Worker[{self._name}]: connected to the scheduler")
         elif isinstance(message, m.HeartbeatEcho):
-            pass
+            if self._heartbeat_sent_at is not None:
+                self._latency_us = int((time.monotonic() - self._heartbeat_sent_at) * 1e6)
+                self._heartbeat_sent_at = None
         elif isinstance(message, m.Disconnect):
             raise WorkerExit(f"scheduler asked us to leave: {message.reason}")
         elif isinstance(message, m.Refused):
@@ -250,6 +255,7 @@ class WorkerAgent:
             queued_tasks=len(self._outstanding),
             processor_cpu_percent=processor_cpu,
             processor_rss_bytes=processor_rss,
+            latency_us=self._latency_us,
         )
 
 

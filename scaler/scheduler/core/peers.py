@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from scaler.protocol.messages import Role
+from scaler.protocol.messages import Heartbeat, Role
 
 
 @dataclasses.dataclass(eq=False, slots=True)
@@ -30,6 +30,7 @@ class WorkerPeer:
     assigned: dict[int, None] = dataclasses.field(default_factory=dict)
     known_object_ids: set[bytes] = dataclasses.field(default_factory=set)
     tasks_sent: int = 0
+    last_heartbeat: Heartbeat | None = None
 
     role = Role.WORKER
 

@@ -170,6 +170,53 @@ class SchedulerCore:
     def workers(self) -> Iterable[WorkerPeer]:
         return self._workers.values()
 
+    def status(self, now: float) -> dict:
+        """A plain snapshot for the monitor feed: counts, clients, objects and workers."""
+        running = sum(len(worker.assigned) for worker in self._workers.values())
+        object_sizes = {object_id: len(record.payload) for object_id, record in self._objects.items()}
+        workers = []
+        for worker in self._workers.values():
+            heartbeat = worker.last_heartbeat or m.Heartbeat()
+            workers.append({
+                "name": worker.name,
+                "capacity": worker.capacity,
+                "free": worker.free,
+                "sent": worker.tasks_sent,
+                "assigned": len(worker.assigned),
+                "queued": heartbeat.queued_tasks,
+                "agent_cpu_percent": heartbeat.cpu_percent,
+                "agent_rss_bytes": heartbeat.rss_bytes,
+                "processor_cpu_percent": heartbeat.processor_cpu_percent,
+                "processor_rss_bytes": heartbeat.processor_rss_bytes,
+                "latency_us": heartbeat.latency_us,
+                "seconds_since_heard": now - worker.last_seen,
+            })
+        return {
+            "tasks": {
+                "unassigned": self._waiting,
+                "running": running,
+                "waiting_on_dependencies": len(self._tasks) - self._waiting - running,
+                "success": self.counters["tasks_succeeded"],
+                "failed": sum(self.counters[f"tasks_{kind.name.lower()}"] for kind in (
+                    m.FailureKind.RAISED, m.FailureKind.WORKER_DIED, m.FailureKind.SERIALIZATION,
+                    m.FailureKind.REJECTED,
+                )),
+                "canceled": self.counters["tasks_canceled"],
+                "not_found": self.counters["tasks_not_found"],
+            },
+            "clients": [
+                {
+                    "name": client.name,
+                    "tasks": len(client.task_ids),
+                    "objects": len(client.object_ids),
+                    "object_bytes": sum(object_sizes.get(object_id, 0) for object_id in client.object_ids),
+                }
+                for client in self._clients.values()
+            ],
+            "objects": {"count": len(self._objects), "bytes": sum(object_sizes.values())},
+            "workers": workers,
+        }
+
     # ------------------------------------------------------------------------------------------ handshake
 
     def _on_hello(self, sender: bytes, hello: m.Hello, now: float, out: list[Outgoing]) -> None:
@@ -208,6 +255,10 @@ class SchedulerCore:
             self._dispatch(out)
 
     def _on_heartbeat(self, sender: bytes, message: m.Message, now: float, out: list[Outgoing]) -> None:
+        assert isinstance(message, m.Heartbeat)
+        worker = self._workers.get(sender)
+        if worker is not None:
+            worker.last_heartbeat = message
         out.append((sender, m.HeartbeatEcho()))
 
     # ------------------------------------------------------------------------------------------ tasks
@@ -234,6 +285,7 @@ class SchedulerCore:
             if problem is None and limit >= 0 and self._waiting + len(group.task_ids) > limit:
                 problem = f"scheduler queue is full ({limit} tasks waiting); submit fewer tasks at once"
             if problem is not None:
+                self.counters["tasks_rejected"] += len(group.task_ids)
                 for task_id in group.task_ids:
                     router.failure(client, m.TaskFailure(
                         task_id=task_id, kind=m.FailureKind.REJECTED, type_name="TaskRejectedError", message=problem
@@ -409,6 +461,7 @@ class SchedulerCore:
             record = self._tasks.get(task_id)
             if record is None or record.client is not client:
                 router.failure(client, m.TaskFailure(task_id=task_id, kind=m.FailureKind.NOT_FOUND))
+                self.counters["tasks_not_found"] += 1
             elif record.worker is None:
                 self._finish_with_failure(record, m.TaskFailure(task_id=task_id, kind=m.FailureKind.CANCELED), router)
             else:
