@@ -24,7 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--num-of-workers", "-n", type=int, default=os.cpu_count() or 1, help="number of workers")
     parser.add_argument(
         "--worker-names", "-wn", type=str, default=None,
-        help="comma-separated worker names, one per worker (default: host name and index)",
+        help="comma-separated worker names, one per worker; when not given, host name and index",
     )
     parser.add_argument(
         "--per-worker-task-queue-size", "-wtqs", type=int, default=_DEFAULTS.task_queue_size,

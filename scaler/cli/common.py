@@ -16,15 +16,6 @@ def exit_with_parent_pid() -> int | None:
     return int(value) if value else None
 
 
-def parse_bool(text: str) -> bool:
-    lowered = text.strip().lower()
-    if lowered in ("1", "true", "yes", "on"):
-        return True
-    if lowered in ("0", "false", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
-
-
 def zmq_address(text: str) -> str:
     scheme, separator, rest = text.partition("://")
     if not separator or scheme not in ("tcp", "ipc", "inproc") or not rest:

@@ -9,7 +9,6 @@ from scaler.cli.common import (
     add_event_loop_argument,
     add_logging_arguments,
     exit_with_parent_pid,
-    parse_bool,
     zmq_address,
 )
 from scaler.scheduler.config import SchedulerConfig
@@ -64,8 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_event_loop_argument(parser, "--event-loop", "-e")
     parser.add_argument(
-        "--protected", "-p", type=parse_bool, nargs="?", const=True, default=_DEFAULTS.protected,
-        help="refuse shutdown requests from clients; give 'false' to allow them",
+        "--protected", "-p", action=argparse.BooleanOptionalAction, default=_DEFAULTS.protected,
+        help="refuse shutdown requests from clients (--no-protected allows them)",
     )
     parser.add_argument(
         "--monitor-address", "-ma", type=zmq_address, default=None,

@@ -23,7 +23,7 @@ from scaler.client.future import ScalerFuture, exception_from_failure
 from scaler.errors import ConnectionFailedError, SchedulerLostError
 from scaler.protocol import messages as m
 from scaler.utility.identifiers import TASK_COUNTER_BITS
-from scaler.utility.zmq_util import has_input
+from scaler.utility.zmq_util import has_input, receive_frames, send_message
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ class MapCollector:
         if count == 0:
             self.finished.set()
 
-    def deliver(self, index: int, payload: bytes) -> None:
+    def deliver(self, index: int, payload: m.Buffer) -> None:
         self.payloads[index] = payload
         self._one_done()
 
@@ -208,9 +208,9 @@ class ClientConnection:
         socket.setsockopt(zmq.LINGER, 0)
         try:
             socket.connect(self.address)
-            socket.send(m.encode(m.Hello(
+            send_message(socket, m.Hello(
                 role=m.Role.CLIENT, name=self._name, hostname=socket_module.gethostname(), pid=os.getpid()
-            )))
+            ))
             self._loop(socket)
         except Exception as error:  # a bug here must fail the futures, not strand them
             logger.exception("Client: I/O thread failed")
@@ -234,7 +234,7 @@ class ClientConnection:
             if socket in events:
                 last_heard = time.monotonic()
                 while has_input(socket):
-                    self._on_frame(socket.recv(copy=True))
+                    self._on_frames(receive_frames(socket))
             if self._welcomed.is_set():
                 self._flush_outbox(socket)
             if self._stopping or self._broken is not None:
@@ -252,7 +252,7 @@ class ClientConnection:
                 return
             if now >= next_heartbeat:
                 next_heartbeat = now + self._heartbeat_interval_seconds
-                socket.send(m.encode(m.Heartbeat()))
+                send_message(socket, m.Heartbeat())
 
     def _flush_outbox(self, socket: zmq.Socket) -> None:
         outbox = self._outbox
@@ -265,7 +265,7 @@ class ClientConnection:
         def send_batch() -> None:
             nonlocal objects, groups, current, current_signature, count
             if objects or groups:
-                socket.send(m.encode(m.TaskSubmission(objects=objects, groups=groups)), copy=False)
+                send_message(socket, m.TaskSubmission(objects=objects, groups=groups))
             objects, groups, current, current_signature, count = [], [], None, None, 0
 
         while outbox:
@@ -295,12 +295,12 @@ class ClientConnection:
                 objects.append(item[1])
             else:
                 send_batch()
-                socket.send(m.encode(item[1]))
+                send_message(socket, item[1])
         send_batch()
 
-    def _on_frame(self, frame: bytes) -> None:
+    def _on_frames(self, frames: list[m.Buffer]) -> None:
         try:
-            message = m.decode(frame)
+            message = m.decode(frames)
         except m.ProtocolDecodeError as error:
             logger.warning(f"Client: dropped an undecodable message from the scheduler: {error}")
             return

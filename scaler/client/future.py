@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
-from scaler.client.serializer import Serializer
+from scaler.client.serializer import Serializer, loads
 from scaler.errors import (
     RemoteTaskError,
     RemoteTraceback,
@@ -62,7 +62,7 @@ class ScalerFuture(concurrent.futures.Future):
 
     # Called by the connection's I/O thread only.
 
-    def _deliver(self, payload: bytes) -> None:
+    def _deliver(self, payload: m.Buffer) -> None:
         if not self.done():
             concurrent.futures.Future.set_result(self, payload)
 
@@ -76,9 +76,9 @@ class ScalerFuture(concurrent.futures.Future):
             self.set_running_or_notify_cancel()
 
 
-def _deserialize_result(serializer: Serializer, payload: bytes) -> Any:
+def _deserialize_result(serializer: Serializer, payload: m.Buffer) -> Any:
     try:
-        return serializer.deserialize(payload)
+        return loads(serializer, payload)
     except Exception as error:
         raise SerializationError(f"could not deserialize a task result: {type(error).__name__}: {error}") from error
 

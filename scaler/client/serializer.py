@@ -42,3 +42,13 @@ class DefaultSerializer(Serializer):
     @staticmethod
     def deserialize(payload: bytes) -> Any:
         return pickle.loads(payload)
+
+
+def loads(serializer: Serializer, payload: bytes | memoryview) -> Any:
+    """Deserialize a payload that may be a zero-copy view of a received frame.
+
+    The default serializer reads views directly; a custom one is promised bytes, so it gets a copy.
+    """
+    if type(payload) is memoryview and type(serializer) is not DefaultSerializer:
+        payload = bytes(payload)
+    return serializer.deserialize(payload)  # type: ignore[arg-type]

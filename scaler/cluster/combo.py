@@ -74,7 +74,7 @@ class SchedulerClusterCombo:
             "--per-worker-queue-size", str(per_worker_queue_size),
             "--max-task-crashes", str(max_task_crashes),
             "--event-loop", event_loop,
-            "--protected", str(protected).lower(),
+            "--protected" if protected else "--no-protected",
             *(["--monitor-address", monitor_address] if monitor_address else []),
             *logging_args,
             self._address,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import os
+from collections.abc import Sequence
 from typing import Any, Callable, Union, cast
 
 import capnp
@@ -17,6 +18,12 @@ capnp.remove_import_hook()
 _schema = capnp.load(os.path.join(os.path.dirname(__file__), "scaler.capnp"))
 
 PROTOCOL_VERSION = 1
+
+# A payload this large travels as its own zmq frame: nobody copies it into or out of a Cap'n Proto message.
+LARGE_PAYLOAD_BYTES = 64 * 1024
+
+# Payloads are bytes, or zero-copy views of received frames.
+Buffer = Union[bytes, memoryview]
 
 # A reader may visit each word of a frame a few times; capping traversal relative to the frame's size
 # stops a small forged frame (say, a list of a billion empty structs) from costing more than its bytes.
@@ -99,7 +106,7 @@ class HeartbeatEcho:
 @dataclasses.dataclass(slots=True)
 class ObjectPayload:
     object_id: bytes
-    payload: bytes
+    payload: Buffer
     name: str = ""
 
 
@@ -111,11 +118,13 @@ class TaskGroup:
     args_per_task: int
     keywords: tuple[str, ...]
     task_ids: list[int]
-    args: list[bytes]
+    args: list[Buffer]
     serializer_id: bytes = b""
     # Graph edges: args[ref_arg_indices[k]] receives the result of task ref_task_ids[k].
     ref_arg_indices: list[int] = dataclasses.field(default_factory=list)
     ref_task_ids: list[int] = dataclasses.field(default_factory=list)
+    # args[i] for i in object_arg_indices is an object id: the worker passes that object instead.
+    object_arg_indices: list[int] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass(slots=True)
@@ -138,7 +147,7 @@ class TaskFailure:
 @dataclasses.dataclass(slots=True)
 class TaskResults:
     succeeded_ids: list[int]
-    payloads: list[bytes]
+    payloads: list[Buffer]
     failures: list[TaskFailure]
 
 
@@ -205,13 +214,16 @@ Message = Union[
 # ---------------------------------------------------------------------------------------------- encoding
 
 
-def encode(message: Message) -> bytes:
+def encode(message: Message) -> list[Buffer]:
+    """The frames of one message: the Cap'n Proto frame, then any large payloads it names."""
     builder = _schema.Message.new_message()
     encoder = _ENCODERS.get(type(message))
     if encoder is None:
         raise TypeError(f"not a protocol message: {type(message).__name__}")
-    encoder(builder, message)
-    return builder.to_bytes()
+    frames: list[Buffer] = [b""]
+    encoder(builder, message, frames)
+    frames[0] = builder.to_bytes()
+    return frames
 
 
 def _init_with(builder, field: str, values: dict) -> None:
@@ -221,7 +233,7 @@ def _init_with(builder, field: str, values: dict) -> None:
         setattr(struct, name, value)
 
 
-def _encode_hello(builder, message: Hello) -> None:
+def _encode_hello(builder, message: Hello, frames: list[Buffer]) -> None:
     _init_with(builder, "hello", {
         "protocolVersion": message.protocol_version,
         "role": _ROLE_NAMES[message.role],
@@ -232,7 +244,7 @@ def _encode_hello(builder, message: Hello) -> None:
     })
 
 
-def _encode_welcome(builder, message: Welcome) -> None:
+def _encode_welcome(builder, message: Welcome, frames: list[Buffer]) -> None:
     _init_with(builder, "welcome", {
         "protocolVersion": message.protocol_version,
         "idPrefix": message.id_prefix,
@@ -241,7 +253,7 @@ def _encode_welcome(builder, message: Welcome) -> None:
     })
 
 
-def _encode_heartbeat(builder, message: Heartbeat) -> None:
+def _encode_heartbeat(builder, message: Heartbeat, frames: list[Buffer]) -> None:
     _init_with(builder, "heartbeat", {
         "cpuPercent": message.cpu_percent,
         "rssBytes": message.rss_bytes,
@@ -252,14 +264,34 @@ def _encode_heartbeat(builder, message: Heartbeat) -> None:
     })
 
 
-def _encode_submission(builder, message: TaskSubmission) -> None:
+def _split_large(payloads: list[Buffer], frames: list[Buffer]) -> tuple[list[Buffer], list[int], list[int]]:
+    """Move large payloads to frames; returns the inline list and the (index, frame) pairs."""
+    indices: list[int] = []
+    frame_numbers: list[int] = []
+    inline = payloads
+    for index, payload in enumerate(payloads):
+        if len(payload) >= LARGE_PAYLOAD_BYTES:
+            if inline is payloads:
+                inline = list(payloads)
+            inline[index] = b""
+            indices.append(index)
+            frame_numbers.append(len(frames))
+            frames.append(payload)
+    return inline, indices, frame_numbers
+
+
+def _encode_submission(builder, message: TaskSubmission, frames: list[Buffer]) -> None:
     submission = builder.init("submitTasks")
     if message.objects:
         objects = submission.init("objects", len(message.objects))
         for slot, item in zip(objects, message.objects):
             slot.objectId = item.object_id
             slot.name = item.name
-            slot.payload = item.payload
+            if len(item.payload) >= LARGE_PAYLOAD_BYTES:
+                slot.payloadFrame = len(frames)
+                frames.append(item.payload)
+            else:
+                slot.payload = item.payload
     groups = submission.init("groups", len(message.groups))
     for slot, group in zip(groups, message.groups):
         slot.functionId = group.function_id
@@ -267,20 +299,30 @@ def _encode_submission(builder, message: TaskSubmission) -> None:
         if group.keywords:
             slot.keywords = list(group.keywords)
         slot.taskIds = group.task_ids
-        slot.args = group.args
+        args, frame_indices, frame_numbers = _split_large(group.args, frames)
+        slot.args = args
+        if frame_indices:
+            slot.argFrameIndices = frame_indices
+            slot.argFrames = frame_numbers
         if group.serializer_id:
             slot.serializerId = group.serializer_id
         if group.ref_task_ids:
             slot.refArgIndices = group.ref_arg_indices
             slot.refTaskIds = group.ref_task_ids
+        if group.object_arg_indices:
+            slot.objectArgIndices = group.object_arg_indices
     if message.quiet_task_ids:
         submission.quietTaskIds = message.quiet_task_ids
 
 
-def _encode_results(builder, message: TaskResults) -> None:
+def _encode_results(builder, message: TaskResults, frames: list[Buffer]) -> None:
     results = builder.init("taskResults")
     results.succeededIds = message.succeeded_ids
-    results.payloads = message.payloads
+    payloads, frame_indices, frame_numbers = _split_large(message.payloads, frames)
+    results.payloads = payloads
+    if frame_indices:
+        results.payloadFrameIndices = frame_indices
+        results.payloadFrames = frame_numbers
     if message.failures:
         failures = results.init("failures", len(message.failures))
         for slot, failure in zip(failures, message.failures):
@@ -292,51 +334,86 @@ def _encode_results(builder, message: TaskResults) -> None:
             slot.exception = failure.exception
 
 
-_ENCODERS: dict[type, Callable[[Any, Any], Any]] = {
+_ENCODERS: dict[type, Callable[[Any, Any, list[Buffer]], Any]] = {
     Hello: _encode_hello,
     Welcome: _encode_welcome,
-    Refused: lambda b, m: _init_with(b, "refused", {"reason": m.reason}),
+    Refused: lambda b, m, f: _init_with(b, "refused", {"reason": m.reason}),
     Heartbeat: _encode_heartbeat,
-    HeartbeatEcho: lambda b, m: b.init("heartbeatEcho"),
+    HeartbeatEcho: lambda b, m, f: b.init("heartbeatEcho"),
     TaskSubmission: _encode_submission,
     TaskResults: _encode_results,
-    CancelTasks: lambda b, m: _init_with(b, "cancelTasks", {"taskIds": m.task_ids}),
-    DeleteObjects: lambda b, m: _init_with(b, "deleteObjects", {"objectIds": m.object_ids}),
-    ClearRequest: lambda b, m: b.init("clearRequest"),
-    ClearResponse: lambda b, m: _init_with(b, "clearResponse", {"canceledTasks": m.canceled_tasks}),
-    Disconnect: lambda b, m: _init_with(b, "disconnect", {"reason": m.reason}),
-    ShutdownRequest: lambda b, m: b.init("shutdownRequest"),
-    ShutdownResponse: lambda b, m: _init_with(b, "shutdownResponse", {"accepted": m.accepted, "reason": m.reason}),
-    ProtocolError: lambda b, m: _init_with(b, "protocolError", {"reason": m.reason}),
+    CancelTasks: lambda b, m, f: _init_with(b, "cancelTasks", {"taskIds": m.task_ids}),
+    DeleteObjects: lambda b, m, f: _init_with(b, "deleteObjects", {"objectIds": m.object_ids}),
+    ClearRequest: lambda b, m, f: b.init("clearRequest"),
+    ClearResponse: lambda b, m, f: _init_with(b, "clearResponse", {"canceledTasks": m.canceled_tasks}),
+    Disconnect: lambda b, m, f: _init_with(b, "disconnect", {"reason": m.reason}),
+    ShutdownRequest: lambda b, m, f: b.init("shutdownRequest"),
+    ShutdownResponse: lambda b, m, f: _init_with(b, "shutdownResponse", {"accepted": m.accepted, "reason": m.reason}),
+    ProtocolError: lambda b, m, f: _init_with(b, "protocolError", {"reason": m.reason}),
 }
 
 
 # ---------------------------------------------------------------------------------------------- decoding
 
 
-def decode(frame: bytes | memoryview) -> Message:
-    """Decode one frame; anything malformed raises ProtocolDecodeError, never anything else."""
+def decode(frames: Sequence[Buffer]) -> Message:
+    """Decode one message from its frames; anything malformed raises ProtocolDecodeError, never anything else."""
+    if not frames:
+        raise ProtocolDecodeError("a message needs at least one frame")
+    # Cap'n Proto needs word-aligned memory and a received frame's buffer need not be: copy the (small)
+    # control frame; payload frames stay zero-copy views.
+    first = bytes(frames[0]) if type(frames[0]) is not bytes else frames[0]
     try:
-        traversal_limit = len(frame) // 8 * _TRAVERSAL_WORDS_PER_FRAME_WORD + _TRAVERSAL_SLACK_WORDS
+        traversal_limit = len(first) // 8 * _TRAVERSAL_WORDS_PER_FRAME_WORD + _TRAVERSAL_SLACK_WORDS
         with _schema.Message.from_bytes(
-            frame, traversal_limit_in_words=traversal_limit, nesting_limit=_NESTING_LIMIT
+            first, traversal_limit_in_words=traversal_limit, nesting_limit=_NESTING_LIMIT
         ) as reader:
             which = reader.which()
             decoder = _DECODERS.get(which)
             if decoder is None:
                 raise ProtocolDecodeError(f"unknown message type {which!r}")
-            return cast(Message, decoder(getattr(reader, which)))
+            frame_table = _FrameTable(frames)
+            message = cast(Message, decoder(getattr(reader, which), frame_table))
+            frame_table.check_all_used()
+            return message
     except ProtocolDecodeError:
         raise
     except Exception as error:  # capnp raises KjException and friends for corrupt frames
-        raise ProtocolDecodeError(f"malformed message: {type(error).__name__}: {error}") from None
+        first_line = str(error).split("\n", 1)[0]  # capnp appends a stack of addresses
+        raise ProtocolDecodeError(f"malformed message: {type(error).__name__}: {first_line}") from None
+
+
+class _FrameTable:
+    """Hands out payload frames by number, each at most once, and checks that none is left over."""
+
+    def __init__(self, frames: Sequence[Buffer]) -> None:
+        self._frames = frames
+        self._used: set[int] = set()
+
+    def take(self, number: int) -> Buffer:
+        if not 0 < number < len(self._frames) or number in self._used:
+            raise ProtocolDecodeError(f"payload frame {number} is missing or named twice")
+        self._used.add(number)
+        return self._frames[number]
+
+    def place(self, payloads: list[Buffer], indices: Sequence[int], numbers: Sequence[int]) -> None:
+        if len(indices) != len(numbers):
+            raise ProtocolDecodeError("frame index and frame number lists differ in length")
+        for index, number in zip(indices, numbers):
+            if index >= len(payloads):
+                raise ProtocolDecodeError(f"payload index {index} is out of range")
+            payloads[index] = self.take(number)
+
+    def check_all_used(self) -> None:
+        if len(self._used) != len(self._frames) - 1:
+            raise ProtocolDecodeError(f"{len(self._frames) - 1 - len(self._used)} payload frame(s) are not named")
 
 
 def message_type_name(message: Message) -> str:
     return type(message).__name__
 
 
-def _decode_hello(reader) -> Hello:
+def _decode_hello(reader, frames: _FrameTable) -> Hello:
     return Hello(
         protocol_version=reader.protocolVersion,
         role=_ROLE_BY_NAME[reader.role],
@@ -347,7 +424,7 @@ def _decode_hello(reader) -> Hello:
     )
 
 
-def _decode_welcome(reader) -> Welcome:
+def _decode_welcome(reader, frames: _FrameTable) -> Welcome:
     return Welcome(
         protocol_version=reader.protocolVersion,
         id_prefix=reader.idPrefix,
@@ -356,7 +433,7 @@ def _decode_welcome(reader) -> Welcome:
     )
 
 
-def _decode_heartbeat(reader) -> Heartbeat:
+def _decode_heartbeat(reader, frames: _FrameTable) -> Heartbeat:
     return Heartbeat(
         cpu_percent=reader.cpuPercent,
         rss_bytes=reader.rssBytes,
@@ -367,29 +444,37 @@ def _decode_heartbeat(reader) -> Heartbeat:
     )
 
 
-def _decode_submission(reader) -> TaskSubmission:
+def _decode_submission(reader, frames: _FrameTable) -> TaskSubmission:
     objects = [
-        ObjectPayload(object_id=bytes(item.objectId), name=item.name, payload=bytes(item.payload))
+        ObjectPayload(
+            object_id=bytes(item.objectId),
+            name=item.name,
+            payload=frames.take(item.payloadFrame) if item.payloadFrame else bytes(item.payload),
+        )
         for item in reader.objects
     ]
     groups = []
     for group in reader.groups:
+        args = list(group.args)
+        if len(group.argFrameIndices) or len(group.argFrames):
+            frames.place(args, list(group.argFrameIndices), list(group.argFrames))
         groups.append(
             TaskGroup(
                 function_id=bytes(group.functionId),
                 args_per_task=group.argsPerTask,
                 keywords=tuple(group.keywords),
                 task_ids=list(group.taskIds),
-                args=list(group.args),
+                args=args,
                 serializer_id=bytes(group.serializerId),
                 ref_arg_indices=list(group.refArgIndices),
                 ref_task_ids=list(group.refTaskIds),
+                object_arg_indices=list(group.objectArgIndices),
             )
         )
     return TaskSubmission(objects=objects, groups=groups, quiet_task_ids=list(reader.quietTaskIds))
 
 
-def _decode_results(reader) -> TaskResults:
+def _decode_results(reader, frames: _FrameTable) -> TaskResults:
     failures = [
         TaskFailure(
             task_id=failure.taskId,
@@ -401,23 +486,26 @@ def _decode_results(reader) -> TaskResults:
         )
         for failure in reader.failures
     ]
-    return TaskResults(succeeded_ids=list(reader.succeededIds), payloads=list(reader.payloads), failures=failures)
+    payloads = list(reader.payloads)
+    if len(reader.payloadFrameIndices) or len(reader.payloadFrames):
+        frames.place(payloads, list(reader.payloadFrameIndices), list(reader.payloadFrames))
+    return TaskResults(succeeded_ids=list(reader.succeededIds), payloads=payloads, failures=failures)
 
 
-_DECODERS: dict[str, Callable[[Any], Any]] = {
+_DECODERS: dict[str, Callable[[Any, _FrameTable], Any]] = {
     "hello": _decode_hello,
     "welcome": _decode_welcome,
-    "refused": lambda r: Refused(reason=r.reason),
+    "refused": lambda r, f: Refused(reason=r.reason),
     "heartbeat": _decode_heartbeat,
-    "heartbeatEcho": lambda r: HeartbeatEcho(),
+    "heartbeatEcho": lambda r, f: HeartbeatEcho(),
     "submitTasks": _decode_submission,
     "taskResults": _decode_results,
-    "cancelTasks": lambda r: CancelTasks(task_ids=list(r.taskIds)),
-    "deleteObjects": lambda r: DeleteObjects(object_ids=[bytes(x) for x in r.objectIds]),
-    "clearRequest": lambda r: ClearRequest(),
-    "clearResponse": lambda r: ClearResponse(canceled_tasks=r.canceledTasks),
-    "disconnect": lambda r: Disconnect(reason=r.reason),
-    "shutdownRequest": lambda r: ShutdownRequest(),
-    "shutdownResponse": lambda r: ShutdownResponse(accepted=r.accepted, reason=r.reason),
-    "protocolError": lambda r: ProtocolError(reason=r.reason),
+    "cancelTasks": lambda r, f: CancelTasks(task_ids=list(r.taskIds)),
+    "deleteObjects": lambda r, f: DeleteObjects(object_ids=[bytes(x) for x in r.objectIds]),
+    "clearRequest": lambda r, f: ClearRequest(),
+    "clearResponse": lambda r, f: ClearResponse(canceled_tasks=r.canceledTasks),
+    "disconnect": lambda r, f: Disconnect(reason=r.reason),
+    "shutdownRequest": lambda r, f: ShutdownRequest(),
+    "shutdownResponse": lambda r, f: ShutdownResponse(accepted=r.accepted, reason=r.reason),
+    "protocolError": lambda r, f: ProtocolError(reason=r.reason),
 }

@@ -1,9 +1,12 @@
 @0xd61f51ffb71d4321;
 # The Scaler wire protocol. PROTOCOL.md explains the order in which each role sends these messages.
 #
-# Every ZeroMQ message on the wire is exactly one frame holding one `Message` in the standard (unpacked)
-# Cap'n Proto encoding. Opaque payloads (functions, arguments, results, objects) are `Data` made by the
-# client's serializer; every control field is a plain Cap'n Proto field, never pickled.
+# A ZeroMQ message on the wire is one frame holding one `Message` in the standard (unpacked) Cap'n Proto
+# encoding, followed by zero or more payload frames. Opaque payloads (functions, arguments, results,
+# objects) are made by the client's serializer; every control field is a plain Cap'n Proto field, never
+# pickled. A small payload travels inline as `Data`; a large one (64 KiB or more, by the sender's
+# choice) travels as its own frame, so that nobody copies or re-encodes it: its `Data` is left empty and
+# a field names the frame (1 = the first frame after the message). Every payload frame is named once.
 #
 # Hot paths are columnar: a batch of N tasks is a handful of lists, not N structs, because per-struct
 # access costs dominate in dynamic-language bindings.
@@ -68,6 +71,7 @@ struct ObjectPayload {
   objectId @0 :Data;       # 16 bytes; for functions, the blake2b-128 digest of `payload`
   name @1 :Text;
   payload @2 :Data;
+  payloadFrame @3 :UInt32; # 0: `payload` holds it; k > 0: the payload is frame k
 }
 
 # `len(taskIds)` tasks that share a function and an argument layout. Arguments are flattened row by
@@ -85,6 +89,11 @@ struct TaskGroup {
   # sent earlier (an earlier group, or an earlier row of this group) and not yet finished.
   refArgIndices @6 :List(UInt32);
   refTaskIds @7 :List(UInt64);
+  # Large arguments: the payload of args[argFrameIndices[k]] is frame argFrames[k].
+  argFrameIndices @8 :List(UInt32);
+  argFrames @9 :List(UInt32);
+  # Object arguments: args[i] holds a 16-byte object id; the worker passes the object itself.
+  objectArgIndices @10 :List(UInt32);
 }
 
 struct TaskSubmission {
@@ -117,6 +126,9 @@ struct TaskResults {
   succeededIds @0 :List(UInt64);
   payloads @1 :List(Data);
   failures @2 :List(TaskFailure);
+  # Large results: the payload of succeededIds[payloadFrameIndices[k]] is frame payloadFrames[k].
+  payloadFrameIndices @3 :List(UInt32);
+  payloadFrames @4 :List(UInt32);
 }
 
 struct CancelTasks {

@@ -16,12 +16,17 @@ import zmq
 from scaler.protocol import messages as m
 from scaler.scheduler.config import SchedulerConfig, default_monitor_address
 from scaler.scheduler.core.scheduler_core import CoreConfig, Outgoing, SchedulerCore
+from scaler.utility.zmq_util import receive_frames, send_frames
 
 logger = logging.getLogger(__name__)
 
 # Receive at most this many messages before checking timers, so a flood cannot starve heartbeats.
 _MAX_MESSAGES_PER_WAKE = 512
 _TICK_SECONDS = 0.25
+
+
+class SchedulerStartError(RuntimeError):
+    """The scheduler could not start serving (for example, its address is taken)."""
 
 
 class SchedulerServer:
@@ -79,7 +84,10 @@ class SchedulerServer:
         socket.setsockopt(zmq.RCVHWM, 0)
         socket.setsockopt(zmq.LINGER, 0)
         try:
-            socket.bind(config.address)
+            try:
+                socket.bind(config.address)
+            except zmq.ZMQError as error:
+                raise SchedulerStartError(f"Scheduler: cannot listen on {config.address}: {error}") from None
             logger.info(f"Scheduler: listening on {config.address}")
             for component in ("TaskManager", "ObjectManager", "WorkerManager", "ClientManager"):
                 logger.info(f"{component}: started")
@@ -99,7 +107,7 @@ class SchedulerServer:
             if poller.poll(int(timeout_ms)):
                 for _ in range(_MAX_MESSAGES_PER_WAKE):
                     try:
-                        frames = socket.recv_multipart(zmq.NOBLOCK, copy=True)
+                        frames = receive_frames(socket, zmq.NOBLOCK)
                     except zmq.Again:
                         break
                     self._send(socket, self._handle(frames))
@@ -114,13 +122,10 @@ class SchedulerServer:
                     logger.warning("Scheduler: parent process is gone, exiting")
                     return
 
-    def _handle(self, frames: list[bytes]) -> list[Outgoing]:
-        sender = frames[0]
-        if len(frames) != 2:
-            logger.warning(f"Scheduler: dropped a message of {len(frames) - 1} frames from {sender!r}")
-            return self._core.on_bad_frame(sender, "a message must be exactly one frame")
+    def _handle(self, frames: list[m.Buffer]) -> list[Outgoing]:
+        sender = bytes(frames[0])
         try:
-            message = m.decode(frames[1])
+            message = m.decode(frames[1:])
         except m.ProtocolDecodeError as error:
             logger.warning(f"Scheduler: dropped an undecodable message from {sender!r}: {error}")
             return self._core.on_bad_frame(sender, str(error))
@@ -138,7 +143,7 @@ class SchedulerServer:
             name = type(message).__name__
             self.sent[name] = self.sent.get(name, 0) + 1
             try:
-                socket.send_multipart([identity, m.encode(message)], copy=False)
+                send_frames(socket, [identity, *m.encode(message)])
             except zmq.ZMQError as error:
                 logger.warning(f"Scheduler: could not send {name} to {identity!r}: {error}")
 
@@ -164,4 +169,8 @@ def run_scheduler(config: SchedulerConfig, exit_with_parent: int | None = None) 
     server = SchedulerServer(config)
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: server.stop())
-    server.run(exit_with_parent=exit_with_parent)
+    try:
+        server.run(exit_with_parent=exit_with_parent)
+    except SchedulerStartError as error:
+        logger.error(str(error))
+        raise SystemExit(1) from None

@@ -1,10 +1,29 @@
-"""Small helpers over pyzmq used by every I/O shell."""
+"""Small helpers over pyzmq used by every I/O shell: messages go out and come in as lists of frames."""
 
 from __future__ import annotations
 
 import zmq
 
+from scaler.protocol import messages as m
+
 
 def has_input(socket: zmq.Socket) -> bool:
     """True if a message can be received without blocking; cheaper than a poll."""
     return bool(socket.getsockopt(zmq.EVENTS) & zmq.POLLIN)  # type: ignore[operator, arg-type]
+
+
+def send_frames(socket: zmq.Socket, frames: list[m.Buffer], flags: int = 0) -> None:
+    if len(frames) == 1:
+        socket.send(frames[0], flags)
+    else:
+        # Large payload frames go out without a copy; zmq keeps them alive until sent.
+        socket.send_multipart(frames, flags, copy=False)
+
+
+def send_message(socket: zmq.Socket, message: m.Message, flags: int = 0) -> None:
+    send_frames(socket, m.encode(message), flags)
+
+
+def receive_frames(socket: zmq.Socket, flags: int = 0) -> list[m.Buffer]:
+    """One message's frames as zero-copy views."""
+    return [part.buffer for part in socket.recv_multipart(flags, copy=False)]

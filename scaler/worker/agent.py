@@ -24,7 +24,7 @@ import psutil
 import zmq
 
 from scaler.protocol import messages as m
-from scaler.utility.zmq_util import has_input
+from scaler.utility.zmq_util import has_input, receive_frames, send_frames, send_message
 from scaler.worker.config import WorkerConfig
 
 logger = logging.getLogger(__name__)
@@ -75,7 +75,7 @@ class _ProcessorHandle:
             return
         if process.poll() is None:
             try:
-                self.socket.send(m.encode(m.Disconnect(reason="worker stopping")), zmq.NOBLOCK)
+                send_message(self.socket, m.Disconnect(reason="worker stopping"), zmq.NOBLOCK)
             except zmq.ZMQError:
                 pass
             try:
@@ -126,16 +126,16 @@ class WorkerAgent:
             processor = _ProcessorHandle(work_dir, context)
             processor.start()
             scheduler.connect(config.address)
-            scheduler.send(m.encode(m.Hello(
+            send_message(scheduler, m.Hello(
                 role=m.Role.WORKER, name=self._name, hostname=socket_module.gethostname(), pid=os.getpid(),
                 capacity=config.task_queue_size,
-            )))
+            ))
             self._loop(scheduler, processor, exit_with_parent)
         except WorkerExit as reason:
             logger.info(f"Worker[{self._name}]: {reason}")
         finally:
             try:
-                scheduler.send(m.encode(m.Disconnect(reason="worker exiting")), zmq.NOBLOCK)
+                send_message(scheduler, m.Disconnect(reason="worker exiting"), zmq.NOBLOCK)
             except zmq.ZMQError:
                 pass
             if processor is not None:
@@ -157,12 +157,12 @@ class WorkerAgent:
             if scheduler in events:
                 last_heard = time.monotonic()
                 while has_input(scheduler):
-                    self._on_scheduler_frame(scheduler.recv(copy=True), processor)
+                    self._on_scheduler_frames(receive_frames(scheduler), processor)
             if processor.socket in events:
                 while has_input(processor.socket):
-                    frame = processor.socket.recv(copy=True)
-                    self._on_processor_results(frame)
-                    scheduler.send(frame, copy=False)
+                    frames = receive_frames(processor.socket)
+                    self._on_processor_results(frames)
+                    send_frames(scheduler, frames)
             now = time.monotonic()
             if now >= next_check:
                 next_check = now + _PROCESSOR_CHECK_SECONDS
@@ -174,12 +174,12 @@ class WorkerAgent:
                     raise WorkerExit("parent process is gone, exiting")
             if now >= next_heartbeat:
                 next_heartbeat = now + config.heartbeat_interval_seconds
-                scheduler.send(m.encode(self._heartbeat(processor)))
+                send_message(scheduler, self._heartbeat(processor))
                 self._heartbeat_sent_at = now
 
-    def _on_scheduler_frame(self, frame: bytes, processor: _ProcessorHandle) -> None:
+    def _on_scheduler_frames(self, frames: list[m.Buffer], processor: _ProcessorHandle) -> None:
         try:
-            message = m.decode(frame)
+            message = m.decode(frames)
         except m.ProtocolDecodeError as error:
             logger.warning(f"Worker[{self._name}]: dropped an undecodable message from the scheduler: {error}")
             return
@@ -188,13 +188,13 @@ class WorkerAgent:
                 self._objects[item.object_id] = item
             for group in message.groups:
                 self._outstanding.update(dict.fromkeys(group.task_ids))
-            processor.socket.send(frame, copy=False)
+            send_frames(processor.socket, frames)
         elif isinstance(message, (m.CancelTasks,)):
-            processor.socket.send(frame, copy=False)
+            send_frames(processor.socket, frames)
         elif isinstance(message, m.DeleteObjects):
             for object_id in message.object_ids:
                 self._objects.pop(object_id, None)
-            processor.socket.send(frame, copy=False)
+            send_frames(processor.socket, frames)
         elif isinstance(message, m.Welcome):
             logger.info(f"Worker[{self._name}]: connected to the scheduler")
         elif isinstance(message, m.HeartbeatEcho):
@@ -208,8 +208,8 @@ class WorkerAgent:
         elif isinstance(message, m.ProtocolError):
             logger.warning(f"Worker[{self._name}]: scheduler reports a protocol error: {message.reason}")
 
-    def _on_processor_results(self, frame: bytes) -> None:
-        results = m.decode(frame)
+    def _on_processor_results(self, frames: list[m.Buffer]) -> None:
+        results = m.decode(frames)
         assert isinstance(results, m.TaskResults)
         outstanding = self._outstanding
         for task_id in results.succeeded_ids:
@@ -237,9 +237,9 @@ class WorkerAgent:
         processor.stop()
         processor.start()
         if self._objects:
-            processor.socket.send(m.encode(m.TaskSubmission(objects=list(self._objects.values()), groups=[])))
+            send_message(processor.socket, m.TaskSubmission(objects=list(self._objects.values()), groups=[]))
         if failures:
-            scheduler.send(m.encode(m.TaskResults(succeeded_ids=[], payloads=[], failures=failures)))
+            send_message(scheduler, m.TaskResults(succeeded_ids=[], payloads=[], failures=failures))
 
     def _heartbeat(self, processor: _ProcessorHandle) -> m.Heartbeat:
         processor_cpu, processor_rss = 0.0, 0

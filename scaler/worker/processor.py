@@ -21,9 +21,9 @@ from typing import Any, Callable
 import cloudpickle
 import zmq
 
-from scaler.client.serializer import DefaultSerializer, Serializer
+from scaler.client.serializer import DefaultSerializer, Serializer, loads
 from scaler.protocol import messages as m
-from scaler.utility.zmq_util import has_input
+from scaler.utility.zmq_util import has_input, receive_frames, send_message
 
 logger = logging.getLogger(__name__)
 
@@ -40,14 +40,14 @@ class Processor:
     def __init__(self, socket: zmq.Socket, running_task_slot: mmap.mmap) -> None:
         self._socket = socket
         self._running_task_slot = running_task_slot
-        self._object_payloads: dict[bytes, bytes] = {}
+        self._object_payloads: dict[bytes, m.Buffer] = {}
         self._object_names: dict[bytes, str] = {}
         self._functions: dict[tuple[bytes, bytes], Callable[..., Any]] = {}
         self._serializers: dict[bytes, Serializer] = {b"": DefaultSerializer()}
         self._queue: collections.deque[_PendingTask] = collections.deque()
         self._queued_ids: set[int] = set()
         self._succeeded_ids: list[int] = []
-        self._payloads: list[bytes] = []
+        self._payloads: list[m.Buffer] = []
         self._failures: list[m.TaskFailure] = []
         self._last_flush = time.monotonic()
         self._running = True
@@ -75,7 +75,7 @@ class Processor:
     def _drain(self) -> None:
         socket = self._socket
         while has_input(socket):
-            message = m.decode(socket.recv(copy=True))
+            message = m.decode(receive_frames(socket))
             if isinstance(message, m.TaskSubmission):
                 for item in message.objects:
                     self._object_payloads[item.object_id] = item.payload
@@ -119,7 +119,7 @@ class Processor:
             function_name = getattr(function, "__qualname__", None) or repr(function)
             width = group.args_per_task
             raw_args = group.args[row * width:(row + 1) * width]
-            args = [serializer.deserialize(payload) for payload in raw_args]
+            args = [loads(serializer, payload) for payload in raw_args]
         except Exception as error:
             context = f"could not load {function_name} or its arguments"
             self._fail(task_id, m.FailureKind.SERIALIZATION, error, context)
@@ -153,7 +153,7 @@ class Processor:
         key = (function_id, serializer_id)
         function = self._functions.get(key)
         if function is None:
-            function = serializer.deserialize(self._object_payloads[function_id])
+            function = loads(serializer, self._object_payloads[function_id])
             self._functions[key] = function
         return function
 
@@ -182,7 +182,7 @@ class Processor:
         if not self._succeeded_ids and not self._failures:
             return
         results = m.TaskResults(succeeded_ids=self._succeeded_ids, payloads=self._payloads, failures=self._failures)
-        self._socket.send(m.encode(results), copy=False)
+        send_message(self._socket, results)
         self._succeeded_ids = []
         self._payloads = []
         self._failures = []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from scaler.protocol.messages import Heartbeat, Role
+from scaler.protocol.messages import Buffer, Heartbeat, Role
 
 
 @dataclasses.dataclass(eq=False, slots=True)
@@ -54,7 +54,7 @@ class TaskRecord:
     task_id: int
     client: ClientPeer
     signature: TaskSignature
-    args: list[bytes]
+    args: list[Buffer]
     worker: WorkerPeer | None = None
     # How many processors crashed while running this task.
     crashes: int = 0

@@ -15,7 +15,7 @@ from typing import Callable, Iterable
 
 from scaler.protocol import messages as m
 from scaler.scheduler.core.peers import ClientPeer, TaskRecord, TaskSignature, WorkerPeer
-from scaler.utility.identifiers import TASK_COUNTER_BITS
+from scaler.utility.identifiers import OBJECT_ID_BYTES, TASK_COUNTER_BITS
 
 Outgoing = tuple[bytes, m.Message]
 
@@ -38,7 +38,7 @@ class CoreConfig:
 
 @dataclasses.dataclass
 class _ObjectRecord:
-    payload: bytes
+    payload: m.Buffer
     name: str
     owners: set[bytes]
 
@@ -49,7 +49,7 @@ class _ResultRouter:
     def __init__(self) -> None:
         self._by_client: dict[bytes, m.TaskResults] = {}
 
-    def success(self, client: ClientPeer, task_id: int, payload: bytes) -> None:
+    def success(self, client: ClientPeer, task_id: int, payload: m.Buffer) -> None:
         results = self._results_for(client.identity)
         results.succeeded_ids.append(task_id)
         results.payloads.append(payload)
@@ -269,6 +269,9 @@ class SchedulerCore:
         if client is None:
             out.append((sender, m.ProtocolError(reason="only clients submit tasks")))
             return
+        if any(len(item.object_id) != OBJECT_ID_BYTES for item in message.objects):
+            out.append((sender, m.ProtocolError(reason=f"object ids are {OBJECT_ID_BYTES} bytes long")))
+            return
         for item in message.objects:
             stored = self._objects.get(item.object_id)
             if stored is None:
@@ -331,7 +334,7 @@ class SchedulerCore:
             return f"group carries {len(group.args)} arguments for {len(group.task_ids)} tasks of {group.args_per_task}"
         if len(group.keywords) > group.args_per_task:
             return "more keyword names than arguments per task"
-        if group.function_id not in self._objects:
+        if len(group.function_id) != OBJECT_ID_BYTES or group.function_id not in self._objects:
             return "unknown function object: send its payload with or before the first task that uses it"
         if group.serializer_id and group.serializer_id not in self._objects:
             return "unknown serializer object"
@@ -405,7 +408,7 @@ class SchedulerCore:
         router.flush(out)
         self._dispatch(out)
 
-    def _complete(self, record: TaskRecord, payload: bytes, router: _ResultRouter) -> None:
+    def _complete(self, record: TaskRecord, payload: m.Buffer, router: _ResultRouter) -> None:
         dependents = self._forget(record)
         if not record.quiet:
             router.success(record.client, record.task_id, payload)

@@ -1,0 +1,73 @@
+@0x8366f35c5303af4a;
+# The Scaler monitor feed. PROTOCOL.md ("Monitor feed") explains how to subscribe.
+#
+# The scheduler binds a ZeroMQ PUB socket on its monitor address and, about once a second, publishes
+# one single-frame message: a `MonitorSnapshot` in the standard (unpacked) Cap'n Proto encoding, with
+# no topic frame. Subscribe to the empty prefix. Every snapshot is complete on its own, so a subscriber
+# may drop all but the newest; counters only grow for the life of one scheduler process (a restart
+# starts them at zero again, along with `sequence`).
+
+struct MonitorSnapshot {
+  feedVersion @0 :UInt32;          # 1 for the layout below; readers ignore fields they do not know
+  sequence @1 :UInt64;             # 0 for the first snapshot of a scheduler process, then +1 each time
+  publishedAtUs @2 :UInt64;        # the scheduler's wall clock, microseconds since the Unix epoch
+  scheduler @3 :SchedulerUsage;
+  tasks @4 :TaskCounts;
+  sent @5 :List(MessageCount);     # messages the scheduler sent, by type, since it started
+  received @6 :List(MessageCount); # messages the scheduler received, by type, since it started
+  clients @7 :List(ClientStatus);
+  objects @8 :ObjectUsage;
+  workers @9 :List(WorkerStatus);
+}
+
+struct SchedulerUsage {
+  cpuPercent @0 :Float32;          # of one core, since the previous snapshot
+  rssBytes @1 :UInt64;
+}
+
+# Tasks the scheduler holds now (the first three) and tasks finished since it started (the rest).
+struct TaskCounts {
+  unassigned @0 :UInt64;           # ready, waiting for a free worker slot
+  running @1 :UInt64;              # assigned to a worker (queued there or running)
+  waitingOnDependencies @2 :UInt64; # graph tasks parked until the tasks they need succeed
+  success @3 :UInt64;
+  failed @4 :UInt64;               # raised, worker died too often, serialization, rejected
+  canceled @5 :UInt64;
+  notFound @6 :UInt64;             # cancel or lookup of a task the scheduler did not know
+}
+
+struct MessageCount {
+  name @0 :Text;                   # the Python view's class name, e.g. "TaskSubmission", "Heartbeat"
+  count @1 :UInt64;
+}
+
+struct ClientStatus {
+  name @0 :Text;
+  tasks @1 :UInt64;                # unfinished tasks of this client
+  objects @2 :UInt64;              # objects it owns
+  objectBytes @3 :UInt64;
+}
+
+struct ObjectUsage {
+  count @0 :UInt64;
+  bytes @1 :UInt64;
+}
+
+struct WorkerStatus {
+  name @0 :Text;                   # as the worker said in its hello
+  capacity @1 :UInt32;             # task slots
+  free @2 :UInt32;                 # slots not holding a task
+  sent @3 :UInt64;                 # tasks the scheduler sent it since it joined
+  assigned @4 :UInt32;             # tasks it holds now, as the scheduler counts them
+  queued @5 :UInt32;               # tasks waiting in its queue, from its last heartbeat
+  agentCpuPercent @6 :Float32;     # from its last heartbeat: the agent process
+  agentRssBytes @7 :UInt64;
+  processorCpuPercent @8 :Float32; # from its last heartbeat: the processor that runs tasks
+  processorRssBytes @9 :UInt64;
+  latencyUs @10 :UInt32;           # its last measured heartbeat round trip
+  secondsSinceHeard @11 :Float32;  # since the scheduler last heard anything from it
+  # The I/T/L flags of scaler_top:
+  processorInitialized @12 :Bool;  # I: its last heartbeat reported a live processor (processorRssBytes > 0)
+  hasTask @13 :Bool;               # T: it holds at least one task (assigned > 0)
+  taskLocked @14 :Bool;            # L: reserved for suspended nested tasks; always false in feed version 1
+}

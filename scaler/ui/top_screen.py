@@ -1,0 +1,189 @@
+"""What `scaler_top` shows, as plain lines of text.
+
+No terminal in here: the curses shell in `top.py` only draws these lines, so the layout is tested
+without one. The layout follows the product documents: four panels (scheduler | task_manager |
+scheduler_sent | scheduler_received), a rule, the shortcuts, then the worker table with the clients
+beside it. The sorted column's header carries a `*`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+from scaler.scheduler.monitor import MonitorSnapshot, WorkerStatus
+
+# Seconds without a snapshot before the screen says the scheduler may be gone (it publishes every second).
+STALE_AFTER_SECONDS = 3.0
+
+_WORKER_NAME_WIDTH = 24
+_CLIENT_NAME_WIDTH = 28
+
+
+@dataclasses.dataclass(frozen=True)
+class Column:
+    header: str
+    shortcut: str | None
+    text: Callable[[WorkerStatus], str]
+    sort_value: Callable[[WorkerStatus], Any] | None = None
+    descending: bool = True
+
+
+@dataclasses.dataclass
+class Screen:
+    lines: list[str]
+    # Lines to draw in bold: headers.
+    emphasized: set[int] = dataclasses.field(default_factory=set)
+
+
+def format_percent(percent: float) -> str:
+    return f"{percent:.1f}%"
+
+
+def format_bytes(count: int) -> str:
+    """111.8m for 111.8 MiB, as the product documents show; powers of 1024."""
+    if count < 1024:
+        return f"{count}b"
+    value = float(count)
+    for unit in ("k", "m", "g", "t"):
+        value /= 1024
+        if value < 1024 or unit == "t":
+            return f"{value:.1f}{unit}"
+    raise AssertionError("unreachable")
+
+
+def format_latency(microseconds: int) -> str:
+    """0.7ms, 12ms, 1.5s: the heartbeat round trip."""
+    milliseconds = microseconds / 1000
+    if milliseconds < 10:
+        text = f"{milliseconds:.1f}"
+        return (text[:-2] if text.endswith(".0") else text) + "ms"
+    if milliseconds < 1000:
+        return f"{milliseconds:.0f}ms"
+    return f"{milliseconds / 1000:.1f}s"
+
+
+def format_count(count: int) -> str:
+    return f"{count:,}"
+
+
+def _short_name(name: str, width: int) -> str:
+    return name if len(name) <= width else name[: width - 1] + "+"
+
+
+COLUMNS: tuple[Column, ...] = (
+    Column("worker", "n", lambda w: _short_name(w.name, _WORKER_NAME_WIDTH), lambda w: w.name, descending=False),
+    Column("agt_cpu", "C", lambda w: format_percent(w.agent_cpu_percent), lambda w: w.agent_cpu_percent),
+    Column("agt_rss", "M", lambda w: format_bytes(w.agent_rss_bytes), lambda w: w.agent_rss_bytes),
+    Column("cpu", "c", lambda w: format_percent(w.processor_cpu_percent), lambda w: w.processor_cpu_percent),
+    Column("rss", "m", lambda w: format_bytes(w.processor_rss_bytes), lambda w: w.processor_rss_bytes),
+    Column("free", "f", lambda w: str(w.free), lambda w: w.free),
+    Column("sent", "w", lambda w: str(w.sent), lambda w: w.sent),
+    Column("queued", "d", lambda w: str(w.queued), lambda w: w.queued),
+    Column("lag", "l", lambda w: format_latency(w.latency_us), lambda w: w.latency_us),
+    Column("ITL", None, lambda w: w.flags),
+)
+
+DEFAULT_SORT = "cpu"
+
+# key pressed -> header of the column it sorts by
+SORT_SHORTCUTS: dict[str, str] = {column.shortcut: column.header for column in COLUMNS if column.shortcut}
+
+SHORTCUTS_LINE = "Shortcuts: " + " ".join(
+    f"{column.header}[{column.shortcut}]" for column in COLUMNS if column.shortcut
+) + " quit[q]"
+
+_COLUMNS_BY_HEADER = {column.header: column for column in COLUMNS}
+
+
+def render(snapshot: MonitorSnapshot | None, sort_by: str, address: str, seconds_since_last: float | None) -> Screen:
+    """The whole screen; `seconds_since_last` is how long ago the snapshot arrived (None: never)."""
+    if snapshot is None:
+        return Screen([f"waiting for scheduler at {address} ...", "", "press q to quit"])
+    lines: list[str] = []
+    emphasized: set[int] = set()
+    if seconds_since_last is not None and seconds_since_last > STALE_AFTER_SECONDS:
+        lines.append(
+            f"no snapshot from {address} for {seconds_since_last:.0f}s: is the scheduler still running? "
+            "(showing the last one)"
+        )
+    emphasized.add(len(lines))
+    panels = _panels(snapshot)
+    lines.extend(panels)
+    lines.append("-" * max(len(line) for line in panels))
+    lines.append(SHORTCUTS_LINE)
+    lines.append("")
+    lines.append(f"Total {len(snapshot.workers)} worker(s)")
+    emphasized.add(len(lines))
+    lines.extend(_worker_table(snapshot, sort_by))
+    return Screen(lines, emphasized)
+
+
+def _panel(title: str, rows: list[tuple[str, str]]) -> list[str]:
+    label_width = max((len(label) for label, _ in rows), default=0)
+    value_width = max((len(value) for _, value in rows), default=0)
+    width = max(len(title), label_width + 1 + value_width)
+    return [title.ljust(width)] + [f"{label:>{label_width}} {value:>{value_width}}".rjust(width) for label, value in rows]
+
+
+def _panels(snapshot: MonitorSnapshot) -> list[str]:
+    tasks = snapshot.tasks
+    panels = [
+        _panel("scheduler", [
+            ("cpu", format_percent(snapshot.scheduler_cpu_percent)),
+            ("rss", format_bytes(snapshot.scheduler_rss_bytes)),
+            ("objects", format_count(snapshot.object_count)),
+            ("obj_size", format_bytes(snapshot.object_bytes)),
+        ]),
+        _panel("task_manager", [
+            ("unassigned", format_count(tasks.unassigned)),
+            ("running", format_count(tasks.running)),
+            ("waiting", format_count(tasks.waiting_on_dependencies)),
+            ("success", format_count(tasks.success)),
+            ("failed", format_count(tasks.failed)),
+            ("canceled", format_count(tasks.canceled)),
+            ("not_found", format_count(tasks.not_found)),
+        ]),
+        _panel("scheduler_sent", [(name, format_count(count)) for name, count in sorted(snapshot.sent.items())]),
+        _panel("scheduler_received", [
+            (name, format_count(count)) for name, count in sorted(snapshot.received.items())
+        ]),
+    ]
+    widths = [len(panel[0]) for panel in panels]
+    height = max(len(panel) for panel in panels)
+    return [
+        " | ".join(
+            panel[row] if row < len(panel) else " " * width for panel, width in zip(panels, widths)
+        ).rstrip()
+        for row in range(height)
+    ]
+
+
+def sort_workers(workers: list[WorkerStatus], sort_by: str) -> list[WorkerStatus]:
+    column = _COLUMNS_BY_HEADER.get(sort_by, _COLUMNS_BY_HEADER[DEFAULT_SORT])
+    by_name = sorted(workers, key=lambda worker: worker.name)
+    if column.sort_value is None:
+        return by_name
+    # sorted() is stable: equal values keep the name order.
+    return sorted(by_name, key=column.sort_value, reverse=column.descending)
+
+
+def _worker_table(snapshot: MonitorSnapshot, sort_by: str) -> list[str]:
+    workers = sort_workers(snapshot.workers, sort_by)
+    headers = [("*" if column.header == sort_by else "") + column.header for column in COLUMNS]
+    cells = [[column.text(worker) for column in COLUMNS] for worker in workers]
+    widths = [max([len(header)] + [len(row[index]) for row in cells]) for index, header in enumerate(headers)]
+
+    def table_line(row: list[str], name_left: bool) -> str:
+        first = row[0].ljust(widths[0]) if name_left else row[0].rjust(widths[0])
+        return " ".join([first] + [cell.rjust(width) for cell, width in zip(row[1:], widths[1:])])
+
+    table = [table_line(headers, name_left=False)] + [table_line(row, name_left=True) for row in cells]
+    clients = ["client_manager"] + [
+        f"{_short_name(client.name, _CLIENT_NAME_WIDTH)} {format_count(client.tasks)}" for client in snapshot.clients
+    ]
+    table_width = len(table[0])
+    return [
+        f"{table[row] if row < len(table) else ' ' * table_width} | {clients[row] if row < len(clients) else ''}".rstrip()
+        for row in range(max(len(table), len(clients)))
+    ]

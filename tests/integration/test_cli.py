@@ -1,0 +1,452 @@
+"""The console scripts as a user runs them: `scaler_scheduler ADDRESS` and `scaler_cluster -n N ADDRESS`.
+
+Every process started here is a child of the test, logs to a file under tmp_path, and is terminated and
+reaped in a `finally`; the grandchildren (workers, processors) are checked for separately.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import operator
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from typing import Callable, Iterator
+
+import psutil
+import pytest
+
+from scaler import Client
+from scaler.cluster.combo import free_local_address
+from scaler.errors import ProtectedModeError
+
+SCRIPTS_DIR = os.path.dirname(sys.executable)
+SCHEDULER = [sys.executable, "-m", "scaler.cli.scheduler"]
+CLUSTER = [sys.executable, "-m", "scaler.cli.cluster"]
+
+STARTUP_SECONDS = 30.0
+EXIT_SECONDS = 10.0  # "within a few seconds": generous for a loaded machine, still bounded
+
+# `[INFO]2024-05-01 12:00:00+0000: message`, as the documentation shows.
+LOG_LINE = re.compile(r"^\[(DEBUG|INFO|WARNING|ERROR|CRITICAL)\]\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}[+-]\d{4}: \S.*$")
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+
+
+class Spawned:
+    """A child process whose stdout and stderr go to a log file we can poll."""
+
+    def __init__(self, args: list[str], log_path: str, env: dict[str, str]) -> None:
+        self.log_path = log_path
+        with open(log_path, "wb") as out:
+            self.process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                            env=env)
+        self.pid = self.process.pid
+
+    def log(self) -> str:
+        with open(self.log_path, encoding="utf-8", errors="replace") as log:
+            return log.read()
+
+    def wait_for_log(self, needle: str, timeout: float = STARTUP_SECONDS) -> str:
+        deadline = time.monotonic() + timeout
+        while True:
+            text = self.log()
+            if needle in text:
+                return text
+            if self.process.poll() is not None:
+                raise AssertionError(f"exited with {self.process.returncode} before logging {needle!r}:\n{text}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{needle!r} not logged within {timeout:g}s:\n{text}")
+            time.sleep(0.05)
+
+    def wait_exit(self, timeout: float = EXIT_SECONDS) -> int:
+        try:
+            return self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"pid {self.pid} still running after {timeout:g}s:\n{self.log()}") from None
+
+    def descendants(self) -> list[psutil.Process]:
+        try:
+            return psutil.Process(self.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return []
+
+    def stop(self) -> None:
+        """Terminate (then kill) the process and anything it left behind; safe to call twice."""
+        leftovers = self.descendants()
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=EXIT_SECONDS)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        _, alive = psutil.wait_procs(leftovers, timeout=5)
+        for process in alive:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()
+
+
+Spawner = Callable[..., Spawned]
+
+
+@pytest.fixture
+def spawn(tmp_path, python_env: dict[str, str]) -> Iterator[Spawner]:
+    """spawn(name, args) starts a process; all of them are stopped and reaped at the end of the test."""
+    environment = dict(python_env)
+    environment.pop("SCALER_EXIT_WITH_PARENT", None)  # run as a user would, not as a combo's child
+    started: list[Spawned] = []
+
+    def start(name: str, args: list[str]) -> Spawned:
+        spawned = Spawned(args, str(tmp_path / f"{name}.log"), environment)
+        started.append(spawned)
+        return spawned
+
+    try:
+        yield start
+    finally:
+        for spawned in reversed(started):  # workers first, then the scheduler
+            spawned.stop()
+
+
+def processes_mentioning(text: str) -> list[psutil.Process]:
+    """Live processes (not zombies) whose command line contains `text`, e.g. a scheduler address."""
+    found = []
+    for process in psutil.process_iter(["cmdline", "status"]):
+        try:
+            if process.info["status"] == psutil.STATUS_ZOMBIE or process.pid == os.getpid():
+                continue
+            if text in " ".join(process.info["cmdline"] or ()):
+                found.append(process)
+        except psutil.Error:
+            continue
+    return found
+
+
+def assert_all_gone(processes: list[psutil.Process], address: str) -> None:
+    _, alive = psutil.wait_procs(processes, timeout=EXIT_SECONDS)
+    alive = [p for p in alive if _is_live(p)]
+    assert not alive, f"left behind: {[(p.pid, _cmdline(p)) for p in alive]}"
+    deadline = time.monotonic() + EXIT_SECONDS
+    while (survivors := processes_mentioning(address)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not survivors, f"left behind: {[(p.pid, _cmdline(p)) for p in survivors]}"
+
+
+def _is_live(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _cmdline(process: psutil.Process) -> str:
+    try:
+        return " ".join(process.cmdline())
+    except psutil.Error:
+        return "?"
+
+
+def port_of(address: str) -> str:
+    return address.rpartition(":")[2]
+
+
+def start_scheduler(spawn: Spawner, address: str, *options: str, name: str = "scheduler") -> Spawned:
+    scheduler = spawn(name, [*SCHEDULER, address, *options])
+    scheduler.wait_for_log(f"listening on {address}")
+    return scheduler
+
+
+def option_blocks(help_text: str) -> dict[str, str]:
+    """`--long-name` -> its entry in `-h` (the option line and its continuation lines), whitespace flattened."""
+    blocks: dict[str, str] = {}
+    names: list[str] = []
+    lines: list[str] = []
+
+    def flush() -> None:
+        for name in names:
+            blocks[name] = " ".join(" ".join(lines).split())
+
+    for line in help_text.splitlines():
+        if line.startswith("  -"):
+            flush()
+            option_strings = line.strip().split("  ")[0]  # the help column starts after two spaces
+            names = re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", option_strings)
+            lines = [line]
+        elif names and line.startswith("    "):
+            lines.append(line)
+        else:
+            flush()
+            names, lines = [], []
+    flush()
+    return blocks
+
+
+# ---------------------------------------------------------------------------------------------- console scripts
+
+
+@pytest.mark.parametrize("script", ["scaler_scheduler", "scaler_cluster", "scaler_worker"])
+def test_console_script_is_installed_next_to_the_interpreter(script: str) -> None:
+    path = os.path.join(SCRIPTS_DIR, script)
+    assert os.path.isfile(path), f"{path} is missing"
+    assert os.access(path, os.X_OK), f"{path} is not executable"
+
+
+SCHEDULER_OPTIONS = [
+    "--io-threads", "--max-number-of-tasks-waiting", "--client-timeout-seconds", "--worker-timeout-seconds",
+    "--object-retention-seconds", "--load-balance-seconds", "--per-worker-queue-size", "--event-loop",
+    "--protected", "--logging-paths", "--logging-level", "--logging-config-file", "--monitor-address",
+]
+CLUSTER_OPTIONS = [
+    "--num-of-workers", "--worker-names", "--heartbeat-interval", "--task-timeout-seconds",
+    "--death-timeout-seconds", "--garbage-collect-interval-seconds", "--trim-memory-threshold-bytes",
+    "--hard-processor-suspend", "--event-loop", "--io-threads", "--logging-paths", "--per-worker-task-queue-size",
+]
+
+
+@pytest.mark.parametrize(
+    ("script", "options"),
+    [("scaler_scheduler", SCHEDULER_OPTIONS), ("scaler_cluster", CLUSTER_OPTIONS), ("scaler_worker", CLUSTER_OPTIONS)],
+)
+def test_help_lists_every_option_with_its_default(script: str, options: list[str], python_env) -> None:
+    done = subprocess.run(
+        [os.path.join(SCRIPTS_DIR, script), "-h"], capture_output=True, text=True, timeout=60, env=python_env
+    )
+    assert done.returncode == 0, done.stderr
+    assert "usage:" in done.stdout and "address" in done.stdout
+    blocks = option_blocks(done.stdout)
+    for option in options:
+        assert option in blocks, f"{option} missing from {script} -h:\n{done.stdout}"
+    for option, text in blocks.items():
+        if option != "--help":
+            assert "(default:" in text, f"{script} -h does not show the default of {option}: {text!r}"
+
+
+@pytest.mark.parametrize("script", ["scaler_scheduler", "scaler_cluster"])
+def test_help_shows_one_default_per_option(script: str, python_env) -> None:
+    """Two "(default: ...)" in one entry contradict each other, e.g. "(default: X) (default: None)"."""
+    done = subprocess.run(
+        [os.path.join(SCRIPTS_DIR, script), "-h"], capture_output=True, text=True, timeout=60, env=python_env
+    )
+    doubled = {option: text for option, text in option_blocks(done.stdout).items() if text.count("(default:") > 1}
+    assert not doubled, f"{script} -h shows two defaults for: {doubled}"
+
+
+def test_help_shows_the_documented_default_values(python_env) -> None:
+    done = subprocess.run([*SCHEDULER, "-h"], capture_output=True, text=True, timeout=60, env=python_env)
+    blocks = option_blocks(done.stdout)
+    assert "(default: -1)" in blocks["--max-number-of-tasks-waiting"]
+    assert "(default: 60.0)" in blocks["--client-timeout-seconds"]
+    assert "(default: 60.0)" in blocks["--worker-timeout-seconds"]
+    assert "(default: 1000)" in blocks["--per-worker-queue-size"]
+    assert "(default: True)" in blocks["--protected"]
+    assert "(default: builtin)" in blocks["--event-loop"]
+    assert "(default: INFO)" in blocks["--logging-level"]
+    assert "/dev/stdout" in blocks["--logging-paths"]
+    done = subprocess.run([*CLUSTER, "-h"], capture_output=True, text=True, timeout=60, env=python_env)
+    blocks = option_blocks(done.stdout)
+    assert "(default: 300.0)" in blocks["--death-timeout-seconds"]
+    assert "(default: 1000)" in blocks["--per-worker-task-queue-size"]
+    assert "(default: False)" in blocks["--hard-processor-suspend"]
+
+
+# ---------------------------------------------------------------------------------------------- a real cluster
+
+
+def square(x: int) -> int:
+    return x * x
+
+
+@pytest.mark.timeout(60)
+def test_scheduler_and_cluster_from_the_command_line(spawn: Spawner) -> None:
+    address = free_local_address()
+    port = port_of(address)
+    scheduler = start_scheduler(spawn, address)
+    cluster = spawn("cluster", [*CLUSTER, "-n", "2", address])
+    cluster.wait_for_log("Worker[1] started")
+
+    with Client(address=address, timeout_seconds=30) as client:
+        assert client.map(square, [(i,) for i in range(50)]) == [i * i for i in range(50)]
+        assert client.submit(operator.add, 2, 3).result(timeout=30) == 5
+
+    scheduler_log = scheduler.log()
+    lines = [line for line in scheduler_log.splitlines() if line.strip()]
+    assert lines, "the scheduler logged nothing"
+    for line in lines:
+        assert LOG_LINE.match(line), f"not in the documented log format: {line!r}"
+    info = re.compile(r"^\[INFO\]\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}[+-]\d{4}: (.*)$")
+    messages = [match.group(1) for line in lines if (match := info.match(line))]
+    assert "logging to ('/dev/stdout',)" in messages
+    assert f"Scheduler: monitor address is ipc:///tmp/127.0.0.1_{port}_monitor" in messages
+
+    cluster_log = cluster.log()
+    cluster_messages = [match.group(1) for line in cluster_log.splitlines() if (match := info.match(line))]
+    assert any(message.startswith("ClusterProcess: starting 2 workers") for message in cluster_messages), cluster_log
+    assert "Worker[0] started" in cluster_messages and "Worker[1] started" in cluster_messages, cluster_log
+    assert "Worker[2] started" not in cluster_log
+
+    workers = cluster.descendants()
+    assert len([p for p in workers if "scaler.worker.agent" in _cmdline(p)]) == 2, [_cmdline(p) for p in workers]
+
+    cluster.process.send_signal(signal.SIGTERM)
+    assert cluster.wait_exit() == 0, cluster.log()
+    assert scheduler.process.poll() is None, "the scheduler must outlive its workers"
+    scheduler.process.send_signal(signal.SIGTERM)
+    assert scheduler.wait_exit() == 0, scheduler.log()
+    assert_all_gone(workers, address)
+    assert "Scheduler: stopped" in scheduler.log()
+
+
+@pytest.mark.timeout(60)
+def test_sigterm_to_both_at_once_leaves_nothing_behind(spawn: Spawner) -> None:
+    address = free_local_address()
+    scheduler = start_scheduler(spawn, address)
+    cluster = spawn("cluster", [*CLUSTER, "-n", "2", address])
+    cluster.wait_for_log("Worker[1] started")
+    with Client(address=address, timeout_seconds=30) as client:
+        assert client.map(square, [(i,) for i in range(10)]) == [i * i for i in range(10)]
+    workers = cluster.descendants()
+    assert workers
+
+    scheduler.process.send_signal(signal.SIGTERM)
+    cluster.process.send_signal(signal.SIGTERM)
+    assert scheduler.wait_exit() == 0, scheduler.log()
+    assert cluster.wait_exit() == 0, cluster.log()
+    assert_all_gone(workers, address)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_lone_scheduler_exits_cleanly_on_a_signal(spawn: Spawner, signum: int) -> None:
+    address = free_local_address()
+    scheduler = start_scheduler(spawn, address)
+    scheduler.process.send_signal(signum)
+    assert scheduler.wait_exit() == 0, scheduler.log()
+    assert "Scheduler: stopped" in scheduler.log()
+
+
+# ---------------------------------------------------------------------------------------------- bad command lines
+
+BAD_ADDRESSES = ["not-an-address", "127.0.0.1:2345", "tcp://127.0.0.1", "tcp://:2345", "http://127.0.0.1:80", "tcp://"]
+
+
+@pytest.mark.parametrize("command", [SCHEDULER, CLUSTER], ids=["scheduler", "cluster"])
+@pytest.mark.parametrize("bad", BAD_ADDRESSES)
+def test_bad_address_says_what_a_valid_one_looks_like(command: list[str], bad: str, python_env) -> None:
+    done = subprocess.run([*command, bad], capture_output=True, text=True, timeout=60, env=python_env)
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr, done.stderr
+    assert bad in done.stderr, done.stderr
+    assert re.search(r"tcp://127\.0\.0\.1:\d+", done.stderr), f"no example of a valid address:\n{done.stderr}"
+    assert done.stdout == ""
+
+
+def test_worker_names_must_match_the_number_of_workers(python_env) -> None:
+    address = free_local_address()
+    done = subprocess.run(
+        [*CLUSTER, "--worker-names", "a,b", "-n", "3", address], capture_output=True, text=True, timeout=60,
+        env=python_env,
+    )
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr, done.stderr
+    assert re.search(r"\b2\b.*worker names.*\b3\b", done.stderr), done.stderr
+    assert not processes_mentioning(address), "no worker may start when the command line is wrong"
+
+
+def test_zero_workers_is_refused(python_env) -> None:
+    done = subprocess.run([*CLUSTER, "-n", "0", free_local_address()], capture_output=True, text=True, timeout=60,
+                          env=python_env)
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr, done.stderr
+    assert "at least 1" in done.stderr
+
+
+def test_second_scheduler_on_a_busy_port_fails_and_the_first_keeps_serving(spawn: Spawner) -> None:
+    address = free_local_address()
+    first = start_scheduler(spawn, address, name="first")
+    second = spawn("second", [*SCHEDULER, address])
+    assert second.wait_exit(timeout=STARTUP_SECONDS) != 0
+    assert "in use" in second.log().lower(), second.log()
+    assert first.process.poll() is None
+    cluster = spawn("cluster", [*CLUSTER, "-n", "1", address])
+    cluster.wait_for_log("Worker[0] started")
+    with Client(address=address, timeout_seconds=30) as client:
+        assert client.submit(square, 9).result(timeout=30) == 81
+
+
+# ---------------------------------------------------------------------------------------------- options at work
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("options", "accepted"),
+    [([], False), (["--protected"], False), (["-p"], False), (["--no-protected"], True)],
+    ids=["default", "flag", "short_flag", "no_protected"],
+)
+def test_protected_option_decides_whether_a_client_may_shut_down(
+    spawn: Spawner, options: list[str], accepted: bool
+) -> None:
+    address = free_local_address()
+    # flags before the address, as 1.9.x deployment scripts write them
+    scheduler = spawn("scheduler", [*SCHEDULER, *options, address])
+    scheduler.wait_for_log(f"listening on {address}")
+    client = Client(address=address, timeout_seconds=30)
+    if accepted:
+        client.shutdown()
+        assert scheduler.wait_exit() == 0, scheduler.log()
+        assert "shutdown requested" in scheduler.log()
+    else:
+        with pytest.raises(ProtectedModeError, match="protected"):
+            client.shutdown()
+        # A new client still gets its welcome, so the scheduler is up and serving.
+        with Client(address=address, timeout_seconds=30) as other:
+            assert other.address == address
+        assert scheduler.process.poll() is None, "a protected scheduler must keep running"
+
+
+@pytest.mark.timeout(60)
+def test_workers_exit_by_themselves_when_no_scheduler_answers(spawn: Spawner) -> None:
+    address = free_local_address()  # nobody listens here
+    cluster = spawn("cluster", [*CLUSTER, "-n", "1", "--death-timeout-seconds", "2", address])
+    cluster.wait_for_log("Worker[0] started")
+    workers = cluster.descendants()
+    # "Within about 10 s": 2 s of silence, then the worker and the cluster stop; slack for a loaded machine.
+    code = cluster.wait_exit(timeout=15)
+    assert code >= 0, f"killed by signal {-code}, not a clean exit:\n{cluster.log()}"
+    assert "no word from the scheduler for 2s" in cluster.log()
+    assert_all_gone(workers, address)
+
+
+@pytest.mark.timeout(60)
+def test_logging_paths_and_level_options(spawn: Spawner, tmp_path) -> None:
+    address = free_local_address()
+    log_file = tmp_path / "scheduler-file.log"
+    scheduler = spawn("scheduler", [*SCHEDULER, address, "--logging-paths", str(log_file), "--logging-level", "DEBUG"])
+    deadline = time.monotonic() + STARTUP_SECONDS
+    while time.monotonic() < deadline and not (log_file.exists() and "listening on" in log_file.read_text()):
+        assert scheduler.process.poll() is None, scheduler.log()
+        time.sleep(0.05)
+    text = log_file.read_text()
+    assert f"listening on {address}" in text
+    assert f"logging to ('{log_file}',)" in text
+    assert "listening on" not in scheduler.log(), "the log went to the file only"
+    for line in text.splitlines():
+        assert LOG_LINE.match(line), line
+
+    quiet = free_local_address()
+    silent = spawn("silent", [*SCHEDULER, quiet, "--logging-level", "WARNING"])
+    with Client(address=quiet, timeout_seconds=30) as client:  # connected means it is up
+        client.disconnect()
+    silent.process.send_signal(signal.SIGTERM)
+    assert silent.wait_exit() == 0
+    assert "[INFO]" not in silent.log(), silent.log()
+
+
+def test_monitor_address_option_is_logged(spawn: Spawner, tmp_path) -> None:
+    address = free_local_address()
+    monitor = f"ipc://{tmp_path}/monitor"
+    scheduler = start_scheduler(spawn, address, "--monitor-address", monitor)
+    assert f"Scheduler: monitor address is {monitor}" in scheduler.log()
