@@ -14,10 +14,11 @@ import cloudpickle
 from scaler.client.connection import ClientConnection, MapCollector, Signature
 from scaler.client.future import ScalerFuture
 from scaler.client.graph import PlannedCall, TemplateCall, plan_graph
+from scaler.client.object_reference import ObjectReference
 from scaler.client.serializer import DefaultSerializer, Serializer
 from scaler.errors import ProtectedModeError
 from scaler.protocol import messages as m
-from scaler.utility.identifiers import content_object_id
+from scaler.utility.identifiers import content_object_id, random_object_id
 
 DEFAULT_TIMEOUT_SECONDS = 60.0
 DEFAULT_HEARTBEAT_INTERVAL_SECONDS = 2.0
@@ -93,18 +94,40 @@ class Client:
         self._connection.check_open()
         if not callable(fn):
             raise TypeError(f"submit() needs a callable as its first argument, got {type(fn).__name__}")
-        serialize = self._serializer.serialize
-        payloads = [serialize(argument) for argument in args]
+        object_positions: list[int] = []
+        payloads = self._serialize_arguments(args, object_positions)
         keywords: tuple[str, ...] = ()
         if kwargs:
             keywords = tuple(kwargs)
-            payloads.extend(serialize(value) for value in kwargs.values())
+            payloads.extend(self._serialize_arguments(kwargs.values(), object_positions, len(payloads)))
         signature = (self._function_id(fn), len(payloads), keywords, self._serializer_id)
         connection = self._connection
         task_id = connection.next_task_id()
         future = ScalerFuture(task_id, connection, self._serializer)
-        connection.submit_task(signature, task_id, payloads, future)
+        connection.submit_task(signature, task_id, payloads, future, object_positions)
         return future
+
+    def send_object(self, obj: Any, name: str | None = None) -> ObjectReference:
+        """Send `obj` to the cluster once; pass the returned reference as a task argument to use it."""
+        self._connection.check_open()
+        payload = self._serializer.serialize(obj)
+        reference = ObjectReference(name=name or "", object_id=random_object_id(), size=len(payload))
+        self._serializer_object()
+        self._connection.send_object(m.ObjectPayload(object_id=reference.object_id, payload=payload, name=name or ""))
+        self._connection.wake()
+        return reference
+
+    def _serialize_arguments(self, arguments: Iterable[Any], object_positions: list[int], offset: int = 0) -> list:
+        """Serialize each argument; an ObjectReference travels as its object id, noted in object_positions."""
+        serialize = self._serializer.serialize
+        payloads = []
+        for position, argument in enumerate(arguments, offset):
+            if type(argument) is ObjectReference:
+                payloads.append(argument.object_id)
+                object_positions.append(position)
+            else:
+                payloads.append(serialize(argument))
+        return payloads
 
     def map(self, fn: Callable[..., Any], iterable: Iterable[tuple]) -> list[Any]:
         """Run `fn(*args)` for every tuple of arguments; returns the results in order.
@@ -128,12 +151,12 @@ class Client:
         return [deserialize(payload) for payload in collector.payloads]
 
     def _submit_map(self, function_id: bytes, argument_tuples: list[tuple], collector: MapCollector) -> list[int]:
-        serialize = self._serializer.serialize
         connection = self._connection
         all_task_ids: list[int] = []
         start = 0
         while start < len(argument_tuples):
             chunk_args: list[bytes] = []
+            object_positions: list[int] = []
             width = -1
             end = start
             while end < len(argument_tuples) and end - start < _MAP_CHUNK:
@@ -147,11 +170,11 @@ class Client:
                     width = len(arguments)
                 elif len(arguments) != width:
                     break  # a new group starts with the new number of arguments
-                chunk_args.extend(serialize(argument) for argument in arguments)
+                chunk_args.extend(self._serialize_arguments(arguments, object_positions, len(chunk_args)))
                 end += 1
             task_ids = [connection.next_task_id() for _ in range(end - start)]
             signature: Signature = (function_id, width, (), self._serializer_id)
-            connection.submit_tasks(signature, task_ids, chunk_args, collector, start)
+            connection.submit_tasks(signature, task_ids, chunk_args, collector, start, object_positions)
             all_task_ids.extend(task_ids)
             start = end
         return all_task_ids
@@ -213,6 +236,9 @@ class Client:
                     group.ref_arg_indices.append(base + position)
                     group.ref_task_ids.append(task_ids[slots[position]])
                     group.args.append(b"")
+                elif type(argument) is ObjectReference:
+                    group.object_arg_indices.append(base + position)
+                    group.args.append(argument.object_id)
                 else:
                     group.args.append(serialize(argument))
             if call.key in wanted:
@@ -233,6 +259,14 @@ class Client:
             cached = self._template_calls[id(wrapper.function)] = wrapper
         return cached
 
+    def _serializer_object(self) -> None:
+        """A custom serializer travels once, before the first payload it made."""
+        if self._serializer_id and self._serializer_id not in self._sent_object_ids:
+            self._connection.send_object(m.ObjectPayload(
+                object_id=self._serializer_id, payload=cloudpickle.dumps(self._serializer), name="serializer"
+            ))
+            self._sent_object_ids.add(self._serializer_id)
+
     def _function_id(self, fn: Callable[..., Any]) -> bytes:
         """Serialize a function once per call site and send it once; identity decides sameness."""
         key = id(fn)
@@ -247,11 +281,7 @@ class Client:
             self._function_ids[key] = (fn, function_id)
             if len(self._function_ids) > _FUNCTION_CACHE_SIZE:
                 self._function_ids.popitem(last=False)
-            if self._serializer_id and self._serializer_id not in self._sent_object_ids:
-                self._connection.send_object(m.ObjectPayload(
-                    object_id=self._serializer_id, payload=cloudpickle.dumps(self._serializer), name="serializer"
-                ))
-                self._sent_object_ids.add(self._serializer_id)
+            self._serializer_object()
             if function_id not in self._sent_object_ids:
                 name = getattr(fn, "__qualname__", "") or type(fn).__name__
                 self._connection.send_object(m.ObjectPayload(object_id=function_id, payload=payload, name=name))

@@ -129,18 +129,30 @@ class ClientConnection:
     def send_object(self, payload: m.ObjectPayload) -> None:
         self._outbox.append((_OBJECT, payload))
 
-    def submit_task(self, signature: Signature, task_id: int, args: list[bytes], future: ScalerFuture) -> None:
+    def submit_task(
+        self, signature: Signature, task_id: int, args: list[bytes], future: ScalerFuture, object_positions: list[int]
+    ) -> None:
         self._pending[task_id] = future
-        self._outbox.append((_TASK, signature, task_id, args))
+        self._outbox.append((_TASK, signature, task_id, args, object_positions))
         self._wake()
 
     def submit_tasks(
-        self, signature: Signature, task_ids: list[int], args: list[bytes], collector: MapCollector, first_index: int
+        self,
+        signature: Signature,
+        task_ids: list[int],
+        args: list[bytes],
+        collector: MapCollector,
+        first_index: int,
+        object_positions: list[int],
     ) -> None:
+        """`object_positions` index into `args` of this chunk: those hold object ids."""
         pending = self._pending
         for offset, task_id in enumerate(task_ids):
             pending[task_id] = (collector, first_index + offset)
-        self._outbox.append((_TASKS, signature, task_ids, args))
+        self._outbox.append((_TASKS, signature, task_ids, args, object_positions))
+        self._wake()
+
+    def wake(self) -> None:
         self._wake()
 
     def submit_graph(self, submission: m.TaskSubmission, futures: dict[int, ScalerFuture]) -> None:
@@ -286,6 +298,9 @@ class ClientConnection:
                 else:
                     current.task_ids.extend(item[2])
                     count += len(item[2])
+                if item[4]:
+                    base = len(current.args)
+                    current.object_arg_indices.extend(base + position for position in item[4])
                 current.args.extend(item[3])
                 if count >= _MAX_TASKS_PER_MESSAGE:
                     send_batch()

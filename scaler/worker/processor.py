@@ -23,6 +23,7 @@ import zmq
 
 from scaler.client.serializer import DefaultSerializer, Serializer, loads
 from scaler.protocol import messages as m
+from scaler.protocol.layout import slots_by_row
 from scaler.utility.zmq_util import has_input, receive_frames, send_message
 
 logger = logging.getLogger(__name__)
@@ -33,7 +34,8 @@ _FLUSH_EVERY_SECONDS = 0.005
 _PARENT_CHECK_SECONDS = 1.0
 _RUNNING_TASK_FORMAT = "<Q"
 
-_PendingTask = tuple[int, m.TaskGroup, int]  # task id, its group, its row in the group
+# task id, its group, its row in the group, the argument slots of that row holding object ids
+_PendingTask = tuple[int, m.TaskGroup, int, list[int] | None]
 
 
 class Processor:
@@ -44,6 +46,8 @@ class Processor:
         self._object_names: dict[bytes, str] = {}
         self._functions: dict[tuple[bytes, bytes], Callable[..., Any]] = {}
         self._serializers: dict[bytes, Serializer] = {b"": DefaultSerializer()}
+        # Objects sent with send_object, deserialized once and shared by the tasks that use them.
+        self._object_values: dict[bytes, Any] = {}
         self._queue: collections.deque[_PendingTask] = collections.deque()
         self._queued_ids: set[int] = set()
         self._succeeded_ids: list[int] = []
@@ -81,8 +85,9 @@ class Processor:
                     self._object_payloads[item.object_id] = item.payload
                     self._object_names[item.object_id] = item.name
                 for group in message.groups:
+                    object_slots = slots_by_row(group.object_arg_indices, group.args_per_task)
                     for row, task_id in enumerate(group.task_ids):
-                        self._queue.append((task_id, group, row))
+                        self._queue.append((task_id, group, row, object_slots.get(row)))
                         self._queued_ids.add(task_id)
             elif isinstance(message, m.CancelTasks):
                 self._cancel(message.task_ids)
@@ -90,6 +95,7 @@ class Processor:
                 for object_id in message.object_ids:
                     self._object_payloads.pop(object_id, None)
                     self._object_names.pop(object_id, None)
+                    self._object_values.pop(object_id, None)
                     self._serializers.pop(object_id, None)
                     for key in [key for key in self._functions if object_id in key]:
                         del self._functions[key]
@@ -109,7 +115,7 @@ class Processor:
     # ------------------------------------------------------------------------------------------ running
 
     def _run_one(self) -> None:
-        task_id, group, row = self._queue.popleft()
+        task_id, group, row, object_slots = self._queue.popleft()
         self._queued_ids.discard(task_id)
         struct.pack_into(_RUNNING_TASK_FORMAT, self._running_task_slot, 0, task_id)
         function_name = self._object_names.get(group.function_id) or "<unnamed function>"
@@ -119,7 +125,14 @@ class Processor:
             function_name = getattr(function, "__qualname__", None) or repr(function)
             width = group.args_per_task
             raw_args = group.args[row * width:(row + 1) * width]
-            args = [loads(serializer, payload) for payload in raw_args]
+            if object_slots:
+                args = [
+                    self._object_value(bytes(payload), serializer) if slot in object_slots
+                    else loads(serializer, payload)
+                    for slot, payload in enumerate(raw_args)
+                ]
+            else:
+                args = [loads(serializer, payload) for payload in raw_args]
         except Exception as error:
             context = f"could not load {function_name} or its arguments"
             self._fail(task_id, m.FailureKind.SERIALIZATION, error, context)
@@ -141,6 +154,11 @@ class Processor:
             return
         self._succeeded_ids.append(task_id)
         self._payloads.append(payload)
+
+    def _object_value(self, object_id: bytes, serializer: Serializer) -> Any:
+        if object_id not in self._object_values:
+            self._object_values[object_id] = loads(serializer, self._object_payloads[object_id])
+        return self._object_values[object_id]
 
     def _serializer(self, serializer_id: bytes) -> Serializer:
         serializer = self._serializers.get(serializer_id)

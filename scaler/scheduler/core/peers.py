@@ -66,3 +66,5 @@ class TaskRecord:
     waiting_on: int = 0
     # An intermediate graph node: its result feeds dependents and never goes to the client.
     quiet: bool = False
+    # Argument slots holding object ids; the worker must hold those objects before it runs the task.
+    object_slots: list[int] | None = None

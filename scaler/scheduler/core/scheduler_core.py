@@ -14,6 +14,7 @@ import math
 from typing import Callable, Iterable
 
 from scaler.protocol import messages as m
+from scaler.protocol.layout import slots_by_row
 from scaler.scheduler.core.peers import ClientPeer, TaskRecord, TaskSignature, WorkerPeer
 from scaler.utility.identifiers import OBJECT_ID_BYTES, TASK_COUNTER_BITS
 
@@ -303,12 +304,15 @@ class SchedulerCore:
             width = group.args_per_task
             args = group.args
             refs_by_row = _refs_by_row(group) if group.ref_task_ids else {}
+            objects_by_row = slots_by_row(group.object_arg_indices, group.args_per_task)
             for index, task_id in enumerate(group.task_ids):
                 record = TaskRecord(
                     task_id=task_id, client=client, signature=signature, args=args[index * width:(index + 1) * width]
                 )
                 if quiet_ids and task_id in quiet_ids:
                     record.quiet = True
+                if objects_by_row:
+                    record.object_slots = objects_by_row.get(index)
                 self._tasks[task_id] = record
                 client.task_ids.add(task_id)
                 row_refs = refs_by_row.get(index)
@@ -318,16 +322,22 @@ class SchedulerCore:
                     self._unassigned.append(record)
                     self._waiting += 1
             self._claim_objects(client, signature)
+            for flat_index in group.object_arg_indices:
+                self._claim_object(client, bytes(group.args[flat_index]))
             self.counters["tasks_submitted"] += len(group.task_ids)
         router.flush(out)
         self._dispatch(out)
 
     def _claim_objects(self, client: ClientPeer, signature: TaskSignature) -> None:
-        """A client using an object keeps it alive, even one another client uploaded first."""
         for object_id in (signature.function_id, signature.serializer_id):
-            if object_id and object_id not in client.object_ids:
-                self._objects[object_id].owners.add(client.identity)
-                client.object_ids.add(object_id)
+            if object_id:
+                self._claim_object(client, object_id)
+
+    def _claim_object(self, client: ClientPeer, object_id: bytes) -> None:
+        """A client using an object keeps it alive, even one another client uploaded first."""
+        if object_id not in client.object_ids:
+            self._objects[object_id].owners.add(client.identity)
+            client.object_ids.add(object_id)
 
     def _check_group(self, client: ClientPeer, group: m.TaskGroup) -> str | None:
         if len(group.args) != group.args_per_task * len(group.task_ids):
@@ -345,6 +355,9 @@ class SchedulerCore:
                 return f"task id {task_id:#x} does not carry this client's prefix {client.id_prefix:#x}"
             if task_id in self._tasks:
                 return f"task id {task_id:#x} is already in use"
+        for flat_index in group.object_arg_indices:
+            if flat_index >= len(group.args) or bytes(group.args[flat_index]) not in self._objects:
+                return "an object argument names an unknown object (was it cleared, or sent by a client that left?)"
         if group.ref_task_ids or group.ref_arg_indices:
             return self._check_references(client, group)
         return None
@@ -564,6 +577,15 @@ class SchedulerCore:
                         objects.append(m.ObjectPayload(object_id=object_id, payload=stored.payload, name=stored.name))
                         worker.known_object_ids.add(object_id)
             group.task_ids.append(record.task_id)
+            if record.object_slots:
+                base = len(group.args)
+                for slot in record.object_slots:
+                    object_id = bytes(record.args[slot])
+                    if object_id not in worker.known_object_ids:
+                        stored = self._objects[object_id]
+                        objects.append(m.ObjectPayload(object_id=object_id, payload=stored.payload, name=stored.name))
+                        worker.known_object_ids.add(object_id)
+                    group.object_arg_indices.append(base + slot)
             group.args.extend(record.args)
         worker.tasks_sent += len(records)
         return m.TaskSubmission(objects=objects, groups=list(groups.values()))
