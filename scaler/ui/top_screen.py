@@ -123,7 +123,8 @@ def _panel(title: str, rows: list[tuple[str, str]]) -> list[str]:
     label_width = max((len(label) for label, _ in rows), default=0)
     value_width = max((len(value) for _, value in rows), default=0)
     width = max(len(title), label_width + 1 + value_width)
-    return [title.ljust(width)] + [f"{label:>{label_width}} {value:>{value_width}}".rjust(width) for label, value in rows]
+    body = [f"{label:>{label_width}} {value:>{value_width}}".rjust(width) for label, value in rows]
+    return [title.ljust(width)] + body
 
 
 def _panels(snapshot: MonitorSnapshot) -> list[str]:
@@ -182,8 +183,8 @@ def _worker_table(snapshot: MonitorSnapshot, sort_by: str) -> list[str]:
     clients = ["client_manager"] + [
         f"{_short_name(client.name, _CLIENT_NAME_WIDTH)} {format_count(client.tasks)}" for client in snapshot.clients
     ]
-    table_width = len(table[0])
+    blank = " " * len(table[0])
     return [
-        f"{table[row] if row < len(table) else ' ' * table_width} | {clients[row] if row < len(clients) else ''}".rstrip()
+        f"{table[row] if row < len(table) else blank} | {clients[row] if row < len(clients) else ''}".rstrip()
         for row in range(max(len(table), len(clients)))
     ]
