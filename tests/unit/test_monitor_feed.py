@@ -1,0 +1,226 @@
+"""The monitor feed: a core's status survives encode/decode, bad frames are refused, and the PUB/SUB
+pair delivers snapshots in-process over an ipc socket in a temporary folder (no processes)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+import pytest
+from core_harness import SimulatedCluster
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scaler.protocol import messages as m
+from scaler.scheduler.monitor import (
+    FEED_VERSION,
+    MonitorDecodeError,
+    MonitorPublisher,
+    decode_snapshot,
+    encode_snapshot,
+)
+from scaler.ui.feed import MonitorSubscriber
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def status_of_busy_cluster() -> dict:
+    """A real core's status (plus what the server adds) with tasks in several states."""
+    cluster = SimulatedCluster()
+    client = cluster.add_client()
+    busy = cluster.add_worker(capacity=4)
+    cluster.add_worker(capacity=4)  # idle: the tasks fit on... whichever; only totals are checked
+    cluster.submit(client, 6)
+    cluster.complete(busy, 2)
+    cluster.send(busy.identity, m.Heartbeat(
+        cpu_percent=12.5, rss_bytes=50 << 20, queued_tasks=1,
+        processor_cpu_percent=99.0, processor_rss_bytes=60 << 20, latency_us=700,
+    ))
+    status = cluster.core.status(cluster.now + 0.5)
+    status["scheduler"] = {"cpu_percent": 3.5, "rss_bytes": 40 << 20}
+    status["sent"] = {"Welcome": 3, "TaskSubmission": 2}
+    status["received"] = {"Hello": 3, "Heartbeat": 1}
+    return status
+
+
+def test_a_core_status_round_trips_through_the_feed() -> None:
+    status = status_of_busy_cluster()
+    snapshot = decode_snapshot(encode_snapshot(status, sequence=7, published_at=1_700_000_000.25))
+
+    assert snapshot.feed_version == FEED_VERSION
+    assert snapshot.sequence == 7
+    assert snapshot.published_at == pytest.approx(1_700_000_000.25)
+    assert snapshot.scheduler_cpu_percent == pytest.approx(3.5)
+    assert snapshot.scheduler_rss_bytes == 40 << 20
+    tasks = status["tasks"]
+    assert (snapshot.tasks.unassigned, snapshot.tasks.running, snapshot.tasks.success) == (
+        tasks["unassigned"], tasks["running"], tasks["success"]
+    )
+    assert snapshot.tasks.success == 2 and snapshot.tasks.running + snapshot.tasks.unassigned == 4
+    assert snapshot.sent == status["sent"] and snapshot.received == status["received"]
+    assert [(c.name, c.tasks) for c in snapshot.clients] == [(c["name"], c["tasks"]) for c in status["clients"]]
+    assert snapshot.object_count == status["objects"]["count"] and snapshot.object_bytes == status["objects"]["bytes"]
+    by_name = {worker.name: worker for worker in snapshot.workers}
+    assert set(by_name) == {worker["name"] for worker in status["workers"]}
+    for expected in status["workers"]:
+        worker = by_name[expected["name"]]
+        assert (worker.capacity, worker.free, worker.sent, worker.assigned, worker.queued) == (
+            expected["capacity"], expected["free"], expected["sent"], expected["assigned"], expected["queued"]
+        )
+        assert worker.processor_rss_bytes == expected["processor_rss_bytes"]
+        assert worker.latency_us == expected["latency_us"]
+        assert worker.seconds_since_heard == pytest.approx(expected["seconds_since_heard"], abs=1e-3)
+
+
+def test_itl_flags_restate_the_snapshot() -> None:
+    status = status_of_busy_cluster()
+    snapshot = decode_snapshot(encode_snapshot(status, 0, 0.0))
+    heartbeat_sender = next(w for w in snapshot.workers if w.processor_rss_bytes > 0)
+    assert heartbeat_sender.processor_initialized
+    assert heartbeat_sender.has_task == (heartbeat_sender.assigned > 0)
+    assert not heartbeat_sender.task_locked
+    never_heard = next(w for w in snapshot.workers if w.processor_rss_bytes == 0)
+    assert not never_heard.processor_initialized
+    assert never_heard.flags == "0" + ("1" if never_heard.assigned else "0") + "0"
+
+
+def test_negative_or_fractional_counts_do_not_break_encoding() -> None:
+    status = status_of_busy_cluster()
+    status["tasks"]["running"] = -1
+    status["workers"][0]["seconds_since_heard"] = -0.5
+    snapshot = decode_snapshot(encode_snapshot(status, 0, 0.0))
+    assert snapshot.tasks.running == 0
+    assert snapshot.workers[0].seconds_since_heard == 0.0
+
+
+def test_an_empty_scheduler_encodes() -> None:
+    status = SimulatedCluster().core.status(0.0)
+    status.update(scheduler={"cpu_percent": 0.0, "rss_bytes": 0}, sent={}, received={})
+    snapshot = decode_snapshot(encode_snapshot(status, 0, 0.0))
+    assert snapshot.workers == [] and snapshot.clients == [] and snapshot.tasks.finished == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=512))
+def test_garbage_frames_raise_only_monitor_decode_error(frame: bytes) -> None:
+    try:
+        decode_snapshot(frame)
+    except MonitorDecodeError:
+        pass
+
+
+def test_a_task_protocol_frame_is_not_mistaken_for_a_snapshot_with_workers() -> None:
+    # A subscriber pointed at the wrong address must not crash: whatever decodes is harmless data.
+    frame = bytes(m.encode(m.Hello(role=m.Role.CLIENT, name="x"))[0])
+    try:
+        snapshot = decode_snapshot(frame)
+    except MonitorDecodeError:
+        return
+    assert isinstance(snapshot.workers, list)
+
+
+# ---------------------------------------------------------------------------------------------- sockets
+
+
+@pytest.fixture
+def ipc_address(tmp_path) -> str:
+    return f"ipc://{tmp_path}/monitor"
+
+
+def receive_within(subscriber: MonitorSubscriber, publisher: MonitorPublisher, status: dict, seconds: float = 10.0):
+    """PUB/SUB drops what is sent before the subscription lands, so publish until one arrives."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        publisher.publish(status)
+        snapshot = subscriber.receive(0.1)
+        if snapshot is not None:
+            return snapshot
+    raise AssertionError("no snapshot arrived")
+
+
+def test_publisher_to_subscriber(ipc_address: str) -> None:
+    import zmq
+
+    context = zmq.Context()
+    publisher = MonitorPublisher(context, ipc_address)
+    try:
+        assert publisher.is_bound
+        with MonitorSubscriber(ipc_address) as subscriber:
+            assert subscriber.seconds_since_last() is None
+            status = status_of_busy_cluster()
+            first = receive_within(subscriber, publisher, status)
+            second = receive_within(subscriber, publisher, status)
+            assert second.sequence > first.sequence
+            assert len(second.workers) == 2
+            assert subscriber.seconds_since_last() is not None
+    finally:
+        publisher.close()
+        context.term()
+    assert not os.path.exists(ipc_address[len("ipc://"):]), "the ipc socket file is left behind"
+
+
+def test_close_is_idempotent_and_publish_after_close_is_a_no_op(ipc_address: str) -> None:
+    import zmq
+
+    context = zmq.Context()
+    publisher = MonitorPublisher(context, ipc_address)
+    publisher.close()
+    publisher.close()
+    publisher.publish(status_of_busy_cluster())
+    context.term()
+
+
+def test_an_address_that_cannot_be_bound_turns_the_feed_off(tmp_path, caplog) -> None:
+    import zmq
+
+    context = zmq.Context()
+    caplog.set_level(logging.ERROR)
+    publisher = MonitorPublisher(context, f"ipc://{tmp_path}/no/such/folder/monitor")
+    try:
+        assert not publisher.is_bound
+        publisher.publish(status_of_busy_cluster())  # no error into the scheduler loop
+        assert "monitor feed is off" in caplog.text and "--monitor-address" in caplog.text
+    finally:
+        publisher.close()
+        context.term()
+
+
+def test_a_bad_snapshot_is_logged_once_and_skipped(ipc_address: str, caplog) -> None:
+    import zmq
+
+    context = zmq.Context()
+    publisher = MonitorPublisher(context, ipc_address)
+    caplog.set_level(logging.ERROR)
+    try:
+        publisher.publish({"tasks": {}})
+        publisher.publish({"tasks": {}})
+        assert caplog.text.count("could not encode a monitor snapshot") == 1
+    finally:
+        publisher.close()
+        context.term()
+
+
+def test_receive_returns_none_when_nothing_arrives(ipc_address: str) -> None:
+    # Returning at all is the point: the module's timeout fails a receive that hangs.
+    with MonitorSubscriber(ipc_address) as subscriber:
+        assert subscriber.receive(0.2) is None
+        assert subscriber.receive(0) is None
+
+
+def test_subscriber_skips_frames_that_are_not_snapshots(ipc_address: str) -> None:
+    import zmq
+
+    context = zmq.Context()
+    socket = context.socket(zmq.PUB)
+    socket.setsockopt(zmq.LINGER, 0)
+    socket.bind(ipc_address)
+    try:
+        with MonitorSubscriber(ipc_address) as subscriber:
+            deadline = time.monotonic() + 2
+            while time.monotonic() < deadline:
+                socket.send(b"\x00\x00\x00\x00\xff\xff\xff\x7f garbage")
+                assert subscriber.receive(0.05) is None
+    finally:
+        socket.close()
+        context.term()

@@ -1,0 +1,161 @@
+"""What scaler_top draws, checked as text: layout, number formats, sorting and the `*` on the sorted column."""
+
+from __future__ import annotations
+
+import pytest
+
+from scaler.scheduler.monitor import ClientStatus, MonitorSnapshot, TaskCounts, WorkerStatus
+from scaler.ui.top_screen import (
+    DEFAULT_SORT,
+    SHORTCUTS_LINE,
+    SORT_SHORTCUTS,
+    format_bytes,
+    format_latency,
+    render,
+    sort_workers,
+)
+
+pytestmark = pytest.mark.timeout(30)
+
+ADDRESS = "ipc:///tmp/127.0.0.1_2345_monitor"
+
+
+def worker(name: str, **values) -> WorkerStatus:
+    return WorkerStatus(name=name, capacity=1000, **values)
+
+
+def snapshot() -> MonitorSnapshot:
+    return MonitorSnapshot(
+        sequence=3,
+        published_at=1.0,
+        scheduler_cpu_percent=2.5,
+        scheduler_rss_bytes=int(130.1 * 1024 * 1024),
+        tasks=TaskCounts(unassigned=0, running=3, success=53_704, failed=14, canceled=48, not_found=14),
+        sent={"HeartbeatEcho": 283_701, "TaskResults": 53_766},
+        received={"Heartbeat": 283_701, "TaskSubmission": 60},
+        clients=[ClientStatus(name="host|4242", tasks=3)],
+        object_count=2,
+        object_bytes=2048,
+        workers=[
+            worker("host|1", agent_cpu_percent=0.5, agent_rss_bytes=111 << 20, processor_cpu_percent=0.0,
+                   processor_rss_bytes=200 << 20, free=999, sent=10, assigned=1, queued=0, latency_us=700,
+                   processor_initialized=True, has_task=True),
+            worker("host|2", agent_cpu_percent=3.0, agent_rss_bytes=100 << 20, processor_cpu_percent=50.0,
+                   processor_rss_bytes=100 << 20, free=1000, sent=30, queued=5, latency_us=1500,
+                   processor_initialized=True),
+            worker("host|3-with-a-very-long-worker-name", agent_cpu_percent=1.0, agent_rss_bytes=120 << 20,
+                   processor_cpu_percent=25.0, processor_rss_bytes=150 << 20, free=998, sent=20, queued=2,
+                   latency_us=400),
+        ],
+    )
+
+
+def table_header(lines: list[str]) -> str:
+    return lines[lines.index("Total 3 worker(s)") + 1]
+
+
+def worker_rows(lines: list[str]) -> list[str]:
+    start = lines.index("Total 3 worker(s)") + 2
+    return lines[start:start + 3]
+
+
+def test_layout_follows_the_documents() -> None:
+    lines = render(snapshot(), DEFAULT_SORT, ADDRESS, 0.5).lines
+    header = lines[0]
+    for title in ("scheduler", "task_manager", "scheduler_sent", "scheduler_received"):
+        assert title in header
+    assert header.index("scheduler ") < header.index("task_manager") < header.index("scheduler_sent")
+    text = "\n".join(lines)
+    for label in ("cpu", "rss", "unassigned", "running", "success", "failed", "canceled", "not_found"):
+        assert label in text
+    assert "53,704" in text and "283,701" in text  # thousands separators, as the documents show
+    assert "130.1m" in text
+    rule = next(line for line in lines if line.startswith("---"))
+    assert set(rule) == {"-"}
+    assert SHORTCUTS_LINE in lines
+    assert SHORTCUTS_LINE.startswith("Shortcuts: worker[n] agt_cpu[C] agt_rss[M] cpu[c] rss[m] free[f] sent[w]")
+    assert "queued[d] lag[l]" in SHORTCUTS_LINE
+    assert "Total 3 worker(s)" in lines
+    columns = table_header(lines).split()
+    assert columns[:11] == ["worker", "agt_cpu", "agt_rss", "*cpu", "rss", "free", "sent", "queued", "lag", "ITL", "|"]
+    assert "client_manager" in table_header(lines)
+
+
+def test_panels_line_up_under_their_separators() -> None:
+    lines = render(snapshot(), DEFAULT_SORT, ADDRESS, 0.5).lines
+    panel_lines = lines[: next(i for i, line in enumerate(lines) if line.startswith("---"))]
+    separator_columns = [index for index, char in enumerate(panel_lines[0]) if char == "|"]
+    assert len(separator_columns) == 3
+    for line in panel_lines[1:]:
+        for column in separator_columns:
+            if column < len(line):
+                assert line[column] == "|", (line, column)
+
+
+def test_worker_rows_show_formatted_values_and_flags() -> None:
+    rows = worker_rows(render(snapshot(), "worker", ADDRESS, 0.5).lines)
+    first = rows[0].split()
+    assert first[0] == "host|1"
+    assert first[1:10] == ["0.5%", "111.0m", "0.0%", "200.0m", "999", "10", "0", "0.7ms", "110"]
+    long_name = rows[2].split()[0]
+    assert long_name.endswith("+") and len(long_name) == 24
+    assert rows[0].endswith("| host|4242 3")
+
+
+@pytest.mark.parametrize(("key", "header", "expected_first"), [
+    ("n", "worker", "host|1"),
+    ("C", "agt_cpu", "host|2"),
+    ("M", "agt_rss", "host|3-with-a-very-long+"),
+    ("c", "cpu", "host|2"),
+    ("m", "rss", "host|1"),
+    ("f", "free", "host|2"),
+    ("w", "sent", "host|2"),
+    ("d", "queued", "host|2"),
+    ("l", "lag", "host|2"),
+])
+def test_each_shortcut_sorts_and_stars_its_column(key: str, header: str, expected_first: str) -> None:
+    assert SORT_SHORTCUTS[key] == header
+    lines = render(snapshot(), SORT_SHORTCUTS[key], ADDRESS, 0.5).lines
+    columns = table_header(lines).split()
+    assert f"*{header}" in columns
+    assert sum(column.startswith("*") for column in columns) == 1
+    assert worker_rows(lines)[0].split()[0] == expected_first
+
+
+def test_sorting_is_stable_by_name_for_equal_values() -> None:
+    workers = [worker("b"), worker("a"), worker("c")]
+    assert [w.name for w in sort_workers(workers, "free")] == ["a", "b", "c"]
+    assert [w.name for w in sort_workers(workers, "no-such-column")] == ["a", "b", "c"]
+
+
+def test_no_snapshot_yet_says_what_it_waits_for() -> None:
+    lines = render(None, DEFAULT_SORT, ADDRESS, None).lines
+    assert lines[0] == f"waiting for scheduler at {ADDRESS} ..."
+    assert any("q" in line for line in lines)
+
+
+def test_a_silent_feed_is_called_out_above_the_last_snapshot() -> None:
+    lines = render(snapshot(), DEFAULT_SORT, ADDRESS, 12.0).lines
+    assert lines[0].startswith(f"no snapshot from {ADDRESS} for 12s")
+    assert "Total 3 worker(s)" in lines
+    assert not render(snapshot(), DEFAULT_SORT, ADDRESS, 1.0).lines[0].startswith("no snapshot")
+
+
+def test_an_empty_cluster_renders() -> None:
+    lines = render(MonitorSnapshot(), DEFAULT_SORT, ADDRESS, 0.1).lines
+    assert "Total 0 worker(s)" in lines
+
+
+@pytest.mark.parametrize(("count", "text"), [
+    (0, "0b"), (1023, "1023b"), (1024, "1.0k"), (int(111.8 * 1024 * 1024), "111.8m"), (3 << 30, "3.0g"),
+    (5 << 40, "5.0t"), (5000 << 40, "5000.0t"),
+])
+def test_format_bytes(count: int, text: str) -> None:
+    assert format_bytes(count) == text
+
+
+@pytest.mark.parametrize(("microseconds", "text"), [
+    (0, "0ms"), (700, "0.7ms"), (1000, "1ms"), (1500, "1.5ms"), (12_400, "12ms"), (2_500_000, "2.5s"),
+])
+def test_format_latency(microseconds: int, text: str) -> None:
+    assert format_latency(microseconds) == text
