@@ -1,0 +1,173 @@
+"""scaler_top used as a person would: in a terminal (tmux), against a live cluster, driven by keys.
+
+Each test runs its own tmux server on a socket in its temporary folder, so it never touches a user's
+tmux, and kills that server (and with it every process in its panes) at the end, whatever happened.
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from typing import Callable, Iterator
+
+import pytest
+
+from scaler import Client, SchedulerClusterCombo
+from scaler.scheduler.config import default_monitor_address
+
+TMUX = shutil.which("tmux")
+
+pytestmark = [
+    pytest.mark.timeout(120),
+    pytest.mark.skipif(TMUX is None, reason="tmux is not installed (apt-get install -y tmux; .ci/run installs it)"),
+]
+
+WIDTH, HEIGHT = 160, 48
+SORT_KEYS = {"n": "worker", "C": "agt_cpu", "M": "agt_rss", "c": "cpu", "m": "rss", "f": "free", "w": "sent",
+             "d": "queued", "l": "lag"}
+
+
+class Terminal:
+    """One tmux server with one window of a fixed size running one command."""
+
+    def __init__(self, command: str, environment: dict[str, str], socket_path: str) -> None:
+        assert TMUX is not None
+        self.socket_path = socket_path
+        self.session = "top"
+        self._environment = environment
+        self._tmux("new-session", "-d", "-s", self.session, "-x", str(WIDTH), "-y", str(HEIGHT), command)
+
+    def _tmux(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [TMUX, "-S", self.socket_path, *args], env=self._environment, capture_output=True, text=True,
+            timeout=10, check=check,
+        )
+
+    def screen(self) -> list[str]:
+        return self._tmux("capture-pane", "-p", "-t", self.session).stdout.splitlines()
+
+    def keys(self, *keys: str, literal: bool = True) -> None:
+        self._tmux("send-keys", "-t", self.session, *(["-l"] if literal else []), *keys)
+
+    def wait_for(self, condition: Callable[[list[str]], bool], what: str, seconds: float = 30.0) -> list[str]:
+        deadline = time.monotonic() + seconds
+        while True:
+            screen = self.screen()
+            if condition(screen):
+                return screen
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the screen never showed {what}; it shows:\n" + "\n".join(screen))
+            time.sleep(0.2)
+
+    def kill(self) -> None:
+        self._tmux("kill-server", check=False)
+
+
+@pytest.fixture
+def terminal_environment(python_env: dict[str, str]) -> dict[str, str]:
+    environment = dict(python_env)
+    environment.pop("TMUX", None)  # a test run from inside tmux must still start its own server
+    environment["TERM"] = "xterm-256color"
+    return environment
+
+
+@pytest.fixture
+def run_in_terminal(terminal_environment: dict[str, str], tmp_path) -> Iterator[Callable[[str], Terminal]]:
+    terminals: list[Terminal] = []
+
+    def start(address: str) -> Terminal:
+        exit_file = tmp_path / f"exit-{len(terminals)}"
+        # After scaler_top ends the pane shows its exit code and stays open, so the test can read it.
+        command = (
+            f"{shlex.quote(sys.executable)} -m scaler.cli.top {shlex.quote(address)}; "
+            f"code=$?; echo $code > {shlex.quote(str(exit_file))}; echo \"scaler_top exited with $code\"; sleep 60"
+        )
+        terminal = Terminal(command, terminal_environment, str(tmp_path / f"tmux-{len(terminals)}.sock"))
+        terminal.exit_file = exit_file  # type: ignore[attr-defined]
+        terminals.append(terminal)
+        return terminal
+
+    try:
+        yield start
+    finally:
+        for terminal in terminals:
+            terminal.kill()
+
+
+def header_of_worker_table(screen: list[str]) -> str:
+    total = next(index for index, line in enumerate(screen) if line.startswith("Total "))
+    return screen[total + 1]
+
+
+def starred(screen: list[str]) -> list[str]:
+    return [column[1:] for column in header_of_worker_table(screen).split() if column.startswith("*")]
+
+
+def worker_names(screen: list[str]) -> list[str]:
+    total = next(index for index, line in enumerate(screen) if line.startswith("Total "))
+    count = int(screen[total].split()[1])
+    return [line.split()[0] for line in screen[total + 2: total + 2 + count]]
+
+
+def exit_code(terminal: Terminal, seconds: float = 15.0) -> int:
+    path = terminal.exit_file  # type: ignore[attr-defined]
+    deadline = time.monotonic() + seconds
+    while not path.exists() or not path.read_text().strip():
+        if time.monotonic() > deadline:
+            raise AssertionError("scaler_top did not exit; the screen shows:\n" + "\n".join(terminal.screen()))
+        time.sleep(0.1)
+    return int(path.read_text())
+
+
+def test_top_shows_the_cluster_sorts_on_keys_and_quits_on_q(combo: SchedulerClusterCombo, run_in_terminal) -> None:
+    terminal = run_in_terminal(default_monitor_address(combo.get_address()))
+    screen = terminal.wait_for(lambda s: "Total 2 worker(s)" in s, "Total 2 worker(s)")
+    for title in ("scheduler", "task_manager", "scheduler_sent", "scheduler_received"):
+        assert title in screen[0]
+    assert any(line.startswith("Shortcuts: worker[n] agt_cpu[C]") for line in screen)
+    assert starred(screen) == ["cpu"]  # the default sort
+    assert len(worker_names(screen)) == 2
+
+    for key, column in SORT_KEYS.items():
+        terminal.keys(key)
+        screen = terminal.wait_for(lambda s, c=column: starred(s) == [c], f"*{column} after pressing {key}")
+    terminal.keys("n")
+    screen = terminal.wait_for(lambda s: starred(s) == ["worker"], "*worker")
+    assert worker_names(screen) == sorted(worker_names(screen))
+
+    terminal.keys("q")
+    assert exit_code(terminal) == 0
+    # curses gave the terminal back: the pane shows the shell's line, not the drawn screen.
+    screen = terminal.wait_for(lambda s: any("scaler_top exited with 0" in line for line in s), "the exit line")
+    assert not any(line.startswith("Total ") for line in screen)
+
+
+def test_top_counts_tasks_as_they_finish(combo: SchedulerClusterCombo, run_in_terminal) -> None:
+    terminal = run_in_terminal(default_monitor_address(combo.get_address()))
+    screen = terminal.wait_for(lambda s: "Total 2 worker(s)" in s, "Total 2 worker(s)")
+
+    def successes(lines: list[str]) -> int:
+        for line in lines:
+            cells = [cell.strip() for cell in line.split("|")]
+            if len(cells) > 1 and cells[1].startswith("success"):
+                return int(cells[1].split()[1].replace(",", ""))
+        raise AssertionError("no success row on the screen:\n" + "\n".join(lines))
+
+    before = successes(screen)
+    with Client(address=combo.get_address(), timeout_seconds=30) as client:
+        assert client.map(pow, [(i, 2) for i in range(300)]) == [i * i for i in range(300)]
+    terminal.wait_for(lambda s: successes(s) >= before + 300, f"at least {before + 300} successes")
+    terminal.keys("q")
+    assert exit_code(terminal) == 0
+
+
+def test_top_waits_for_a_missing_scheduler_and_quits_on_ctrl_c(run_in_terminal, tmp_path) -> None:
+    address = f"ipc://{tmp_path}/nobody_monitor"
+    terminal = run_in_terminal(address)
+    terminal.wait_for(lambda s: f"waiting for scheduler at {address} ..." in s, "the waiting line")
+    terminal.keys("C-c", literal=False)
+    assert exit_code(terminal) == 0
+    terminal.wait_for(lambda s: any("scaler_top exited with 0" in line for line in s), "the exit line")
