@@ -1,0 +1,214 @@
+"""scaler_ui in a real headless browser: Debian's chromium driven by selenium through chromedriver.
+
+The page must load, list the two live workers of the test cluster, and show its numbers changing
+while a client runs tasks. The run keeps a screenshot; set SCALER_UI_SCREENSHOT=docs/scaler_ui.png to
+refresh the one in the docs.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Callable, Iterator
+
+import pytest
+
+from scaler import Client, SchedulerClusterCombo
+from scaler.scheduler.config import default_monitor_address
+
+CHROMIUM = shutil.which("chromium")
+CHROMEDRIVER = shutil.which("chromedriver")
+try:
+    import selenium  # noqa: F401
+
+    HAVE_SELENIUM = True
+except ImportError:
+    HAVE_SELENIUM = False
+
+pytestmark = [
+    pytest.mark.timeout(180),
+    pytest.mark.skipif(
+        CHROMIUM is None or CHROMEDRIVER is None,
+        reason="Debian's chromium and chromium-driver are not installed "
+               "(apt-get install -y chromium chromium-driver; .ci/run installs them)",
+    ),
+    pytest.mark.skipif(not HAVE_SELENIUM, reason="selenium is not installed (pip install -e '.[dev]')"),
+]
+
+# What Chromium needs on a machine with no network but the package registries (see the env notes).
+CHROMIUM_FLAGS = (
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--disable-dev-shm-usage", "--window-size=1400,1400",
+)
+
+
+def wait_until(condition: Callable[[], Any], what: str, seconds: float = 30.0) -> Any:
+    deadline = time.monotonic() + seconds
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+@pytest.fixture
+def ui_url(combo: SchedulerClusterCombo, python_env: dict[str, str]) -> Iterator[str]:
+    """scaler_ui on a free port (--port 0); its URL is read from its first log lines."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "scaler.cli.ui", default_monitor_address(combo.get_address()), "--port", "0"],
+        env=python_env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )
+    assert process.stdout is not None
+    try:
+        selector = selectors.DefaultSelector()
+        selector.register(process.stdout, selectors.EVENT_READ)
+        output = b""
+        deadline = time.monotonic() + 30
+        match = None
+        while match is None:
+            assert time.monotonic() < deadline, f"scaler_ui printed no URL: {output.decode(errors='replace')}"
+            assert process.poll() is None, f"scaler_ui exited: {output.decode(errors='replace')}"
+            if selector.select(timeout=0.5):
+                output += os.read(process.stdout.fileno(), 4096)
+                match = re.search(rb"serving (http://\S+/)", output)
+        selector.close()
+        # Keep reading its output so that a chatty server never blocks on a full pipe.
+        drain = threading.Thread(target=lambda: process.stdout.read() if process.stdout else None, daemon=True)
+        drain.start()
+        yield match.group(1).decode()
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=15) == 0, "scaler_ui did not stop cleanly on SIGTERM"
+        drain.join(timeout=5)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        process.stdout.close()
+
+
+@pytest.fixture
+def browser(tmp_path) -> Iterator[Any]:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM  # type: ignore[assignment]
+    for flag in CHROMIUM_FLAGS:
+        options.add_argument(flag)
+    profile = str(tmp_path / "chromium-profile")
+    options.add_argument(f"--user-data-dir={profile}")
+    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+    try:
+        driver.set_page_load_timeout(30)
+        driver.set_script_timeout(30)
+        yield driver
+    finally:
+        driver.quit()
+        reap_browser_processes(profile)
+
+
+def reap_browser_processes(profile: str) -> None:
+    """Chromium's helpers can outlive chromedriver as orphans, out of sight of the leak check: end them."""
+    import psutil
+
+    def ours() -> list[psutil.Process]:
+        found = []
+        for process in psutil.process_iter(["cmdline"]):
+            try:
+                if any(profile in part for part in process.info["cmdline"] or ()):
+                    found.append(process)
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                pass
+        return found
+
+    _, alive = psutil.wait_procs(ours(), timeout=10)
+    for process in alive:
+        try:
+            process.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(alive, timeout=5)
+
+
+def count(driver: Any, state: str) -> int | None:
+    from selenium.webdriver.common.by import By
+
+    tiles = driver.find_elements(By.CSS_SELECTOR, f"#count-{state} .value")
+    return int(tiles[0].text.replace(",", "")) if tiles else None
+
+
+def worker_rows(driver: Any) -> list[str]:
+    from selenium.webdriver.common.by import By
+
+    rows = driver.find_elements(By.CSS_SELECTOR, "#workers tr[data-worker]")
+    return [row.get_attribute("data-worker") for row in rows]
+
+
+def test_page_shows_live_workers_and_numbers_that_move(
+    combo: SchedulerClusterCombo, ui_url: str, browser: Any, tmp_path
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    browser.get(ui_url)
+    assert browser.title == "Scaler monitor"
+    wait_until(lambda: len(worker_rows(browser)) == 2, "the two workers in the table")
+    assert browser.find_element(By.ID, "status").text == "live"
+    assert browser.find_element(By.ID, "worker-count").text == "2"
+    before = wait_until(lambda: count(browser, "success") is not None and (count(browser, "success"),), "counts")[0]
+
+    errors: list[BaseException] = []
+
+    def run_tasks() -> None:
+        try:
+            with Client(address=combo.get_address(), timeout_seconds=30) as client:
+                for _ in range(4):
+                    client.map(time.sleep, [(0.02,) for _ in range(100)])
+        except BaseException as error:  # reported by the test thread
+            errors.append(error)
+
+    worker = threading.Thread(target=run_tasks)
+    worker.start()
+    try:
+        # The numbers change without a reload while tasks run.
+        wait_until(lambda: (count(browser, "success") or 0) > before, "the success count to grow")
+        wait_until(lambda: browser.execute_script("return model.throughput.some(p => p.finished_per_second > 0)"),
+                   "a non-zero point on the throughput chart")
+        wait_until(lambda: browser.find_elements(By.CSS_SELECTOR, "#stream tbody tr td:nth-child(3)")
+                   and browser.find_element(By.CSS_SELECTOR, "#stream tbody tr td:nth-child(3)").text.startswith("+"),
+                   "a row in the recent task stream")
+    finally:
+        worker.join(timeout=60)
+    assert not worker.is_alive() and not errors, errors
+    wait_until(lambda: count(browser, "success") >= before + 400, "all 400 tasks counted")
+    series = browser.execute_script("return Object.keys(model.workers).length")
+    assert series == 2, "one CPU/memory series per worker"
+
+    screenshot = tmp_path / "scaler_ui.png"
+    assert browser.save_screenshot(str(screenshot))
+    assert screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    destination = os.environ.get("SCALER_UI_SCREENSHOT")
+    if destination:
+        shutil.copyfile(screenshot, destination)
+
+
+def test_page_says_it_waits_for_a_missing_scheduler(browser: Any, python_env: dict[str, str], tmp_path) -> None:
+    from selenium.webdriver.common.by import By
+
+    from scaler.ui.web import WebMonitor
+
+    address = f"ipc://{tmp_path}/nobody_monitor"
+    with WebMonitor(address, host="127.0.0.1", port=0) as monitor:
+        browser.get(monitor.url)
+        wait_until(lambda: browser.find_element(By.ID, "status").text == f"waiting for scheduler at {address}",
+                   "the waiting status")
+        assert worker_rows(browser) == []
