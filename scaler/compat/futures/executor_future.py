@@ -1,0 +1,77 @@
+"""ExecutorFuture: the future `ScalerExecutor.submit` returns.
+
+It follows one `ScalerFuture` and differs in a single way: when the cluster is gone it fails with
+`BrokenScalerExecutor`, as a `ProcessPoolExecutor` future fails with `BrokenProcessPool`. Results
+are still deserialized lazily, by the followed future, on the first `result()`.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from typing import Any, Callable
+
+from scaler.compat.futures.broken import broken_from, is_cluster_lost
+
+_FINISHED = "FINISHED"
+_CANCELLED_STATES = ("CANCELLED", "CANCELLED_AND_NOTIFIED")
+# Stands for "the result lives in the followed future" in this future's own result slot.
+_IN_SOURCE = object()
+
+
+class ExecutorFuture(concurrent.futures.Future):
+    def __init__(
+        self, source: concurrent.futures.Future, address: str, on_settled: Callable[[ExecutorFuture], None]
+    ) -> None:
+        super().__init__()
+        self._source = source
+        self._address = address
+        self._on_settled = on_settled
+
+    def follow(self) -> None:
+        """Start following; separate from __init__ so the owner can track us before we can settle."""
+        self._source.add_done_callback(self._settle)
+
+    def cancel(self) -> bool:
+        """Cancel the call if it has not started; True only when it is certain it will not run.
+
+        Like `ScalerFuture.cancel()`, this waits for the scheduler's answer.
+        """
+        with self._condition:
+            if self._state == _FINISHED:
+                return False
+            if self._state in _CANCELLED_STATES:
+                return True
+        if not self._source.cancel():
+            return False
+        self._settle(self._source)
+        return self.cancelled()
+
+    def result(self, timeout: float | None = None) -> Any:
+        value = super().result(timeout)
+        return self._source.result() if value is _IN_SOURCE else value
+
+    def _settle(self, source: concurrent.futures.Future) -> None:
+        """Copy the followed future's outcome; runs on the client's I/O thread (or inline if it was done).
+
+        No lock is held while the outcome is set: that runs the user's done-callbacks, which may
+        wait on anything. Settling twice (cancel() and the callback both get here) is harmless.
+        """
+        if source.cancelled():
+            if concurrent.futures.Future.cancel(self):
+                # The second step, as an executor does when it drops a queued call: wait() and
+                # as_completed() look for CANCELLED_AND_NOTIFIED.
+                with self._condition:
+                    if self._state == "CANCELLED":
+                        self.set_running_or_notify_cancel()
+        else:
+            error = source.exception(timeout=0)
+            try:
+                if error is None:
+                    self.set_result(_IN_SOURCE)
+                elif is_cluster_lost(error):
+                    self.set_exception(broken_from(error, self._address))
+                else:
+                    self.set_exception(error)
+            except concurrent.futures.InvalidStateError:
+                pass  # settled already
+        self._on_settled(self)
