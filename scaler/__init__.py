@@ -6,4 +6,9 @@ from scaler.client.future import ScalerFuture
 from scaler.client.serializer import Serializer
 from scaler.cluster.combo import SchedulerClusterCombo
 
+try:  # registers joblib's "scaler" backend when joblib is installed (lazily: see scaler/compat/joblib)
+    from scaler.compat import joblib as _joblib_backend  # noqa: F401
+except ImportError:
+    pass
+
 __all__ = ["Client", "ScalerFuture", "SchedulerClusterCombo", "Serializer", "__version__"]

@@ -1,0 +1,203 @@
+"""ScalerBackend: joblib's parallel backend "scaler". Each batch of calls joblib makes is one Scaler task.
+
+joblib keeps doing what it does for every backend: it batches calls (auto-sizing batches so each
+takes a fraction of a second), keeps a bounded number in flight (`pre_dispatch`), orders results,
+applies `timeout`, prints progress and aborts on the first error. This backend only submits a batch
+with `Client.submit`, hands joblib the finished future, and cancels futures when joblib aborts.
+"""
+
+from __future__ import annotations
+
+import atexit
+import concurrent.futures
+import os
+import threading
+from typing import Any, Callable
+
+from joblib._parallel_backends import (
+    AutoBatchingMixin,
+    FallbackToBackend,
+    ParallelBackendBase,
+    SequentialBackend,
+    ThreadingBackend,
+)
+from joblib.parallel import register_parallel_backend
+
+from scaler.client.client import Client
+from scaler.compat import cluster_choice
+from scaler.compat.futures.cancelling import BackgroundCanceller
+from scaler.compat.joblib.callback_thread import CallbackThread
+
+BACKEND_NAME = "scaler"
+# Long enough for a callback that serializes a large batch, short enough that a stuck one is reported.
+_CALLBACK_STOP_SECONDS = 30.0
+
+# Batches this worker process is running now. A Parallel call inside one of them must not go back
+# to a cluster: with no use(...) or SCALER_ADDRESS in a worker it would start a cluster of its own
+# there, and a task waiting on tasks of the same cluster can hold every worker (a deadlock).
+_running_batches = 0
+_running_lock = threading.Lock()
+
+# Cancels what an aborted Parallel call left queued, without making the abort wait (see cancelling.py).
+# Owned by this module: started on first use, closed at interpreter exit by _close_canceller().
+_canceller: BackgroundCanceller | None = None
+_canceller_lock = threading.Lock()
+
+
+class ScalerBackend(AutoBatchingMixin, ParallelBackendBase):
+    """Runs joblib batches on the cluster chosen as for every Scaler adapter.
+
+    That is the client given to `scaler.compat.cluster_choice.use(...)`, else the scheduler in
+    `SCALER_ADDRESS`, else an embedded local cluster (one worker per core, stopped at exit). The
+    choice is made when a Parallel call starts.
+
+    `n_jobs` is a hint for how many batches to keep in flight and how finely to cut the work; the
+    scheduler balances whatever arrives over the workers it has. The client cannot see how many
+    workers that is, so the capacity used for `n_jobs=-1` (and `None`, the default here) is the
+    `n_workers` given to the backend, e.g. `parallel_config(backend="scaler", n_workers=64)`, or
+    else this machine's core count, which is the size of the embedded cluster. `n_jobs=-2` is one
+    less, as for loky; a positive `n_jobs` is taken as it is; `n_jobs=1` runs in the caller, as
+    with every joblib backend.
+
+    Inside a task, a nested Parallel call runs on threads in that worker (joblib's usual nested
+    backend), even when it names "scaler": see `_running_batches`.
+    """
+
+    supports_retrieve_callback = True
+    supports_sharedmem = False
+    uses_threads = False
+    default_n_jobs = -1
+
+    def __init__(
+        self, nesting_level: int | None = None, inner_max_num_threads: int | None = None, n_workers: int | None = None
+    ) -> None:
+        if n_workers is not None and (isinstance(n_workers, bool) or not isinstance(n_workers, int) or n_workers < 1):
+            raise ValueError(f"n_workers must be a positive integer (the cluster's worker count), got {n_workers!r}")
+        super().__init__(nesting_level=nesting_level, inner_max_num_threads=inner_max_num_threads)
+        self._n_workers = n_workers
+        self._client: Client | None = None
+        self._lock = threading.Lock()
+        self._outstanding: set[concurrent.futures.Future] = set()
+        self._callbacks = CallbackThread("scaler-joblib-callbacks")
+        # How many tasks this backend submitted, each one batch of calls; lets tests see the batching.
+        self.tasks_submitted = 0
+
+    # ------------------------------------------------------------------------------------------ sizing
+
+    def effective_n_jobs(self, n_jobs: int | None) -> int:
+        if n_jobs == 0:
+            raise ValueError("n_jobs == 0 in Parallel has no meaning")
+        capacity = self._n_workers or os.cpu_count() or 1
+        if n_jobs is None:
+            return capacity
+        n_jobs = int(n_jobs)
+        if n_jobs < 0:
+            return max(capacity + 1 + n_jobs, 1)
+        return n_jobs
+
+    def configure(self, n_jobs: int | None = 1, parallel: Any = None, **_memmapping_options: Any) -> int:
+        # The memmapping options (max_nbytes, temp_folder, mmap_mode) are for workers sharing this
+        # machine's disk; ours need not, so arrays travel inside the batch like any argument.
+        if _inside_a_task():
+            raise FallbackToBackend(self._nested_fallback())
+        self.parallel = parallel
+        return self.effective_n_jobs(n_jobs)
+
+    def _nested_fallback(self) -> ParallelBackendBase:
+        # What joblib itself uses below a process-based backend: threads, then sequential deeper down.
+        level = self.nesting_level or 0
+        if level <= 1:
+            return ThreadingBackend(nesting_level=level)
+        return SequentialBackend(nesting_level=level)
+
+    # ------------------------------------------------------------------------------------------ a call
+
+    def start_call(self) -> None:
+        self._client = cluster_choice.current_client()
+        self._callbacks.start()
+
+    def stop_call(self) -> None:
+        self._callbacks.stop(_CALLBACK_STOP_SECONDS)
+        self._client = None
+
+    def submit(
+        self, func: Callable[[], list], callback: Callable[[Any], None] | None = None
+    ) -> concurrent.futures.Future:
+        client = self._client
+        if client is None:  # joblib calls start_call() first; this keeps working should that change
+            client = self._client = cluster_choice.current_client()
+            self._callbacks.start()
+        future = client.submit(_run_batch, func)
+        self.tasks_submitted += 1
+        with self._lock:
+            self._outstanding.add(future)
+        future.add_done_callback(lambda done: self._on_done(done, callback))
+        return future
+
+    def _on_done(self, future: concurrent.futures.Future, callback: Callable[[Any], None] | None) -> None:
+        """On the client's I/O thread: stop tracking, pass the future on to joblib's callback on our thread."""
+        with self._lock:
+            self._outstanding.discard(future)
+        if callback is not None:
+            self._callbacks.post(callback, future)
+
+    def retrieve_result_callback(self, out: concurrent.futures.Future) -> list:
+        # Raises what the batch raised, with its original type (and the remote traceback as cause).
+        return out.result()
+
+    def abort_everything(self, ensure_ready: bool = True) -> None:
+        """joblib gives up on the call (an error, a timeout, an abandoned generator): cancel what is still queued.
+
+        The cancels go out at once but are not waited for; a batch already running finishes on its
+        worker and its result is dropped. The backend stays usable either way.
+        """
+        with self._lock:
+            futures = list(self._outstanding)
+            self._outstanding.clear()
+        _background_canceller().cancel(futures)
+
+    def terminate(self) -> None:
+        self.stop_call()
+
+
+def _run_batch(batch: Callable[[], list]) -> list:
+    """The task: run one joblib batch, marked so that Parallel calls inside it stay in this worker."""
+    global _running_batches
+    with _running_lock:
+        _running_batches += 1
+    try:
+        return batch()
+    finally:
+        with _running_lock:
+            _running_batches -= 1
+
+
+def _inside_a_task() -> bool:
+    return _running_batches > 0
+
+
+def _background_canceller() -> BackgroundCanceller:
+    global _canceller
+    with _canceller_lock:
+        if _canceller is None:
+            _canceller = BackgroundCanceller("scaler-joblib-cancel")
+            atexit.register(_close_canceller)
+        return _canceller
+
+
+def _close_canceller() -> None:
+    global _canceller
+    with _canceller_lock:
+        canceller, _canceller = _canceller, None
+    if canceller is not None:
+        canceller.close(timeout=_CALLBACK_STOP_SECONDS)
+
+
+def register() -> None:
+    """Make `backend="scaler"` mean this backend in joblib.Parallel, parallel_config and parallel_backend."""
+    register_parallel_backend(BACKEND_NAME, ScalerBackend)
+
+
+# Importing this module registers the backend, so that an import of joblib which this very module
+# set off (a worker unpickling _run_batch) still ends with the backend registered.
+register()
