@@ -140,30 +140,33 @@ def reap_browser_processes(profile: str) -> None:
     psutil.wait_procs(alive, timeout=5)
 
 
-def count(driver: Any, state: str) -> int | None:
-    from selenium.webdriver.common.by import By
+# The page rebuilds its tables on every update, so an element found a moment ago may be gone: read
+# what is shown in one script call instead of holding elements.
 
-    tiles = driver.find_elements(By.CSS_SELECTOR, f"#count-{state} .value")
-    return int(tiles[0].text.replace(",", "")) if tiles else None
+
+def text_of(driver: Any, selector: str) -> str | None:
+    return driver.execute_script("const e = document.querySelector(arguments[0]); return e && e.textContent;", selector)
+
+
+def count(driver: Any, state: str) -> int | None:
+    text = text_of(driver, f"#count-{state} .value")
+    return int(text.replace(",", "")) if text else None
 
 
 def worker_rows(driver: Any) -> list[str]:
-    from selenium.webdriver.common.by import By
-
-    rows = driver.find_elements(By.CSS_SELECTOR, "#workers tr[data-worker]")
-    return [row.get_attribute("data-worker") for row in rows]
+    return driver.execute_script(
+        "return [...document.querySelectorAll('#workers tr[data-worker]')].map(row => row.dataset.worker);"
+    )
 
 
 def test_page_shows_live_workers_and_numbers_that_move(
     combo: SchedulerClusterCombo, ui_url: str, browser: Any, tmp_path
 ) -> None:
-    from selenium.webdriver.common.by import By
-
     browser.get(ui_url)
     assert browser.title == "Scaler monitor"
     wait_until(lambda: len(worker_rows(browser)) == 2, "the two workers in the table")
-    assert browser.find_element(By.ID, "status").text == "live"
-    assert browser.find_element(By.ID, "worker-count").text == "2"
+    assert text_of(browser, "#status") == "live"
+    assert text_of(browser, "#worker-count") == "2"
     before = wait_until(lambda: count(browser, "success") is not None and (count(browser, "success"),), "counts")[0]
 
     errors: list[BaseException] = []
@@ -183,8 +186,7 @@ def test_page_shows_live_workers_and_numbers_that_move(
         wait_until(lambda: (count(browser, "success") or 0) > before, "the success count to grow")
         wait_until(lambda: browser.execute_script("return model.throughput.some(p => p.finished_per_second > 0)"),
                    "a non-zero point on the throughput chart")
-        wait_until(lambda: browser.find_elements(By.CSS_SELECTOR, "#stream tbody tr td:nth-child(3)")
-                   and browser.find_element(By.CSS_SELECTOR, "#stream tbody tr td:nth-child(3)").text.startswith("+"),
+        wait_until(lambda: (text_of(browser, "#stream tbody tr td:nth-child(3)") or "").startswith("+"),
                    "a row in the recent task stream")
     finally:
         worker.join(timeout=60)
@@ -201,14 +203,11 @@ def test_page_shows_live_workers_and_numbers_that_move(
         shutil.copyfile(screenshot, destination)
 
 
-def test_page_says_it_waits_for_a_missing_scheduler(browser: Any, python_env: dict[str, str], tmp_path) -> None:
-    from selenium.webdriver.common.by import By
-
+def test_page_says_it_waits_for_a_missing_scheduler(browser: Any, tmp_path) -> None:
     from scaler.ui.web import WebMonitor
 
     address = f"ipc://{tmp_path}/nobody_monitor"
     with WebMonitor(address, host="127.0.0.1", port=0) as monitor:
         browser.get(monitor.url)
-        wait_until(lambda: browser.find_element(By.ID, "status").text == f"waiting for scheduler at {address}",
-                   "the waiting status")
+        wait_until(lambda: text_of(browser, "#status") == f"waiting for scheduler at {address}", "the waiting status")
         assert worker_rows(browser) == []
