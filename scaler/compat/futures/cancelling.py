@@ -1,79 +1,45 @@
-"""BackgroundCanceller: cancels many futures without making the caller wait.
+"""Cancelling many futures at once, without waiting for the answers.
 
-`ScalerFuture.cancel()` waits for the scheduler's word, one round trip per future, and for a task
-that is already running it waits until that task ends. An abandoned `map` iterator, a joblib abort
-or `shutdown(wait=False, cancel_futures=True)` must return at once, so they hand their futures to a
-canceller, whose few threads do the waiting. Its owner closes it, which joins those threads.
+`ScalerFuture.cancel()` sends one cancel and waits for its answer. A worker reads cancels only
+between tasks, so for a task queued behind a running one the answer comes when the running one
+ends. An abandoned `map` iterator, `shutdown(cancel_futures=True)` or a joblib abort must stop
+thousands of queued tasks before the workers reach them, so the cancels have to go out together.
+
+Stopgap: the Client has no public call for that, so `cancel_without_waiting` sends one CancelTasks
+per connection through `ScalerFuture._connection.cancel_tasks`. When the client gains such a call
+(say `Client.cancel(futures, wait=False)`), only this function changes.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-import logging
-import queue
-import threading
-from typing import Iterable
+from typing import Any, Iterable
 
-logger = logging.getLogger(__name__)
-
-# Enough parallel round trips that a few futures stuck on running tasks do not hold up the queued
-# ones, few enough to stay cheap.
-_THREADS = 8
+from scaler.client.future import ScalerFuture
 
 
-class BackgroundCanceller:
-    def __init__(self, name: str, threads: int = _THREADS) -> None:
-        self._name = name
-        self._max_threads = threads
-        self._queue: queue.SimpleQueue[concurrent.futures.Future | None] = queue.SimpleQueue()
-        self._threads: list[threading.Thread] = []
-        self._lock = threading.Lock()
-        self._closed = False
+def cancel_without_waiting(futures: Iterable[concurrent.futures.Future]) -> None:
+    """Ask for the tasks of these futures to be cancelled; returns at once.
 
-    def cancel(self, futures: Iterable[concurrent.futures.Future]) -> None:
-        """Cancel every future that is not done yet; returns before the cancels are confirmed.
+    Each future settles when the scheduler answers: a queued task's future ends cancelled; a task
+    already running finishes, and its future gets its result, as a running call does in a
+    ProcessPoolExecutor.
+    """
+    task_ids_by_connection: dict[int, tuple[Any, list[int]]] = {}
+    for future in futures:
+        future = _followed(future)
+        if future.done():
+            continue
+        if isinstance(future, ScalerFuture):
+            connection = future._connection
+            task_ids_by_connection.setdefault(id(connection), (connection, []))[1].append(future.task_id)
+        else:
+            future.cancel()  # any other future's cancel() does not wait
+    for connection, task_ids in task_ids_by_connection.values():
+        connection.cancel_tasks(task_ids)
 
-        Futures submitted last go first: those are the ones most likely still queued, so they are
-        stopped before a worker reaches them; the first ones are most likely already running.
-        """
-        pending = [future for future in futures if not future.done()]
-        if not pending:
-            return
-        with self._lock:
-            if self._closed:
-                raise RuntimeError(f"{self._name} is closed")
-            while len(self._threads) < min(self._max_threads, len(pending)):
-                thread = threading.Thread(target=self._run, name=f"{self._name}-{len(self._threads)}", daemon=True)
-                thread.start()
-                self._threads.append(thread)
-            for future in reversed(pending):
-                self._queue.put(future)
 
-    def close(self, timeout: float | None = None) -> bool:
-        """Finish the cancels already asked for, then stop the threads; True if they all stopped in time.
-
-        The threads are daemons, so one still waiting on a running task at interpreter exit does not
-        keep the process alive.
-        """
-        with self._lock:
-            if self._closed:
-                return True
-            self._closed = True
-            threads, self._threads = self._threads, []
-        for _ in threads:
-            self._queue.put(None)
-        current = threading.current_thread()
-        for thread in threads:
-            if thread is not current:
-                thread.join(timeout)
-        return not any(thread.is_alive() for thread in threads if thread is not current)
-
-    def _run(self) -> None:
-        while True:
-            future = self._queue.get()
-            if future is None:
-                return
-            try:
-                future.cancel()
-            except Exception:  # a cancel that fails leaves the task to run; never kill the thread
-                logger.exception(f"{self._name}: could not cancel a future")
+def _followed(future: concurrent.futures.Future) -> concurrent.futures.Future:
+    """The ScalerFuture behind an executor's future; cancelling it settles both."""
+    source = getattr(future, "source", None)
+    return source if isinstance(source, concurrent.futures.Future) else future

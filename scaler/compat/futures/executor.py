@@ -21,7 +21,7 @@ from scaler.client.serializer import Serializer
 from scaler.cluster.combo import SchedulerClusterCombo
 from scaler.compat import cluster_choice
 from scaler.compat.futures.broken import BrokenScalerExecutor, broken_from, is_cluster_lost
-from scaler.compat.futures.cancelling import BackgroundCanceller
+from scaler.compat.futures.cancelling import cancel_without_waiting
 from scaler.compat.futures.executor_future import ExecutorFuture
 from scaler.errors import ConnectionFailedError
 
@@ -91,7 +91,6 @@ class ScalerExecutor(concurrent.futures.Executor):
         # The futures of each live map call, shared with its iterator, which pops them as it goes.
         self._mapped: dict[int, list[concurrent.futures.Future]] = {}
         self._map_keys = itertools.count()
-        self._canceller = BackgroundCanceller("scaler-executor-cancel")
         self._closer: threading.Thread | None = None
         self._finished = threading.Event()
 
@@ -193,11 +192,7 @@ class ScalerExecutor(concurrent.futures.Executor):
         """A map call is over: stop tracking it and cancel what it no longer needs, without waiting."""
         with self._tracking_lock:
             self._mapped.pop(key, None)
-        if futures:
-            try:
-                self._canceller.cancel(futures)
-            except RuntimeError:
-                pass  # the executor has finished shutting down: these calls are over already
+        cancel_without_waiting(futures)
         futures.clear()
 
     def _forget(self, future: ExecutorFuture) -> None:
@@ -233,7 +228,7 @@ class ScalerExecutor(concurrent.futures.Executor):
             with self._tracking_lock:
                 outstanding = self._outstanding()
             if cancel_futures:
-                self._canceller.cancel(outstanding)
+                cancel_without_waiting(outstanding)
             if not wait:
                 # Not a daemon: like ProcessPoolExecutor, the interpreter waits for the calls at exit.
                 self._closer = threading.Thread(
@@ -252,7 +247,6 @@ class ScalerExecutor(concurrent.futures.Executor):
             concurrent.futures.wait(outstanding)
         finally:
             try:
-                self._canceller.close()
                 if self._owns_client:
                     self._client.disconnect()
                 if self._cluster is not None:

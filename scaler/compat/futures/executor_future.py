@@ -27,6 +27,11 @@ class ExecutorFuture(concurrent.futures.Future):
         self._address = address
         self._on_settled = on_settled
 
+    @property
+    def source(self) -> concurrent.futures.Future:
+        """The followed ScalerFuture."""
+        return self._source
+
     def follow(self) -> None:
         """Start following; separate from __init__ so the owner can track us before we can settle."""
         self._source.add_done_callback(self._settle)

@@ -8,7 +8,6 @@ with `Client.submit`, hands joblib the finished future, and cancels futures when
 
 from __future__ import annotations
 
-import atexit
 import concurrent.futures
 import os
 import threading
@@ -25,7 +24,7 @@ from joblib.parallel import register_parallel_backend
 
 from scaler.client.client import Client
 from scaler.compat import cluster_choice
-from scaler.compat.futures.cancelling import BackgroundCanceller
+from scaler.compat.futures.cancelling import cancel_without_waiting
 from scaler.compat.joblib.callback_thread import CallbackThread
 
 BACKEND_NAME = "scaler"
@@ -37,11 +36,6 @@ _CALLBACK_STOP_SECONDS = 30.0
 # there, and a task waiting on tasks of the same cluster can hold every worker (a deadlock).
 _running_batches = 0
 _running_lock = threading.Lock()
-
-# Cancels what an aborted Parallel call left queued, without making the abort wait (see cancelling.py).
-# Owned by this module: started on first use, closed at interpreter exit by _close_canceller().
-_canceller: BackgroundCanceller | None = None
-_canceller_lock = threading.Lock()
 
 
 class ScalerBackend(AutoBatchingMixin, ParallelBackendBase):
@@ -154,7 +148,7 @@ class ScalerBackend(AutoBatchingMixin, ParallelBackendBase):
         with self._lock:
             futures = list(self._outstanding)
             self._outstanding.clear()
-        _background_canceller().cancel(futures)
+        cancel_without_waiting(futures)
 
     def terminate(self) -> None:
         self.stop_call()
@@ -174,23 +168,6 @@ def _run_batch(batch: Callable[[], list]) -> list:
 
 def _inside_a_task() -> bool:
     return _running_batches > 0
-
-
-def _background_canceller() -> BackgroundCanceller:
-    global _canceller
-    with _canceller_lock:
-        if _canceller is None:
-            _canceller = BackgroundCanceller("scaler-joblib-cancel")
-            atexit.register(_close_canceller)
-        return _canceller
-
-
-def _close_canceller() -> None:
-    global _canceller
-    with _canceller_lock:
-        canceller, _canceller = _canceller, None
-    if canceller is not None:
-        canceller.close(timeout=_CALLBACK_STOP_SECONDS)
 
 
 def register() -> None:
