@@ -9,9 +9,11 @@ with `Client.submit`, hands joblib the finished future, and cancels futures when
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import os
+import sys
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, ContextManager
 
 from joblib._parallel_backends import (
     AutoBatchingMixin,
@@ -55,9 +57,18 @@ class ScalerBackend(AutoBatchingMixin, ParallelBackendBase):
 
     Inside a task, a nested Parallel call runs on threads in that worker (joblib's usual nested
     backend), even when it names "scaler": see `_running_batches`.
+
+    While a batch runs, the BLAS and OpenMP thread pools of its worker process are limited to
+    `inner_max_num_threads` threads, 1 unless set with
+    `parallel_config(backend="scaler", inner_max_num_threads=N)`. A worker runs one task per core
+    already, and pools as wide as the machine in every worker spin against each other (scikit-learn
+    fits ran tens of times slower). loky does the same for its workers. It takes threadpoolctl
+    (installed with scikit-learn), and applies to libraries loaded when the batch starts, so
+    to numpy and whatever the batch's arguments needed.
     """
 
     supports_retrieve_callback = True
+    supports_inner_max_num_threads = True
     supports_sharedmem = False
     uses_threads = False
     default_n_jobs = -1
@@ -121,7 +132,7 @@ class ScalerBackend(AutoBatchingMixin, ParallelBackendBase):
         if client is None:  # joblib calls start_call() first; this keeps working should that change
             client = self._client = cluster_choice.current_client()
             self._callbacks.start()
-        future = client.submit(_run_batch, func)
+        future = client.submit(_run_batch, func, self.inner_max_num_threads or 1)
         self.tasks_submitted += 1
         with self._lock:
             self._outstanding.add(future)
@@ -154,16 +165,29 @@ class ScalerBackend(AutoBatchingMixin, ParallelBackendBase):
         self.stop_call()
 
 
-def _run_batch(batch: Callable[[], list]) -> list:
+def _run_batch(batch: Callable[[], list], inner_threads: int) -> list:
     """The task: run one joblib batch, marked so that Parallel calls inside it stay in this worker."""
     global _running_batches
     with _running_lock:
         _running_batches += 1
     try:
-        return batch()
+        with _thread_pools_limited_to(inner_threads):
+            return batch()
     finally:
         with _running_lock:
             _running_batches -= 1
+
+
+def _thread_pools_limited_to(threads: int) -> ContextManager[object]:
+    # Without numpy there is no BLAS pool to limit, and tiny pure-Python batches skip the half
+    # millisecond that threadpoolctl takes to look.
+    if "numpy" not in sys.modules:
+        return contextlib.nullcontext()
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return contextlib.nullcontext()
+    return threadpool_limits(limits=threads)
 
 
 def _inside_a_task() -> bool:
