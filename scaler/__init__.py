@@ -1,5 +1,7 @@
 """Scaler: a light, fast and reliable distributed task framework."""
 
+from typing import Any
+
 from scaler.about import __version__
 from scaler.client.client import Client
 from scaler.client.future import ScalerFuture
@@ -11,4 +13,13 @@ try:  # registers joblib's "scaler" backend when joblib is installed (lazily: se
 except ImportError:
     pass
 
-__all__ = ["Client", "ScalerFuture", "SchedulerClusterCombo", "Serializer", "__version__"]
+__all__ = ["Client", "ScalerFuture", "SchedulerClusterCombo", "Serializer", "__version__", "get"]
+
+
+def __getattr__(name: str) -> Any:
+    # `scaler.get`, the dask scheduler function, is imported on first use: `import scaler` needs no dask.
+    if name == "get":
+        from scaler.compat.dask import get
+
+        return get
+    raise AttributeError(f"module 'scaler' has no attribute {name!r}")

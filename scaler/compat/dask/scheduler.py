@@ -1,0 +1,66 @@
+"""`get`: a dask scheduler function that computes on a Scaler cluster.
+
+    dask.compute(x, scheduler=scaler.get)
+    x.compute(scheduler=scaler.get)
+    with dask.config.set(scheduler=scaler.get): ...
+
+The whole graph goes to the cluster as one graph task; which cluster is decided by
+`scaler.compat.cluster_choice` (`use(...)`, else `SCALER_ADDRESS`, else an embedded local cluster).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+from collections.abc import Hashable, Mapping
+from typing import Any
+
+from scaler.compat.cluster_choice import current_client
+
+try:  # a worker that runs this inside a task keeps serving while it waits (nested tasks)
+    from scaler.utility.blocking import waiting_for_tasks
+except ImportError:  # a checkout without nested-task support
+    waiting_for_tasks = contextlib.nullcontext  # type: ignore[assignment]
+
+
+def get(dsk: Mapping | Any, keys: Any, *, fuse: bool = True, **kwargs: Any) -> Any:
+    """Compute `keys` of the dask graph `dsk` on a Scaler cluster, like `dask.threaded.get`.
+
+    `keys` is one key or a list nesting keys; the result has the same shape, lists turned into tuples.
+    `fuse=False` sends every task as it is instead of running chain links and tiny leaf tasks inside
+    their only dependent. Other keyword arguments dask passes to schedulers (`num_workers`, `pool`,
+    `cache`, ...) have no meaning here and are ignored. A missing key raises KeyError (also a
+    ValueError), a cycle ValueError, both before anything runs; a failing task raises its exception.
+    """
+    try:
+        from scaler.compat.dask.translation import translate
+    except ImportError as error:
+        raise ImportError("scaler.get needs dask: pip install 'scaler[dask]'") from error
+
+    flat_keys = list(_flatten(keys)) if isinstance(keys, list) else [keys]
+    translation = translate(dsk, flat_keys, fuse=fuse)
+    client = current_client()
+    futures = client.get(translation.graph, translation.requested, block=False)
+    with waiting_for_tasks():
+        done, _ = concurrent.futures.wait(list(futures.values()), return_when=concurrent.futures.FIRST_EXCEPTION)
+    for key in translation.requested:  # the first failure in key order among those that failed already
+        future = futures[key]
+        if future in done and future.exception() is not None:
+            raise future.exception()  # type: ignore[misc]
+    results = {key: future.result() for key, future in futures.items()}
+    return _nested_get(keys, results)
+
+
+def _flatten(keys: list) -> Any:
+    for item in keys:
+        if isinstance(item, list):
+            yield from _flatten(item)
+        else:
+            yield item
+
+
+def _nested_get(keys: Any, results: dict[Hashable, Any]) -> Any:
+    """Results in the shape of `keys`: a list of keys gives a tuple, as dask's own get functions return."""
+    if isinstance(keys, list):
+        return tuple(_nested_get(item, results) for item in keys)
+    return results[keys]
