@@ -25,6 +25,10 @@ class WorkerDiedError(ScalerError):
     """The worker running the task died, or the task crashed its worker too many times."""
 
 
+class NestingLimitError(ScalerError):
+    """A task waited on nested tasks while its worker already had its maximum of processors."""
+
+
 class TaskRejectedError(ScalerError):
     """The scheduler refused the task (malformed, unknown function, or its queue is full)."""
 

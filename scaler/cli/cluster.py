@@ -31,6 +31,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="how many tasks each worker accepts at once (shown as 'free' in scaler_top)",
     )
     parser.add_argument(
+        "--max-processors", "-mp", type=int, default=_DEFAULTS.max_processors,
+        help="processes one worker may run: one serves while the others hold tasks waiting on nested tasks; "
+        "a task that would need more fails with NestingLimitError instead of deadlocking",
+    )
+    parser.add_argument(
         "--heartbeat-interval", "-hi", type=float, default=_DEFAULTS.heartbeat_interval_seconds,
         help="seconds between heartbeats to the scheduler",
     )
@@ -66,6 +71,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.num_of_workers < 1:
         parser.error("--num-of-workers must be at least 1")
+    if args.max_processors < 1:
+        parser.error("--max-processors must be at least 1")
     if args.worker_names is None:
         names = default_worker_names(args.num_of_workers)
     else:
@@ -76,6 +83,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     template = WorkerConfig(
         address=args.address,
         task_queue_size=args.per_worker_task_queue_size,
+        max_processors=args.max_processors,
         heartbeat_interval_seconds=args.heartbeat_interval,
         death_timeout_seconds=args.death_timeout_seconds,
         task_timeout_seconds=args.task_timeout_seconds,

@@ -18,6 +18,7 @@ from scaler.client.object_reference import ObjectReference
 from scaler.client.serializer import DefaultSerializer, Serializer
 from scaler.errors import ProtectedModeError
 from scaler.protocol import messages as m
+from scaler.utility.blocking import client_nesting_depth, waiting_for_tasks
 from scaler.utility.identifiers import content_object_id, random_object_id
 
 DEFAULT_TIMEOUT_SECONDS = 60.0
@@ -100,7 +101,7 @@ class Client:
         if kwargs:
             keywords = tuple(kwargs)
             payloads.extend(self._serialize_arguments(kwargs.values(), object_positions, len(payloads)))
-        signature = (self._function_id(fn), len(payloads), keywords, self._serializer_id)
+        signature = (self._function_id(fn), len(payloads), keywords, self._serializer_id, client_nesting_depth())
         connection = self._connection
         task_id = connection.next_task_id()
         future = ScalerFuture(task_id, connection, self._serializer)
@@ -142,7 +143,8 @@ class Client:
         argument_tuples = list(iterable)
         collector = MapCollector(len(argument_tuples))
         all_task_ids = self._submit_map(function_id, argument_tuples, collector)
-        collector.finished.wait()
+        with waiting_for_tasks():
+            collector.finished.wait()
         if collector.errors:
             self._connection.forget(all_task_ids)
             self._connection.cancel_tasks(all_task_ids)
@@ -152,6 +154,7 @@ class Client:
 
     def _submit_map(self, function_id: bytes, argument_tuples: list[tuple], collector: MapCollector) -> list[int]:
         connection = self._connection
+        depth = client_nesting_depth()
         all_task_ids: list[int] = []
         start = 0
         while start < len(argument_tuples):
@@ -173,7 +176,7 @@ class Client:
                 chunk_args.extend(self._serialize_arguments(arguments, object_positions, len(chunk_args)))
                 end += 1
             task_ids = [connection.next_task_id() for _ in range(end - start)]
-            signature: Signature = (function_id, width, (), self._serializer_id)
+            signature: Signature = (function_id, width, (), self._serializer_id, depth)
             connection.submit_tasks(signature, task_ids, chunk_args, collector, start, object_positions)
             all_task_ids.extend(task_ids)
             start = end
@@ -201,13 +204,15 @@ class Client:
                 outcome[key] = futures[plan.targets[key]]
         if not block:
             return outcome
-        return {key: future.result() for key, future in outcome.items()}
+        with waiting_for_tasks():
+            return {key: future.result() for key, future in outcome.items()}
 
     def _submit_graph(self, calls: list[PlannedCall], wanted: set[Hashable]) -> dict[Hashable, ScalerFuture]:
         """Send planned calls as one submission; returns a future per wanted task key."""
         connection = self._connection
         serialize = self._serializer.serialize
         task_ids = {call.key: connection.next_task_id() for call in calls}
+        depth = client_nesting_depth()
         groups: list[m.TaskGroup] = []
         current_signature: Signature | None = None
         group: m.TaskGroup | None = None
@@ -218,12 +223,14 @@ class Client:
             function = call.function
             if isinstance(function, TemplateCall):
                 function = self._template_call(function)
-            signature: Signature = (self._function_id(function), len(call.arguments), (), self._serializer_id)
+            signature: Signature = (
+                self._function_id(function), len(call.arguments), (), self._serializer_id, depth
+            )
             if signature != current_signature:
                 current_signature = signature
                 group = m.TaskGroup(
                     function_id=signature[0], args_per_task=signature[1], keywords=(), task_ids=[], args=[],
-                    serializer_id=self._serializer_id,
+                    serializer_id=self._serializer_id, nesting_depth=depth,
                 )
                 groups.append(group)
             assert group is not None
@@ -313,12 +320,24 @@ class Client:
             raise ProtectedModeError(response.reason)
 
 
+# Clients rebuilt from a pickle, one per scheduler and settings in this process: every task on a worker
+# that receives "the client" shares one connection instead of opening its own.
+_unpickled_clients: dict[tuple, Client] = {}
+_unpickled_clients_lock = threading.Lock()
+
+
 def _reconnect(
     address: str, serializer: Serializer, timeout_seconds: float, heartbeat_interval_seconds: float
 ) -> Client:
-    return Client(
-        address=address,
-        serializer=serializer,
-        timeout_seconds=timeout_seconds,
-        heartbeat_interval_seconds=heartbeat_interval_seconds,
-    )
+    key = (address, type(serializer).__module__, type(serializer).__qualname__, timeout_seconds,
+           heartbeat_interval_seconds)
+    with _unpickled_clients_lock:
+        client = _unpickled_clients.get(key)
+        if client is None or not client._connection.is_open:
+            client = _unpickled_clients[key] = Client(
+                address=address,
+                serializer=serializer,
+                timeout_seconds=timeout_seconds,
+                heartbeat_interval_seconds=heartbeat_interval_seconds,
+            )
+        return client

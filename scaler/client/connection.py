@@ -22,6 +22,7 @@ import zmq
 from scaler.client.future import ScalerFuture, exception_from_failure
 from scaler.errors import ConnectionFailedError, SchedulerLostError
 from scaler.protocol import messages as m
+from scaler.utility.blocking import client_nesting_depth
 from scaler.utility.identifiers import TASK_COUNTER_BITS
 from scaler.utility.zmq_util import has_input, receive_frames, send_message
 
@@ -30,8 +31,8 @@ logger = logging.getLogger(__name__)
 _MAX_TASKS_PER_MESSAGE = 2000
 _IDLE_POLL_SECONDS = 0.25
 
-# A group signature: function id, arguments per task, keyword names, serializer id.
-Signature = tuple[bytes, int, tuple[str, ...], bytes]
+# A group signature: function id, arguments per task, keyword names, serializer id, nesting depth.
+Signature = tuple[bytes, int, tuple[str, ...], bytes, int]
 
 
 class MapCollector:
@@ -221,7 +222,8 @@ class ClientConnection:
         try:
             socket.connect(self.address)
             send_message(socket, m.Hello(
-                role=m.Role.CLIENT, name=self._name, hostname=socket_module.gethostname(), pid=os.getpid()
+                role=m.Role.CLIENT, name=self._name, hostname=socket_module.gethostname(), pid=os.getpid(),
+                nesting_depth=client_nesting_depth(),
             ))
             self._loop(socket)
         except Exception as error:  # a bug here must fail the futures, not strand them
@@ -288,7 +290,7 @@ class ClientConnection:
                 if current is None or signature != current_signature:
                     current = m.TaskGroup(
                         function_id=signature[0], args_per_task=signature[1], keywords=signature[2],
-                        task_ids=[], args=[], serializer_id=signature[3],
+                        task_ids=[], args=[], serializer_id=signature[3], nesting_depth=signature[4],
                     )
                     current_signature = signature
                     groups.append(current)

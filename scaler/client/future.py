@@ -16,6 +16,7 @@ from scaler.errors import (
     WorkerDiedError,
 )
 from scaler.protocol import messages as m
+from scaler.utility.blocking import waiting_for_tasks
 
 if TYPE_CHECKING:
     from scaler.client.connection import ClientConnection
@@ -43,7 +44,11 @@ class ScalerFuture(concurrent.futures.Future):
         return self._task_id
 
     def result(self, timeout: float | None = None) -> Any:
-        payload = super().result(timeout)
+        if self.done():
+            payload = super().result(timeout)
+        else:
+            with waiting_for_tasks():
+                payload = super().result(timeout)
         if not self._decoded:
             with self._condition:
                 if not self._decoded:

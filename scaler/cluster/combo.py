@@ -52,6 +52,7 @@ class SchedulerClusterCombo:
         task_timeout_seconds: float = 0.0,
         load_balance_seconds: float = 1.0,
         max_task_crashes: int = 3,
+        max_processors: int = 64,
         scheduler_io_threads: int = 1,
         worker_io_threads: int = 1,
         logging_paths: Sequence[str] = DEFAULT_LOGGING_PATHS,
@@ -82,6 +83,7 @@ class SchedulerClusterCombo:
         cluster_args = [
             "--num-of-workers", str(n_workers),
             "--per-worker-task-queue-size", str(per_worker_queue_size),
+            "--max-processors", str(max_processors),
             "--heartbeat-interval", str(heartbeat_interval_seconds),
             "--death-timeout-seconds", str(death_timeout_seconds),
             "--task-timeout-seconds", str(task_timeout_seconds),

@@ -73,6 +73,7 @@ class Hello:
     pid: int = 0
     capacity: int = 0
     protocol_version: int = PROTOCOL_VERSION
+    nesting_depth: int = 0
 
 
 @dataclasses.dataclass(slots=True)
@@ -125,6 +126,7 @@ class TaskGroup:
     ref_task_ids: list[int] = dataclasses.field(default_factory=list)
     # args[i] for i in object_arg_indices is an object id: the worker passes that object instead.
     object_arg_indices: list[int] = dataclasses.field(default_factory=list)
+    nesting_depth: int = 0
 
 
 @dataclasses.dataclass(slots=True)
@@ -192,6 +194,15 @@ class ProtocolError:
     reason: str
 
 
+@dataclasses.dataclass(slots=True)
+class ProcessorState:
+    """Agent <-> processor only: a task blocks on nested work (blocked), and the agent's answer (granted)."""
+
+    blocked: bool
+    granted: bool = False
+    reason: str = ""
+
+
 Message = Union[
     Hello,
     Welcome,
@@ -208,6 +219,7 @@ Message = Union[
     ShutdownRequest,
     ShutdownResponse,
     ProtocolError,
+    ProcessorState,
 ]
 
 
@@ -241,6 +253,7 @@ def _encode_hello(builder, message: Hello, frames: list[Buffer]) -> None:
         "hostname": message.hostname,
         "pid": message.pid,
         "capacity": message.capacity,
+        "nestingDepth": message.nesting_depth,
     })
 
 
@@ -311,6 +324,8 @@ def _encode_submission(builder, message: TaskSubmission, frames: list[Buffer]) -
             slot.refTaskIds = group.ref_task_ids
         if group.object_arg_indices:
             slot.objectArgIndices = group.object_arg_indices
+        if group.nesting_depth:
+            slot.nestingDepth = group.nesting_depth
     if message.quiet_task_ids:
         submission.quietTaskIds = message.quiet_task_ids
 
@@ -350,6 +365,9 @@ _ENCODERS: dict[type, Callable[[Any, Any, list[Buffer]], Any]] = {
     ShutdownRequest: lambda b, m, f: b.init("shutdownRequest"),
     ShutdownResponse: lambda b, m, f: _init_with(b, "shutdownResponse", {"accepted": m.accepted, "reason": m.reason}),
     ProtocolError: lambda b, m, f: _init_with(b, "protocolError", {"reason": m.reason}),
+    ProcessorState: lambda b, m, f: _init_with(
+        b, "processorState", {"blocked": m.blocked, "granted": m.granted, "reason": m.reason}
+    ),
 }
 
 
@@ -421,6 +439,7 @@ def _decode_hello(reader, frames: _FrameTable) -> Hello:
         hostname=reader.hostname,
         pid=reader.pid,
         capacity=reader.capacity,
+        nesting_depth=reader.nestingDepth,
     )
 
 
@@ -469,6 +488,7 @@ def _decode_submission(reader, frames: _FrameTable) -> TaskSubmission:
                 ref_arg_indices=list(group.refArgIndices),
                 ref_task_ids=list(group.refTaskIds),
                 object_arg_indices=list(group.objectArgIndices),
+                nesting_depth=group.nestingDepth,
             )
         )
     return TaskSubmission(objects=objects, groups=groups, quiet_task_ids=list(reader.quietTaskIds))
@@ -508,4 +528,5 @@ _DECODERS: dict[str, Callable[[Any, _FrameTable], Any]] = {
     "shutdownRequest": lambda r, f: ShutdownRequest(),
     "shutdownResponse": lambda r, f: ShutdownResponse(accepted=r.accepted, reason=r.reason),
     "protocolError": lambda r, f: ProtocolError(reason=r.reason),
+    "processorState": lambda r, f: ProcessorState(blocked=r.blocked, granted=r.granted, reason=r.reason),
 }

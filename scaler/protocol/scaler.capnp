@@ -28,6 +28,7 @@ struct Message {
     shutdownRequest @12 :ShutdownRequest;
     shutdownResponse @13 :ShutdownResponse;
     protocolError @14 :ProtocolError;
+    processorState @15 :ProcessorState;
   }
 }
 
@@ -43,6 +44,7 @@ struct Hello {
   hostname @3 :Text;
   pid @4 :UInt32;
   capacity @5 :UInt32;     # workers only: how many tasks it accepts at once
+  nestingDepth @6 :UInt32; # clients only: 0 for an application, d + 1 inside a task of depth d
 }
 
 struct Welcome {
@@ -94,6 +96,9 @@ struct TaskGroup {
   argFrames @9 :List(UInt32);
   # Object arguments: args[i] holds a 16-byte object id; the worker passes the object itself.
   objectArgIndices @10 :List(UInt32);
+  # Set by the scheduler for workers: the nesting depth of the submitting client. Workers run deeper
+  # tasks first, because they are what the blocked tasks of lower depths wait for.
+  nestingDepth @11 :UInt32;
 }
 
 struct TaskSubmission {
@@ -158,4 +163,13 @@ struct ShutdownResponse {
 
 struct ProtocolError {
   reason @0 :Text;
+}
+
+# Inside a worker only (agent <-> its processors), never sent to the scheduler: a processor whose task
+# waits on nested tasks says blocked=true and the agent answers granted (another processor now serves
+# this worker) or not (the worker is at its processor limit: the wait fails instead of deadlocking).
+struct ProcessorState {
+  blocked @0 :Bool;
+  granted @1 :Bool;
+  reason @2 :Text;
 }

@@ -1,12 +1,16 @@
-"""The worker agent: the I/O shell between the scheduler and one processor process.
+"""The worker agent: the I/O shell between the scheduler and the processes that run the functions.
 
-It registers with the scheduler, forwards task batches to its processor and results back (without
-re-encoding them), heartbeats with its own and the processor's CPU and memory, and replaces the
-processor when it crashes, blaming only the task that was running.
+It registers with the scheduler, forwards task batches to its active processor and results back
+(without re-encoding them), heartbeats with its own and its processors' CPU and memory, replaces a
+processor that crashes (blaming only the task that was running), and keeps the worker serving while a
+task waits on nested tasks by letting another processor take over (docs/nested_tasks.md).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import enum
+import itertools
 import logging
 import os
 import shutil
@@ -32,66 +36,53 @@ logger = logging.getLogger(__name__)
 _RUNNING_TASK_FORMAT = "<Q"
 _PROCESSOR_CHECK_SECONDS = 0.1
 _PROCESSOR_STOP_SECONDS = 3.0
+# Idle processors are kept for the next nested wait (starting one costs far more than keeping it);
+# beyond the first, a spare idle this long is stopped.
+_SPARE_IDLE_SECONDS = 30.0
 
 
 class WorkerExit(Exception):
     """Raised inside the loop to leave it with a reason for the log."""
 
 
-class _ProcessorHandle:
-    """The processor child: started, watched and stopped by the agent, and by nobody else."""
+class ProcessorRole(enum.Enum):
+    ACTIVE = "active"        # receives the tasks the scheduler sends
+    BLOCKED = "blocked"      # its task waits on nested tasks
+    FINISHING = "finishing"  # its task stopped waiting; it gets no new tasks
+    SPARE = "spare"          # idle, kept to become active quickly
 
-    def __init__(self, work_dir: str, context: zmq.Context) -> None:
-        self._slot_path = os.path.join(work_dir, "running_task")
-        with open(self._slot_path, "wb") as slot:
-            slot.write(b"\0" * struct.calcsize(_RUNNING_TASK_FORMAT))
-        self.socket = context.socket(zmq.PAIR)
-        self.socket.setsockopt(zmq.LINGER, 0)
-        self.address = f"ipc://{os.path.join(work_dir, 'processor.sock')}"
-        self.socket.bind(self.address)
-        self.process: subprocess.Popen | None = None
-        self.psutil_process: psutil.Process | None = None
 
-    def start(self) -> None:
-        with open(self._slot_path, "wb") as slot:
-            slot.write(b"\0" * struct.calcsize(_RUNNING_TASK_FORMAT))
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "scaler.worker.processor", self.address, self._slot_path, str(os.getpid())],
-            stdin=subprocess.DEVNULL,
-        )
-        self.psutil_process = psutil.Process(self.process.pid)
-        self.psutil_process.cpu_percent()
+@dataclasses.dataclass(eq=False)
+class ProcessorHandle:
+    """One processor child: started, watched and stopped by the agent, and by nobody else."""
 
-    def exit_code(self) -> int | None:
-        return None if self.process is None else self.process.poll()
+    identity: bytes
+    process: subprocess.Popen
+    psutil_process: psutil.Process
+    slot_path: str
+    role: ProcessorRole
+    ready: bool = False
+    # Frames sent before the processor said hello; delivered once it is connected.
+    backlog: list[list[m.Buffer]] = dataclasses.field(default_factory=list)
+    # Tasks handed to it and not yet answered, oldest first.
+    outstanding: dict[int, None] = dataclasses.field(default_factory=dict)
+    # Objects it was given; one that becomes active is sent the rest before any task.
+    object_ids: set[bytes] = dataclasses.field(default_factory=set)
+    idle_since: float = 0.0
 
     def running_task_id(self) -> int:
-        with open(self._slot_path, "rb") as slot:
+        with open(self.slot_path, "rb") as slot:
             return struct.unpack(_RUNNING_TASK_FORMAT, slot.read(struct.calcsize(_RUNNING_TASK_FORMAT)))[0]
 
     def stop(self) -> None:
         process = self.process
-        if process is None:
-            return
         if process.poll() is None:
+            process.terminate()
             try:
-                send_message(self.socket, m.Disconnect(reason="worker stopping"), zmq.NOBLOCK)
-            except zmq.ZMQError:
-                pass
-            try:
-                process.wait(timeout=0.2)
+                process.wait(timeout=_PROCESSOR_STOP_SECONDS)
             except subprocess.TimeoutExpired:
-                process.terminate()
-                try:
-                    process.wait(timeout=_PROCESSOR_STOP_SECONDS)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
-        self.process = None
-
-    def close(self) -> None:
-        self.stop()
-        self.socket.close(linger=0)
+                process.kill()
+                process.wait()
 
 
 class WorkerAgent:
@@ -99,38 +90,44 @@ class WorkerAgent:
         self._config = config
         self._name = config.name or f"{socket_module.gethostname()}|{os.getpid()}"
         self._identity = f"W|{self._name}|{uuid.uuid4().hex[:8]}".encode()
-        # Tasks handed to the processor and not yet answered, oldest first.
-        self._outstanding: dict[int, None] = {}
-        # Kept so that a replacement processor can be given every object the scheduler thinks we hold.
+        self._processors: dict[bytes, ProcessorHandle] = {}
+        self._active: ProcessorHandle | None = None
+        self._processor_numbers = itertools.count()
+        # Kept so that a new processor can be given every object the scheduler thinks we hold.
         self._objects: dict[bytes, m.ObjectPayload] = {}
         self._stop_requested = threading.Event()
         self._heartbeat_sent_at: float | None = None
         self._latency_us = 0
         self._process = psutil.Process()
         self._process.cpu_percent()
+        self._work_dir = ""
+        self._processor_address = ""
+        self._router: zmq.Socket | None = None
 
     def stop(self) -> None:
         self._stop_requested.set()
 
     def run(self, exit_with_parent: int | None = None) -> None:
         config = self._config
-        work_dir = tempfile.mkdtemp(prefix="scaler-worker-")
+        self._work_dir = tempfile.mkdtemp(prefix="scaler-worker-")
         context = zmq.Context(io_threads=config.io_threads)
         scheduler = context.socket(zmq.DEALER)
+        router = self._router = context.socket(zmq.ROUTER)
+        for socket in (scheduler, router):
+            socket.setsockopt(zmq.SNDHWM, 0)
+            socket.setsockopt(zmq.RCVHWM, 0)
+            socket.setsockopt(zmq.LINGER, 0)
         scheduler.setsockopt(zmq.IDENTITY, self._identity)
-        scheduler.setsockopt(zmq.SNDHWM, 0)
-        scheduler.setsockopt(zmq.RCVHWM, 0)
-        scheduler.setsockopt(zmq.LINGER, 0)
-        processor: _ProcessorHandle | None = None
         try:
-            processor = _ProcessorHandle(work_dir, context)
-            processor.start()
+            self._processor_address = f"ipc://{os.path.join(self._work_dir, 'processors.sock')}"
+            router.bind(self._processor_address)
+            self._active = self._start_processor(ProcessorRole.ACTIVE)
             scheduler.connect(config.address)
             send_message(scheduler, m.Hello(
                 role=m.Role.WORKER, name=self._name, hostname=socket_module.gethostname(), pid=os.getpid(),
                 capacity=config.task_queue_size,
             ))
-            self._loop(scheduler, processor, exit_with_parent)
+            self._loop(scheduler, router, exit_with_parent)
         except WorkerExit as reason:
             logger.info(f"Worker[{self._name}]: {reason}")
         finally:
@@ -138,17 +135,21 @@ class WorkerAgent:
                 send_message(scheduler, m.Disconnect(reason="worker exiting"), zmq.NOBLOCK)
             except zmq.ZMQError:
                 pass
-            if processor is not None:
-                processor.close()
+            for handle in list(self._processors.values()):
+                handle.stop()
+            self._processors.clear()
+            router.close(linger=0)
             scheduler.close(linger=100)
             context.term()
-            shutil.rmtree(work_dir, ignore_errors=True)
+            shutil.rmtree(self._work_dir, ignore_errors=True)
 
-    def _loop(self, scheduler: zmq.Socket, processor: _ProcessorHandle, exit_with_parent: int | None) -> None:
+    # ------------------------------------------------------------------------------------------ loop
+
+    def _loop(self, scheduler: zmq.Socket, router: zmq.Socket, exit_with_parent: int | None) -> None:
         config = self._config
         poller = zmq.Poller()
         poller.register(scheduler, zmq.POLLIN)
-        poller.register(processor.socket, zmq.POLLIN)
+        poller.register(router, zmq.POLLIN)
         last_heard = time.monotonic()
         next_heartbeat = 0.0
         next_check = 0.0
@@ -157,44 +158,49 @@ class WorkerAgent:
             if scheduler in events:
                 last_heard = time.monotonic()
                 while has_input(scheduler):
-                    self._on_scheduler_frames(receive_frames(scheduler), processor)
-            if processor.socket in events:
-                while has_input(processor.socket):
-                    frames = receive_frames(processor.socket)
-                    self._on_processor_results(frames)
-                    send_frames(scheduler, frames)
+                    self._on_scheduler_frames(receive_frames(scheduler))
+            if router in events:
+                while has_input(router):
+                    frames = receive_frames(router)
+                    self._on_processor_frames(bytes(frames[0]), frames[1:], scheduler)
             now = time.monotonic()
             if now >= next_check:
                 next_check = now + _PROCESSOR_CHECK_SECONDS
-                if processor.exit_code() is not None:
-                    self._replace_processor(scheduler, processor)
+                self._check_processors(scheduler)
                 if now - last_heard > config.death_timeout_seconds:
                     raise WorkerExit(f"no word from the scheduler for {config.death_timeout_seconds:g}s, exiting")
                 if exit_with_parent is not None and os.getppid() != exit_with_parent:
                     raise WorkerExit("parent process is gone, exiting")
             if now >= next_heartbeat:
                 next_heartbeat = now + config.heartbeat_interval_seconds
-                send_message(scheduler, self._heartbeat(processor))
+                send_message(scheduler, self._heartbeat())
                 self._heartbeat_sent_at = now
 
-    def _on_scheduler_frames(self, frames: list[m.Buffer], processor: _ProcessorHandle) -> None:
+    # ------------------------------------------------------------------------------------------ scheduler side
+
+    def _on_scheduler_frames(self, frames: list[m.Buffer]) -> None:
         try:
             message = m.decode(frames)
         except m.ProtocolDecodeError as error:
             logger.warning(f"Worker[{self._name}]: dropped an undecodable message from the scheduler: {error}")
             return
         if isinstance(message, m.TaskSubmission):
+            active = self._active_processor()
             for item in message.objects:
                 self._objects[item.object_id] = item
+                active.object_ids.add(item.object_id)
             for group in message.groups:
-                self._outstanding.update(dict.fromkeys(group.task_ids))
-            send_frames(processor.socket, frames)
-        elif isinstance(message, (m.CancelTasks,)):
-            send_frames(processor.socket, frames)
+                active.outstanding.update(dict.fromkeys(group.task_ids))
+            self._deliver(active, frames)
+        elif isinstance(message, m.CancelTasks):
+            for handle in self._processors.values():
+                self._deliver(handle, frames)
         elif isinstance(message, m.DeleteObjects):
             for object_id in message.object_ids:
                 self._objects.pop(object_id, None)
-            send_frames(processor.socket, frames)
+            for handle in self._processors.values():
+                handle.object_ids.difference_update(message.object_ids)
+                self._deliver(handle, frames)
         elif isinstance(message, m.Welcome):
             logger.info(f"Worker[{self._name}]: connected to the scheduler")
         elif isinstance(message, m.HeartbeatEcho):
@@ -208,20 +214,151 @@ class WorkerAgent:
         elif isinstance(message, m.ProtocolError):
             logger.warning(f"Worker[{self._name}]: scheduler reports a protocol error: {message.reason}")
 
-    def _on_processor_results(self, frames: list[m.Buffer]) -> None:
-        results = m.decode(frames)
-        assert isinstance(results, m.TaskResults)
-        outstanding = self._outstanding
-        for task_id in results.succeeded_ids:
-            outstanding.pop(task_id, None)
-        for failure in results.failures:
-            outstanding.pop(failure.task_id, None)
+    # ------------------------------------------------------------------------------------------ processor side
 
-    def _replace_processor(self, scheduler: zmq.Socket, processor: _ProcessorHandle) -> None:
-        exit_code = processor.exit_code()
-        crashed_id = processor.running_task_id()
+    def _on_processor_frames(self, identity: bytes, frames: list[m.Buffer], scheduler: zmq.Socket) -> None:
+        handle = self._processors.get(identity)
+        if handle is None:
+            return  # a processor we already gave up on
+        message = m.decode(frames)
+        if isinstance(message, m.TaskSubmission):
+            # A processor waiting on nested tasks hands its queue to the one that serves now.
+            active = self._active_processor()
+            for group in message.groups:
+                for task_id in group.task_ids:
+                    handle.outstanding.pop(task_id, None)
+                    active.outstanding[task_id] = None
+            self._deliver(active, frames)
+        elif isinstance(message, m.TaskResults):
+            for task_id in message.succeeded_ids:
+                handle.outstanding.pop(task_id, None)
+            for failure in message.failures:
+                handle.outstanding.pop(failure.task_id, None)
+            send_frames(scheduler, frames)
+            if handle.role is ProcessorRole.FINISHING and not handle.outstanding:
+                self._retire(handle)
+        elif isinstance(message, m.Hello):
+            handle.ready = True
+            for backlog_frames in handle.backlog:
+                self._send_to(handle, backlog_frames)
+            handle.backlog.clear()
+        elif isinstance(message, m.ProcessorState):
+            self._on_processor_state(handle, message)
+
+    def _on_processor_state(self, handle: ProcessorHandle, state: m.ProcessorState) -> None:
+        if not state.blocked:
+            if handle.role is ProcessorRole.BLOCKED:
+                handle.role = ProcessorRole.FINISHING
+                if not handle.outstanding:
+                    self._retire(handle)
+            return
+        busy = sum(1 for other in self._processors.values() if other.role is not ProcessorRole.SPARE)
+        if busy >= self._config.max_processors:
+            self._deliver(handle, m.encode(m.ProcessorState(
+                blocked=True, granted=False,
+                reason=(
+                    f"worker {self._name} already runs {busy} processors, {busy - 1} of them waiting on nested "
+                    f"tasks (--max-processors {self._config.max_processors}); nest less deeply or raise the limit"
+                ),
+            )))
+            return
+        # It hands its queue over right after our answer; only the waiting task stays with it.
+        handle.role = ProcessorRole.BLOCKED
+        logger.debug(
+            f"Worker[{self._name}]: processor {handle.identity.decode()} waits on nested tasks; "
+            f"{busy} busy processor(s), roles {[h.role.value for h in self._processors.values()]}"
+        )
+        if self._active is handle:
+            self._active = None
+            self._active_processor()
+        self._deliver(handle, m.encode(m.ProcessorState(blocked=True, granted=True)))
+        # Nested waits come in runs: have the next processor started before it is needed.
+        if busy + 1 < self._config.max_processors and not any(
+            other.role is ProcessorRole.SPARE for other in self._processors.values()
+        ):
+            self._retire(self._start_processor(ProcessorRole.SPARE))
+
+    def _active_processor(self) -> ProcessorHandle:
+        if self._active is None:
+            spare = next((h for h in self._processors.values() if h.role is ProcessorRole.SPARE), None)
+            if spare is not None:
+                spare.role = ProcessorRole.ACTIVE
+                self._give_missing_objects(spare)
+                self._active = spare
+            else:
+                self._active = self._start_processor(ProcessorRole.ACTIVE)
+        return self._active
+
+    def _retire(self, handle: ProcessorHandle) -> None:
+        handle.role = ProcessorRole.SPARE
+        handle.idle_since = time.monotonic()
+
+    def _trim_spares(self) -> None:
+        spares = sorted(
+            (h for h in self._processors.values() if h.role is ProcessorRole.SPARE), key=lambda h: h.idle_since
+        )
+        now = time.monotonic()
+        for handle in spares[1:]:
+            if now - handle.idle_since > _SPARE_IDLE_SECONDS:
+                self._remove_processor(handle)
+
+    def _start_processor(self, role: ProcessorRole) -> ProcessorHandle:
+        number = next(self._processor_numbers)
+        slot_path = os.path.join(self._work_dir, f"running_task_{number}")
+        with open(slot_path, "wb") as slot:
+            slot.write(b"\0" * struct.calcsize(_RUNNING_TASK_FORMAT))
+        identity = f"P{number}"
+        process = subprocess.Popen(
+            [sys.executable, "-m", "scaler.worker.processor", self._processor_address, identity, slot_path,
+             str(os.getpid())],
+            stdin=subprocess.DEVNULL,
+        )
+        handle = ProcessorHandle(
+            identity=identity.encode(), process=process, psutil_process=psutil.Process(process.pid),
+            slot_path=slot_path, role=role,
+        )
+        handle.psutil_process.cpu_percent()
+        self._processors[handle.identity] = handle
+        self._give_missing_objects(handle)
+        return handle
+
+    def _give_missing_objects(self, handle: ProcessorHandle) -> None:
+        missing = [item for object_id, item in self._objects.items() if object_id not in handle.object_ids]
+        if missing:
+            self._deliver(handle, m.encode(m.TaskSubmission(objects=missing, groups=[])))
+            handle.object_ids.update(item.object_id for item in missing)
+
+    def _remove_processor(self, handle: ProcessorHandle) -> None:
+        self._processors.pop(handle.identity, None)
+        if self._active is handle:
+            self._active = None
+        handle.stop()
+        try:
+            os.unlink(handle.slot_path)
+        except OSError:
+            pass
+
+    def _deliver(self, handle: ProcessorHandle, frames: list[m.Buffer]) -> None:
+        if handle.ready:
+            self._send_to(handle, frames)
+        else:
+            handle.backlog.append(frames)
+
+    def _send_to(self, handle: ProcessorHandle, frames: list[m.Buffer]) -> None:
+        assert self._router is not None
+        send_frames(self._router, [handle.identity, *frames])
+
+    def _check_processors(self, scheduler: zmq.Socket) -> None:
+        for handle in [h for h in self._processors.values() if h.process.poll() is not None]:
+            self._replace_crashed(handle, scheduler)
+        self._trim_spares()
+
+    def _replace_crashed(self, handle: ProcessorHandle, scheduler: zmq.Socket) -> None:
+        """Blame the task that was running; give every other one back to the scheduler untried."""
+        exit_code = handle.process.poll()
+        crashed_id = handle.running_task_id()
         failures = []
-        for task_id in self._outstanding:
+        for task_id in handle.outstanding:
             if task_id == crashed_id:
                 failures.append(m.TaskFailure(
                     task_id=task_id, kind=m.FailureKind.WORKER_DIED, type_name="scaler.errors.WorkerDiedError",
@@ -230,29 +367,28 @@ class WorkerAgent:
             else:
                 failures.append(m.TaskFailure(task_id=task_id, kind=m.FailureKind.RETURNED))
         logger.warning(
-            f"Worker[{self._name}]: processor died with exit code {exit_code}; "
-            f"{len(failures)} task(s) handed back to the scheduler, starting a new processor"
+            f"Worker[{self._name}]: processor {handle.identity.decode()} died with exit code {exit_code}; "
+            f"{len(failures)} task(s) handed back to the scheduler"
         )
-        self._outstanding.clear()
-        processor.stop()
-        processor.start()
-        if self._objects:
-            send_message(processor.socket, m.TaskSubmission(objects=list(self._objects.values()), groups=[]))
+        was_active = self._active is handle
+        self._remove_processor(handle)
+        if was_active:
+            self._active_processor()
         if failures:
             send_message(scheduler, m.TaskResults(succeeded_ids=[], payloads=[], failures=failures))
 
-    def _heartbeat(self, processor: _ProcessorHandle) -> m.Heartbeat:
+    def _heartbeat(self) -> m.Heartbeat:
         processor_cpu, processor_rss = 0.0, 0
-        if processor.psutil_process is not None:
+        for handle in self._processors.values():
             try:
-                processor_cpu = processor.psutil_process.cpu_percent()
-                processor_rss = processor.psutil_process.memory_info().rss
+                processor_cpu += handle.psutil_process.cpu_percent()
+                processor_rss += handle.psutil_process.memory_info().rss
             except psutil.Error:
                 pass
         return m.Heartbeat(
             cpu_percent=self._process.cpu_percent(),
             rss_bytes=self._process.memory_info().rss,
-            queued_tasks=len(self._outstanding),
+            queued_tasks=sum(len(handle.outstanding) for handle in self._processors.values()),
             processor_cpu_percent=processor_cpu,
             processor_rss_bytes=processor_rss,
             latency_us=self._latency_us,
@@ -268,7 +404,6 @@ def run_worker(config: WorkerConfig, exit_with_parent: int | None = None) -> Non
 
 def main() -> None:
     """Entry point of one worker process, started by a Cluster with its config as JSON."""
-    import dataclasses
     import json
 
     from scaler.cli.common import exit_with_parent_pid

@@ -14,6 +14,8 @@ class WorkerConfig:
     task_queue_size: int = 1000
     heartbeat_interval_seconds: float = 2.0
     death_timeout_seconds: float = 300.0
+    # Processors one worker may run: one serves, the others hold tasks waiting on nested tasks.
+    max_processors: int = 64
     # Accepted for compatibility; see docs/configuration.md for what each does today.
     task_timeout_seconds: float = 0.0
     garbage_collect_interval_seconds: float = 30.0

@@ -1,8 +1,10 @@
 """The processor: a child process of a worker agent that runs the functions, one task at a time.
 
-It speaks the same messages as the scheduler link (TaskSubmission in, TaskResults out) over a PAIR
-socket to its agent. Before it starts a task it writes the task id into a small shared file, so that
-if the function crashes the process, the agent knows which task to blame.
+It speaks the same messages as the scheduler link (TaskSubmission in, TaskResults out) over a DEALER
+socket to its agent, after a Hello that says it is ready. Before it starts a task it writes the task
+id into a small shared file, so that if the function crashes the process, the agent knows which task
+to blame. When a task waits on nested tasks, the processor hands its queue back and asks the agent to
+let another processor serve meanwhile (see docs/nested_tasks.md).
 """
 
 from __future__ import annotations
@@ -22,8 +24,10 @@ import cloudpickle
 import zmq
 
 from scaler.client.serializer import DefaultSerializer, Serializer, loads
+from scaler.errors import NestingLimitError
 from scaler.protocol import messages as m
 from scaler.protocol.layout import slots_by_row
+from scaler.utility.blocking import install_hooks, set_task_depth
 from scaler.utility.zmq_util import has_input, receive_frames, send_message
 
 logger = logging.getLogger(__name__)
@@ -32,6 +36,7 @@ logger = logging.getLogger(__name__)
 _FLUSH_EVERY_TASKS = 1000
 _FLUSH_EVERY_SECONDS = 0.005
 _PARENT_CHECK_SECONDS = 1.0
+_AGENT_ANSWER_SECONDS = 30.0
 _RUNNING_TASK_FORMAT = "<Q"
 
 # task id, its group, its row in the group, the argument slots of that row holding object ids
@@ -48,7 +53,8 @@ class Processor:
         self._serializers: dict[bytes, Serializer] = {b"": DefaultSerializer()}
         # Objects sent with send_object, deserialized once and shared by the tasks that use them.
         self._object_values: dict[bytes, Any] = {}
-        self._queue: collections.deque[_PendingTask] = collections.deque()
+        # Queued tasks by nesting depth: the deepest run first, since shallower tasks may be waiting on them.
+        self._queues: dict[int, collections.deque[_PendingTask]] = {}
         self._queued_ids: set[int] = set()
         self._succeeded_ids: list[int] = []
         self._payloads: list[m.Buffer] = []
@@ -58,15 +64,17 @@ class Processor:
 
     def run(self, parent_pid: int) -> None:
         socket = self._socket
+        install_hooks(self._before_waiting_on_tasks, self._after_waiting_on_tasks)
+        send_message(socket, m.Hello(role=m.Role.WORKER, pid=os.getpid()))
         while self._running:
-            if not self._queue:
+            if not self._queued_ids:
                 self._flush()
                 if not socket.poll(int(_PARENT_CHECK_SECONDS * 1000)):
                     if os.getppid() != parent_pid:
                         return  # the agent is gone; nobody would read our results
                     continue
             self._drain()
-            if self._queue:
+            if self._queued_ids:
                 self._run_one()
                 if len(self._succeeded_ids) + len(self._failures) >= _FLUSH_EVERY_TASKS or (
                     time.monotonic() - self._last_flush >= _FLUSH_EVERY_SECONDS
@@ -80,34 +88,44 @@ class Processor:
         socket = self._socket
         while has_input(socket):
             message = m.decode(receive_frames(socket))
-            if isinstance(message, m.TaskSubmission):
-                for item in message.objects:
-                    self._object_payloads[item.object_id] = item.payload
-                    self._object_names[item.object_id] = item.name
-                for group in message.groups:
-                    object_slots = slots_by_row(group.object_arg_indices, group.args_per_task)
-                    for row, task_id in enumerate(group.task_ids):
-                        self._queue.append((task_id, group, row, object_slots.get(row)))
-                        self._queued_ids.add(task_id)
+            if isinstance(message, m.ProcessorState):
+                logger.warning("processor: unexpected ProcessorState from the agent")
+            elif isinstance(message, m.TaskSubmission):
+                self._accept(message)
             elif isinstance(message, m.CancelTasks):
                 self._cancel(message.task_ids)
             elif isinstance(message, m.DeleteObjects):
-                for object_id in message.object_ids:
-                    self._object_payloads.pop(object_id, None)
-                    self._object_names.pop(object_id, None)
-                    self._object_values.pop(object_id, None)
-                    self._serializers.pop(object_id, None)
-                    for key in [key for key in self._functions if object_id in key]:
-                        del self._functions[key]
+                self._forget_objects(message.object_ids)
             elif isinstance(message, m.Disconnect):
                 self._running = False
                 return
+
+    def _accept(self, message: m.TaskSubmission) -> None:
+        for item in message.objects:
+            self._object_payloads[item.object_id] = item.payload
+            self._object_names[item.object_id] = item.name
+        for group in message.groups:
+            object_slots = slots_by_row(group.object_arg_indices, group.args_per_task)
+            queue = self._queues.setdefault(group.nesting_depth, collections.deque())
+            for row, task_id in enumerate(group.task_ids):
+                queue.append((task_id, group, row, object_slots.get(row)))
+                self._queued_ids.add(task_id)
+
+    def _forget_objects(self, object_ids: list[bytes]) -> None:
+        for object_id in object_ids:
+            self._object_payloads.pop(object_id, None)
+            self._object_names.pop(object_id, None)
+            self._object_values.pop(object_id, None)
+            self._serializers.pop(object_id, None)
+            for key in [key for key in self._functions if object_id in key]:
+                del self._functions[key]
 
     def _cancel(self, task_ids: list[int]) -> None:
         to_cancel = self._queued_ids.intersection(task_ids)
         if not to_cancel:
             return  # already ran: their results are on the way
-        self._queue = collections.deque(item for item in self._queue if item[0] not in to_cancel)
+        for depth, queue in self._queues.items():
+            self._queues[depth] = collections.deque(item for item in queue if item[0] not in to_cancel)
         self._queued_ids -= to_cancel
         for task_id in to_cancel:
             self._failures.append(m.TaskFailure(task_id=task_id, kind=m.FailureKind.CANCELED))
@@ -115,8 +133,9 @@ class Processor:
     # ------------------------------------------------------------------------------------------ running
 
     def _run_one(self) -> None:
-        task_id, group, row, object_slots = self._queue.popleft()
+        task_id, group, row, object_slots = self._next_task()
         self._queued_ids.discard(task_id)
+        set_task_depth(group.nesting_depth)
         struct.pack_into(_RUNNING_TASK_FORMAT, self._running_task_slot, 0, task_id)
         function_name = self._object_names.get(group.function_id) or "<unnamed function>"
         try:
@@ -159,6 +178,74 @@ class Processor:
         if object_id not in self._object_values:
             self._object_values[object_id] = loads(serializer, self._object_payloads[object_id])
         return self._object_values[object_id]
+
+    # ------------------------------------------------------------------------------------------ nesting
+
+    def _before_waiting_on_tasks(self) -> None:
+        """The running task is about to wait on nested tasks: ask the agent to let another processor serve.
+
+        Once it agrees, our queue goes to that processor through the agent (not back to the scheduler), so
+        the subtrees of a recursion stay on this worker and the recursion stays depth-first.
+        """
+        self._flush()
+        send_message(self._socket, m.ProcessorState(blocked=True))
+        deadline = time.monotonic() + _AGENT_ANSWER_SECONDS
+        while time.monotonic() < deadline:
+            if not self._socket.poll(int(max(0.0, deadline - time.monotonic()) * 1000)):
+                break
+            message = m.decode(receive_frames(self._socket))
+            if isinstance(message, m.ProcessorState):
+                if message.granted:
+                    self._hand_off_queue()
+                    return
+                raise NestingLimitError(message.reason)
+            if isinstance(message, m.TaskSubmission):
+                self._accept(message)  # sent before the agent learned we block
+            elif isinstance(message, m.CancelTasks):
+                self._cancel(message.task_ids)
+            elif isinstance(message, m.DeleteObjects):
+                self._forget_objects(message.object_ids)
+        raise NestingLimitError("the worker agent did not answer; cannot wait on nested tasks safely")
+
+    def _after_waiting_on_tasks(self) -> None:
+        send_message(self._socket, m.ProcessorState(blocked=False))
+
+    def _hand_off_queue(self) -> None:
+        """Send every queued task to the agent as a submission, for the processor that serves now."""
+        if not self._queued_ids:
+            return
+        groups: dict[int, m.TaskGroup] = {}
+        for queue in self._queues.values():
+            for task_id, group, row, object_slots in queue:
+                handed = groups.get(id(group))
+                if handed is None:
+                    handed = groups[id(group)] = m.TaskGroup(
+                        function_id=group.function_id, args_per_task=group.args_per_task, keywords=group.keywords,
+                        task_ids=[], args=[], serializer_id=group.serializer_id, nesting_depth=group.nesting_depth,
+                    )
+                width = group.args_per_task
+                base = len(handed.args)
+                handed.task_ids.append(task_id)
+                handed.args.extend(group.args[row * width:(row + 1) * width])
+                if object_slots:
+                    handed.object_arg_indices.extend(base + slot for slot in object_slots)
+        self._queues.clear()
+        self._queued_ids.clear()
+        send_message(self._socket, m.TaskSubmission(objects=[], groups=list(groups.values())))
+
+    def _next_task(self) -> _PendingTask:
+        """Top-level tasks in arrival order; nested ones deepest and newest first.
+
+        The newest nested tasks are the children of the task that blocked last: running them first keeps
+        recursion depth-first, so the number of tasks holding a processor while they wait stays near the
+        recursion depth instead of the width of the tree.
+        """
+        depth = max(depth for depth, queue in self._queues.items() if queue)
+        queue = self._queues[depth]
+        task = queue.pop() if depth else queue.popleft()
+        if not queue:
+            del self._queues[depth]
+        return task
 
     def _serializer(self, serializer_id: bytes) -> Serializer:
         serializer = self._serializers.get(serializer_id)
@@ -221,7 +308,7 @@ def _die_with_parent() -> None:
 
 
 def main() -> None:
-    address, running_task_path, parent_pid_text = sys.argv[1:4]
+    address, identity, running_task_path, parent_pid_text = sys.argv[1:5]
     parent_pid = int(parent_pid_text)
     _die_with_parent()
     if os.getppid() != parent_pid:
@@ -229,7 +316,10 @@ def main() -> None:
     # Ctrl-C in a terminal reaches the whole process group; the agent decides when we stop.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     context = zmq.Context(io_threads=1)
-    socket = context.socket(zmq.PAIR)
+    socket = context.socket(zmq.DEALER)
+    socket.setsockopt(zmq.IDENTITY, identity.encode())
+    socket.setsockopt(zmq.SNDHWM, 0)
+    socket.setsockopt(zmq.RCVHWM, 0)
     socket.setsockopt(zmq.LINGER, 0)
     socket.connect(address)
     with open(running_task_path, "r+b") as slot_file:

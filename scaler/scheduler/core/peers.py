@@ -47,6 +47,8 @@ class TaskSignature:
     args_per_task: int
     keywords: tuple[str, ...]
     serializer_id: bytes
+    # > 0: submitted from inside a task; such tasks jump the queue, and workers run the deepest first.
+    nesting_depth: int = 0
 
 
 @dataclasses.dataclass(eq=False, slots=True)

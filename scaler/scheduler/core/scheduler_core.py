@@ -239,7 +239,9 @@ class SchedulerCore:
         if hello.role == m.Role.CLIENT:
             prefix = self._next_id_prefix
             self._next_id_prefix += 1
-            self._clients[sender] = ClientPeer(identity=sender, name=hello.name, id_prefix=prefix, last_seen=now)
+            self._clients[sender] = ClientPeer(
+                identity=sender, name=hello.name, id_prefix=prefix, last_seen=now
+            )
             welcome.id_prefix = prefix
             logger.info("ClientManager: client %s connected", hello.name)
         else:
@@ -284,9 +286,13 @@ class SchedulerCore:
         router = _ResultRouter()
         limit = self._config.max_tasks_waiting
         quiet_ids = set(message.quiet_task_ids)
+        # Nested tasks jump the queue: their parents hold processors until they finish.
+        ready: list[TaskRecord] = []
+        nested: list[TaskRecord] = []
         for group in message.groups:
             problem = self._check_group(client, group)
-            if problem is None and limit >= 0 and self._waiting + len(group.task_ids) > limit:
+            waiting_after = self._waiting + len(ready) + len(nested) + len(group.task_ids)
+            if problem is None and limit >= 0 and waiting_after > limit:
                 problem = f"scheduler queue is full ({limit} tasks waiting); submit fewer tasks at once"
             if problem is not None:
                 self.counters["tasks_rejected"] += len(group.task_ids)
@@ -300,6 +306,7 @@ class SchedulerCore:
                 args_per_task=group.args_per_task,
                 keywords=group.keywords,
                 serializer_id=group.serializer_id,
+                nesting_depth=group.nesting_depth,
             )
             width = group.args_per_task
             args = group.args
@@ -318,13 +325,17 @@ class SchedulerCore:
                 row_refs = refs_by_row.get(index)
                 if row_refs:
                     self._park(record, row_refs)
+                elif group.nesting_depth:
+                    nested.append(record)
                 else:
-                    self._unassigned.append(record)
-                    self._waiting += 1
+                    ready.append(record)
             self._claim_objects(client, signature)
             for flat_index in group.object_arg_indices:
                 self._claim_object(client, bytes(group.args[flat_index]))
             self.counters["tasks_submitted"] += len(group.task_ids)
+        self._unassigned.extendleft(reversed(nested))
+        self._unassigned.extend(ready)
+        self._waiting += len(ready) + len(nested)
         router.flush(out)
         self._dispatch(out)
 
@@ -570,6 +581,7 @@ class SchedulerCore:
                     task_ids=[],
                     args=[],
                     serializer_id=signature.serializer_id,
+                    nesting_depth=signature.nesting_depth,
                 )
                 for object_id in (signature.serializer_id, signature.function_id):
                     if object_id and object_id not in worker.known_object_ids:

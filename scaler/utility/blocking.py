@@ -1,0 +1,55 @@
+"""Where a task says "I am about to wait for other tasks", so its worker can keep serving meanwhile.
+
+A worker's processor installs hooks here. The client calls `waiting_for_tasks()` around every wait on
+task results; outside a worker there are no hooks and it costs one check.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from typing import Callable, Iterator
+
+# Set by a processor while it runs a task: the nesting depth a Client created inside that task has.
+NESTING_DEPTH_ENVIRONMENT_VARIABLE = "SCALER_NESTING_DEPTH"
+
+_enter: Callable[[], None] | None = None
+_exit: Callable[[], None] | None = None
+_depth = threading.local()
+
+
+def install_hooks(enter: Callable[[], None], exit: Callable[[], None]) -> None:
+    global _enter, _exit
+    _enter, _exit = enter, exit
+
+
+def set_task_depth(depth: int) -> None:
+    """Called by the processor before it loads a task's arguments (a Client among them connects then)."""
+    os.environ[NESTING_DEPTH_ENVIRONMENT_VARIABLE] = str(depth + 1)
+
+
+def client_nesting_depth() -> int:
+    """0 in an application; d + 1 for a client created inside a task of depth d."""
+    try:
+        return int(os.environ.get(NESTING_DEPTH_ENVIRONMENT_VARIABLE, "0"))
+    except ValueError:
+        return 0
+
+
+@contextlib.contextmanager
+def waiting_for_tasks() -> Iterator[None]:
+    """Tell the worker (if any) that this thread waits on nested tasks; only the outermost wait counts."""
+    enter, exit = _enter, _exit
+    depth = getattr(_depth, "value", 0)
+    # Only the thread running the task talks to the agent; waits on other threads just wait.
+    if enter is None or exit is None or depth > 0 or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    enter()
+    _depth.value = 1
+    try:
+        yield
+    finally:
+        _depth.value = 0
+        exit()
