@@ -5,8 +5,10 @@ from __future__ import annotations
 import multiprocessing
 import os
 import pathlib
+import signal
 import subprocess
 import sys
+import threading
 import time
 from typing import Any, Iterator
 
@@ -19,6 +21,7 @@ from scaler import Client, SchedulerClusterCombo
 from scaler.compat import cluster_choice
 from scaler.compat.cluster_choice import use
 from scaler.compat.joblib import ScalerBackend
+from scaler.errors import ConnectionFailedError
 
 GATE_LIMIT_SECONDS = 20.0
 
@@ -235,6 +238,46 @@ def test_an_error_aborts_and_cancels_the_queued_tasks(chosen: Client, gate: tupl
     with parallel_config(backend="scaler"):  # more work through both workers: any survivor has run by now
         assert Parallel(n_jobs=2, batch_size=1)(delayed(abs)(-i) for i in range(20)) == list(range(20))
     assert len(os.listdir(marks)) <= 2  # the calls that were already running, one per worker
+
+
+def test_what_cannot_be_sent_fails_the_call_with_its_own_error(chosen: Client) -> None:
+    with parallel_config(backend="scaler"):
+        with pytest.raises(Exception, match="lock"):
+            Parallel(n_jobs=2)(delayed(id)(item) for item in [1, threading.Lock()])
+        assert Parallel(n_jobs=2)(delayed(abs)(-i) for i in range(4)) == [0, 1, 2, 3]
+
+
+def test_a_client_gone_while_joblib_dispatches_from_a_callback_fails_the_call(combo: SchedulerClusterCombo) -> None:
+    client = Client(address=combo.get_address(), timeout_seconds=30)
+
+    def calls() -> Iterator[Any]:
+        for i in range(100):
+            if i == 20:  # read by joblib on the backend's callback thread, after batches completed
+                client.disconnect()
+            yield delayed(abs)(-i)
+
+    with use(client), parallel_config(backend="scaler"):
+        # One batch in flight, so the failed submit is the only failure. With timeout, a batch lost
+        # between joblib's dispatch and our submit would end as TimeoutError rather than hang.
+        with pytest.raises(ConnectionFailedError, match="disconnected"):
+            Parallel(n_jobs=2, batch_size=1, pre_dispatch=1, timeout=10)(calls())
+
+
+def test_a_lost_scheduler_fails_the_call_instead_of_hanging(tmp_path: pathlib.Path) -> None:
+    gate, marks = tmp_path / "gate", tmp_path / "marks"
+    marks.mkdir()
+    with SchedulerClusterCombo(n_workers=1, logging_level="CRITICAL") as private:
+        client = Client(address=private.get_address(), timeout_seconds=3, heartbeat_interval_seconds=0.5)
+        killer = threading.Timer(1.0, os.kill, (private.scheduler_pid, signal.SIGKILL))
+        try:
+            with use(client), parallel_config(backend="scaler"):
+                killer.start()
+                with pytest.raises(ConnectionFailedError):
+                    Parallel(n_jobs=2, batch_size=1)(delayed(gated)(str(gate), str(marks), i) for i in range(6))
+        finally:
+            killer.join()
+            gate.touch()
+            client.disconnect()
 
 
 def test_nested_parallel_inside_tasks_runs_there_without_deadlock(chosen: Client) -> None:

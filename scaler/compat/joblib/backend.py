@@ -132,10 +132,19 @@ class ScalerBackend(AutoBatchingMixin, ParallelBackendBase):
         if client is None:  # joblib calls start_call() first; this keeps working should that change
             client = self._client = cluster_choice.current_client()
             self._callbacks.start()
-        future = client.submit(_run_batch, func, self.inner_max_num_threads or 1)
-        self.tasks_submitted += 1
+        future: concurrent.futures.Future
+        try:
+            future = client.submit(_run_batch, func, self.inner_max_num_threads or 1)
+        except Exception as error:
+            # joblib counts the batch as dispatched before calling us, and this may run on our
+            # callback thread, where raising would leave joblib waiting for the batch forever. A
+            # failed future reaches joblib like a failed batch, and joblib raises it to the caller.
+            future = concurrent.futures.Future()
+            future.set_exception(error)
         with self._lock:
-            self._outstanding.add(future)
+            self.tasks_submitted += 1
+            if not future.done():
+                self._outstanding.add(future)
         future.add_done_callback(lambda done: self._on_done(done, callback))
         return future
 
