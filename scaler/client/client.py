@@ -45,6 +45,7 @@ class Client:
         timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
         heartbeat_interval_seconds: float = DEFAULT_HEARTBEAT_INTERVAL_SECONDS,
         name: str = "",
+        profiling: bool = False,
     ) -> None:
         if not isinstance(address, str) or "://" not in address:
             raise ValueError(f"address must look like tcp://host:port or ipc:///path, got {address!r}")
@@ -56,6 +57,7 @@ class Client:
         self._serializer: Serializer = serializer if serializer is not None else DefaultSerializer()
         self._timeout_seconds = timeout_seconds
         self._heartbeat_interval_seconds = heartbeat_interval_seconds
+        self._profiling = profiling
         self._serializer_id = b""
         self._sent_object_ids: set[bytes] = set()
         self._function_ids: collections.OrderedDict[int, tuple[Callable, bytes]] = collections.OrderedDict()
@@ -81,7 +83,7 @@ class Client:
         # A client passed into a task reconnects from the worker: nested tasks.
         return (
             _reconnect,
-            (self._address, self._serializer, self._timeout_seconds, self._heartbeat_interval_seconds),
+            (self._address, self._serializer, self._timeout_seconds, self._heartbeat_interval_seconds, self._profiling),
         )
 
     @property
@@ -90,8 +92,14 @@ class Client:
 
     # ------------------------------------------------------------------------------------------ tasks
 
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> ScalerFuture:
-        """Run `fn(*args, **kwargs)` on the cluster; returns a future of its result."""
+    def submit(
+        self, fn: Callable[..., Any], /, *args: Any, profiling: bool | None = None, **kwargs: Any
+    ) -> ScalerFuture:
+        """Run `fn(*args, **kwargs)` on the cluster; returns a future of its result.
+
+        `profiling=True` (or `Client(profiling=True)`) measures the call: see `future.profiling_info()`.
+        The keyword is taken by submit itself, so it never reaches `fn`.
+        """
         self._connection.check_open()
         if not callable(fn):
             raise TypeError(f"submit() needs a callable as its first argument, got {type(fn).__name__}")
@@ -101,7 +109,10 @@ class Client:
         if kwargs:
             keywords = tuple(kwargs)
             payloads.extend(self._serialize_arguments(kwargs.values(), object_positions, len(payloads)))
-        signature = (self._function_id(fn), len(payloads), keywords, self._serializer_id, client_nesting_depth())
+        profiled = self._profiling if profiling is None else profiling
+        signature = (
+            self._function_id(fn), len(payloads), keywords, self._serializer_id, client_nesting_depth(), profiled
+        )
         connection = self._connection
         task_id = connection.next_task_id()
         future = ScalerFuture(task_id, connection, self._serializer)
@@ -176,7 +187,7 @@ class Client:
                 chunk_args.extend(self._serialize_arguments(arguments, object_positions, len(chunk_args)))
                 end += 1
             task_ids = [connection.next_task_id() for _ in range(end - start)]
-            signature: Signature = (function_id, width, (), self._serializer_id, depth)
+            signature: Signature = (function_id, width, (), self._serializer_id, depth, self._profiling)
             connection.submit_tasks(signature, task_ids, chunk_args, collector, start, object_positions)
             all_task_ids.extend(task_ids)
             start = end
@@ -224,13 +235,13 @@ class Client:
             if isinstance(function, TemplateCall):
                 function = self._template_call(function)
             signature: Signature = (
-                self._function_id(function), len(call.arguments), (), self._serializer_id, depth
+                self._function_id(function), len(call.arguments), (), self._serializer_id, depth, self._profiling
             )
             if signature != current_signature:
                 current_signature = signature
                 group = m.TaskGroup(
                     function_id=signature[0], args_per_task=signature[1], keywords=(), task_ids=[], args=[],
-                    serializer_id=self._serializer_id, nesting_depth=depth,
+                    serializer_id=self._serializer_id, nesting_depth=depth, profiling=self._profiling,
                 )
                 groups.append(group)
             assert group is not None
@@ -327,10 +338,11 @@ _unpickled_clients_lock = threading.Lock()
 
 
 def _reconnect(
-    address: str, serializer: Serializer, timeout_seconds: float, heartbeat_interval_seconds: float
+    address: str, serializer: Serializer, timeout_seconds: float, heartbeat_interval_seconds: float,
+    profiling: bool = False,
 ) -> Client:
     key = (address, type(serializer).__module__, type(serializer).__qualname__, timeout_seconds,
-           heartbeat_interval_seconds)
+           heartbeat_interval_seconds, profiling)
     with _unpickled_clients_lock:
         client = _unpickled_clients.get(key)
         if client is None or not client._connection.is_open:
@@ -339,5 +351,6 @@ def _reconnect(
                 serializer=serializer,
                 timeout_seconds=timeout_seconds,
                 heartbeat_interval_seconds=heartbeat_interval_seconds,
+                profiling=profiling,
             )
         return client

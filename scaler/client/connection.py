@@ -31,8 +31,8 @@ logger = logging.getLogger(__name__)
 _MAX_TASKS_PER_MESSAGE = 2000
 _IDLE_POLL_SECONDS = 0.25
 
-# A group signature: function id, arguments per task, keyword names, serializer id, nesting depth.
-Signature = tuple[bytes, int, tuple[str, ...], bytes, int]
+# A group signature: function id, arguments per task, keyword names, serializer id, nesting depth, profiling.
+Signature = tuple[bytes, int, tuple[str, ...], bytes, int, bool]
 
 
 class MapCollector:
@@ -291,6 +291,7 @@ class ClientConnection:
                     current = m.TaskGroup(
                         function_id=signature[0], args_per_task=signature[1], keywords=signature[2],
                         task_ids=[], args=[], serializer_id=signature[3], nesting_depth=signature[4],
+                        profiling=signature[5],
                     )
                     current_signature = signature
                     groups.append(current)
@@ -344,6 +345,10 @@ class ClientConnection:
 
     def _on_results(self, results: m.TaskResults) -> None:
         pending = self._pending
+        for profile in results.profiles:
+            entry = pending.get(profile.task_id)
+            if isinstance(entry, ScalerFuture):
+                entry._profile = profile
         for task_id, payload in zip(results.succeeded_ids, results.payloads):
             entry = pending.pop(task_id, None)
             if entry is None:

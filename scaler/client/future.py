@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
+from scaler.client.profiling import ProfilingInfo
 from scaler.client.serializer import Serializer, loads
 from scaler.errors import (
     RemoteTaskError,
@@ -38,6 +39,7 @@ class ScalerFuture(concurrent.futures.Future):
         self._serializer = serializer
         self._decoded = False
         self._value: Any = None
+        self._profile: m.TaskProfile | None = None
 
     @property
     def task_id(self) -> int:
@@ -55,6 +57,18 @@ class ScalerFuture(concurrent.futures.Future):
                     self._value = _deserialize_result(self._serializer, payload)
                     self._decoded = True
         return self._value
+
+    def profiling_info(self) -> ProfilingInfo:
+        """Duration, CPU time and peak memory of the task; needs `profiling=True` and a finished task."""
+        if not self.done():
+            raise concurrent.futures.InvalidStateError("the task has not finished yet: call result() first")
+        if self._profile is None:
+            raise ValueError("this task was not profiled: submit it with profiling=True")
+        profile = self._profile
+        return ProfilingInfo(
+            duration_us=profile.duration_us, peak_memory=profile.peak_memory_bytes,
+            cpu_time_s=profile.cpu_time_us / 1e6,
+        )
 
     def cancel(self) -> bool:
         """Cancel the task if it has not started; True only when it is certain it will not run."""

@@ -127,6 +127,7 @@ class TaskGroup:
     # args[i] for i in object_arg_indices is an object id: the worker passes that object instead.
     object_arg_indices: list[int] = dataclasses.field(default_factory=list)
     nesting_depth: int = 0
+    profiling: bool = False
 
 
 @dataclasses.dataclass(slots=True)
@@ -147,10 +148,19 @@ class TaskFailure:
 
 
 @dataclasses.dataclass(slots=True)
+class TaskProfile:
+    task_id: int
+    duration_us: int
+    cpu_time_us: int
+    peak_memory_bytes: int
+
+
+@dataclasses.dataclass(slots=True)
 class TaskResults:
     succeeded_ids: list[int]
     payloads: list[Buffer]
     failures: list[TaskFailure]
+    profiles: list[TaskProfile] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass(slots=True)
@@ -326,6 +336,8 @@ def _encode_submission(builder, message: TaskSubmission, frames: list[Buffer]) -
             slot.objectArgIndices = group.object_arg_indices
         if group.nesting_depth:
             slot.nestingDepth = group.nesting_depth
+        if group.profiling:
+            slot.profiling = True
     if message.quiet_task_ids:
         submission.quietTaskIds = message.quiet_task_ids
 
@@ -338,6 +350,13 @@ def _encode_results(builder, message: TaskResults, frames: list[Buffer]) -> None
     if frame_indices:
         results.payloadFrameIndices = frame_indices
         results.payloadFrames = frame_numbers
+    if message.profiles:
+        profiles = results.init("profiles", len(message.profiles))
+        for slot, profile in zip(profiles, message.profiles):
+            slot.taskId = profile.task_id
+            slot.durationUs = profile.duration_us
+            slot.cpuTimeUs = profile.cpu_time_us
+            slot.peakMemoryBytes = profile.peak_memory_bytes
     if message.failures:
         failures = results.init("failures", len(message.failures))
         for slot, failure in zip(failures, message.failures):
@@ -489,6 +508,7 @@ def _decode_submission(reader, frames: _FrameTable) -> TaskSubmission:
                 ref_task_ids=list(group.refTaskIds),
                 object_arg_indices=list(group.objectArgIndices),
                 nesting_depth=group.nestingDepth,
+                profiling=group.profiling,
             )
         )
     return TaskSubmission(objects=objects, groups=groups, quiet_task_ids=list(reader.quietTaskIds))
@@ -509,7 +529,16 @@ def _decode_results(reader, frames: _FrameTable) -> TaskResults:
     payloads = list(reader.payloads)
     if len(reader.payloadFrameIndices) or len(reader.payloadFrames):
         frames.place(payloads, list(reader.payloadFrameIndices), list(reader.payloadFrames))
-    return TaskResults(succeeded_ids=list(reader.succeededIds), payloads=payloads, failures=failures)
+    profiles = [
+        TaskProfile(
+            task_id=profile.taskId,
+            duration_us=profile.durationUs,
+            cpu_time_us=profile.cpuTimeUs,
+            peak_memory_bytes=profile.peakMemoryBytes,
+        )
+        for profile in reader.profiles
+    ]
+    return TaskResults(succeeded_ids=list(reader.succeededIds), payloads=payloads, failures=failures, profiles=profiles)
 
 
 _DECODERS: dict[str, Callable[[Any, _FrameTable], Any]] = {

@@ -99,6 +99,7 @@ struct TaskGroup {
   # Set by the scheduler for workers: the nesting depth of the submitting client. Workers run deeper
   # tasks first, because they are what the blocked tasks of lower depths wait for.
   nestingDepth @11 :UInt32;
+  profiling @12 :Bool;     # measure each task and send a TaskProfile with its result
 }
 
 struct TaskSubmission {
@@ -134,6 +135,14 @@ struct TaskResults {
   # Large results: the payload of succeededIds[payloadFrameIndices[k]] is frame payloadFrames[k].
   payloadFrameIndices @3 :List(UInt32);
   payloadFrames @4 :List(UInt32);
+  profiles @5 :List(TaskProfile);    # for tasks submitted with profiling, finished in this message
+}
+
+struct TaskProfile {
+  taskId @0 :UInt64;
+  durationUs @1 :UInt64;       # wall time of the function call
+  cpuTimeUs @2 :UInt64;        # CPU time of the processor during the call
+  peakMemoryBytes @3 :UInt64;  # highest RSS growth over the start of the call, sampled while it ran
 }
 
 struct CancelTasks {

@@ -29,6 +29,7 @@ from scaler.protocol import messages as m
 from scaler.protocol.layout import slots_by_row
 from scaler.utility.blocking import install_hooks, set_task_depth
 from scaler.utility.zmq_util import has_input, receive_frames, send_message
+from scaler.worker.profiler import TaskProfiler
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +59,8 @@ class Processor:
         self._queued_ids: set[int] = set()
         self._succeeded_ids: list[int] = []
         self._payloads: list[m.Buffer] = []
+        self._profiles: list[m.TaskProfile] = []
+        self._profiler = TaskProfiler()
         self._failures: list[m.TaskFailure] = []
         self._last_flush = time.monotonic()
         self._running = True
@@ -156,6 +159,8 @@ class Processor:
             context = f"could not load {function_name} or its arguments"
             self._fail(task_id, m.FailureKind.SERIALIZATION, error, context)
             return
+        if group.profiling:
+            self._profiler.start()
         try:
             if group.keywords:
                 split = width - len(group.keywords)
@@ -163,8 +168,12 @@ class Processor:
             else:
                 result = function(*args)
         except BaseException as error:  # SystemExit from a task is the task's failure, not ours
+            if group.profiling:
+                self._profiler.finish(task_id)
             self._fail(task_id, m.FailureKind.RAISED, error)
             return
+        if group.profiling:
+            self._profiles.append(self._profiler.finish(task_id))
         try:
             payload = serializer.serialize(result)
         except Exception as error:
@@ -286,8 +295,11 @@ class Processor:
         self._last_flush = time.monotonic()
         if not self._succeeded_ids and not self._failures:
             return
-        results = m.TaskResults(succeeded_ids=self._succeeded_ids, payloads=self._payloads, failures=self._failures)
+        results = m.TaskResults(
+            succeeded_ids=self._succeeded_ids, payloads=self._payloads, failures=self._failures, profiles=self._profiles
+        )
         send_message(self._socket, results)
+        self._profiles = []
         self._succeeded_ids = []
         self._payloads = []
         self._failures = []

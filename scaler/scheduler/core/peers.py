@@ -49,6 +49,7 @@ class TaskSignature:
     serializer_id: bytes
     # > 0: submitted from inside a task; such tasks jump the queue, and workers run the deepest first.
     nesting_depth: int = 0
+    profiling: bool = False
 
 
 @dataclasses.dataclass(eq=False, slots=True)

@@ -58,6 +58,9 @@ class _ResultRouter:
     def failure(self, client: ClientPeer, failure: m.TaskFailure) -> None:
         self._results_for(client.identity).failures.append(failure)
 
+    def profile(self, client: ClientPeer, profile: m.TaskProfile) -> None:
+        self._results_for(client.identity).profiles.append(profile)
+
     def flush(self, out: list[Outgoing]) -> None:
         out.extend(self._by_client.items())
         self._by_client.clear()
@@ -307,6 +310,7 @@ class SchedulerCore:
                 keywords=group.keywords,
                 serializer_id=group.serializer_id,
                 nesting_depth=group.nesting_depth,
+                profiling=group.profiling,
             )
             width = group.args_per_task
             args = group.args
@@ -408,11 +412,14 @@ class SchedulerCore:
             return
         router = _ResultRouter()
         tasks = self._tasks
+        profiles = {profile.task_id: profile for profile in message.profiles}
         for task_id, payload in zip(message.succeeded_ids, message.payloads):
             record = tasks.get(task_id)
             if record is None or record.worker is not worker:
                 continue  # late or duplicate: the task was canceled, or rescheduled after this worker was dropped
             self._complete(record, payload, router)
+            if profiles and task_id in profiles and not record.quiet:
+                router.profile(record.client, profiles[task_id])
         back_to_queue: list[TaskRecord] = []
         for failure in message.failures:
             record = tasks.get(failure.task_id)
@@ -582,6 +589,7 @@ class SchedulerCore:
                     args=[],
                     serializer_id=signature.serializer_id,
                     nesting_depth=signature.nesting_depth,
+                    profiling=signature.profiling,
                 )
                 for object_id in (signature.serializer_id, signature.function_id):
                     if object_id and object_id not in worker.known_object_ids:
