@@ -86,7 +86,8 @@ class ScalerExecutor(concurrent.futures.Executor):
         # Held only briefly, also by the client's I/O thread when a future settles.
         self._tracking_lock = threading.Lock()
         self._shut_down = False
-        self._broken: BrokenScalerExecutor | None = None
+        # What the client raised when the cluster went away; every later call raises a new error from it.
+        self._broken: BaseException | None = None
         self._submitted: set[ExecutorFuture] = set()
         # The futures of each live map call, shared with its iterator, which pops them as it goes.
         self._mapped: dict[int, list[concurrent.futures.Future]] = {}
@@ -203,12 +204,12 @@ class ScalerExecutor(concurrent.futures.Executor):
         if self._shut_down:
             raise RuntimeError("cannot schedule new futures after shutdown")
         if self._broken is not None:
-            raise self._broken
+            raise broken_from(self._broken, self._address)
 
     def _mark_broken(self, error: BaseException) -> BrokenScalerExecutor:
         if self._broken is None:
-            self._broken = broken_from(error, self._address)
-        return self._broken
+            self._broken = error
+        return broken_from(self._broken, self._address)
 
     # ------------------------------------------------------------------------------------------ end
 
