@@ -25,6 +25,14 @@ class WorkerDiedError(ScalerError):
     """The worker running the task died, or the task crashed its worker too many times."""
 
 
+class TaskTimeoutError(ScalerError, TimeoutError):
+    """The task ran longer than its worker's --task-timeout-seconds; its processor was replaced."""
+
+
+class MemoryLimitError(ScalerError, MemoryError):
+    """The task's processor went over its worker's --memory-limit-bytes; the processor was replaced."""
+
+
 class NestingLimitError(ScalerError):
     """A task waited on nested tasks while its worker already had its maximum of processors."""
 

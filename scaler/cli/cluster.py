@@ -41,7 +41,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--task-timeout-seconds", "-tts", type=float, default=_DEFAULTS.task_timeout_seconds,
-        help="accepted for compatibility; per-task timeouts are not active yet (0 = none)",
+        help="a task running longer is stopped, its processor replaced, and it fails with TaskTimeoutError "
+        "(0 = no limit)",
+    )
+    parser.add_argument(
+        "--memory-limit-bytes", "-ml", type=int, default=_DEFAULTS.memory_limit_bytes,
+        help="a processor using more memory (RSS) is stopped before the OS kills it, and its task fails with "
+        "MemoryLimitError (0 = no limit)",
     )
     parser.add_argument(
         "--death-timeout-seconds", "-ds", type=float, default=_DEFAULTS.death_timeout_seconds,
@@ -87,6 +93,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         heartbeat_interval_seconds=args.heartbeat_interval,
         death_timeout_seconds=args.death_timeout_seconds,
         task_timeout_seconds=args.task_timeout_seconds,
+        memory_limit_bytes=args.memory_limit_bytes,
         garbage_collect_interval_seconds=args.garbage_collect_interval_seconds,
         trim_memory_threshold_bytes=args.trim_memory_threshold_bytes,
         hard_processor_suspend=args.hard_processor_suspend,

@@ -47,11 +47,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--load-balance-seconds", "-ls", type=float, default=_DEFAULTS.load_balance_seconds,
-        help="accepted for compatibility; load balancing between workers is not active yet",
+        help="how often to look for workers running dry while others hold queued tasks (0 turns balancing off)",
     )
     parser.add_argument(
         "--load-balance-trigger-times", "-lbt", type=int, default=_DEFAULTS.load_balance_trigger_times,
-        help="accepted for compatibility; load balancing between workers is not active yet",
+        help="how many looks in a row must see the imbalance before queued tasks are moved",
     )
     parser.add_argument(
         "--per-worker-queue-size", "-qs", type=int, default=_DEFAULTS.per_worker_queue_size,

@@ -169,11 +169,11 @@ class ClientConnection:
         if task_ids and self.is_open:
             self.send_message(m.CancelTasks(task_ids=task_ids))
 
-    def cancel_future(self, future: ScalerFuture) -> bool:
+    def cancel_future(self, future: ScalerFuture, force: bool = False) -> bool:
         if not self.is_open:
             future._cancel_locally()
             return future.cancelled()
-        self.send_message(m.CancelTasks(task_ids=[future.task_id]))
+        self.send_message(m.CancelTasks(task_ids=[future.task_id], force=force))
         if threading.current_thread() is self._thread:
             # A done-callback canceling another future cannot wait for the thread it runs on.
             future._cancel_locally()

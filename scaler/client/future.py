@@ -70,14 +70,17 @@ class ScalerFuture(concurrent.futures.Future):
             cpu_time_s=profile.cpu_time_us / 1e6,
         )
 
-    def cancel(self) -> bool:
-        """Cancel the task if it has not started; True only when it is certain it will not run."""
+    def cancel(self, force: bool = False) -> bool:
+        """Cancel the task if it has not started; True only when it is certain it will not run.
+
+        With `force=True` a running task is stopped too (its worker replaces the processor running it).
+        """
         with self._condition:
             if self._state == _FINISHED:
                 return False
             if self._state in _CANCELLED_STATES:
                 return True
-        return self._connection.cancel_future(self)
+        return self._connection.cancel_future(self, force)
 
     # Called by the connection's I/O thread only.
 

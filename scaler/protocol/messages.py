@@ -166,6 +166,12 @@ class TaskResults:
 @dataclasses.dataclass(slots=True)
 class CancelTasks:
     task_ids: list[int]
+    force: bool = False
+
+
+@dataclasses.dataclass(slots=True)
+class ReleaseTasks:
+    task_ids: list[int]
 
 
 @dataclasses.dataclass(slots=True)
@@ -230,6 +236,7 @@ Message = Union[
     ShutdownResponse,
     ProtocolError,
     ProcessorState,
+    ReleaseTasks,
 ]
 
 
@@ -376,7 +383,8 @@ _ENCODERS: dict[type, Callable[[Any, Any, list[Buffer]], Any]] = {
     HeartbeatEcho: lambda b, m, f: b.init("heartbeatEcho"),
     TaskSubmission: _encode_submission,
     TaskResults: _encode_results,
-    CancelTasks: lambda b, m, f: _init_with(b, "cancelTasks", {"taskIds": m.task_ids}),
+    CancelTasks: lambda b, m, f: _init_with(b, "cancelTasks", {"taskIds": m.task_ids, "force": m.force}),
+    ReleaseTasks: lambda b, m, f: _init_with(b, "releaseTasks", {"taskIds": m.task_ids}),
     DeleteObjects: lambda b, m, f: _init_with(b, "deleteObjects", {"objectIds": m.object_ids}),
     ClearRequest: lambda b, m, f: b.init("clearRequest"),
     ClearResponse: lambda b, m, f: _init_with(b, "clearResponse", {"canceledTasks": m.canceled_tasks}),
@@ -549,7 +557,8 @@ _DECODERS: dict[str, Callable[[Any, _FrameTable], Any]] = {
     "heartbeatEcho": lambda r, f: HeartbeatEcho(),
     "submitTasks": _decode_submission,
     "taskResults": _decode_results,
-    "cancelTasks": lambda r, f: CancelTasks(task_ids=list(r.taskIds)),
+    "cancelTasks": lambda r, f: CancelTasks(task_ids=list(r.taskIds), force=r.force),
+    "releaseTasks": lambda r, f: ReleaseTasks(task_ids=list(r.taskIds)),
     "deleteObjects": lambda r, f: DeleteObjects(object_ids=[bytes(x) for x in r.objectIds]),
     "clearRequest": lambda r, f: ClearRequest(),
     "clearResponse": lambda r, f: ClearResponse(canceled_tasks=r.canceledTasks),

@@ -29,6 +29,7 @@ struct Message {
     shutdownResponse @13 :ShutdownResponse;
     protocolError @14 :ProtocolError;
     processorState @15 :ProcessorState;
+    releaseTasks @16 :ReleaseTasks;
   }
 }
 
@@ -146,6 +147,13 @@ struct TaskProfile {
 }
 
 struct CancelTasks {
+  taskIds @0 :List(UInt64);
+  force @1 :Bool;          # also stop a task that is running (its processor is replaced)
+}
+
+# Scheduler to worker, for load balancing: give back those of these tasks that have not started, as
+# failures of kind `returned`; the scheduler hands them to less loaded workers.
+struct ReleaseTasks {
   taskIds @0 :List(UInt64);
 }
 

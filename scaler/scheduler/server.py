@@ -41,6 +41,8 @@ class SchedulerServer:
                 per_worker_queue_size=config.per_worker_queue_size,
                 max_tasks_waiting=config.max_number_of_tasks_waiting,
                 max_task_crashes=config.max_task_crashes,
+                load_balance_seconds=config.load_balance_seconds,
+                load_balance_trigger_times=config.load_balance_trigger_times,
             )
         )
         self._stop_requested = threading.Event()

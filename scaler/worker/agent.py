@@ -24,9 +24,11 @@ import threading
 import time
 import uuid
 
+import cloudpickle
 import psutil
 import zmq
 
+from scaler.errors import MemoryLimitError, TaskTimeoutError
 from scaler.protocol import messages as m
 from scaler.utility.zmq_util import has_input, receive_frames, send_frames, send_message
 from scaler.worker.config import WorkerConfig
@@ -69,6 +71,9 @@ class ProcessorHandle:
     # Objects it was given; one that becomes active is sent the rest before any task.
     object_ids: set[bytes] = dataclasses.field(default_factory=set)
     idle_since: float = 0.0
+    # The task id last seen in its running-task slot, and since when: for --task-timeout-seconds.
+    watched_task_id: int = 0
+    watched_since: float = 0.0
 
     def running_task_id(self) -> int:
         with open(self.slot_path, "rb") as slot:
@@ -103,6 +108,7 @@ class WorkerAgent:
         self._work_dir = ""
         self._processor_address = ""
         self._router: zmq.Socket | None = None
+        self._scheduler: zmq.Socket | None = None
 
     def stop(self) -> None:
         self._stop_requested.set()
@@ -111,7 +117,7 @@ class WorkerAgent:
         config = self._config
         self._work_dir = tempfile.mkdtemp(prefix="scaler-worker-")
         context = zmq.Context(io_threads=config.io_threads)
-        scheduler = context.socket(zmq.DEALER)
+        scheduler = self._scheduler = context.socket(zmq.DEALER)
         router = self._router = context.socket(zmq.ROUTER)
         for socket in (scheduler, router):
             socket.setsockopt(zmq.SNDHWM, 0)
@@ -193,6 +199,11 @@ class WorkerAgent:
                 active.outstanding.update(dict.fromkeys(group.task_ids))
             self._deliver(active, frames)
         elif isinstance(message, m.CancelTasks):
+            if message.force:
+                self._stop_running(set(message.task_ids))
+            for handle in self._processors.values():
+                self._deliver(handle, frames)
+        elif isinstance(message, m.ReleaseTasks):
             for handle in self._processors.values():
                 self._deliver(handle, frames)
         elif isinstance(message, m.DeleteObjects):
@@ -350,24 +361,71 @@ class WorkerAgent:
 
     def _check_processors(self, scheduler: zmq.Socket) -> None:
         for handle in [h for h in self._processors.values() if h.process.poll() is not None]:
-            self._replace_crashed(handle, scheduler)
+            exit_code = handle.process.poll()
+            self._stop_processor(handle, scheduler, m.FailureKind.WORKER_DIED, "scaler.errors.WorkerDiedError",
+                                 f"the processor running this task died (exit code {exit_code})")
+        self._enforce_limits(scheduler)
         self._trim_spares()
 
-    def _replace_crashed(self, handle: ProcessorHandle, scheduler: zmq.Socket) -> None:
-        """Blame the task that was running; give every other one back to the scheduler untried."""
-        exit_code = handle.process.poll()
-        crashed_id = handle.running_task_id()
+    def _enforce_limits(self, scheduler: zmq.Socket) -> None:
+        """Stop a processor whose task runs too long or whose memory grows too large, before the OS does."""
+        config = self._config
+        if config.task_timeout_seconds <= 0 and config.memory_limit_bytes <= 0:
+            return
+        now = time.monotonic()
+        for handle in list(self._processors.values()):
+            running = handle.running_task_id()
+            if running != handle.watched_task_id:
+                handle.watched_task_id, handle.watched_since = running, now
+            if running not in handle.outstanding:
+                continue
+            if config.task_timeout_seconds > 0 and now - handle.watched_since > config.task_timeout_seconds:
+                self._stop_processor(handle, scheduler, m.FailureKind.RAISED, "scaler.errors.TaskTimeoutError",
+                                     f"the task ran longer than {config.task_timeout_seconds:g}s "
+                                     "(--task-timeout-seconds) and was stopped", TaskTimeoutError)
+                continue
+            if config.memory_limit_bytes > 0:
+                try:
+                    rss = handle.psutil_process.memory_info().rss
+                except psutil.Error:
+                    continue
+                if rss > config.memory_limit_bytes:
+                    self._stop_processor(handle, scheduler, m.FailureKind.RAISED, "scaler.errors.MemoryLimitError",
+                                         f"its processor used {rss:,} bytes, over the worker's limit of "
+                                         f"{config.memory_limit_bytes:,} (--memory-limit-bytes), and was stopped",
+                                         MemoryLimitError)
+
+    def _stop_running(self, task_ids: set[int]) -> None:
+        """Force-cancel: a processor running one of these tasks is stopped; the task ends canceled."""
+        assert self._scheduler is not None
+        for handle in list(self._processors.values()):
+            running = handle.running_task_id()
+            if running in task_ids and running in handle.outstanding:
+                self._stop_processor(handle, self._scheduler, m.FailureKind.CANCELED, "", "")
+
+    def _stop_processor(
+        self,
+        handle: ProcessorHandle,
+        scheduler: zmq.Socket,
+        kind: m.FailureKind,
+        type_name: str,
+        message: str,
+        error_type: type[Exception] | None = None,
+    ) -> None:
+        """Stop (or bury) a processor: its running task ends with the given failure, the rest go back untried."""
+        handle.stop()
+        running = handle.running_task_id()
         failures = []
         for task_id in handle.outstanding:
-            if task_id == crashed_id:
+            if task_id == running:
+                exception = cloudpickle.dumps(error_type(message)) if error_type is not None else b""
                 failures.append(m.TaskFailure(
-                    task_id=task_id, kind=m.FailureKind.WORKER_DIED, type_name="scaler.errors.WorkerDiedError",
-                    message=f"the processor running this task died (exit code {exit_code})",
+                    task_id=task_id, kind=kind, type_name=type_name, message=message, exception=exception
                 ))
             else:
                 failures.append(m.TaskFailure(task_id=task_id, kind=m.FailureKind.RETURNED))
         logger.warning(
-            f"Worker[{self._name}]: processor {handle.identity.decode()} died with exit code {exit_code}; "
+            f"Worker[{self._name}]: processor {handle.identity.decode()} stopped ({message or kind.name.lower()}); "
             f"{len(failures)} task(s) handed back to the scheduler"
         )
         was_active = self._active is handle

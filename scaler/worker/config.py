@@ -16,8 +16,11 @@ class WorkerConfig:
     death_timeout_seconds: float = 300.0
     # Processors one worker may run: one serves, the others hold tasks waiting on nested tasks.
     max_processors: int = 64
-    # Accepted for compatibility; see docs/configuration.md for what each does today.
+    # A task running longer is stopped (its processor replaced) and fails with TaskTimeoutError; 0: no limit.
     task_timeout_seconds: float = 0.0
+    # A processor whose RSS goes over this is stopped and its task fails with MemoryLimitError; 0: no limit.
+    memory_limit_bytes: int = 0
+    # Accepted for compatibility; see docs/configuration.md for what each does today.
     garbage_collect_interval_seconds: float = 30.0
     trim_memory_threshold_bytes: int = 1024 * 1024 * 1024
     hard_processor_suspend: bool = False

@@ -97,6 +97,8 @@ class Processor:
                 self._accept(message)
             elif isinstance(message, m.CancelTasks):
                 self._cancel(message.task_ids)
+            elif isinstance(message, m.ReleaseTasks):
+                self._release(message.task_ids)
             elif isinstance(message, m.DeleteObjects):
                 self._forget_objects(message.object_ids)
             elif isinstance(message, m.Disconnect):
@@ -124,14 +126,21 @@ class Processor:
                 del self._functions[key]
 
     def _cancel(self, task_ids: list[int]) -> None:
-        to_cancel = self._queued_ids.intersection(task_ids)
-        if not to_cancel:
+        self._drop_queued(task_ids, m.FailureKind.CANCELED)
+
+    def _release(self, task_ids: list[int]) -> None:
+        """Load balancing: queued ones go back to the scheduler; running or finished ones stay ours."""
+        self._drop_queued(task_ids, m.FailureKind.RETURNED)
+
+    def _drop_queued(self, task_ids: list[int], kind: m.FailureKind) -> None:
+        dropped = self._queued_ids.intersection(task_ids)
+        if not dropped:
             return  # already ran: their results are on the way
         for depth, queue in self._queues.items():
-            self._queues[depth] = collections.deque(item for item in queue if item[0] not in to_cancel)
-        self._queued_ids -= to_cancel
-        for task_id in to_cancel:
-            self._failures.append(m.TaskFailure(task_id=task_id, kind=m.FailureKind.CANCELED))
+            self._queues[depth] = collections.deque(item for item in queue if item[0] not in dropped)
+        self._queued_ids -= dropped
+        for task_id in dropped:
+            self._failures.append(m.TaskFailure(task_id=task_id, kind=kind))
 
     # ------------------------------------------------------------------------------------------ running
 
@@ -212,6 +221,8 @@ class Processor:
                 self._accept(message)  # sent before the agent learned we block
             elif isinstance(message, m.CancelTasks):
                 self._cancel(message.task_ids)
+            elif isinstance(message, m.ReleaseTasks):
+                self._release(message.task_ids)
             elif isinstance(message, m.DeleteObjects):
                 self._forget_objects(message.object_ids)
         raise NestingLimitError("the worker agent did not answer; cannot wait on nested tasks safely")

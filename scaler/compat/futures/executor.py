@@ -14,6 +14,7 @@ import itertools
 import os
 import threading
 import time
+import weakref
 from typing import Any, Callable, Iterable, Iterator
 
 from scaler.client.client import Client
@@ -154,7 +155,11 @@ class ScalerExecutor(concurrent.futures.Executor):
                 if isinstance(error, ConnectionFailedError):
                     raise self._mark_broken(error) from error
                 raise
-        return self._results(key, futures, timeout, deadline, chunksize > 1)
+        results = self._results(key, futures, timeout, deadline, chunksize > 1)
+        # An iterator dropped before its first next() never runs its finally: stop tracking it then
+        # (its calls still run, as ProcessPoolExecutor's do), so a long-lived executor does not keep it.
+        weakref.finalize(results, self._untrack_map, key)
+        return results
 
     def _results(
         self,
@@ -191,10 +196,13 @@ class ScalerExecutor(concurrent.futures.Executor):
 
     def _abandon(self, key: int, futures: list[concurrent.futures.Future]) -> None:
         """A map call is over: stop tracking it and cancel what it no longer needs, without waiting."""
-        with self._tracking_lock:
-            self._mapped.pop(key, None)
+        self._untrack_map(key)
         cancel_without_waiting(futures)
         futures.clear()
+
+    def _untrack_map(self, key: int) -> None:
+        with self._tracking_lock:
+            self._mapped.pop(key, None)
 
     def _forget(self, future: ExecutorFuture) -> None:
         with self._tracking_lock:

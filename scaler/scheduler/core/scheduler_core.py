@@ -35,6 +35,10 @@ class CoreConfig:
     max_tasks_waiting: int = -1
     # A task whose processor crashed this many times fails with WorkerDiedError instead of being retried.
     max_task_crashes: int = 3
+    # How often to look for imbalance between workers (0 turns balancing off), and how many looks in a
+    # row must see it before queued tasks are moved.
+    load_balance_seconds: float = 1.0
+    load_balance_trigger_times: int = 2
 
 
 @dataclasses.dataclass
@@ -82,8 +86,34 @@ def _refs_by_row(group: m.TaskGroup) -> dict[int, list[tuple[int, int]]]:
     return by_row
 
 
-def _free_slots(worker: WorkerPeer) -> int:
-    return worker.free
+def _assigned_count(worker: WorkerPeer) -> int:
+    return len(worker.assigned)
+
+
+def _water_fill(loads: list[int], room: list[int], count: int) -> list[int]:
+    """How many of `count` tasks each worker gets, loads ascending, so that loads end up as even as possible."""
+    shares = [0] * len(loads)
+    remaining = count
+    while remaining > 0:
+        open_slots = [i for i in range(len(loads)) if room[i] > shares[i]]
+        if not open_slots:
+            break
+        # The level all open workers would reach if the remaining tasks were spread perfectly.
+        total = sum(loads[i] + shares[i] for i in open_slots) + remaining
+        level = total // len(open_slots)
+        given = 0
+        for i in open_slots:
+            grant = min(room[i] - shares[i], max(0, level - loads[i] - shares[i]), remaining - given)
+            shares[i] += grant
+            given += grant
+        if given == 0:  # everyone is at the level: the rest go one by one to the least loaded
+            for i in sorted(open_slots, key=lambda j: loads[j] + shares[j]):
+                if given == remaining:
+                    break
+                shares[i] += 1
+                given += 1
+        remaining -= given
+    return shares
 
 
 class SchedulerCore:
@@ -100,6 +130,8 @@ class SchedulerCore:
         self._dependents: dict[int, list[tuple[TaskRecord, int]]] = {}
         self._next_id_prefix = 1
         self.should_exit = False
+        self._next_balance = 0.0
+        self._imbalanced_checks = 0
         self.counters: collections.Counter[str] = collections.Counter()
         self._handlers: dict[type, Callable[[bytes, m.Message, float, list[Outgoing]], None]] = {
             m.Heartbeat: self._on_heartbeat,
@@ -147,7 +179,37 @@ class SchedulerCore:
             logger.warning("ClientManager: client %s timed out", client.name)
             self._remove_client(client, out)
         self._dispatch(out)
+        if self._config.load_balance_seconds > 0 and now >= self._next_balance:
+            self._next_balance = now + self._config.load_balance_seconds
+            self._balance(out)
         return out
+
+    def _balance(self, out: list[Outgoing]) -> None:
+        """Ask overloaded workers to give back queued tasks when others run dry.
+
+        Only when nothing waits in the scheduler (else dispatch already feeds the idle) and the imbalance
+        was seen `load_balance_trigger_times` checks in a row. A worker above the mean load releases its
+        newest tasks down to the mean; the ones it has not started come back and are dispatched anew.
+        """
+        workers = list(self._workers.values())
+        if self._waiting or len(workers) < 2:
+            self._imbalanced_checks = 0
+            return
+        loads = [len(worker.assigned) for worker in workers]
+        mean = sum(loads) / len(workers)
+        if min(loads) > mean / 2 or max(loads) < 2:
+            self._imbalanced_checks = 0
+            return
+        self._imbalanced_checks += 1
+        if self._imbalanced_checks < self._config.load_balance_trigger_times:
+            return
+        self._imbalanced_checks = 0
+        target = math.ceil(mean)
+        for worker, load in zip(workers, loads):
+            if load > target + 1:
+                newest = list(worker.assigned)[target - load:]
+                out.append((worker.identity, m.ReleaseTasks(task_ids=newest)))
+                self.counters["balance_requests"] += 1
 
     # ------------------------------------------------------------------------------------------ views
 
@@ -502,13 +564,16 @@ class SchedulerCore:
                 record.cancel_requested = True
                 per_worker.setdefault(record.worker.identity, []).append(task_id)
         router.flush(out)
-        out.extend((identity, m.CancelTasks(task_ids=task_ids)) for identity, task_ids in per_worker.items())
+        out.extend(
+            (identity, m.CancelTasks(task_ids=task_ids, force=message.force))
+            for identity, task_ids in per_worker.items()
+        )
 
     def _on_clear(self, sender: bytes, message: m.Message, now: float, out: list[Outgoing]) -> None:
         client = self._clients.get(sender)
         if client is None:
             return
-        canceled = self._drop_client_work(client, out)
+        canceled = self._drop_client_work(client, out, force=True)
         out.append((sender, m.ClearResponse(canceled_tasks=canceled)))
         self._dispatch(out)
 
@@ -543,24 +608,26 @@ class SchedulerCore:
     # ------------------------------------------------------------------------------------------ dispatch
 
     def _dispatch(self, out: list[Outgoing]) -> None:
-        """Hand waiting tasks to workers with free slots, spreading them evenly over the free workers."""
-        queue = self._unassigned
-        if not queue:
-            return
-        # Least loaded first, so that tasks trickling in one at a time still spread over idle workers.
-        available = sorted((w for w in self._workers.values() if w.free > 0), key=_free_slots, reverse=True)
-        while queue and available:
-            share = math.ceil(len(queue) / len(available))
-            still_free = []
-            for worker in available:
-                records = self._take(min(worker.free, share))
-                if records:
-                    out.append((worker.identity, self._submission_for(worker, records)))
-                if worker.free > 0:
-                    still_free.append(worker)
-                if not queue:
-                    break
-            available = still_free
+        """Hand waiting tasks to workers with free slots, filling the least loaded first ("water filling").
+
+        Every worker ends as close as capacity allows to one common number of assigned tasks, so tasks
+        trickling in one at a time still go to idle workers, and tasks handed back by a busy worker do
+        not go straight back to it.
+        """
+        while self._waiting > 0:
+            available = sorted((w for w in self._workers.values() if w.free > 0), key=_assigned_count)
+            if not available:
+                return
+            shares = _water_fill([len(w.assigned) for w in available], [w.free for w in available], self._waiting)
+            handed = 0
+            for worker, share in zip(available, shares):
+                if share:
+                    records = self._take(share)
+                    if records:
+                        handed += len(records)
+                        out.append((worker.identity, self._submission_for(worker, records)))
+            if handed == 0:
+                return
 
     def _take(self, count: int) -> list[TaskRecord]:
         queue = self._unassigned
@@ -623,8 +690,8 @@ class SchedulerCore:
             self._waiting -= 1
         return self._dependents.pop(record.task_id, [])
 
-    def _drop_client_work(self, client: ClientPeer, out: list[Outgoing]) -> int:
-        """Cancel every unfinished task of the client and release its objects."""
+    def _drop_client_work(self, client: ClientPeer, out: list[Outgoing], force: bool = False) -> int:
+        """Cancel every unfinished task of the client and release its objects; `force` stops running ones too."""
         per_worker: dict[bytes, list[int]] = {}
         canceled = 0
         for task_id in list(client.task_ids):
@@ -633,7 +700,9 @@ class SchedulerCore:
                 per_worker.setdefault(record.worker.identity, []).append(task_id)
             self._forget(record)
             canceled += 1
-        out.extend((identity, m.CancelTasks(task_ids=task_ids)) for identity, task_ids in per_worker.items())
+        out.extend(
+            (identity, m.CancelTasks(task_ids=task_ids, force=force)) for identity, task_ids in per_worker.items()
+        )
         self._release_objects(client, out)
         return canceled
 

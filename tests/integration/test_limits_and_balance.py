@@ -1,0 +1,96 @@
+"""Per-task timeout, memory limit, force-cancel, and load balancing between a slow and a fast worker."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import time
+
+import psutil
+import pytest
+
+from scaler import Client, SchedulerClusterCombo
+from scaler.errors import MemoryLimitError, TaskTimeoutError
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def sleep_and_return(seconds: float, value: int) -> int:
+    time.sleep(seconds)
+    return value
+
+
+def hog_memory(megabytes: int) -> int:
+    blocks = []
+    for _ in range(megabytes // 16):
+        blocks.append(bytearray(16 * 1024 * 1024))
+        time.sleep(0.02)
+    time.sleep(5)
+    return len(blocks)
+
+
+def worker_pid() -> int:
+    return os.getpid()
+
+
+def slow_on_one_worker(value: int, slow_pid: int) -> tuple[int, int]:
+    time.sleep(0.5 if os.getppid() == slow_pid else 0.01)
+    return value, os.getppid()
+
+
+def test_a_task_past_the_timeout_fails_and_the_worker_carries_on() -> None:
+    with SchedulerClusterCombo(n_workers=1, logging_level="ERROR", task_timeout_seconds=1) as cluster:
+        with Client(address=cluster.get_address()) as client:
+            with pytest.raises(TaskTimeoutError, match="--task-timeout-seconds"):
+                client.submit(time.sleep, 30).result(timeout=60)
+            assert client.submit(sleep_and_return, 0.1, 7).result(timeout=60) == 7
+
+
+def test_a_processor_over_the_memory_limit_fails_its_task_with_a_clear_error() -> None:
+    with SchedulerClusterCombo(n_workers=1, logging_level="ERROR", memory_limit_bytes=200 * 1024 * 1024) as cluster:
+        with Client(address=cluster.get_address()) as client:
+            with pytest.raises(MemoryLimitError, match="--memory-limit-bytes"):
+                client.submit(hog_memory, 1024).result(timeout=60)
+            assert client.submit(sleep_and_return, 0, 3).result(timeout=60) == 3
+
+
+def test_force_cancel_stops_a_running_task(client: Client) -> None:
+    running = client.submit(time.sleep, 60)
+    time.sleep(1.0)
+    started = time.monotonic()
+    assert running.cancel(force=True) is True
+    assert running.cancelled()
+    assert time.monotonic() - started < 30
+    with pytest.raises(concurrent.futures.CancelledError):
+        running.result(timeout=5)
+    assert client.submit(sleep_and_return, 0, 5).result(timeout=60) == 5
+
+
+def test_clear_stops_running_tasks_too(client: Client) -> None:
+    running = [client.submit(time.sleep, 60) for _ in range(2)]
+    time.sleep(1.0)
+    client.clear()
+    assert all(f.cancelled() for f in running)
+    assert client.submit(sleep_and_return, 0, 9).result(timeout=60) == 9
+
+
+def test_queue_drains_on_both_a_slow_and_a_fast_worker() -> None:
+    """Tasks queued behind a slow worker move to the fast one once it runs dry."""
+    with SchedulerClusterCombo(n_workers=2, logging_level="ERROR", load_balance_seconds=0.2,
+                               load_balance_trigger_times=1) as cluster:
+        with Client(address=cluster.get_address()) as client:
+            agents = []
+            deadline = time.monotonic() + 30
+            while len(agents) < 2 and time.monotonic() < deadline:
+                agents = [p.pid for p in psutil.Process(cluster.cluster_pid).children()
+                          if "scaler.worker.agent" in " ".join(p.cmdline())]
+                time.sleep(0.1)
+            slow_agent = agents[0]
+            futures = [client.submit(slow_on_one_worker, i, slow_agent) for i in range(100)]
+            results = [f.result(timeout=100) for f in futures]
+            assert [value for value, _ in results] == list(range(100))
+            ran_on = [agent for _, agent in results]
+            on_slow = ran_on.count(slow_agent)
+            # Without balancing the slow worker would keep its half (50 tasks, 25 s); with it, most move.
+            assert on_slow < 25, f"{on_slow} of 100 tasks stayed on the slow worker"
+            assert len(set(ran_on)) == 2
