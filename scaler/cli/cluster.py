@@ -65,6 +65,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--hard-processor-suspend", "-hps", action="store_true", default=_DEFAULTS.hard_processor_suspend,
         help="accepted for compatibility; processor suspension is not active yet",
     )
+    parser.add_argument(
+        "--curve-server-key", type=str, default=None,
+        help="CURVE: the scheduler's public .key file; or SCALER_CURVE_SERVER_KEY",
+    )
+    parser.add_argument(
+        "--curve-secret-key", type=str, default=None,
+        help="CURVE: this cluster's .key_secret file (its public key must be authorized by the scheduler); "
+        "or SCALER_CURVE_SECRET_KEY",
+    )
     add_event_loop_argument(parser, "--event-loop", "-el")
     parser.add_argument("--io-threads", "-it", type=int, default=_DEFAULTS.io_threads, help="zmq io threads per worker")
     add_logging_arguments(parser)
@@ -94,6 +103,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         death_timeout_seconds=args.death_timeout_seconds,
         task_timeout_seconds=args.task_timeout_seconds,
         memory_limit_bytes=args.memory_limit_bytes,
+        curve_server_key=args.curve_server_key,
+        curve_secret_key=args.curve_secret_key,
         garbage_collect_interval_seconds=args.garbage_collect_interval_seconds,
         trim_memory_threshold_bytes=args.trim_memory_threshold_bytes,
         hard_processor_suspend=args.hard_processor_suspend,

@@ -70,6 +70,23 @@ def build_parser() -> argparse.ArgumentParser:
         "--monitor-address", "-ma", type=zmq_address, default=None,
         help="monitor address; default derived from the address, e.g. ipc:///tmp/127.0.0.1_2345_monitor",
     )
+    parser.add_argument(
+        "--max-message-size-bytes", type=int, default=_DEFAULTS.max_message_size_bytes,
+        help="a peer sending a larger frame is disconnected before it is read (-1: no limit)",
+    )
+    parser.add_argument(
+        "--max-control-frame-bytes", type=int, default=_DEFAULTS.max_control_frame_bytes,
+        help="largest Cap'n Proto frame accepted (large payloads travel in frames of their own)",
+    )
+    parser.add_argument(
+        "--curve-secret-key", type=str, default=None,
+        help="CURVE: this scheduler's .key_secret file (see scaler_keygen); or SCALER_CURVE_SCHEDULER_SECRET_KEY",
+    )
+    parser.add_argument(
+        "--curve-authorized-keys", type=str, default=None,
+        help="CURVE: directory of the public .key files of clients and workers to accept; "
+        "or SCALER_CURVE_AUTHORIZED_KEYS",
+    )
     add_logging_arguments(parser)
     parser.add_argument("address", type=zmq_address, help="address to listen on, e.g. tcp://127.0.0.1:2345")
     return parser
@@ -93,6 +110,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         event_loop=args.event_loop,
         protected=args.protected,
         monitor_address=args.monitor_address,
+        max_message_size_bytes=args.max_message_size_bytes,
+        max_control_frame_bytes=args.max_control_frame_bytes,
+        curve_secret_key=args.curve_secret_key,
+        curve_authorized_keys=args.curve_authorized_keys,
         logging_paths=tuple(args.logging_paths),
         logging_level=args.logging_level,
         logging_config_file=args.logging_config_file,

@@ -19,6 +19,7 @@ from scaler.client.serializer import DefaultSerializer, Serializer
 from scaler.errors import ProtectedModeError
 from scaler.protocol import messages as m
 from scaler.utility.blocking import client_nesting_depth, waiting_for_tasks
+from scaler.utility.curve import PeerKeys
 from scaler.utility.identifiers import content_object_id, random_object_id
 
 DEFAULT_TIMEOUT_SECONDS = 60.0
@@ -46,6 +47,8 @@ class Client:
         heartbeat_interval_seconds: float = DEFAULT_HEARTBEAT_INTERVAL_SECONDS,
         name: str = "",
         profiling: bool = False,
+        curve_server_key: str | None = None,
+        curve_secret_key: str | None = None,
     ) -> None:
         if not isinstance(address, str) or "://" not in address:
             raise ValueError(f"address must look like tcp://host:port or ipc:///path, got {address!r}")
@@ -63,7 +66,8 @@ class Client:
         self._function_ids: collections.OrderedDict[int, tuple[Callable, bytes]] = collections.OrderedDict()
         self._template_calls: dict[int, TemplateCall] = {}
         self._lock = threading.Lock()
-        self._connection = ClientConnection(address, name, timeout_seconds, heartbeat_interval_seconds)
+        curve_keys = PeerKeys.resolve(curve_server_key, curve_secret_key)
+        self._connection = ClientConnection(address, name, timeout_seconds, heartbeat_interval_seconds, curve_keys)
         self._connection.connect()
         # Whoever forgets to disconnect still gets the I/O thread stopped when the client is collected.
         self._finalizer = weakref.finalize(self, self._connection.close)

@@ -23,6 +23,7 @@ from scaler.client.future import ScalerFuture, exception_from_failure
 from scaler.errors import ConnectionFailedError, SchedulerLostError
 from scaler.protocol import messages as m
 from scaler.utility.blocking import client_nesting_depth
+from scaler.utility.curve import PeerKeys, secure_peer
 from scaler.utility.identifiers import TASK_COUNTER_BITS
 from scaler.utility.zmq_util import has_input, receive_frames, send_message
 
@@ -67,8 +68,16 @@ _TASK, _TASKS, _OBJECT, _MESSAGE = range(4)
 
 
 class ClientConnection:
-    def __init__(self, address: str, name: str, timeout_seconds: float, heartbeat_interval_seconds: float) -> None:
+    def __init__(
+        self,
+        address: str,
+        name: str,
+        timeout_seconds: float,
+        heartbeat_interval_seconds: float,
+        curve_keys: PeerKeys | None = None,
+    ) -> None:
         self.address = address
+        self._curve_keys = curve_keys
         self._name = name or f"{socket_module.gethostname()}|{os.getpid()}"
         self._timeout_seconds = timeout_seconds
         self._heartbeat_interval_seconds = heartbeat_interval_seconds
@@ -220,6 +229,8 @@ class ClientConnection:
         socket.setsockopt(zmq.RCVHWM, 0)
         socket.setsockopt(zmq.LINGER, 0)
         try:
+            if self._curve_keys is not None:
+                secure_peer(socket, self._curve_keys)
             socket.connect(self.address)
             send_message(socket, m.Hello(
                 role=m.Role.CLIENT, name=self._name, hostname=socket_module.gethostname(), pid=os.getpid(),

@@ -23,6 +23,12 @@ class SchedulerConfig:
     event_loop: str = "builtin"
     protected: bool = True
     monitor_address: str | None = None
+    # A peer sending a larger frame is disconnected by zmq before the scheduler allocates it; -1: no limit.
+    max_message_size_bytes: int = 4 * 1024**3
+    # The Cap'n Proto frame of a message (payloads travel in frames of their own) is refused above this.
+    max_control_frame_bytes: int = 256 * 1024**2
+    curve_secret_key: str | None = None
+    curve_authorized_keys: str | None = None
     logging_paths: tuple[str, ...] = DEFAULT_LOGGING_PATHS
     logging_level: str = "INFO"
     logging_config_file: str | None = None

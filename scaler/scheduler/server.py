@@ -16,6 +16,7 @@ import zmq
 from scaler.protocol import messages as m
 from scaler.scheduler.config import SchedulerConfig, default_monitor_address
 from scaler.scheduler.core.scheduler_core import CoreConfig, Outgoing, SchedulerCore
+from scaler.utility.curve import ServerKeys, secure_server
 from scaler.utility.zmq_util import receive_frames, send_frames
 
 logger = logging.getLogger(__name__)
@@ -77,15 +78,22 @@ class SchedulerServer:
         if config.event_loop != "builtin":
             logger.info("Scheduler: the I/O loop is a plain zmq poller; the event loop choice does not change it")
         logger.info(f"Scheduler: monitor address is {monitor_address}")
-        _warn_if_exposed(config.address)
 
+        curve_keys = ServerKeys.resolve(config.curve_secret_key, config.curve_authorized_keys)
         context = zmq.Context(io_threads=config.io_threads)
         socket = context.socket(zmq.ROUTER)
         # Never drop a message silently: a ROUTER drops on a full queue unless the limit is lifted.
         socket.setsockopt(zmq.SNDHWM, 0)
         socket.setsockopt(zmq.RCVHWM, 0)
         socket.setsockopt(zmq.LINGER, 0)
+        socket.setsockopt(zmq.MAXMSGSIZE, config.max_message_size_bytes)
+        authenticator = None
         try:
+            if curve_keys is not None:
+                authenticator = secure_server(context, socket, curve_keys)
+                logger.info(f"Scheduler: CURVE on, accepting the keys in {curve_keys.authorized_keys_dir}")
+            else:
+                _warn_if_exposed(config.address)
             try:
                 socket.bind(config.address)
             except zmq.ZMQError as error:
@@ -96,6 +104,8 @@ class SchedulerServer:
             self._loop(socket, exit_with_parent)
         finally:
             socket.close(linger=0)
+            if authenticator is not None:
+                authenticator.stop()
             context.term()
             logger.info("Scheduler: stopped")
 
@@ -126,6 +136,11 @@ class SchedulerServer:
 
     def _handle(self, frames: list[m.Buffer]) -> list[Outgoing]:
         sender = bytes(frames[0])
+        if len(frames) > 1 and len(frames[1]) > self._config.max_control_frame_bytes:
+            logger.warning(f"Scheduler: dropped a {len(frames[1]):,}-byte control frame from {sender!r}")
+            return self._core.on_bad_frame(
+                sender, f"control frame over {self._config.max_control_frame_bytes:,} bytes; submit in smaller batches"
+            )
         try:
             message = m.decode(frames[1:])
         except m.ProtocolDecodeError as error:

@@ -30,6 +30,7 @@ import zmq
 
 from scaler.errors import MemoryLimitError, TaskTimeoutError
 from scaler.protocol import messages as m
+from scaler.utility.curve import PeerKeys, secure_peer
 from scaler.utility.zmq_util import has_input, receive_frames, send_frames, send_message
 from scaler.worker.config import WorkerConfig
 
@@ -124,6 +125,9 @@ class WorkerAgent:
             socket.setsockopt(zmq.RCVHWM, 0)
             socket.setsockopt(zmq.LINGER, 0)
         scheduler.setsockopt(zmq.IDENTITY, self._identity)
+        curve_keys = PeerKeys.resolve(config.curve_server_key, config.curve_secret_key)
+        if curve_keys is not None:
+            secure_peer(scheduler, curve_keys)
         try:
             self._processor_address = f"ipc://{os.path.join(self._work_dir, 'processors.sock')}"
             router.bind(self._processor_address)

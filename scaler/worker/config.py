@@ -20,6 +20,9 @@ class WorkerConfig:
     task_timeout_seconds: float = 0.0
     # A processor whose RSS goes over this is stopped and its task fails with MemoryLimitError; 0: no limit.
     memory_limit_bytes: int = 0
+    # CURVE: the scheduler's public key file and this worker's secret key file (or the environment).
+    curve_server_key: str | None = None
+    curve_secret_key: str | None = None
     # Accepted for compatibility; see docs/configuration.md for what each does today.
     garbage_collect_interval_seconds: float = 30.0
     trim_memory_threshold_bytes: int = 1024 * 1024 * 1024

@@ -2,20 +2,21 @@
 
 dask gives a scheduler's `get` an expression (with `__dask_graph__()`), a `HighLevelGraph`, or a dict
 whose values are task-spec nodes (`dask._task_spec`: Task, Alias, DataNode, nested List/Tuple/Dict/Set
-containers, keyword arguments) or legacy tuples. dask's own `convert_legacy_graph` first brings all of
-them to task-spec nodes, so dask's semantics stay dask's; then each node becomes what `plan_graph` reads:
+containers, keyword arguments) or legacy values (tuples `(func, *args)`, lists, literals). Walking back
+from the requested keys, each node the keys need becomes what `plan_graph` reads:
 
-- a plain Task whose arguments are references or literals `plan_graph` cannot mistake for keys or
-  tasks: `(func, *args)`, references replaced by keys. The common case costs no wrapper on the worker.
+- a legacy task whose arguments are keys or plain literals: kept as it is; it already means the same
+  to `plan_graph` as to dask. Anything else legacy goes through dask's own `convert_legacy_task`.
+- a plain task-spec Task (positional arguments that are references or plain literals):
+  `(func, *args)` with references replaced by keys. No wrapper runs on the worker.
 - an Alias: its target key, which `plan_graph` follows.
 - a DataNode: its value (behind a one-line task when `plan_graph` would read the value as a key or a task).
 - anything else (keyword arguments, nested tasks and containers, fused subgraphs, subclasses):
   `(run_nodes, NodeCall(...), *dependency keys)`: the worker calls the node with `{key: value}` of its
-  dependencies, exactly as dask's own schedulers do.
+  dependencies, exactly as dask's own schedulers do, so dask's semantics stay dask's.
 
-Small tasks do not pay for distribution twice: a task whose only dependent is the next link of a chain,
-and tasks without dependencies whose only dependent takes few of them, run inside that dependent (see
-`_fusion_groups`).
+Small tasks do not pay for distribution twice: chain links, and tiny leaf tasks of large graphs, run
+inside their only dependent (see `_fusion_groups`), as nested tasks when they are plain.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import dataclasses
 from collections.abc import Hashable, Mapping
 from typing import Any
 
-from dask._task_spec import Alias, DataNode, GraphNode, Task, TaskRef, convert_legacy_graph
+from dask._task_spec import Alias, DataNode, GraphNode, Task, TaskRef, convert_legacy_task
 from dask.utils import ensure_dict
 
 from scaler.client.graph import GraphError, GraphKeyError, is_task
@@ -33,6 +34,12 @@ from scaler.client.graph import GraphError, GraphKeyError, is_task
 # many of them (a few expensive loads keep their parallelism), and at most this many per dependent.
 LEAF_FUSION_MIN_LEAVES = 256
 LEAF_FUSION_MAX_PER_DEPENDENT = 4
+# Plain fused tasks nest as `(f, (g, (h, ...)))` up to this depth; deeper chains run as one NodeCall.
+MAX_NESTING = 32
+
+# Arguments of these types that are keys of the graph are references in a legacy dask task.
+_KEY_TYPES = (str, int, float, tuple)
+_CONTAINERS = (list, tuple, set, frozenset, dict)
 
 
 class NodeCall:
@@ -80,81 +87,141 @@ def literal_value(literal: Literal) -> Any:
 class Translation:
     graph: dict[Hashable, Any]  # for Client.get
     requested: list[Hashable]  # the keys to ask Client.get for, each once
-    node_count: int  # task-spec nodes needed by the requested keys
-    task_count: int  # tasks the scaler graph runs for them
+    node_count: int  # dask nodes needed by the requested keys
+    task_count: int  # tasks the translated graph runs for them
 
 
-def task_spec_graph(dsk: Any) -> dict[Hashable, GraphNode]:
-    """Whatever dask passes as `dsk`, as a dict of key -> task-spec node."""
+@dataclasses.dataclass
+class _Needed:
+    """The nodes the requested keys need, translated one by one."""
+
+    source: dict[Hashable, Any]  # the whole dask graph
+    values: dict[Hashable, Any] = dataclasses.field(default_factory=dict)  # key -> value for plan_graph
+    dependencies: dict[Hashable, tuple] = dataclasses.field(default_factory=dict)
+    plain: set[Hashable] = dataclasses.field(default_factory=set)  # values `(func, *keys or literals)`
+    nodes: dict[Hashable, GraphNode] = dataclasses.field(default_factory=dict)  # task-spec form, where made
+
+    def node(self, key: Hashable) -> GraphNode:
+        node = self.nodes.get(key)
+        if node is None:
+            node = self.nodes[key] = _task_spec_node(key, self.source[key], self.source)
+        return node
+
+
+def graph_of(dsk: Any) -> dict[Hashable, Any]:
+    """Whatever dask passes as `dsk`, as a plain dict of key -> node or legacy value."""
     if not isinstance(dsk, Mapping):
-        graph_of = getattr(dsk, "__dask_graph__", None)
-        if graph_of is None:
+        graph_function = getattr(dsk, "__dask_graph__", None)
+        if graph_function is None:
             raise TypeError(f"expected a dask graph (a mapping) or a dask collection, got {type(dsk).__name__}")
-        dsk = graph_of()
-    return convert_legacy_graph(ensure_dict(dsk))
+        dsk = graph_function()
+    return ensure_dict(dsk)
 
 
 def translate(dsk: Any, keys: list[Hashable], fuse: bool = True) -> Translation:
     """Translate the part of a dask graph that `keys` need; raises before anything runs if it cannot run."""
-    nodes = task_spec_graph(dsk)
+    source = graph_of(dsk)
     requested: list[Hashable] = []
-    seen_requested: set[Hashable] = set()
+    requested_set: set[Hashable] = set()
     for key in keys:
-        if key not in nodes:
+        try:
+            present = key in source
+        except TypeError:
+            present = False
+        if not present:
             raise GraphKeyError(key)
-        if key not in seen_requested:
-            seen_requested.add(key)
+        if key not in requested_set:
+            requested_set.add(key)
             requested.append(key)
-    needed = _cull(nodes, requested)
-    groups = _fusion_groups(needed, seen_requested) if fuse else {}
-    graph: dict[Hashable, Any] = {}
-    for key, node in needed.items():
-        if key in groups:
-            group = groups[key]
-            if group is None:
-                continue  # runs inside its dependent
-            graph[key] = _node_call(group)
-        else:
-            graph[key] = _translate_node(node, needed)
+    needed = _collect(source, requested)
+    graph = needed.values
+    if fuse:
+        groups = _fusion_groups(needed, requested_set)
+        for head, members in groups.items():
+            graph[head] = _fused(needed, members)
+        for members in groups.values():
+            for key in members[:-1]:
+                del graph[key]
     task_count = sum(1 for value in graph.values() if is_task(value))
-    return Translation(graph=graph, requested=requested, node_count=len(needed), task_count=task_count)
+    return Translation(graph=graph, requested=requested, node_count=len(needed.dependencies), task_count=task_count)
 
 
-def _cull(nodes: dict[Hashable, GraphNode], keys: list[Hashable]) -> dict[Hashable, GraphNode]:
-    """The nodes `keys` need; a dependency missing from the graph is an error, as in dask's schedulers."""
-    needed: dict[Hashable, GraphNode] = {}
-    stack = list(keys)
+def _collect(source: dict[Hashable, Any], requested: list[Hashable]) -> _Needed:
+    """Walk back from the requested keys, translating each node they need once."""
+    needed = _Needed(source=source)
+    values, dependencies_of, plain = needed.values, needed.dependencies, needed.plain
+    stack = list(requested)
     while stack:
         key = stack.pop()
-        if key in needed:
+        if key in values:
             continue
-        node = nodes[key]
-        needed[key] = node
-        for dependency in node.dependencies:
-            if dependency not in nodes:
+        raw = source[key]
+        if type(raw) is tuple and raw and callable(raw[0]):
+            dependencies = _plain_legacy_dependencies(raw, source)
+            if dependencies is not None:
+                values[key] = raw
+                dependencies_of[key] = dependencies
+                plain.add(key)
+                stack.extend(dependencies)
+                continue
+        node = needed.node(key)
+        dependencies = tuple(node.dependencies)
+        for dependency in dependencies:
+            if dependency not in source:
                 raise GraphError(f"{key!r} depends on {dependency!r}, which is not in the graph")
-            if dependency not in needed:
-                stack.append(dependency)
+        value = _translate_node(node, source)
+        values[key] = value
+        dependencies_of[key] = dependencies
+        if is_task(value) and value[0] is not run_nodes and value[0] is not literal_value:
+            plain.add(key)
+        stack.extend(dependencies)
     return needed
 
 
-def _translate_node(node: GraphNode, graph: Mapping) -> Any:
+def _plain_legacy_dependencies(task: tuple, source: dict) -> tuple | None:
+    """The keys a legacy task takes, if each argument is a key or a plain literal; else None."""
+    dependencies = []
+    for argument in task[1:]:
+        if isinstance(argument, _KEY_TYPES):
+            try:
+                is_key = argument in source
+            except TypeError:  # a tuple holding something unhashable
+                return None
+            if is_key:
+                dependencies.append(argument)
+            elif isinstance(argument, tuple):
+                return None  # a nested task, a tuple holding keys, a namedtuple: dask's conversion decides
+        elif isinstance(argument, (_CONTAINERS, GraphNode, TaskRef)) or _is_key(argument, source):
+            return None
+    return tuple(dependencies)
+
+
+def _task_spec_node(key: Hashable, raw: Any, source: dict) -> GraphNode:
+    if isinstance(raw, GraphNode):
+        return raw
+    node = convert_legacy_task(key, raw, source)  # type: ignore[arg-type]  # dask keys are Hashable here
+    if not isinstance(node, GraphNode) or (type(node) is Alias and node.target == key):
+        return DataNode(key, raw)
+    return node
+
+
+def _translate_node(node: GraphNode, source: Mapping) -> Any:
     kind = type(node)
     if kind is Alias:
         return node.target  # type: ignore[attr-defined]
     if kind is DataNode:
         value = node.value  # type: ignore[attr-defined]
-        if is_task(value) or _is_key(value, graph):
+        if is_task(value) or _is_key(value, source):
             return (literal_value, Literal(value))
         return value
     if kind is Task and not node.kwargs:  # type: ignore[attr-defined]
-        arguments = _plain_arguments(node.args, graph)  # type: ignore[attr-defined]
+        arguments = _plain_arguments(node.args, source)  # type: ignore[attr-defined]
         if arguments is not None:
             return (node.func, *arguments)  # type: ignore[attr-defined]
     return _node_call([node])
 
 
-def _plain_arguments(arguments: tuple, graph: Mapping) -> list[Any] | None:
+def _plain_arguments(arguments: tuple, source: Mapping) -> list[Any] | None:
     """Arguments for a plain `(func, *args)` task, or None if one needs the task-spec machinery."""
     plain = []
     for argument in arguments:
@@ -163,16 +230,16 @@ def _plain_arguments(arguments: tuple, graph: Mapping) -> list[Any] | None:
             plain.append(argument.key if kind is TaskRef else argument.target)
         elif kind is list or kind is tuple or isinstance(argument, (GraphNode, TaskRef)):
             return None  # containers may hold references; plan_graph would also look inside them
-        elif _is_key(argument, graph):
+        elif _is_key(argument, source):
             return None  # a literal that plan_graph would read as a reference
         else:
             plain.append(argument)
     return plain
 
 
-def _is_key(value: Any, graph: Mapping) -> bool:
+def _is_key(value: Any, source: Mapping) -> bool:
     try:
-        return value in graph
+        return value in source
     except Exception:  # unhashable, or a hash that fails: not a key
         return False
 
@@ -187,10 +254,8 @@ def _node_call(nodes: list[GraphNode]) -> tuple:
     return (run_nodes, NodeCall(tuple(nodes), tuple(dependency_keys)), *dependency_keys)
 
 
-def _fusion_groups(
-    graph: dict[Hashable, GraphNode], requested: set[Hashable]
-) -> dict[Hashable, list[GraphNode] | None]:
-    """Which tasks run inside their only dependent: key -> nodes to run in order, or None if absorbed.
+def _fusion_groups(needed: _Needed, requested: set[Hashable]) -> dict[Hashable, list[Hashable]]:
+    """Which tasks run inside their only dependent: head key -> member keys, dependencies first, head last.
 
     Two kinds are absorbed, neither wanted by anyone else nor requested:
     - a link of a linear chain (its dependent has no other dependency): never loses parallelism;
@@ -198,61 +263,79 @@ def _fusion_groups(
       dependent takes few (`LEAF_FUSION_MAX_PER_DEPENDENT`): tiny leaves such as the inputs of a tree
       reduction stop costing a round trip each, while a handful of expensive loads keep their parallelism.
     """
+    values, dependencies_of = needed.values, needed.dependencies
     dependents: dict[Hashable, list[Hashable]] = {}
-    for key, node in graph.items():
-        for dependency in node.dependencies:
+    for key, dependencies in dependencies_of.items():
+        for dependency in set(dependencies):
             dependents.setdefault(dependency, []).append(key)
-
-    def fusible(node: GraphNode) -> bool:
-        return type(node) is not Alias and type(node) is not DataNode
-
-    def sole_dependent(key: Hashable) -> Hashable | None:
-        users = dependents.get(key)
-        if users is None or len(users) != 1 or key in requested:
-            return None
-        user = users[0]
-        return user if fusible(graph[user]) else None
 
     absorbed_into: dict[Hashable, Hashable] = {}
     leaves_of: dict[Hashable, list[Hashable]] = {}
-    for key, node in graph.items():
-        if not fusible(node):
+    for key, users in dependents.items():
+        if len(users) != 1 or key in requested or not is_task(values[key]):
             continue
-        user = sole_dependent(key)
-        if user is None:
-            continue
-        if not node.dependencies:
+        user = users[0]
+        if not is_task(values[user]):
+            continue  # an alias or a literal
+        if not dependencies_of[key]:
             leaves_of.setdefault(user, []).append(key)
-        elif len(graph[user].dependencies) == 1:
+        elif len(set(dependencies_of[user])) == 1:
             absorbed_into[key] = user
     if sum(len(leaves) for leaves in leaves_of.values()) >= LEAF_FUSION_MIN_LEAVES:
         for user, leaves in leaves_of.items():
             if len(leaves) <= LEAF_FUSION_MAX_PER_DEPENDENT:
                 for leaf in leaves:
                     absorbed_into[leaf] = user
-    else:  # a leaf that is also the only dependency of its dependent is a chain link
+    else:  # a leaf that is the only dependency of its dependent is a chain link
         for user, leaves in leaves_of.items():
-            if len(graph[user].dependencies) == 1:
+            if len(set(dependencies_of[user])) == 1:
                 absorbed_into[leaves[0]] = user
     if not absorbed_into:
         return {}
 
-    groups: dict[Hashable, list[GraphNode] | None] = {key: None for key in absorbed_into}
     absorbed_by: dict[Hashable, list[Hashable]] = {}
     for key, user in absorbed_into.items():
         absorbed_by.setdefault(user, []).append(key)
+    groups: dict[Hashable, list[Hashable]] = {}
     for head in absorbed_by:
         if head in absorbed_into:
-            continue  # inside a larger group: its own head collects it
-        # Everything absorbed, transitively, into `head`; dependencies first (reverse of a walk from the head).
+            continue  # inside a larger group, which its own head collects
+        # Everything absorbed, transitively, into `head`: a tree, since each member has one dependent.
         members: list[Hashable] = []
         stack = [head]
         while stack:
             key = stack.pop()
             members.append(key)
             stack.extend(absorbed_by.get(key, ()))
-        if any(head in graph[key].dependencies for key in members[1:]):
+        if any(head in dependencies_of[key] for key in members[1:]):
             # A loop whose other members all run inside the head: plan_graph would not see it any more.
             raise GraphError(f"the graph has a cycle through {head!r}")
-        groups[head] = [graph[key] for key in reversed(members)]
+        members.reverse()  # dependencies first
+        groups[head] = members
     return groups
+
+
+def _fused(needed: _Needed, members: list[Hashable]) -> tuple:
+    """One task computing the head (the last member) and, inside it, the other members."""
+    if all(key in needed.plain for key in members):
+        nested = _nested(needed, members[-1], set(members), 0)
+        if nested is not None:
+            return nested
+    return _node_call([needed.node(key) for key in members])
+
+
+def _nested(needed: _Needed, key: Hashable, members: set[Hashable], depth: int) -> tuple | None:
+    """A plain task with the members it takes written in place as nested tasks, or None if that cannot be."""
+    if depth > MAX_NESTING:
+        return None
+    task = needed.values[key]
+    arguments = list(task[1:])
+    for position, argument in enumerate(arguments):
+        if type(argument) in _KEY_TYPES and argument in members and argument != key:
+            if arguments.count(argument) > 1:
+                return None  # in place twice would compute it twice
+            inner = _nested(needed, argument, members, depth + 1)
+            if inner is None:
+                return None
+            arguments[position] = inner
+    return (task[0], *arguments)

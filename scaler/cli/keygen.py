@@ -1,0 +1,30 @@
+"""`scaler_keygen DIRECTORY NAME...`: make CURVE key pairs for a scheduler, its clients and workers."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Sequence
+
+import zmq.auth
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        "scaler_keygen",
+        description="Write NAME.key (public) and NAME.key_secret (the pair) for each NAME into DIRECTORY. "
+        "Give the scheduler its .key_secret and a directory holding the .key files of every client and "
+        "worker it should accept; give each client and worker the scheduler's .key and its own .key_secret.",
+    )
+    parser.add_argument("directory", help="where to write the key files (created if missing)")
+    parser.add_argument("names", nargs="+", help="one key pair per name, e.g. scheduler client worker")
+    args = parser.parse_args(argv)
+    os.makedirs(args.directory, exist_ok=True)
+    for name in args.names:
+        public, secret = zmq.auth.create_certificates(args.directory, name)
+        os.chmod(secret, 0o600)
+        print(f"{name}: public {public}, secret {secret}")
+
+
+if __name__ == "__main__":
+    main()

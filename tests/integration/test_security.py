@@ -1,0 +1,130 @@
+"""CURVE authentication and encryption, the exposure warning, and the size limits of the scheduler."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import zmq
+
+from scaler import Client, SchedulerClusterCombo
+from scaler.cluster.combo import free_local_address
+from scaler.errors import ConnectionFailedError
+from scaler.protocol import messages as m
+from scaler.utility import curve
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+def keys(tmp_path) -> dict[str, str]:
+    directory = tmp_path / "keys"
+    subprocess.run(
+        [sys.executable, "-m", "scaler.cli.keygen", str(directory), "scheduler", "worker", "client", "intruder"],
+        check=True, capture_output=True, timeout=60,
+    )
+    authorized = tmp_path / "authorized"
+    authorized.mkdir()
+    for name in ("worker", "client"):
+        (authorized / f"{name}.key").write_bytes((directory / f"{name}.key").read_bytes())
+    return {
+        "dir": str(directory),
+        "authorized": str(authorized),
+        "scheduler_secret": str(directory / "scheduler.key_secret"),
+        "scheduler_public": str(directory / "scheduler.key"),
+    }
+
+
+def test_only_peers_with_authorized_keys_get_in(keys: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    # The combo's processes read their keys from the environment, as a deployment would.
+    monkeypatch.setenv(curve.SCHEDULER_SECRET_KEY_ENV, keys["scheduler_secret"])
+    monkeypatch.setenv(curve.AUTHORIZED_KEYS_ENV, keys["authorized"])
+    monkeypatch.setenv(curve.SERVER_KEY_ENV, keys["scheduler_public"])
+    monkeypatch.setenv(curve.SECRET_KEY_ENV, os.path.join(keys["dir"], "worker.key_secret"))
+    with SchedulerClusterCombo(n_workers=1, logging_level="WARNING") as cluster:
+        monkeypatch.delenv(curve.SERVER_KEY_ENV)
+        monkeypatch.delenv(curve.SECRET_KEY_ENV)
+        with Client(
+            address=cluster.get_address(),
+            curve_server_key=keys["scheduler_public"],
+            curve_secret_key=os.path.join(keys["dir"], "client.key_secret"),
+        ) as client:
+            assert client.submit(pow, 2, 8).result(timeout=60) == 256
+
+        # A key the scheduler does not know: refused, nothing can be submitted.
+        with pytest.raises(ConnectionFailedError):
+            Client(
+                address=cluster.get_address(), timeout_seconds=2,
+                curve_server_key=keys["scheduler_public"],
+                curve_secret_key=os.path.join(keys["dir"], "intruder.key_secret"),
+            )
+        # No key at all: a plain socket cannot even say hello.
+        with pytest.raises(ConnectionFailedError):
+            Client(address=cluster.get_address(), timeout_seconds=2)
+
+
+def test_a_plain_socket_gets_no_answer_from_a_curve_scheduler(keys: dict[str, str]) -> None:
+    address = free_local_address()
+    environment = dict(os.environ)
+    environment[curve.SCHEDULER_SECRET_KEY_ENV] = keys["scheduler_secret"]
+    environment[curve.AUTHORIZED_KEYS_ENV] = keys["authorized"]
+    scheduler = subprocess.Popen(
+        [sys.executable, "-m", "scaler.cli.scheduler", address], env=environment,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    context = zmq.Context()
+    raw = context.socket(zmq.DEALER)
+    raw.setsockopt(zmq.LINGER, 0)
+    try:
+        raw.connect(address)
+        raw.send(m.encode(m.Hello(role=m.Role.CLIENT))[0])
+        assert raw.poll(2000) == 0, "a CURVE scheduler answered an unauthenticated peer"
+    finally:
+        raw.close()
+        context.term()
+        scheduler.terminate()
+        output, _ = scheduler.communicate(timeout=30)
+    assert "CURVE on" in output
+
+
+def test_listening_beyond_loopback_without_keys_warns() -> None:
+    port = free_local_address().rsplit(":", 1)[1]
+    scheduler = subprocess.Popen(
+        [sys.executable, "-m", "scaler.cli.scheduler", f"tcp://0.0.0.0:{port}"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        lines = []
+        for line in scheduler.stdout:  # type: ignore[union-attr]
+            lines.append(line)
+            if "listening on" in line:
+                break
+    finally:
+        scheduler.terminate()
+        rest, _ = scheduler.communicate(timeout=30)
+    output = "".join(lines) + rest
+    assert "[WARNING]" in output and "without authentication" in output
+
+
+def test_keys_must_come_in_pairs() -> None:
+    with pytest.raises(ValueError, match="both"):
+        Client(address="tcp://127.0.0.1:1", curve_server_key="/nonexistent.key")
+
+
+def test_oversized_frames_disconnect_the_sender_and_others_carry_on(client: Client, combo: SchedulerClusterCombo) -> None:
+    context = zmq.Context()
+    raw = context.socket(zmq.DEALER)
+    raw.setsockopt(zmq.LINGER, 0)
+    try:
+        raw.connect(combo.get_address())
+        # A control frame far beyond the limit (the scheduler's default is 256 MiB): refused, not decoded.
+        raw.send(b"\0" * (300 * 1024 * 1024))
+        assert raw.poll(30_000), "no answer to an oversized control frame"
+        reply = m.decode(raw.recv_multipart())
+        assert isinstance(reply, m.ProtocolError) and "control frame" in reply.reason
+    finally:
+        raw.close()
+        context.term()
+    assert client.submit(abs, -4).result(timeout=60) == 4
