@@ -5,7 +5,9 @@ from typing import Any
 from scaler.about import __version__
 from scaler.client.client import Client
 from scaler.client.future import ScalerFuture
+from scaler.client.object_reference import ObjectReference
 from scaler.client.serializer import Serializer
+from scaler.cluster.cluster import Cluster
 from scaler.cluster.combo import SchedulerClusterCombo
 
 try:  # registers joblib's "scaler" backend when joblib is installed (lazily: see scaler/compat/joblib)
@@ -13,7 +15,16 @@ try:  # registers joblib's "scaler" backend when joblib is installed (lazily: se
 except ImportError:
     pass
 
-__all__ = ["Client", "ScalerFuture", "SchedulerClusterCombo", "Serializer", "__version__", "get"]
+__all__ = [
+    "Client",
+    "Cluster",
+    "ObjectReference",
+    "ScalerFuture",
+    "SchedulerClusterCombo",
+    "Serializer",
+    "__version__",
+    "get",
+]
 
 
 def __getattr__(name: str) -> Any:
