@@ -5,6 +5,7 @@ Every collection result is compared with dask's own synchronous scheduler on the
 
 from __future__ import annotations
 
+import collections
 import operator
 import os
 import subprocess
@@ -223,10 +224,41 @@ def test_tiny_leaves_and_chains_are_fused_but_a_few_leaves_keep_their_parallelis
     few["sum"] = (sum, [("load", i) for i in range(4)])
     assert translation.translate(few, ["sum"]).task_count == 5  # four loads stay four parallel tasks
 
+    pair = fused.graph[("pair", 0)]
+    assert pair == (operator.add, (inc, 0), (inc, 1))  # plain leaves are written in place as nested tasks
+
     chain = {"c0": (inc, 0), **{f"c{i}": (inc, f"c{i - 1}") for i in range(1, 100)}}
     assert translation.translate(chain, ["c99"]).task_count == 1
+    assert translation.translate(chain, ["c99"]).graph["c99"][0] is translation.run_nodes  # too deep to nest
+    assert translation.translate(chain, ["c5"]).graph["c5"] == (inc, (inc, (inc, (inc, (inc, (inc, 0))))))
     assert translation.translate(chain, ["c99", "c50"]).task_count == 2  # a requested link stays its own task
     assert scaler.get(chain, ["c99", "c50"]) == (100, 51)
+
+    twice = {"x": (inc, 1), "double": (operator.add, "x", "x")}
+    assert translation.translate(twice, ["double"]).graph["double"][0] is translation.run_nodes  # not computed twice
+    assert scaler.get(twice, "double") == 4
+
+
+Point = collections.namedtuple("Point", "x y")
+
+
+def test_legacy_tasks_keep_dask_meaning() -> None:
+    """Legacy tuples are sent as they are only when that cannot change their meaning."""
+    graph = {
+        "a": 1,
+        "b": (inc, "a"),
+        b"raw": 5,
+        "bytes_literal": (operator.add, b"raw", b"!"),             # dask reads only str/int/float/tuple keys
+        "point": (operator.attrgetter("y"), Point(0, "b")),         # keys inside a namedtuple are references
+        "keys_in_a_set": (sorted, {"a", "b"}),
+        "nested_task": (operator.add, (inc, "a"), "b"),
+        "plain": (operator.add, "b", 10),
+    }
+    result = translation.translate(graph, list(graph), fuse=False)
+    assert result.graph["plain"] == (operator.add, "b", 10)
+    assert result.graph["b"] == (inc, "a")
+    assert all(result.graph[key][0] is translation.run_nodes for key in ("bytes_literal", "point", "keys_in_a_set"))
+    assert scaler.get(graph, list(graph)) == dask.get(graph, list(graph))
 
 
 # ---------------------------------------------------------------------------------------------- errors
