@@ -13,11 +13,13 @@ import collections
 import logging
 import mmap
 import os
+import pickle
 import signal
 import struct
 import sys
 import time
 import traceback
+from functools import partial
 from typing import Any, Callable
 
 import cloudpickle
@@ -61,6 +63,7 @@ class Processor:
         self._payloads: list[m.Buffer] = []
         self._profiles: list[m.TaskProfile] = []
         self._profiler = TaskProfiler()
+        self._depth = -1
         self._failures: list[m.TaskFailure] = []
         self._last_flush = time.monotonic()
         self._running = True
@@ -147,25 +150,26 @@ class Processor:
     def _run_one(self) -> None:
         task_id, group, row, object_slots = self._next_task()
         self._queued_ids.discard(task_id)
-        set_task_depth(group.nesting_depth)
+        if group.nesting_depth != self._depth:
+            self._depth = group.nesting_depth
+            set_task_depth(self._depth)
         struct.pack_into(_RUNNING_TASK_FORMAT, self._running_task_slot, 0, task_id)
-        function_name = self._object_names.get(group.function_id) or "<unnamed function>"
         try:
             serializer = self._serializer(group.serializer_id)
             function = self._function(group.function_id, group.serializer_id, serializer)
-            function_name = getattr(function, "__qualname__", None) or repr(function)
+            # The default serializer reads zero-copy views directly; a custom one gets bytes (see loads).
+            deserialize = pickle.loads if type(serializer) is DefaultSerializer else partial(loads, serializer)
             width = group.args_per_task
             raw_args = group.args[row * width:(row + 1) * width]
             if object_slots:
                 args = [
-                    self._object_value(bytes(payload), serializer) if slot in object_slots
-                    else loads(serializer, payload)
+                    self._object_value(bytes(payload), serializer) if slot in object_slots else deserialize(payload)
                     for slot, payload in enumerate(raw_args)
                 ]
             else:
-                args = [loads(serializer, payload) for payload in raw_args]
+                args = [deserialize(payload) for payload in raw_args]
         except Exception as error:
-            context = f"could not load {function_name} or its arguments"
+            context = f"could not load {self._function_name(group)} or its arguments"
             self._fail(task_id, m.FailureKind.SERIALIZATION, error, context)
             return
         if group.profiling:
@@ -186,11 +190,16 @@ class Processor:
         try:
             payload = serializer.serialize(result)
         except Exception as error:
-            context = f"result of {function_name} could not be serialized"
+            context = f"result of {self._function_name(group)} could not be serialized"
             self._fail(task_id, m.FailureKind.SERIALIZATION, error, context)
             return
         self._succeeded_ids.append(task_id)
         self._payloads.append(payload)
+
+    def _function_name(self, group: m.TaskGroup) -> str:
+        function = self._functions.get((group.function_id, group.serializer_id))
+        name = getattr(function, "__qualname__", None) if function is not None else None
+        return name or self._object_names.get(group.function_id) or "<unnamed function>"
 
     def _object_value(self, object_id: bytes, serializer: Serializer) -> Any:
         if object_id not in self._object_values:
