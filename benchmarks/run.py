@@ -1,0 +1,337 @@
+"""Scaler side by side with its peers: every workload, same number of workers, interleaved repetitions.
+
+    .venv/bin/python benchmarks/run.py              # full run, 3 repetitions (about 20 minutes on 2 cores)
+    .venv/bin/python benchmarks/run.py --quick      # smaller counts, 1 repetition (a few minutes)
+
+Installs missing peers into the running environment (benchmarks/requirements.txt; Ray optionally) and
+the original Scaler 1.9.9 into benchmarks/.venv-scaler-1.9.9 (same package name as this checkout, so
+it runs in a subprocess with that venv's python). Each peer runs in a fresh subprocess per
+repetition; its cluster or pool is started and warmed up before any clock starts. Slow peers run
+fewer tasks and are compared by rate (tasks/s, nodes/s): the count behind every figure is shown.
+
+Prints a table of medians and of ratios against Scaler, then the issue-8 targets met or missed, and
+writes everything to benchmarks/results/<timestamp>.json and a Markdown copy of the tables (.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.util
+import json
+import os
+import platform
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BENCHMARKS = Path(__file__).resolve().parent
+SUITE = BENCHMARKS / "suite"
+sys.path.insert(0, str(SUITE))
+
+import old_scaler_env  # noqa: E402 - lives in benchmarks/suite
+import report  # noqa: E402
+from workloads import calibrate_cpu_work  # noqa: E402
+
+SCALER = "scaler"
+OLD_SCALER = "scaler 1.9.9"
+
+# Peer -> (runner file, workloads it runs, count tier). Tiers scale the task counts of slow peers.
+PEERS: dict[str, tuple[str, list[str], str]] = {
+    SCALER: ("run_scaler.py", [
+        "map", "memory", "memory_flat", "submit", "rtt", "graph", "graph_adapter", "dask_array", "joblib", "cpu",
+        "large_args",
+    ], "fast"),
+    OLD_SCALER: ("run_scaler_1_9_9.py", ["map", "memory", "submit", "rtt", "graph", "cpu", "large_args"], "slow"),
+    "dask.distributed": ("run_dask_distributed.py", [
+        "map", "memory", "submit", "rtt", "graph", "dask_array", "joblib", "cpu", "large_args",
+    ], "slow"),
+    "ray": ("run_ray.py", ["map", "memory", "submit", "rtt", "graph", "cpu", "large_args"], "medium"),
+    "ProcessPoolExecutor": ("run_process_pool.py", ["map", "memory", "submit", "rtt", "cpu", "large_args"], "medium"),
+    "loky (joblib)": ("run_loky.py", ["joblib", "cpu"], "fast"),
+    "dask.threaded": ("run_dask_local.py", ["graph", "dask_array"], "fast"),
+    "dask.multiprocessing": ("run_dask_local.py", ["graph", "dask_array"], "fast"),
+}
+
+# Tasks per workload and tier, full run; --quick divides by QUICK_DIVISOR (graph and array sizes shrink too).
+COUNTS = {
+    "map": {"fast": 100_000, "medium": 20_000, "slow": 10_000},
+    "submit": {"fast": 100_000, "medium": 20_000, "slow": 10_000},
+    "rtt": {"fast": 1000, "medium": 1000, "slow": 1000},
+    "graph": {"fast": 10_000, "medium": 10_000, "slow": 10_000},
+    "joblib": {"fast": 20_000, "medium": 20_000, "slow": 20_000},
+    "memory_flat": {"fast": 1_000_000},
+}
+QUICK_DIVISOR = 5
+CORE_COUNTS = {"core_scaling": 200_000, "core_scaling_batched": 1_000_000, "core_memory": 1_000_000}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="a fifth of the tasks and 1 repetition")
+    parser.add_argument("--repeats", type=int, help="repetitions, interleaving peers (default 3, 1 with --quick)")
+    parser.add_argument("--workers", type=int, default=2, help="worker processes for every peer (default 2)")
+    parser.add_argument("--peers", help=f"comma-separated subset of: {', '.join(PEERS)}")
+    parser.add_argument("--workloads", help="comma-separated subset of: " + ", ".join(report.WORKLOAD_NAMES))
+    parser.add_argument("--no-core", action="store_true", help="skip the simulated scheduler core figures")
+    parser.add_argument("--no-install", action="store_true", help="do not pip-install missing peers")
+    parser.add_argument("--timeout", type=float, default=1200, help="seconds for one peer's run (default 1200)")
+    parser.add_argument("--idle-wait", type=float, default=60, help="seconds to wait, before each peer's run, for "
+                        "other processes to leave the CPUs idle (default 60; the load seen is reported either way)")
+    args = parser.parse_args()
+    repeats = args.repeats or (1 if args.quick else 3)
+    peers = _chosen(args.peers, list(PEERS), "peer")
+    workloads = _chosen(args.workloads, report.WORKLOAD_NAMES, "workload")
+
+    started = time.time()
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    results_dir = BENCHMARKS / "results"
+    results_dir.mkdir(exist_ok=True)
+    log_dir = results_dir / f"{stamp}-logs"
+    log_dir.mkdir()
+
+    skipped: dict[str, str] = {}
+    _ensure_peers(peers, skipped, install=not args.no_install)
+    old_python = None
+    if OLD_SCALER in peers:
+        old_python, reason = old_scaler_env.ensure(install=not args.no_install)
+        if old_python is None:
+            skipped[OLD_SCALER] = reason
+    active = [peer for peer in peers if peer not in skipped]
+
+    iterations, task_seconds = calibrate_cpu_work(0.020)
+    base_spec = _base_spec(args, iterations, task_seconds)
+    machine = _machine()
+    print(report.machine_line(machine), flush=True)
+    print(f"cpu task: {iterations:,} iterations = {task_seconds * 1e3:.1f} ms here; {repeats} repetition(s); "
+          f"logs in {log_dir}", flush=True)
+    for peer, reason in skipped.items():
+        print(f"  {peer}: skipped: {reason}", flush=True)
+
+    runs: list[dict] = []
+    for repetition in range(repeats):
+        order = active[repetition % len(active):] + active[:repetition % len(active)] if active else []
+        for peer in order:
+            wanted = [workload for workload in PEERS[peer][1] if workload in workloads]
+            if not wanted:
+                continue
+            spec = _peer_spec(base_spec, peer, wanted, args.quick)
+            python = old_python if peer == OLD_SCALER else Path(sys.executable)
+            log = log_dir / f"{_slug(peer)}-{repetition}.log"
+            print(f"[{repetition + 1}/{repeats}] {peer} ...", end=" ", flush=True)
+            _wait_for_idle_cpus(args.idle_wait)
+            outcome = _run_peer(python, PEERS[peer][0], spec, log, args.timeout)
+            outcome.update(peer=peer, repetition=repetition, spec=spec)
+            runs.append(outcome)
+            print(f"{outcome['wall_seconds']:.0f} s, other load {outcome['background_cores']:.2f} cores"
+                  + (f" ({outcome['failure']})" if outcome.get("failure") else ""), flush=True)
+
+    core: dict = {}
+    if not args.no_core and SCALER in active and any(w in workloads for w in ("core_scaling", "core_memory")):
+        print("scheduler core, simulated ...", end=" ", flush=True)
+        spec = dict(base_spec, workloads=["core_scaling", "core_memory"], core_workers=[10, 100, 1000],
+                    core_memory_workers=1000,
+                    counts={name: count // (QUICK_DIVISOR if args.quick else 1) for name, count in CORE_COUNTS.items()})
+        core = _run_peer(Path(sys.executable), "core_scaling.py", spec, log_dir / "core.log", args.timeout)
+        print(f"{core['wall_seconds']:.0f} s", flush=True)
+
+    medians = report.medians(runs)
+    document = {
+        "machine": machine, "started": datetime.datetime.fromtimestamp(started).isoformat(timespec="seconds"),
+        "wall_seconds": time.time() - started, "repeats": repeats, "quick": args.quick, "workers": args.workers,
+        "cpu_task": {"iterations": iterations, "seconds": task_seconds}, "skipped": skipped,
+        "medians": medians, "core": core.get("workloads", {}), "runs": runs,
+    }
+    document["targets"] = report.targets(medians, document["core"])
+    text = report.render(document)
+    print()
+    print(text)
+    json_path = results_dir / f"{stamp}.json"
+    json_path.write_text(json.dumps(document, indent=1, default=str))
+    (results_dir / f"{stamp}.md").write_text(report.render_markdown(document))
+    print(f"\nwrote {json_path} and {json_path.with_suffix('.md')} ({(time.time() - started) / 60:.1f} min)")
+
+
+def _chosen(given: str | None, known: list[str], kind: str) -> list[str]:
+    if not given:
+        return list(known)
+    chosen = [item.strip() for item in given.split(",") if item.strip()]
+    unknown = [item for item in chosen if item not in known]
+    if unknown:
+        raise SystemExit(f"unknown {kind}(s) {unknown}; choose from {known}")
+    return chosen
+
+
+def _ensure_peers(peers: list[str], skipped: dict[str, str], install: bool) -> None:
+    """Install what the chosen peers need into this environment; Ray is optional."""
+    needed = {"dask", "distributed", "joblib", "loky", "numpy", "psutil"}
+    missing = sorted(module for module in needed if importlib.util.find_spec(module) is None)
+    if missing and install:
+        print(f"installing peers {missing} from benchmarks/requirements.txt ...", file=sys.stderr, flush=True)
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "-r", str(BENCHMARKS / "requirements.txt")],
+                       check=False)
+        importlib.invalidate_caches()
+    if "ray" in peers and importlib.util.find_spec("ray") is None:
+        if install:
+            print("installing ray (optional) ...", file=sys.stderr, flush=True)
+            subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "ray"], check=False,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            importlib.invalidate_caches()
+        if importlib.util.find_spec("ray") is None:
+            skipped["ray"] = "ray not installed (no wheel for this Python/platform, or --no-install)"
+    requirements = {
+        "dask.distributed": ("distributed", "dask"), "loky (joblib)": ("joblib", "loky"),
+        "dask.threaded": ("dask", "numpy"), "dask.multiprocessing": ("dask", "numpy"),
+    }
+    for peer, modules in requirements.items():
+        absent = [module for module in modules if importlib.util.find_spec(module) is None]
+        if peer in peers and absent:
+            skipped[peer] = f"{', '.join(absent)} not installed"
+
+
+def _base_spec(args: argparse.Namespace, iterations: int, task_seconds: float) -> dict:
+    quick = args.quick
+    return {
+        "workers": args.workers,
+        "cpu_iterations": iterations, "cpu_task_seconds": task_seconds, "cpu_tasks": 100 if quick else 200,
+        "large_count": 10 if quick else 20, "large_bytes": 50 * 2**20,
+        "array_size": 2000 if quick else 4000, "array_chunk": 250,
+    }
+
+
+def _peer_spec(base: dict, peer: str, workloads: list[str], quick: bool) -> dict:
+    tier = PEERS[peer][2]
+    counts = {}
+    for workload, by_tier in COUNTS.items():
+        if tier in by_tier:
+            count = by_tier[tier]
+            counts[workload] = max(100, count // QUICK_DIVISOR) if quick and workload != "rtt" else count
+    if quick:
+        counts["rtt"] = 300
+    spec = dict(base, workloads=workloads, counts=counts)
+    if peer.startswith("dask.") and peer != "dask.distributed":
+        spec["variant"] = "threads" if peer == "dask.threaded" else "processes"
+    return spec
+
+
+def _run_peer(python: Path, script: str, spec: dict, log: Path, timeout: float) -> dict:
+    """Run one runner in its own session (so a timeout can stop its whole process tree); its JSON figures."""
+    environment = dict(os.environ, PYTHONPATH=str(SUITE), PYTHONUNBUFFERED="1")
+    with tempfile.TemporaryDirectory() as scratch:
+        output = Path(scratch) / "out.json"
+        busy_before, ours_before = _busy_cpu_seconds(), _children_cpu_seconds()
+        started = time.perf_counter()
+        with open(log, "w") as log_file:
+            process = subprocess.Popen(
+                [str(python), str(SUITE / script), "--spec", json.dumps(spec), "--output", str(output)],
+                stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=environment,
+                cwd=scratch, start_new_session=True,
+            )
+            failure = ""
+            try:
+                code = process.wait(timeout=timeout)
+                if code != 0:
+                    failure = f"exit code {code}, see {log.name}"
+            except subprocess.TimeoutExpired:
+                failure = f"timed out after {timeout:.0f} s, see {log.name}"
+            _stop_group(process)
+        wall = time.perf_counter() - started
+        others = (_busy_cpu_seconds() - busy_before) - (_children_cpu_seconds() - ours_before)
+        figures = json.loads(output.read_text()) if output.exists() else {"workloads": {}, "notes": []}
+    figures["wall_seconds"] = wall
+    # CPU used meanwhile by processes outside this run (other users' jobs), in cores: 0 on a quiet machine.
+    figures["background_cores"] = max(0.0, others / wall)
+    if failure:
+        figures["failure"] = failure
+    return figures
+
+
+def _busy_cpu_seconds() -> float:
+    """CPU time all processes on this machine have used since boot (Linux; 0 elsewhere)."""
+    try:
+        with open("/proc/stat") as file:
+            fields = [int(value) for value in file.readline().split()[1:]]
+    except (OSError, ValueError):
+        return 0.0
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def _children_cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _wait_for_idle_cpus(limit_seconds: float) -> float:
+    """Wait up to `limit_seconds` for a second in which other processes use under a quarter of a core."""
+    deadline = time.monotonic() + limit_seconds
+    while True:
+        before = _busy_cpu_seconds()
+        time.sleep(1.0)
+        load = _busy_cpu_seconds() - before
+        if load < 0.25 or time.monotonic() >= deadline:
+            return load
+
+
+def _stop_group(process: subprocess.Popen) -> None:
+    """Whatever the runner left behind (a killed run's cluster) goes with its session's process group."""
+    for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(process.pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.1)
+    if process.poll() is None:
+        process.wait()
+
+
+def _machine() -> dict:
+    cpu = platform.processor()
+    try:
+        with open("/proc/cpuinfo") as file:
+            cpu = next((line.split(":", 1)[1].strip() for line in file if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    commit = ""
+    if shutil.which("git"):
+        described = subprocess.run(["git", "-C", str(BENCHMARKS), "describe", "--always", "--dirty"],
+                                   capture_output=True, text=True)
+        commit = described.stdout.strip()
+    memory_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30 if hasattr(os, "sysconf") else 0
+    return {
+        "date": datetime.date.today().isoformat(), "nproc": os.cpu_count(), "cpu": cpu, "memory_gb": round(memory_gb),
+        "python": platform.python_version(), "platform": platform.platform(), "commit": commit,
+        "versions": _versions(),
+    }
+
+
+def _versions() -> dict:
+    from importlib import metadata
+
+    versions = {}
+    for package in ("scaler", "dask", "distributed", "ray", "joblib", "loky", "numpy"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            pass
+    versions["scaler 1.9.9"] = old_scaler_env.VERSION
+    return versions
+
+
+def _slug(name: str) -> str:
+    return "".join(character if character.isalnum() else "-" for character in name).strip("-")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,364 @@
+"""Medians over repetitions, the tables (text and Markdown), and the issue-8 targets."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from typing import Any
+
+SCALER = "scaler"
+PEER_ORDER = [
+    "scaler", "scaler 1.9.9", "dask.distributed", "ray", "ProcessPoolExecutor", "loky (joblib)", "dask.threaded",
+    "dask.multiprocessing",
+]
+WORKLOAD_NAMES = [
+    "map", "submit", "rtt", "graph", "graph_adapter", "dask_array", "joblib", "cpu", "large_args", "memory",
+    "memory_flat", "core_scaling", "core_memory",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    workload: str
+    metric: str
+    label: str
+    unit: str
+    higher_is_better: bool
+    # Peers other than Scaler are read from this workload instead (the adapter row compares with "graph").
+    peers_from: str = ""
+    show_count: bool = False
+
+
+ROWS = [
+    Row("map", "rate", "no-op tasks via map", "tasks/s", True, show_count=True),
+    Row("submit", "rate", "no-op tasks, submit loop then result() each", "tasks/s", True, show_count=True),
+    Row("rtt", "median_ms", "round trip submit(...).result(), median", "ms", False),
+    Row("rtt", "p99_ms", "round trip, p99", "ms", False),
+    Row("graph", "rate", "tree reduction graph (client.get / get)", "nodes/s", True, show_count=True),
+    Row("graph_adapter", "rate", "same graph, Scaler via scaler.get (dask adapter)", "nodes/s", True, "graph", True),
+    Row("dask_array", "seconds", "dask.array (x + x.T).mean(axis=0).sum()", "s", False),
+    Row("joblib", "seconds", "tiny joblib calls", "s", False, show_count=True),
+    Row("cpu", "wall_over_ideal", "20 ms pure-Python CPU tasks: wall / ideal", "x", False, show_count=True),
+    Row("large_args", "mb_per_s", "tasks with a 50 MB argument", "MB/s", True, show_count=True),
+    Row("memory", "scheduler_peak_mb", "peak RSS after the map run: scheduler", "MB", False),
+    Row("memory", "workers_peak_mb", "peak RSS after the map run: all worker processes", "MB", False),
+]
+
+
+# ---------------------------------------------------------------------------------------------- medians
+
+
+def medians(runs: list[dict]) -> dict:
+    """{peer: {workload: {metric: median over repetitions, "runs": n, "errors": [...]}}}."""
+    collected: dict[str, dict[str, list[dict]]] = {}
+    notes: dict[str, list[str]] = {}
+    background: dict[str, list[float]] = {}
+    for run in runs:
+        peer = run["peer"]
+        if "background_cores" in run:
+            background.setdefault(peer, []).append(run["background_cores"])
+        by_workload = collected.setdefault(peer, {})
+        for workload, figures in run.get("workloads", {}).items():
+            by_workload.setdefault(workload, []).append(figures)
+        for note in run.get("notes", []) + ([run["failure"]] if run.get("failure") else []):
+            if note not in notes.setdefault(peer, []):
+                notes[peer].append(note)
+    result: dict[str, dict] = {}
+    for peer, by_workload in collected.items():
+        result[peer] = {"_notes": notes.get(peer, [])}
+        for workload, samples in by_workload.items():
+            merged: dict[str, Any] = {"runs": len(samples)}
+            errors = [sample["error"] for sample in samples if "error" in sample]
+            good = [sample for sample in samples if "error" not in sample]
+            if errors:
+                merged["errors"] = errors
+            for sample in good:
+                for key, value in sample.items():
+                    if isinstance(value, (int, float)) and not isinstance(value, bool):
+                        continue
+                    merged.setdefault(key, value)
+            numeric_keys = {key for sample in good for key, value in sample.items()
+                            if isinstance(value, (int, float)) and not isinstance(value, bool)}
+            for key in numeric_keys:
+                values = [sample[key] for sample in good if isinstance(sample.get(key), (int, float))]
+                merged[key] = statistics.median(values)
+                if len(values) > 1 and key in ("rate", "seconds", "median_ms", "wall_over_ideal", "mb_per_s"):
+                    merged[f"{key}_spread"] = [min(values), max(values)]
+            result[peer][workload] = merged
+    for peer, peer_notes in notes.items():
+        result.setdefault(peer, {"_notes": peer_notes})
+    for peer, loads in background.items():
+        summary = [min(loads), statistics.median(loads), max(loads)]
+        result.setdefault(peer, {"_notes": []})["_background_cores"] = summary
+    return result
+
+
+def _figure(medians_: dict, peer: str, workload: str, metric: str) -> float | None:
+    value = medians_.get(peer, {}).get(workload, {}).get(metric)
+    return float(value) if isinstance(value, (int, float)) and not math.isnan(value) else None
+
+
+def _peer_workload(row: Row, peer: str) -> str:
+    return row.peers_from if row.peers_from and peer != SCALER else row.workload
+
+
+def cell(medians_: dict, row: Row, peer: str) -> str:
+    workload = _peer_workload(row, peer)
+    figures = medians_.get(peer, {}).get(workload)
+    if figures is None:
+        return ""
+    if "unavailable" in figures:
+        return "not available yet"
+    value = _figure(medians_, peer, workload, row.metric)
+    if value is None:
+        return "error" if figures.get("errors") else ""
+    text = _format(value, row.unit)
+    if row.show_count and "count" in figures:
+        text += f" [{_short(figures['count'])}]"
+    return text
+
+
+def ratio(medians_: dict, row: Row, peer: str) -> float | None:
+    """How many times better Scaler does than `peer` on this row (> 1: Scaler is better)."""
+    ours = _figure(medians_, SCALER, row.workload, row.metric)
+    theirs = _figure(medians_, peer, _peer_workload(row, peer), row.metric)
+    if ours is None or theirs is None or ours == 0 or theirs == 0:
+        return None
+    return ours / theirs if row.higher_is_better else theirs / ours
+
+
+def _format(value: float, unit: str) -> str:
+    if unit in ("tasks/s", "nodes/s"):
+        return f"{value:,.0f}/s"
+    if unit == "ms":
+        return f"{value:.3f} ms"
+    if unit == "s":
+        return f"{value:.2f} s"
+    if unit == "x":
+        return f"{value:.2f}x"
+    if unit == "MB/s":
+        return f"{value:,.0f} MB/s"
+    if unit == "MB":
+        return f"{value:,.0f} MB"
+    return f"{value:g}"
+
+
+def _short(count: float) -> str:
+    count = int(count)
+    if count >= 1_000_000 and count % 1_000_000 == 0:
+        return f"{count // 1_000_000}M"
+    if count >= 1000 and count % 1000 == 0:
+        return f"{count // 1000}k"
+    return f"{count:,}"
+
+
+# ---------------------------------------------------------------------------------------------- targets
+
+
+def targets(medians_: dict, core: dict) -> list[dict]:
+    rows = {(row.workload, row.metric): row for row in ROWS}
+    found: list[dict] = []
+
+    def versus(row_key: tuple[str, str], peer: str, needed: float, text: str) -> None:
+        value = ratio(medians_, rows[row_key], peer)
+        found.append({"target": text, "value": value, "needed": needed, "unit": "x",
+                      "met": None if value is None else value >= needed})
+
+    versus(("map", "rate"), "scaler 1.9.9", 50, "map: >= 50x the original Scaler's tasks/s")
+    versus(("map", "rate"), "ProcessPoolExecutor", 5, "map: >= 5x ProcessPoolExecutor(chunksize=1)")
+    versus(("submit", "rate"), "scaler 1.9.9", 10, "submit loop: >= 10x the original Scaler")
+    versus(("submit", "rate"), "ray", 3, "submit loop: >= 3x Ray")
+    rtt = _figure(medians_, SCALER, "rtt", "median_ms")
+    found.append({"target": "round trip median < 0.5 ms", "value": rtt, "needed": 0.5, "unit": "ms",
+                  "met": None if rtt is None else rtt < 0.5})
+    versus(("graph", "rate"), "scaler 1.9.9", 20, "graph: >= 20x the original Scaler")
+    versus(("graph", "rate"), "dask.distributed", 20, "graph: >= 20x dask.distributed")
+    versus(("graph", "rate"), "dask.threaded", 0.5, "graph: within 2x of dask.threaded.get (client.get)")
+    versus(("graph_adapter", "rate"), "dask.threaded", 0.5, "graph: within 2x of dask.threaded.get (scaler.get)")
+    versus(("joblib", "seconds"), "loky (joblib)", 0.5, 'joblib: "scaler" backend within 2x of loky')
+    versus(("joblib", "seconds"), "dask.distributed", 2, "joblib: >= 2x faster than the dask backend")
+    efficiency = _figure(medians_, SCALER, "cpu", "wall_over_ideal")
+    found.append({"target": "CPU-bound: wall <= 1.1x ideal (>= 90% efficiency)", "value": efficiency,
+                  "needed": 1.1, "unit": "wall/ideal", "met": None if efficiency is None else efficiency <= 1.1})
+    memory = core.get("core_memory", {})
+    if memory and "error" not in memory:
+        leftovers = sum(memory.get(key, 0) for key in (
+            "task_records", "unassigned_queue_entries", "dependency_entries", "assigned_on_workers", "client_task_ids"
+        ))
+        grown = memory.get("blocks_added_after_tenth", 0)
+        found.append({
+            "target": f"core after {_short(memory['tasks'])} tasks: no per-task state (entries left, blocks added "
+                      "after the first tenth)",
+            "value": f"{leftovers} entries, {grown:+,} blocks", "needed": "0 entries, < 1 block per 100 tasks",
+            "unit": "", "met": leftovers == 0 and grown < memory["tasks"] / 100,
+        })
+    flat = medians_.get(SCALER, {}).get("memory_flat", {})
+    if "growth_mb" in flat:
+        found.append({
+            "target": f"scheduler RSS flat from {_short(flat['first'])} to {_short(flat['count'])} tasks (< 5 MB)",
+            "value": flat["growth_mb"], "needed": 5, "unit": "MB", "met": flat["growth_mb"] < 5,
+        })
+    return found
+
+
+# ---------------------------------------------------------------------------------------------- rendering
+
+
+def machine_line(machine: dict) -> str:
+    return (f"{machine['date']}, {machine['nproc']} cores ({machine['cpu']}), {machine['memory_gb']} GB, "
+            f"Python {machine['python']}, {machine['platform']}, checkout {machine['commit']}")
+
+
+def _peers(document: dict) -> list[str]:
+    present = set(document["medians"])
+    return [peer for peer in PEER_ORDER if peer in present]
+
+
+def _rows(document: dict) -> list[Row]:
+    medians_ = document["medians"]
+    return [row for row in ROWS if any(cell(medians_, row, peer) for peer in _peers(document))]
+
+
+def render(document: dict) -> str:
+    medians_ = document["medians"]
+    peers = _peers(document)
+    rows = _rows(document)
+    width = max([len(peer) for peer in peers] + [16]) + 2
+    lines = [machine_line(document["machine"]),
+             f"{document['workers']} workers for every peer; median of {document['repeats']} interleaved run(s); "
+             "[n] = tasks or calls behind a rate"]
+    header = f"{'workload':<52}" + "".join(f"{peer:>{width}}" for peer in peers)
+    lines += ["", header, "-" * len(header)]
+    for row in rows:
+        lines.append(f"{row.label:<52}" + "".join(f"{cell(medians_, row, peer):>{width}}" for peer in peers))
+    lines.append(f"{'(CPU used by other processes meanwhile, cores)':<52}"
+                 + "".join(f"{_background(medians_, peer):>{width}}" for peer in peers))
+    others = [peer for peer in peers if peer != SCALER]
+    lines += ["", "Scaler's advantage (x > 1: Scaler better; rates compared as rates)",
+              f"{'workload':<52}" + "".join(f"{peer:>{width}}" for peer in others)]
+    for row in rows:
+        values = [ratio(medians_, row, peer) for peer in others]
+        lines.append(f"{row.label:<52}" + "".join(
+            f"{'' if value is None else f'{value:.2f}x':>{width}}" for value in values
+        ))
+    lines += ["", *_core_lines(document), "", *_memory_flat_lines(document), "", "Targets (issue 8)"]
+    for target in document["targets"]:
+        lines.append(f"  [{_mark(target['met'])}] {target['target']}: {_target_value(target)}")
+    notes = _notes(document)
+    if notes:
+        lines += ["", "Notes", *[f"  {note}" for note in notes]]
+    return "\n".join(lines)
+
+
+def render_markdown(document: dict) -> str:
+    medians_ = document["medians"]
+    peers = _peers(document)
+    rows = _rows(document)
+    others = [peer for peer in peers if peer != SCALER]
+    lines = [f"{machine_line(document['machine'])}; {document['workers']} workers for every peer; median of "
+             f"{document['repeats']} interleaved run(s); [n] = tasks or calls behind a rate.", "",
+             "| workload | " + " | ".join(peers) + " |", "| --- |" + " --- |" * len(peers)]
+    for row in rows:
+        lines.append(f"| {row.label} | " + " | ".join(cell(medians_, row, peer) for peer in peers) + " |")
+    lines.append("| *CPU used by other processes meanwhile, cores* | "
+                 + " | ".join(_background(medians_, peer) for peer in peers) + " |")
+    lines += ["", "Scaler's advantage (x > 1: Scaler better):", "",
+              "| workload | " + " | ".join(others) + " |", "| --- |" + " --- |" * len(others)]
+    for row in rows:
+        values = [ratio(medians_, row, peer) for peer in others]
+        lines.append(f"| {row.label} | " + " | ".join("" if v is None else f"{v:.2f}x" for v in values) + " |")
+    core = _core_lines(document)
+    if core:
+        lines += ["", "```", *core, "```"]
+    flat = _memory_flat_lines(document)
+    if flat:
+        lines += ["", *flat]
+    lines += ["", "| target (issue 8) | measured | met |", "| --- | --- | --- |"]
+    for target in document["targets"]:
+        lines.append(f"| {target['target']} | {_target_value(target)} | {_mark(target['met'])} |")
+    notes = _notes(document)
+    if notes:
+        lines += ["", *[f"- {note}" for note in notes]]
+    return "\n".join(lines) + "\n"
+
+
+def _core_lines(document: dict) -> list[str]:
+    core = document.get("core") or {}
+    points = sorted({int(key.rsplit("_", 1)[1]) for key in core if key.startswith("core_scaling_")})
+    if not points:
+        return []
+    lines = ["Scheduler core alone (sans-I/O, simulated workers; time inside SchedulerCore.on_message)",
+             f"{'workers':>8}{'us/task, map chunks of 1000':>30}{'tasks/results msg':>20}"
+             f"{'us/task, 100 tasks per msg':>30}"]
+    for workers in points:
+        chunked = core.get(f"core_scaling_{workers}", {})
+        batched = core.get(f"core_scaling_batched_{workers}", {})
+        lines.append(
+            f"{workers:>8}{_us(chunked.get('core_us_per_task')):>30}"
+            f"{_number(chunked.get('tasks_per_results_message')):>20}{_us(batched.get('core_us_per_task')):>30}"
+        )
+    memory = core.get("core_memory")
+    if memory and "error" not in memory:
+        lines.append(
+            f"memory check: {_short(memory['tasks'])} tasks on {memory['workers']} workers; left behind: "
+            f"{memory['task_records']} task records, {memory['unassigned_queue_entries']} queue entries, "
+            f"{memory['assigned_on_workers']} assignments; Python blocks {memory['allocated_blocks_after_tenth']:,} "
+            f"after the first tenth, {memory['allocated_blocks_after']:,} after all; RSS "
+            f"{memory['rss_before_mb']:.0f} -> {memory['rss_after_tenth_mb']:.0f} -> {memory['rss_after_mb']:.0f} MB"
+        )
+    return lines
+
+
+def _memory_flat_lines(document: dict) -> list[str]:
+    flat = document["medians"].get(SCALER, {}).get("memory_flat", {})
+    if "growth_mb" not in flat:
+        return []
+    return [f"Real cluster: scheduler RSS {flat['scheduler_rss_after_first_mb']:.1f} MB after {_short(flat['first'])}"
+            f" tasks, {flat['scheduler_rss_after_all_mb']:.1f} MB after {_short(flat['count'])} "
+            f"({flat['growth_mb']:+.1f} MB)"]
+
+
+def _notes(document: dict) -> list[str]:
+    notes = [f"{peer}: skipped: {reason}" for peer, reason in document.get("skipped", {}).items()]
+    for peer in _peers(document):
+        peer_medians = document["medians"][peer]
+        for note in peer_medians.get("_notes", []):
+            notes.append(f"{peer}: {note}")
+        for workload, figures in peer_medians.items():
+            if workload.startswith("_"):
+                continue
+            if figures.get("errors"):
+                notes.append(f"{peer} {workload}: error in {len(figures['errors'])} run(s): {figures['errors'][0]}")
+            if figures.get("unavailable"):
+                notes.append(f"{peer} {workload}: {figures['unavailable']}")
+            if figures.get("note"):
+                notes.append(f"{peer} {workload}: {figures['note']}")
+    return notes
+
+
+def _background(medians_: dict, peer: str) -> str:
+    loads = medians_.get(peer, {}).get("_background_cores")
+    return f"{loads[1]:.2f} (max {loads[2]:.2f})" if loads else ""
+
+
+def _mark(met: bool | None) -> str:
+    return "n/a" if met is None else ("met" if met else "MISSED")
+
+
+def _target_value(target: dict) -> str:
+    value = target["value"]
+    if value is None:
+        return "not measured"
+    if isinstance(value, str):
+        return f"{value} (needed {target['needed']})"
+    comparison = "<=" if target["unit"] in ("wall/ideal",) else ("<" if target["unit"] in ("ms", "MB") else ">=")
+    return f"{value:.2f} {target['unit']} (needed {comparison} {target['needed']})"
+
+
+def _us(value: float | None) -> str:
+    return "" if value is None else f"{value:.2f}"
+
+
+def _number(value: float | None) -> str:
+    return "" if value is None else f"{value:.1f}"
