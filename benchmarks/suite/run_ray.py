@@ -57,7 +57,8 @@ def main() -> None:
             for pid in descendants(os.getpid()):
                 with open(f"/proc/{pid}/cmdline", "rb") as file:
                     command = file.read()
-                (worker_pids if b"default_worker" in command else scheduler_pids).append(pid)
+                is_worker = command.startswith(b"ray::") or b"default_worker" in command
+                (worker_pids if is_worker else scheduler_pids).append(pid)
             return process_memory(scheduler_pids, worker_pids, note="scheduler: gcs_server, raylet and helpers")
 
         runner.run("memory", memory)
