@@ -15,6 +15,7 @@ from scaler.client.connection import ClientConnection, MapCollector, Signature
 from scaler.client.future import ScalerFuture
 from scaler.client.graph import PlannedCall, TemplateCall, plan_graph
 from scaler.client.object_reference import ObjectReference
+from scaler.client.progress import wait_with_progress
 from scaler.client.serializer import DefaultSerializer, Serializer
 from scaler.errors import ProtectedModeError
 from scaler.protocol import messages as m
@@ -145,7 +146,7 @@ class Client:
                 payloads.append(serialize(argument))
         return payloads
 
-    def map(self, fn: Callable[..., Any], iterable: Iterable[tuple]) -> list[Any]:
+    def map(self, fn: Callable[..., Any], iterable: Iterable[tuple], *, progress: bool = False) -> list[Any]:
         """Run `fn(*args)` for every tuple of arguments; returns the results in order.
 
         The function is serialized once for the whole call. If any call raises, the rest are canceled
@@ -159,7 +160,11 @@ class Client:
         collector = MapCollector(len(argument_tuples))
         all_task_ids = self._submit_map(function_id, argument_tuples, collector)
         with waiting_for_tasks():
-            collector.finished.wait()
+            if progress:
+                total = len(argument_tuples)
+                wait_with_progress(collector.finished, total, lambda: total - collector.remaining, "map")
+            else:
+                collector.finished.wait()
         if collector.errors:
             self._connection.forget(all_task_ids)
             self._connection.cancel_tasks(all_task_ids)
@@ -197,7 +202,7 @@ class Client:
             start = end
         return all_task_ids
 
-    def get(self, graph: dict, keys: Any, block: bool = True) -> dict[Hashable, Any]:
+    def get(self, graph: dict, keys: Any, block: bool = True, *, progress: bool = False) -> dict[Hashable, Any]:
         """Compute the requested keys of a task graph; the whole graph goes to the scheduler at once.
 
         `graph` maps keys to literals, callables (returned as they are), aliases (another key) or tasks
@@ -220,6 +225,8 @@ class Client:
         if not block:
             return outcome
         with waiting_for_tasks():
+            if progress:
+                _wait_for_futures_with_progress(list(outcome.values()))
             return {key: future.result() for key, future in outcome.items()}
 
     def _submit_graph(self, calls: list[PlannedCall], wanted: set[Hashable]) -> dict[Hashable, ScalerFuture]:
@@ -333,6 +340,25 @@ class Client:
         assert isinstance(response, m.ShutdownResponse)
         if not response.accepted:
             raise ProtectedModeError(response.reason)
+
+
+def _wait_for_futures_with_progress(futures: list[concurrent.futures.Future]) -> None:
+    """Wait for every future while a bar counts them; done-callbacks run on the client's I/O thread."""
+    done = threading.Event()
+    finished = [0]
+    lock = threading.Lock()
+
+    def count(_: concurrent.futures.Future) -> None:
+        with lock:
+            finished[0] += 1
+            if finished[0] == len(futures):
+                done.set()
+
+    if not futures:
+        done.set()
+    for future in futures:
+        future.add_done_callback(count)
+    wait_with_progress(done, len(futures), lambda: finished[0], "get")
 
 
 # Clients rebuilt from a pickle, one per scheduler and settings in this process: every task on a worker

@@ -16,6 +16,7 @@ import zmq
 from scaler.protocol import messages as m
 from scaler.scheduler.config import SchedulerConfig, default_monitor_address
 from scaler.scheduler.core.scheduler_core import CoreConfig, Outgoing, SchedulerCore
+from scaler.scheduler.monitor import MonitorPublisher
 from scaler.utility.curve import ServerKeys, secure_server
 from scaler.utility.zmq_util import receive_frames, send_frames
 
@@ -24,6 +25,7 @@ logger = logging.getLogger(__name__)
 # Receive at most this many messages before checking timers, so a flood cannot starve heartbeats.
 _MAX_MESSAGES_PER_WAKE = 512
 _TICK_SECONDS = 0.25
+_MONITOR_SECONDS = 1.0
 
 
 class SchedulerStartError(RuntimeError):
@@ -88,6 +90,7 @@ class SchedulerServer:
         socket.setsockopt(zmq.LINGER, 0)
         socket.setsockopt(zmq.MAXMSGSIZE, config.max_message_size_bytes)
         authenticator = None
+        monitor = MonitorPublisher(context, monitor_address)
         try:
             if curve_keys is not None:
                 authenticator = secure_server(context, socket, curve_keys)
@@ -101,19 +104,21 @@ class SchedulerServer:
             logger.info(f"Scheduler: listening on {config.address}")
             for component in ("TaskManager", "ObjectManager", "WorkerManager", "ClientManager"):
                 logger.info(f"{component}: started")
-            self._loop(socket, exit_with_parent)
+            self._loop(socket, monitor, exit_with_parent)
         finally:
+            monitor.close()
             socket.close(linger=0)
             if authenticator is not None:
                 authenticator.stop()
             context.term()
             logger.info("Scheduler: stopped")
 
-    def _loop(self, socket: zmq.Socket, exit_with_parent: int | None) -> None:
+    def _loop(self, socket: zmq.Socket, monitor: MonitorPublisher, exit_with_parent: int | None) -> None:
         core = self._core
         poller = zmq.Poller()
         poller.register(socket, zmq.POLLIN)
         next_tick = time.monotonic() + _TICK_SECONDS
+        next_monitor = 0.0
         while not self._stop_requested.is_set() and not core.should_exit:
             timeout_ms = max(0.0, (next_tick - time.monotonic()) * 1000)
             if poller.poll(int(timeout_ms)):
@@ -130,6 +135,9 @@ class SchedulerServer:
                 except Exception:
                     logger.exception("Scheduler: timer handling failed")
                 next_tick = now + _TICK_SECONDS
+                if now >= next_monitor:
+                    next_monitor = now + _MONITOR_SECONDS
+                    monitor.publish(self.status_snapshot())
                 if exit_with_parent is not None and os.getppid() != exit_with_parent:
                     logger.warning("Scheduler: parent process is gone, exiting")
                     return
