@@ -113,7 +113,9 @@ def test_keys_must_come_in_pairs() -> None:
         Client(address="tcp://127.0.0.1:1", curve_server_key="/nonexistent.key")
 
 
-def test_oversized_frames_disconnect_the_sender_and_others_carry_on(client: Client, combo: SchedulerClusterCombo) -> None:
+def test_oversized_frames_disconnect_the_sender_and_others_carry_on(
+    client: Client, combo: SchedulerClusterCombo
+) -> None:
     context = zmq.Context()
     raw = context.socket(zmq.DEALER)
     raw.setsockopt(zmq.LINGER, 0)
