@@ -182,15 +182,14 @@ class ClientConnection:
         if not self.is_open:
             future._cancel_locally()
             return future.cancelled()
+        future._expect_cancel_outcome()
         self.send_message(m.CancelTasks(task_ids=[future.task_id], force=force))
         if threading.current_thread() is self._thread:
             # A done-callback canceling another future cannot wait for the thread it runs on.
             future._cancel_locally()
             return True
-        try:
-            concurrent_wait(future, self._timeout_seconds)
-        except TimeoutError:
-            return False
+        # Until the task is canceled, finishes, or its worker says it has started (then it runs to the end).
+        future._wait_for_cancel_outcome(self._timeout_seconds)
         return future.cancelled()
 
     def request(self, message: m.Message, reply_type: type, timeout: float) -> m.Message:
@@ -337,6 +336,11 @@ class ClientConnection:
             self._on_results(message)
         elif isinstance(message, m.HeartbeatEcho):
             pass
+        elif isinstance(message, m.CancelRefused):
+            for task_id in message.task_ids:
+                entry = self._pending.get(task_id)
+                if isinstance(entry, ScalerFuture):
+                    entry._refuse_cancel()
         elif isinstance(message, m.Welcome):
             self._id_prefix = message.id_prefix
             self._welcomed.set()
@@ -420,11 +424,3 @@ def _canceled_error() -> BaseException:
     from concurrent.futures import CancelledError
 
     return CancelledError()
-
-
-def concurrent_wait(future: ScalerFuture, timeout: float) -> None:
-    import concurrent.futures
-
-    done, _ = concurrent.futures.wait([future], timeout=timeout)
-    if not done:
-        raise TimeoutError

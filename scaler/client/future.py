@@ -40,6 +40,7 @@ class ScalerFuture(concurrent.futures.Future):
         self._decoded = False
         self._value: Any = None
         self._profile: m.TaskProfile | None = None
+        self._cancel_refused = False
 
     @property
     def task_id(self) -> int:
@@ -91,6 +92,20 @@ class ScalerFuture(concurrent.futures.Future):
     def _fail(self, error: BaseException) -> None:
         if not self.done():
             concurrent.futures.Future.set_exception(self, error)
+
+    def _refuse_cancel(self) -> None:
+        with self._condition:
+            self._cancel_refused = True
+            self._condition.notify_all()
+
+    def _expect_cancel_outcome(self) -> None:
+        """Called before the cancel request goes out, so that an early refusal is not missed."""
+        with self._condition:
+            self._cancel_refused = False
+
+    def _wait_for_cancel_outcome(self, timeout: float) -> None:
+        with self._condition:
+            self._condition.wait_for(lambda: self._state != "PENDING" or self._cancel_refused, timeout)
 
     def _cancel_locally(self) -> None:
         if concurrent.futures.Future.cancel(self):

@@ -175,6 +175,13 @@ class ReleaseTasks:
 
 
 @dataclasses.dataclass(slots=True)
+class CancelRefused:
+    """The cancel came too late: these tasks had started and will send their results."""
+
+    task_ids: list[int]
+
+
+@dataclasses.dataclass(slots=True)
 class DeleteObjects:
     object_ids: list[bytes]
 
@@ -237,6 +244,7 @@ Message = Union[
     ProtocolError,
     ProcessorState,
     ReleaseTasks,
+    CancelRefused,
 ]
 
 
@@ -385,6 +393,7 @@ _ENCODERS: dict[type, Callable[[Any, Any, list[Buffer]], Any]] = {
     TaskResults: _encode_results,
     CancelTasks: lambda b, m, f: _init_with(b, "cancelTasks", {"taskIds": m.task_ids, "force": m.force}),
     ReleaseTasks: lambda b, m, f: _init_with(b, "releaseTasks", {"taskIds": m.task_ids}),
+    CancelRefused: lambda b, m, f: _init_with(b, "cancelRefused", {"taskIds": m.task_ids}),
     DeleteObjects: lambda b, m, f: _init_with(b, "deleteObjects", {"objectIds": m.object_ids}),
     ClearRequest: lambda b, m, f: b.init("clearRequest"),
     ClearResponse: lambda b, m, f: _init_with(b, "clearResponse", {"canceledTasks": m.canceled_tasks}),
@@ -559,6 +568,7 @@ _DECODERS: dict[str, Callable[[Any, _FrameTable], Any]] = {
     "taskResults": _decode_results,
     "cancelTasks": lambda r, f: CancelTasks(task_ids=list(r.taskIds), force=r.force),
     "releaseTasks": lambda r, f: ReleaseTasks(task_ids=list(r.taskIds)),
+    "cancelRefused": lambda r, f: CancelRefused(task_ids=list(r.taskIds)),
     "deleteObjects": lambda r, f: DeleteObjects(object_ids=[bytes(x) for x in r.objectIds]),
     "clearRequest": lambda r, f: ClearRequest(),
     "clearResponse": lambda r, f: ClearResponse(canceled_tasks=r.canceledTasks),

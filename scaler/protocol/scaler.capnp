@@ -30,6 +30,7 @@ struct Message {
     protocolError @14 :ProtocolError;
     processorState @15 :ProcessorState;
     releaseTasks @16 :ReleaseTasks;
+    cancelRefused @17 :CancelRefused;
   }
 }
 
@@ -149,6 +150,12 @@ struct TaskProfile {
 struct CancelTasks {
   taskIds @0 :List(UInt64);
   force @1 :Bool;          # also stop a task that is running (its processor is replaced)
+}
+
+# Worker to scheduler, scheduler to client: a cancel (without force) reached these tasks after they had
+# started; they will finish and send their results as usual.
+struct CancelRefused {
+  taskIds @0 :List(UInt64);
 }
 
 # Scheduler to worker, for load balancing: give back those of these tasks that have not started, as

@@ -205,6 +205,8 @@ class WorkerAgent:
         elif isinstance(message, m.CancelTasks):
             if message.force:
                 self._stop_running(set(message.task_ids))
+            else:
+                self._refuse_running(set(message.task_ids))
             for handle in self._processors.values():
                 self._deliver(handle, frames)
         elif isinstance(message, m.ReleaseTasks):
@@ -398,6 +400,16 @@ class WorkerAgent:
                                          f"its processor used {rss:,} bytes, over the worker's limit of "
                                          f"{config.memory_limit_bytes:,} (--memory-limit-bytes), and was stopped",
                                          MemoryLimitError)
+
+    def _refuse_running(self, task_ids: set[int]) -> None:
+        """Say at once which of these tasks have started (a processor's slot names them): cancel cannot stop them."""
+        assert self._scheduler is not None
+        started = [
+            running for running in (handle.running_task_id() for handle in self._processors.values())
+            if running in task_ids and any(running in h.outstanding for h in self._processors.values())
+        ]
+        if started:
+            send_message(self._scheduler, m.CancelRefused(task_ids=started))
 
     def _stop_running(self, task_ids: set[int]) -> None:
         """Force-cancel: a processor running one of these tasks is stopped; the task ends canceled."""

@@ -141,6 +141,7 @@ class SchedulerCore:
             m.ClearRequest: self._on_clear,
             m.Disconnect: self._on_disconnect,
             m.ShutdownRequest: self._on_shutdown,
+            m.CancelRefused: self._on_cancel_refused,
         }
 
     # ------------------------------------------------------------------------------------------ inputs
@@ -568,6 +569,21 @@ class SchedulerCore:
             (identity, m.CancelTasks(task_ids=task_ids, force=message.force))
             for identity, task_ids in per_worker.items()
         )
+
+    def _on_cancel_refused(self, sender: bytes, message: m.Message, now: float, out: list[Outgoing]) -> None:
+        """A worker could not cancel tasks that had started: tell their clients, whose cancel() returns False."""
+        assert isinstance(message, m.CancelRefused)
+        worker = self._workers.get(sender)
+        if worker is None:
+            out.append((sender, m.ProtocolError(reason="only workers refuse cancels")))
+            return
+        per_client: dict[bytes, list[int]] = {}
+        for task_id in message.task_ids:
+            record = self._tasks.get(task_id)
+            if record is not None and record.worker is worker:
+                record.cancel_requested = False  # it runs to the end; a later requeue must not cancel it
+                per_client.setdefault(record.client.identity, []).append(task_id)
+        out.extend((identity, m.CancelRefused(task_ids=task_ids)) for identity, task_ids in per_client.items())
 
     def _on_clear(self, sender: bytes, message: m.Message, now: float, out: list[Outgoing]) -> None:
         client = self._clients.get(sender)
