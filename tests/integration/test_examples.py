@@ -39,3 +39,42 @@ def test_map_client(python_env: dict[str, str]) -> None:
 def test_calculate_100k_tasks(python_env: dict[str, str]) -> None:
     output = run_example("calculate.py", python_env)
     assert "100000 tasks done" in output
+
+
+# The examples of document 003 (scaler_top's is covered by tests/integration/test_top.py).
+
+
+def printed(output: str) -> list[str]:
+    """What the example printed itself, without the log lines of the cluster it started."""
+    return [line for line in output.splitlines() if not line.startswith("[")]
+
+
+@pytest.mark.timeout(200)
+def test_send_object_example(python_env: dict[str, str]) -> None:
+    assert printed(run_example("send_object.py", python_env)) == ["1", "2"]
+
+
+@pytest.mark.timeout(200)
+def test_nested_client_example(python_env: dict[str, str]) -> None:
+    assert printed(run_example("nested_client.py", python_env)) == ["21"]
+
+
+@pytest.mark.timeout(200)
+def test_graphtask_nested_client_example(python_env: dict[str, str]) -> None:
+    assert printed(run_example("graphtask_nested_client.py", python_env)) == ["21"]
+
+
+@pytest.mark.timeout(200)
+def test_disconnect_client_example(python_env: dict[str, str]) -> None:
+    run_example("disconnect_client.py", python_env)
+
+
+@pytest.mark.timeout(200)
+def test_task_profiling_example(python_env: dict[str, str]) -> None:
+    output = run_example("task_profiling.py", python_env)
+    assert "duration_us" in output and "peak_memory" in output
+
+
+@pytest.mark.timeout(200)
+def test_custom_serializer_example(python_env: dict[str, str]) -> None:
+    assert printed(run_example("custom_serializer.py", python_env)) == ["3", "6"]

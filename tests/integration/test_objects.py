@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import threading
 
+import cloudpickle
 import pytest
 
-from scaler import Client, SchedulerClusterCombo
+from scaler import Client, SchedulerClusterCombo, Serializer
 from scaler.client.object_reference import ObjectReference
 from scaler.errors import TaskRejectedError
 
@@ -91,3 +93,34 @@ def test_small_tasks_keep_flowing_while_a_large_payload_travels(combo: Scheduler
             sender.join(timeout=170)
         assert big_done.is_set()
         assert finished_while_big_in_flight >= 5, "small tasks stalled behind the large transfer"
+
+
+class CountingSerializer(Serializer):
+    """cloudpickle, counting how many bytes it serialized (class attribute: the client's copy counts)."""
+
+    serialized_bytes = 0
+
+    @staticmethod
+    def serialize(obj: object) -> bytes:
+        payload = cloudpickle.dumps(obj)
+        CountingSerializer.serialized_bytes += len(payload)
+        return payload
+
+    @staticmethod
+    def deserialize(payload: bytes) -> object:
+        return cloudpickle.loads(payload)
+
+
+def lookup(heavy_map: bytes, index: int) -> int:
+    return index * 1
+
+
+def test_a_heavy_function_submitted_many_times_is_serialized_and_sent_once(combo: SchedulerClusterCombo) -> None:
+    """Document 002's "what not to do" (a partial holding a huge bytes, submitted 100 times) is merely wasteful."""
+    big_func = functools.partial(lookup, b"1" * 50_000_000)
+    CountingSerializer.serialized_bytes = 0
+    with Client(address=combo.get_address(), serializer=CountingSerializer()) as client:
+        futures = [client.submit(big_func, i) for i in range(100)]
+        assert [future.result(timeout=120) for future in futures] == list(range(100))
+    # one 50 MB serialization of the function, plus 100 tiny arguments
+    assert 50_000_000 <= CountingSerializer.serialized_bytes < 51_000_000
