@@ -33,8 +33,11 @@ from scaler import Client, SchedulerClusterCombo  # noqa: E402
 from scaler.client.graph import GraphError  # noqa: E402
 from scaler.compat import cluster_choice  # noqa: E402
 from scaler.compat.dask import translation, use  # noqa: E402
+from scaler.scheduler.config import default_monitor_address  # noqa: E402
+from scaler.ui.feed import MonitorSubscriber  # noqa: E402
 from tests.conftest import REPO_ROOT  # noqa: E402
 from tests.integration.test_examples import run_example  # noqa: E402
+from tests.integration.test_graph import wait_until_the_scheduler_holds_no_task  # noqa: E402
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -274,12 +277,14 @@ def break_on(value: int, bad: int) -> int:
     return value
 
 
-def test_a_failing_task_raises_its_exception_with_the_remote_traceback() -> None:
+def test_a_failing_task_raises_its_exception_with_the_remote_traceback(combo: SchedulerClusterCombo) -> None:
     values = [dask.delayed(break_on)(index, 3) for index in range(6)]
     total = dask.delayed(sum)(values)
     with pytest.raises(BrokenStage, match="stage broke on 3") as raised:
         total.compute(scheduler=scaler.get)
     assert "break_on" in "".join(traceback.format_exception(raised.value))
+    with MonitorSubscriber(default_monitor_address(combo.get_address())) as monitor:
+        wait_until_the_scheduler_holds_no_task(monitor)
     # an independent computation on the same cluster is unaffected
     assert dask.delayed(sum)(values[:3]).compute(scheduler=scaler.get) == 3
 

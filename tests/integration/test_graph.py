@@ -7,12 +7,14 @@ import operator
 import os
 import time
 import traceback
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 
 from scaler import Client, SchedulerClusterCombo
 from scaler.client.graph import GraphError
+from scaler.scheduler.config import default_monitor_address
+from scaler.ui.feed import MonitorSubscriber
 from tests.integration.test_examples import run_example
 
 pytestmark = pytest.mark.timeout(90)
@@ -73,6 +75,24 @@ def tree_reduction(leaves: int) -> tuple[dict, Any]:
     return graph, level[0]
 
 
+@pytest.fixture
+def monitor(combo: SchedulerClusterCombo) -> Iterator[MonitorSubscriber]:
+    with MonitorSubscriber(default_monitor_address(combo.get_address())) as subscriber:
+        yield subscriber
+
+
+def wait_until_the_scheduler_holds_no_task(monitor: MonitorSubscriber, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    counts = None
+    while time.monotonic() < deadline:
+        snapshot = monitor.receive(timeout_seconds=1.0)
+        if snapshot is not None:
+            counts = snapshot.tasks
+            if counts.unassigned == counts.running == counts.waiting_on_dependencies == 0:
+                return
+    raise AssertionError(f"tasks still held by the scheduler after {timeout}s: {counts}")
+
+
 def test_the_graph_of_document_003(client: Client) -> None:
     graph = {"a": 2, "b": 2, "c": (inc, "a"), "d": (add, "a", "b"), "e": (minus, "d", "c"), "f": add}
     result = client.get(graph, keys=["a", "b", "c", "d", "e", "f"])
@@ -104,7 +124,9 @@ def test_keys_inside_containers_nested_tasks_aliases_and_tuple_keys(client: Clie
     assert result == {"nested": 4, "listed": 7, "deep": 5 + 12, "alias": 7, "literal_arguments": 7, ("x", 1): 2}
 
 
-def test_a_failing_node_fails_what_depends_on_it_and_nothing_else(client: Client) -> None:
+def test_a_failing_node_fails_what_depends_on_it_and_nothing_else(
+    client: Client, monitor: MonitorSubscriber
+) -> None:
     graph = {
         "bad": (fail, "node bad broke"),
         "after_bad": (inc, "bad"),
@@ -126,6 +148,7 @@ def test_a_failing_node_fails_what_depends_on_it_and_nothing_else(client: Client
     while client._connection._pending and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not client._connection._pending
+    wait_until_the_scheduler_holds_no_task(monitor)  # the failed node's dependents are gone too
     assert client.get(graph, keys=["also_independent"]) == {"also_independent": 3}
 
 
