@@ -13,6 +13,7 @@ import collections
 import concurrent.futures
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -178,6 +179,13 @@ def assert_each_ran(log_path: str, values: range) -> collections.Counter[str]:
     return executions
 
 
+def tasks_rescheduled_from(cluster_log: str, worker_name: str) -> list[int]:
+    """What the scheduler logged when it timed the worker out: how many tasks it took back, per timeout."""
+    pattern = re.compile(rf"worker {re.escape(worker_name)} timed out, (\d+) tasks to reschedule")
+    with open(cluster_log) as log:
+        return [int(found.group(1)) for found in pattern.finditer(log.read())]
+
+
 def latest_snapshot(monitor: MonitorSubscriber) -> MonitorSnapshot | None:
     return monitor.receive(timeout_seconds=1.5)
 
@@ -207,17 +215,30 @@ def fast_failure_cluster(cluster_log: str) -> Iterator[SchedulerClusterCombo]:
 
 @pytest.mark.timeout(120)
 def test_a_worker_killed_mid_run_has_its_queued_and_running_tasks_rerun_elsewhere(
-    fast_failure_cluster: SchedulerClusterCombo, log_path: str
+    fast_failure_cluster: SchedulerClusterCombo, log_path: str, cluster_log: str
 ) -> None:
     cluster = fast_failure_cluster
     victim, processors = agent_with_processors(cluster.cluster_pid, 2)
-    with Client(address=cluster.get_address(), timeout_seconds=60) as client:
+    victim_name = json.loads(victim.cmdline()[-1])["name"]
+    with MonitorSubscriber(default_monitor_address(cluster.get_address())) as monitor, \
+            Client(address=cluster.get_address(), timeout_seconds=60) as client:
         spy = DeliverySpy(client)
         values = range(TASKS)
         futures = submit_logged(client, values, log_path, 0.001)
         wait_for(lambda: log_lines(log_path) >= TASKS // 8, 60, "tasks did not start")
         for process in [victim, *processors]:
             process.kill()
+        killed_at = time.monotonic()
+
+        def scheduler_dropped_the_dead_worker() -> bool:
+            snapshot = latest_snapshot(monitor)
+            return snapshot is not None and len(snapshot.workers) == 1
+
+        # --worker-timeout-seconds is 3: a generous bound for a loaded 2-core machine
+        wait_for(scheduler_dropped_the_dead_worker, 20, "the scheduler did not notice the dead worker")
+        assert time.monotonic() - killed_at < 20
+        # it held a full queue (1,000 per worker, 4,000 submitted) when it died
+        assert tasks_rescheduled_from(cluster_log, victim_name)[0] > 100
         assert_all_correct(futures, values)
         spy.assert_exactly_once(futures)
         assert_each_ran(log_path, values)
@@ -288,6 +309,7 @@ def test_a_frozen_worker_is_dropped_and_its_late_results_after_thaw_are_ignored(
         assert not alive, "the thawed worker lingers after the scheduler dropped it"
         with open(cluster_log) as log:
             assert f"Worker[{victim_name}]: scheduler refused us" in log.read()  # it left by itself, cleanly
+        assert tasks_rescheduled_from(cluster_log, victim_name)[0] > 100
         wait_for(lambda: not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in processors), 15,
                  "the thawed worker's processors linger")
         assert_all_correct(futures, values)
@@ -430,6 +452,9 @@ def test_scheduler_death_fails_futures_promptly_workers_leave_and_a_new_schedule
         assert not lingering, f"workers still running after the scheduler died: {[p.pid for p in lingering]}"
         wait_for(lambda: not children_running(cluster.cluster_pid, "scaler.worker.processor"), 15,
                  "processors linger after their workers left")
+        # and with no worker left, scaler_cluster itself exits (it stays our unreaped child until shutdown)
+        wait_for(lambda: psutil.Process(cluster.cluster_pid).status() == psutil.STATUS_ZOMBIE, 15,
+                 "scaler_cluster lingers after all its workers left")
 
         with SchedulerClusterCombo(address=address, n_workers=2, logging_level="ERROR") as reborn:
             with Client(address=address, timeout_seconds=60) as fresh:
