@@ -9,9 +9,11 @@ processors (the agent must notice and hand the task back). A slot whose worker i
 so capacity stays. Each task returns a value derived from its argument, so results are checked.
 
 At the end it prints what was submitted, completed, lost (never resolved, or failed with an error),
-delivered twice, or wrong, how many workers were killed, and the scheduler's RSS at start and end. It
-exits with 1 if anything was lost, duplicated or wrong. Every process it starts is stopped on exit,
-Ctrl-C, SIGTERM or error; the children also exit on their own if this process is killed.
+delivered twice, or wrong, how many workers were killed, the scheduler's RSS at start and end, and how
+many tasks the scheduler still holds once every future has its outcome (from its monitor feed). It exits
+with 1 if anything was lost, duplicated or wrong, or if the scheduler still holds tasks. Every process it
+starts is stopped on exit, Ctrl-C, SIGTERM or error; the children also exit on their own if this process
+is killed.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from scaler import Client
 from scaler.cli.common import EXIT_WITH_PARENT_ENV
 from scaler.cluster.combo import free_local_address
 from scaler.protocol import messages as m
+from scaler.ui.feed import MonitorSubscriber
 
 _MULTIPLIER = 2654435761
 _STOP_GRACE_SECONDS = 10.0
@@ -314,6 +317,18 @@ def _rss_mb(process: psutil.Process) -> float:
     return process.memory_info().rss / 1e6
 
 
+def _tasks_left_in_scheduler(monitor: MonitorSubscriber, timeout: float = 10.0) -> int | None:
+    """Tasks the scheduler still holds, from a monitor snapshot published after this call; None if none came."""
+    asked_at = time.time()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        snapshot = monitor.receive(timeout_seconds=max(0.0, deadline - time.monotonic()))
+        if snapshot is not None and snapshot.published_at > asked_at:
+            counts = snapshot.tasks
+            return counts.unassigned + counts.running + counts.waiting_on_dependencies
+    return None
+
+
 def soak(options: argparse.Namespace) -> int:
     rng = random.Random(options.seed)
     log_dir = options.log_dir or tempfile.mkdtemp(prefix="scaler-soak-")
@@ -321,13 +336,15 @@ def soak(options: argparse.Namespace) -> int:
     address = free_local_address()
     processes = Processes(log_dir)
     client: Client | None = None
+    monitor_address = f"ipc://{os.path.join(log_dir, 'monitor')}"
+    monitor = MonitorSubscriber(monitor_address)
     print(f"soak: {options.minutes:g} min, {options.workers} workers, a kill every ~{options.kill_every:g} s, "
           f"seed {options.seed}, scheduler {address}, logs in {log_dir}", flush=True)
     try:
         scheduler = processes.start("scheduler", "scaler.cli.scheduler", [
             "--worker-timeout-seconds", str(options.worker_timeout),
             "--heartbeat-interval-seconds", str(options.heartbeat),
-            "--monitor-address", f"ipc://{os.path.join(log_dir, 'monitor')}",
+            "--monitor-address", monitor_address,
             "--logging-level", "WARNING", address,
         ])
         scheduler_process = psutil.Process(scheduler.pid)
@@ -370,6 +387,8 @@ def soak(options: argparse.Namespace) -> int:
         never_resolved = stream.drain(drain_deadline)
         drain_seconds = time.monotonic() - drain_started
         rss_end = _rss_mb(scheduler_process)
+        # Every future has its outcome, so the scheduler should hold nothing: anything left is a leak.
+        tasks_left = _tasks_left_in_scheduler(monitor) if not never_resolved else None
         with ledger.lock:
             lost = len(never_resolved) + len(ledger.failed)
             report = [
@@ -383,6 +402,7 @@ def soak(options: argparse.Namespace) -> int:
                                    f"{workers.killed['processor']} processors); "
                                    f"{workers.exited_on_their_own} exited on their own"),
                 ("scheduler RSS", f"{rss_start:.1f} MB at start, {rss_end:.1f} MB at end"),
+                ("tasks left", "unknown" if tasks_left is None else f"{tasks_left} in the scheduler after the drain"),
             ]
             failed_sample = ledger.failed[:5]
             wrong_sample = ledger.wrong[:5]
@@ -398,12 +418,13 @@ def soak(options: argparse.Namespace) -> int:
             print(f"  duplicate: task {task_id:#x}")
         if never_resolved:
             print(f"  never resolved: {sorted(never_resolved)[:10]}")
-        ok = lost == 0 and not ledger.duplicates and not ledger.wrong
+        ok = lost == 0 and not ledger.duplicates and not ledger.wrong and not tasks_left
         print("soak: PASS" if ok else f"soak: FAIL (logs in {log_dir})", flush=True)
         return 0 if ok else 1
     finally:
         if client is not None:
             client.disconnect()
+        monitor.close()
         processes.stop_all()
 
 
