@@ -312,6 +312,29 @@ def test_use_chooses_the_cluster_innermost_first(module_client: Client) -> None:
         assert cluster_choice.current_client() is module_client
 
 
+def ancestor_pids(_: object = None) -> list[int]:
+    import psutil
+
+    return [parent.pid for parent in psutil.Process().parents()]
+
+
+def test_use_as_a_plain_call_stays_until_reset(monkeypatch: pytest.MonkeyPatch, module_client: Client) -> None:
+    monkeypatch.setattr(cluster_choice, "_used", [])  # only the choices this test makes
+    with SchedulerClusterCombo(n_workers=1, logging_level="WARNING") as other:
+        with Client(address=other.get_address(), timeout_seconds=30) as other_client:
+            use(other_client)  # no with block
+            assert cluster_choice.current_client() is other_client
+            pids = dask.compute(dask.delayed(ancestor_pids)(1), scheduler=scaler.get)[0]
+            assert other.cluster_pid in pids, "the computation did not run on the cluster chosen with use()"
+            use(module_client)  # the latest choice wins
+            assert cluster_choice.current_client() is module_client
+            use.reset()
+            assert cluster_choice._used == []
+    monkeypatch.setenv("SCALER_ADDRESS", "tcp://127.0.0.1:1")  # after reset the environment decides again
+    monkeypatch.setattr(cluster_choice, "_client_for", lambda address: address)
+    assert cluster_choice.current_client() == "tcp://127.0.0.1:1"
+
+
 def test_scaler_address_environment_variable(
     monkeypatch: pytest.MonkeyPatch, combo: SchedulerClusterCombo, module_client: Client
 ) -> None:
@@ -330,9 +353,19 @@ def test_scaler_address_environment_variable(
 @pytest.mark.timeout(120)
 def test_embedded_cluster_started_on_first_use_and_stopped_at_exit(python_env: dict[str, str]) -> None:
     script = textwrap.dedent("""
-        import os, dask, scaler, psutil
+        import os, time, dask, scaler, psutil
         from dask.utils_test import inc
+        from scaler.compat import cluster_choice
+        from scaler.scheduler.config import default_monitor_address
+        from scaler.ui.feed import MonitorSubscriber
         print("result", dask.delayed(inc)(1).compute(scheduler=scaler.get))
+        workers, deadline = -1, time.monotonic() + 60
+        with MonitorSubscriber(default_monitor_address(cluster_choice._embedded.get_address())) as monitor:
+            while workers != os.cpu_count() and time.monotonic() < deadline:
+                snapshot = monitor.receive(timeout_seconds=1.0)
+                if snapshot is not None:
+                    workers = len(snapshot.workers)
+        print("workers", workers, os.cpu_count())
         print("children", " ".join(str(p.pid) for p in psutil.Process().children(recursive=True)))
     """)
     environment = {name: value for name, value in python_env.items() if name != "SCALER_ADDRESS"}
@@ -342,6 +375,8 @@ def test_embedded_cluster_started_on_first_use_and_stopped_at_exit(python_env: d
     assert completed.returncode == 0, completed.stderr[-3000:]
     lines = dict(line.split(" ", 1) for line in completed.stdout.splitlines() if " " in line)
     assert lines["result"] == "2"
+    workers, cores = lines["workers"].split()
+    assert workers == cores, f"the embedded cluster has {workers} workers on {cores} cores"
     import psutil
 
     survivors = []

@@ -352,9 +352,14 @@ def test_scikit_learn_gives_the_same_scores_as_the_default_backend(chosen: Clien
     with threadpool_limits(limits=1):
         local = search(n_jobs=1)
         local_scores = cross_val_score(DecisionTreeClassifier(random_state=0), features, labels, cv=4, n_jobs=1)
-    with parallel_config(backend="scaler"):
+    backend = ScalerBackend()  # the "scaler" backend, kept at hand to count the tasks it sent
+    with parallel_config(backend=backend):
         remote = search(n_jobs=-1)
         remote_scores = cross_val_score(DecisionTreeClassifier(random_state=0), features, labels, cv=4, n_jobs=-1)
+    assert backend.tasks_submitted > 0, "scikit-learn did not run its fits on the cluster"
+    with parallel_config(backend="scaler"):  # by name, as users write it
+        named_scores = cross_val_score(DecisionTreeClassifier(random_state=0), features, labels, cv=4, n_jobs=-1)
+    assert list(named_scores) == list(local_scores)
     assert list(remote.cv_results_["mean_test_score"]) == list(local.cv_results_["mean_test_score"])
     assert remote.best_params_ == local.best_params_
     assert list(remote_scores) == list(local_scores)

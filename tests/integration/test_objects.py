@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import functools
+import os
 import threading
+import time
+from typing import Callable
 
 import cloudpickle
 import pytest
@@ -11,6 +14,9 @@ import pytest
 from scaler import Client, SchedulerClusterCombo, Serializer
 from scaler.client.object_reference import ObjectReference
 from scaler.errors import TaskRejectedError
+from scaler.scheduler.config import default_monitor_address
+from scaler.scheduler.monitor import ClientStatus, MonitorSnapshot
+from scaler.ui.feed import MonitorSubscriber
 
 LARGE = 150 * 1024 * 1024
 
@@ -65,6 +71,27 @@ def test_large_argument_and_result_travel_intact(client: Client) -> None:
     assert len(result) == LARGE and result[:3] == b"\x07\x07\x07"
     reference = client.send_object(payload)
     assert client.map(length, [(reference,)] * 4) == [LARGE] * 4
+
+
+@pytest.mark.timeout(180)
+def test_the_scheduler_relays_a_large_argument_and_result_without_copying_them() -> None:
+    """Zero-copy frames: the scheduler's peak memory grows by one payload, not by the copies a re-encoding makes."""
+    with SchedulerClusterCombo(n_workers=1, logging_level="WARNING") as cluster, \
+            Client(address=cluster.get_address()) as client:
+        status_path = f"/proc/{cluster.scheduler_pid}/status"
+        if not os.path.exists(status_path):
+            pytest.skip("needs /proc to read the scheduler's peak memory")
+
+        def peak_mib() -> float:
+            with open(status_path) as status:
+                return next(int(line.split()[1]) / 1024 for line in status if line.startswith("VmHWM:"))
+
+        assert client.submit(abs, -1).result(timeout=60) == 1
+        before, payload_mib = peak_mib(), LARGE / (1 << 20)
+        assert client.submit(length, make_bytes(LARGE)).result(timeout=120) == LARGE
+        assert len(client.submit(make_bytes, LARGE).result(timeout=120)) == LARGE
+        grown = peak_mib() - before
+        assert grown < 1.5 * payload_mib, f"the scheduler's peak rose {grown:.0f} MiB for {payload_mib:.0f} MiB payload"
 
 
 @pytest.mark.timeout(180)
@@ -124,3 +151,103 @@ def test_a_heavy_function_submitted_many_times_is_serialized_and_sent_once(combo
         assert [future.result(timeout=120) for future in futures] == list(range(100))
     # one 50 MB serialization of the function, plus 100 tiny arguments
     assert 50_000_000 <= CountingSerializer.serialized_bytes < 51_000_000
+
+
+# ---------------------------------------------------------------------------------------------- object lifetime
+
+
+def latest(monitor: MonitorSubscriber) -> MonitorSnapshot:
+    """The newest snapshot the scheduler has published (it publishes about once a second)."""
+    snapshot = monitor.receive(timeout_seconds=5.0)
+    assert snapshot is not None, "no monitor snapshot within 5 s"
+    while True:
+        newer = monitor.receive(timeout_seconds=0.0)
+        if newer is None:
+            return snapshot
+        snapshot = newer
+
+
+def wait_for_snapshot(monitor: MonitorSubscriber, condition: Callable[[MonitorSnapshot], bool], what: str,
+                      seconds: float = 40.0) -> MonitorSnapshot:
+    deadline = time.monotonic() + seconds
+    snapshot = latest(monitor)
+    while not condition(snapshot):
+        assert time.monotonic() < deadline, f"the monitor never showed {what}; last snapshot: {snapshot}"
+        snapshot = latest(monitor)
+    return snapshot
+
+
+def client_status(snapshot: MonitorSnapshot, name: str) -> ClientStatus | None:
+    return next((client for client in snapshot.clients if client.name == name), None)
+
+
+OBJECT_SIZE = 96 * 1024 * 1024
+
+
+@pytest.mark.timeout(180)
+def test_objects_held_per_client_on_the_monitor_and_freed_everywhere_on_clear_and_disconnect() -> None:
+    """The monitor feed shows each client's objects and their size; clear() and disconnect() free them in
+    the scheduler (the feed's counts) and in the workers (their agent and processor memory, also from the feed).
+    A client process that dies is covered in test_fault_injection.py (a dead client's objects are freed)."""
+    with SchedulerClusterCombo(n_workers=2, logging_level="WARNING", heartbeat_interval_seconds=0.5) as cluster, \
+            MonitorSubscriber(default_monitor_address(cluster.get_address())) as monitor, \
+            Client(address=cluster.get_address(), name="holder") as holder, \
+            Client(address=cluster.get_address(), name="bystander") as bystander:
+        bystander_reference = bystander.send_object(b"b" * 1000)
+        assert bystander.submit(length, bystander_reference).result(timeout=30) == 1000
+
+        def worker_memory(snapshot: MonitorSnapshot) -> dict[str, int]:
+            return {w.name: w.agent_rss_bytes + w.processor_rss_bytes for w in snapshot.workers}
+
+        before = wait_for_snapshot(monitor, lambda s: len(s.workers) == 2 and client_status(s, "holder") is not None,
+                                   "both workers and the holder client")
+        held_before = client_status(before, "holder")
+        assert held_before is not None
+        memory_before = worker_memory(before)
+
+        reference = holder.send_object(make_bytes(OBJECT_SIZE), name="big")
+        assert set(holder.map(length, [(reference,)] * 40)) == {OBJECT_SIZE}
+
+        def holds_the_object(snapshot: MonitorSnapshot) -> bool:
+            status = client_status(snapshot, "holder")
+            return status is not None and status.objects >= held_before.objects + 1 \
+                and status.object_bytes >= held_before.object_bytes + OBJECT_SIZE
+
+        holding = wait_for_snapshot(monitor, holds_the_object, "the holder's object and its size")
+        assert holding.object_bytes >= OBJECT_SIZE and holding.object_count >= 2
+        bystander_status = client_status(holding, "bystander")
+        assert bystander_status is not None
+        assert bystander_status.objects >= 1 and bystander_status.object_bytes < 1 << 20
+
+        def grown_workers(snapshot: MonitorSnapshot) -> list[str]:
+            memory = worker_memory(snapshot)
+            return [name for name in memory_before if memory[name] - memory_before[name] > OBJECT_SIZE]
+
+        holding_workers = grown_workers(wait_for_snapshot(monitor, grown_workers, "a worker holding the object"))
+
+        holder.clear()
+        wait_for_snapshot(
+            monitor,
+            lambda s: (status := client_status(s, "holder")) is not None and status.objects == 0
+            and status.object_bytes == 0 and s.object_bytes < OBJECT_SIZE,
+            "the holder's objects freed in the scheduler after clear()")
+        wait_for_snapshot(
+            monitor,
+            lambda s: all(worker_memory(s)[name] - memory_before[name] < OBJECT_SIZE // 2 for name in holding_workers),
+            "the workers' memory back down after clear()")
+        with pytest.raises(TaskRejectedError, match="unknown object"):
+            holder.submit(length, reference).result(timeout=30)
+
+        second = holder.send_object(make_bytes(OBJECT_SIZE), name="big again")
+        assert holder.submit(length, second).result(timeout=60) == OBJECT_SIZE
+        wait_for_snapshot(monitor, lambda s: s.object_bytes >= OBJECT_SIZE, "the second object held")
+        holder.disconnect()
+        after = wait_for_snapshot(
+            monitor, lambda s: client_status(s, "holder") is None and s.object_bytes < OBJECT_SIZE,
+            "the holder gone and its objects freed after disconnect()")
+        assert client_status(after, "bystander") == bystander_status  # the other client's objects are untouched
+        wait_for_snapshot(
+            monitor,
+            lambda s: all(v - memory_before[name] < OBJECT_SIZE // 2 for name, v in worker_memory(s).items()),
+            "the workers' memory back down after disconnect()")
+        assert bystander.submit(length, bystander_reference).result(timeout=30) == 1000

@@ -8,13 +8,13 @@ import pytest
 
 from scaler import Client
 
-pytestmark = [
-    pytest.mark.timeout(120),
-    pytest.mark.skipif(
-        "progress" not in inspect.signature(Client.map).parameters,
-        reason="Client.map has no progress parameter yet (the client.py wiring of scaler/client/progress.py)",
-    ),
-]
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_progress_is_off_by_default() -> None:
+    for method in (Client.map, Client.get):
+        parameter = inspect.signature(method).parameters["progress"]
+        assert parameter.default is False and parameter.kind is inspect.Parameter.KEYWORD_ONLY
 
 
 def final_line(text: str) -> str:

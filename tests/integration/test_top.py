@@ -164,6 +164,16 @@ def test_top_counts_tasks_as_they_finish(combo: SchedulerClusterCombo, run_in_te
     assert exit_code(terminal) == 0
 
 
+def test_top_quits_on_ctrl_c_while_showing_a_live_cluster(combo: SchedulerClusterCombo, run_in_terminal) -> None:
+    terminal = run_in_terminal(default_monitor_address(combo.get_address()))
+    terminal.wait_for(lambda s: "Total 2 worker(s)" in s, "Total 2 worker(s)")
+    terminal.keys("C-c", literal=False)
+    assert exit_code(terminal) == 0
+    # curses gave the terminal back: no traceback, and the drawn screen is gone.
+    screen = terminal.wait_for(lambda s: any("scaler_top exited with 0" in line for line in s), "the exit line")
+    assert not any(line.startswith("Total ") or "Traceback" in line or "KeyboardInterrupt" in line for line in screen)
+
+
 def test_top_waits_for_a_missing_scheduler_and_quits_on_ctrl_c(run_in_terminal, tmp_path) -> None:
     address = f"ipc://{tmp_path}/nobody_monitor"
     terminal = run_in_terminal(address)
