@@ -6,14 +6,16 @@ It starts `scaler_scheduler` and one `scaler_cluster -n 1` per worker slot as su
 in flight from one client (single submits and maps side by side), and every few seconds SIGKILLs either
 a worker agent (the scheduler must notice by heartbeat timeout and reschedule its tasks) or one of its
 processors (the agent must notice and hand the task back). A slot whose worker is gone gets a new one,
-so capacity stays. Each task returns a value derived from its argument, so results are checked.
+so capacity stays. Each task returns a value derived from its argument, so results are checked. A few
+single submits (`--cancel-fraction`) are canceled right after submission, half of them with force.
 
 At the end it prints what was submitted, completed, lost (never resolved, or failed with an error),
 delivered twice, or wrong, how many workers were killed, the scheduler's RSS at start and end, and how
 many tasks the scheduler still holds once every future has its outcome (from its monitor feed). It exits
-with 1 if anything was lost, duplicated or wrong, or if the scheduler still holds tasks. Every process it
-starts is stopped on exit, Ctrl-C, SIGTERM or error; the children also exit on their own if this process
-is killed.
+with 1 if anything was lost, duplicated or wrong, if a `cancel()` answered True for a task that then
+delivered its result (or False for one that ended canceled), or if the scheduler still holds tasks.
+Every process it starts is stopped on exit, Ctrl-C, SIGTERM or error; the children also exit on their own
+if this process is killed.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import collections
 import os
+import queue
 import random
 import signal
 import subprocess
@@ -109,6 +112,9 @@ class Ledger:
         self.callbacks_by_task: collections.Counter[int] = collections.Counter()
         self.wire_deliveries: collections.Counter[int] = collections.Counter()
         self.map_hangs = 0
+        self.canceled = 0
+        # (future, force, what cancel() returned) for every cancel the soak asked for
+        self.cancels: list[tuple[Any, bool, bool]] = []
 
     def watch_wire(self, client: Client) -> None:
         """Count every result and failure the scheduler sends for a task, before the client drops repeats.
@@ -137,13 +143,25 @@ class Ledger:
 
 
 class Stream:
-    """Keeps `in_flight` single submits outstanding, and a thread running maps one after another."""
+    """Keeps `in_flight` single submits outstanding, and a thread running maps one after another.
 
-    def __init__(self, client: Client, ledger: Ledger, in_flight: int, map_size: int) -> None:
+    A fraction of the single submits is canceled soon after it is submitted (half of those with force), by a
+    thread of its own since `cancel()` waits for the scheduler's answer.
+    """
+
+    def __init__(
+        self, client: Client, ledger: Ledger, in_flight: int, map_size: int, cancel_fraction: float, seed: int
+    ) -> None:
         self._client = client
         self._ledger = ledger
         self._in_flight = in_flight
         self._map_size = map_size
+        self._cancel_fraction = cancel_fraction
+        self._submit_rng = random.Random(seed)
+        self._cancel_rng = random.Random(seed + 1)
+        self._to_cancel: queue.Queue[Any] = queue.Queue()
+        self._cancel_requested: set[int] = set()
+        self._cancel_thread = threading.Thread(target=self._run_cancels, name="soak-cancels", daemon=True)
         self._next_value = 0
         self._value_lock = threading.Lock()
         self._outstanding: dict[int, Any] = {}
@@ -160,6 +178,7 @@ class Stream:
 
     def start(self) -> None:
         self._map_thread.start()
+        self._cancel_thread.start()
 
     def top_up(self) -> None:
         with self._outstanding_lock:
@@ -173,6 +192,21 @@ class Stream:
             with self._ledger.lock:
                 self._ledger.submitted += 1
             future.add_done_callback(lambda done, value=value: self._on_done(done, value))
+            if self._cancel_fraction and self._submit_rng.random() < self._cancel_fraction:
+                with self._ledger.lock:
+                    self._cancel_requested.add(future.task_id)
+                self._to_cancel.put(future)
+
+    def _run_cancels(self) -> None:
+        while not (self._stop.is_set() and self._to_cancel.empty()):
+            try:
+                future = self._to_cancel.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            force = self._cancel_rng.random() < 0.5
+            returned = future.cancel(force=force)
+            with self._ledger.lock:
+                self._ledger.cancels.append((future, force, returned))
 
     def _on_done(self, future: Any, value: int) -> None:
         ledger = self._ledger
@@ -189,7 +223,9 @@ class Stream:
             ledger.callbacks_by_task[future.task_id] += 1
             if ledger.callbacks_by_task[future.task_id] == 2:
                 ledger.duplicates.append(future.task_id)
-            if outcome[0] == "error":
+            if outcome == ("error", "canceled") and future.task_id in self._cancel_requested:
+                ledger.canceled += 1
+            elif outcome[0] == "error":
                 ledger.failed.append((value, outcome[1]))
             elif outcome[1] != expected(value):
                 ledger.wrong.append((value, outcome[1], expected(value)))
@@ -224,9 +260,12 @@ class Stream:
         """Stop submitting and wait for what is in flight; returns the values that never resolved."""
         self._stop.set()
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and (self.outstanding() or self._map_thread.is_alive()):
+        while time.monotonic() < deadline and (
+            self.outstanding() or self._map_thread.is_alive() or self._cancel_thread.is_alive()
+        ):
             time.sleep(0.1)
         self._map_thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        self._cancel_thread.join(timeout=max(0.0, deadline - time.monotonic()))
         never = []
         with self._outstanding_lock:
             never.extend(value for _, value in self._outstanding.values())
@@ -356,7 +395,7 @@ def soak(options: argparse.Namespace) -> int:
         # Warm up: every worker connected and serving, the function shipped, before the clock starts.
         client.map(work, [(value,) for value in range(-200, 0)])
         rss_start = _rss_mb(scheduler_process)
-        stream = Stream(client, ledger, options.in_flight, options.map_size)
+        stream = Stream(client, ledger, options.in_flight, options.map_size, options.cancel_fraction, options.seed)
         stream.start()
         started = time.monotonic()
         end = started + options.minutes * 60
@@ -391,10 +430,19 @@ def soak(options: argparse.Namespace) -> int:
         tasks_left = _tasks_left_in_scheduler(monitor) if not never_resolved else None
         with ledger.lock:
             lost = len(never_resolved) + len(ledger.failed)
+            # cancel() returning True must mean the future is canceled; False, that it ran (or failed) instead.
+            cancel_mismatches = [
+                (future, force, returned) for future, force, returned in ledger.cancels
+                if future.done() and returned != future.cancelled()
+            ]
+            forced = sum(1 for _, force, _ in ledger.cancels if force)
             report = [
                 ("run", f"{elapsed / 60:.1f} min, then {drain_seconds:.1f} s to drain"),
                 ("tasks submitted", f"{ledger.submitted:,} ({stream.maps_done:,} maps of {options.map_size})"),
                 ("tasks completed", f"{ledger.completed:,}"),
+                ("tasks canceled", f"{ledger.canceled:,} of {len(ledger.cancels):,} cancel() calls "
+                                   f"({forced:,} with force); {len(cancel_mismatches)} where cancel()'s answer "
+                                   "disagreed with the outcome"),
                 ("tasks lost", f"{lost} ({len(never_resolved)} never resolved, {len(ledger.failed)} failed)"),
                 ("duplicates", f"{len(ledger.duplicates)}"),
                 ("wrong results", f"{len(ledger.wrong)}"),
@@ -416,9 +464,12 @@ def soak(options: argparse.Namespace) -> int:
             print(f"  wrong: work({value}) gave {got}, expected {want}")
         for task_id in duplicate_sample:
             print(f"  duplicate: task {task_id:#x}")
+        for future, force, returned in cancel_mismatches[:5]:
+            print(f"  cancel(force={force}) returned {returned} for task {future.task_id:#x}, "
+                  f"which ended {'canceled' if future.cancelled() else 'with a result or error'}")
         if never_resolved:
             print(f"  never resolved: {sorted(never_resolved)[:10]}")
-        ok = lost == 0 and not ledger.duplicates and not ledger.wrong and not tasks_left
+        ok = lost == 0 and not ledger.duplicates and not ledger.wrong and not tasks_left and not cancel_mismatches
         print("soak: PASS" if ok else f"soak: FAIL (logs in {log_dir})", flush=True)
         return 0 if ok else 1
     finally:
@@ -438,6 +489,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the choice of victims and gaps")
     parser.add_argument("--in-flight", type=int, default=200, help="single submits kept outstanding")
     parser.add_argument("--map-size", type=int, default=100, help="tasks per map call (maps run one after another)")
+    parser.add_argument("--cancel-fraction", type=float, default=0.02,
+                        help="share of single submits canceled right after submission, half of them with force")
     parser.add_argument("--worker-timeout", type=float, default=10.0,
                         help="the scheduler's --worker-timeout-seconds: how soon a killed agent is noticed")
     parser.add_argument("--heartbeat", type=float, default=1.0, help="heartbeat interval of workers (seconds)")
