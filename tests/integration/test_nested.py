@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import time
+
 import pytest
 
 from scaler import Client, SchedulerClusterCombo
@@ -68,3 +71,34 @@ def test_nesting_beyond_the_processor_limit_is_a_clear_error_not_a_hang() -> Non
             # the worker is still usable afterwards
             assert client.submit(fibonacci, client, 1).result(timeout=60) == 1
             assert client.map(abs, [(-1,), (-2,)]) == [1, 2]
+
+
+def mark(log: str, name: str, seconds: float) -> str:
+    with open(log, "a") as file:
+        file.write(name + "\n")
+    time.sleep(seconds)
+    return name
+
+
+def parent_submitting_late(client: Client, log: str) -> str:
+    mark(log, "parent", 1.5)  # meanwhile the test queues top-level work behind this task
+    return client.submit(mark, log, "child", 0.0).result()
+
+
+def test_nested_tasks_are_preferred_over_queued_top_level_work(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """On one worker: a nested task submitted after four top-level tasks still runs before them."""
+    log = str(tmp_path / "order.log")
+    with SchedulerClusterCombo(n_workers=1, logging_level="WARNING") as cluster:
+        with Client(address=cluster.get_address()) as client:
+            assert client.submit(abs, -1).result(timeout=60) == 1
+            parent = client.submit(parent_submitting_late, client, log)
+            deadline = time.monotonic() + 60
+            while not os.path.exists(log):
+                assert time.monotonic() < deadline, "the parent task never started"
+                time.sleep(0.01)
+            top_level = [client.submit(mark, log, f"top{i}", 0.2) for i in range(4)]
+            assert parent.result(timeout=120) == "child"
+            assert [future.result(timeout=60) for future in top_level] == [f"top{i}" for i in range(4)]
+    with open(log) as file:
+        order = file.read().split()
+    assert order[:2] == ["parent", "child"], f"queued top-level work ran before the nested task: {order}"
