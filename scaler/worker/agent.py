@@ -33,6 +33,7 @@ from scaler.protocol import messages as m
 from scaler.utility.curve import PeerKeys, secure_peer
 from scaler.utility.zmq_util import has_input, receive_frames, send_frames, send_message
 from scaler.worker.config import WorkerConfig
+from scaler.worker.processor import AGENT_SIGNAL
 
 logger = logging.getLogger(__name__)
 
@@ -207,11 +208,9 @@ class WorkerAgent:
                 self._stop_running(set(message.task_ids))
             else:
                 self._refuse_running(set(message.task_ids))
-            for handle in self._processors.values():
-                self._deliver(handle, frames)
+            self._deliver_to_all(frames, message.task_ids)
         elif isinstance(message, m.ReleaseTasks):
-            for handle in self._processors.values():
-                self._deliver(handle, frames)
+            self._deliver_to_all(frames, message.task_ids)
         elif isinstance(message, m.DeleteObjects):
             for object_id in message.object_ids:
                 self._objects.pop(object_id, None)
@@ -354,6 +353,24 @@ class WorkerAgent:
             os.unlink(handle.slot_path)
         except OSError:
             pass
+
+    def _deliver_to_all(self, frames: list[m.Buffer], task_ids: list[int]) -> None:
+        """A cancel or release goes to every processor; one busy with a task is signalled to read it now.
+
+        A processor reads its socket between tasks; the signal makes it answer for the tasks queued
+        behind a long one at once (see Processor._on_agent_signal).
+        """
+        named = set(task_ids)
+        for handle in self._processors.values():
+            self._deliver(handle, frames)
+            if not handle.ready or named.isdisjoint(handle.outstanding):
+                continue
+            running = handle.running_task_id()
+            if running in handle.outstanding and not named.issubset((running,)):
+                try:
+                    os.kill(handle.process.pid, AGENT_SIGNAL)
+                except OSError:
+                    pass  # it is gone; the check of processors reports it
 
     def _deliver(self, handle: ProcessorHandle, frames: list[m.Buffer]) -> None:
         if handle.ready:

@@ -41,6 +41,11 @@ _FLUSH_EVERY_SECONDS = 0.005
 _PARENT_CHECK_SECONDS = 1.0
 _AGENT_ANSWER_SECONDS = 30.0
 _RUNNING_TASK_FORMAT = "<Q"
+# The agent sends this signal after a cancel or release for tasks queued behind a running one; see
+# Processor._on_agent_signal.
+AGENT_SIGNAL = signal.SIGUSR1
+# How long the signal handler waits for the message the signal announces (it is already on its way).
+_SIGNALLED_MESSAGE_SECONDS = 0.5
 
 # task id, its group, its row in the group, the argument slots of that row holding object ids
 _PendingTask = tuple[int, m.TaskGroup, int, list[int] | None]
@@ -67,10 +72,17 @@ class Processor:
         self._failures: list[m.TaskFailure] = []
         self._last_flush = time.monotonic()
         self._running = True
+        # True only while a task's own code runs (not while our loop or a nesting hook uses the socket):
+        # the one time the signal handler may use the socket and the queues.
+        self._signal_may_drain = False
 
     def run(self, parent_pid: int) -> None:
         socket = self._socket
         install_hooks(self._before_waiting_on_tasks, self._after_waiting_on_tasks)
+        signal.signal(AGENT_SIGNAL, self._on_agent_signal)
+        # Restart interrupted system calls in extension code; Python's own waits (sleep, select) still
+        # return to run the handler and then carry on (PEP 475).
+        signal.siginterrupt(AGENT_SIGNAL, False)
         send_message(socket, m.Hello(role=m.Role.WORKER, pid=os.getpid()))
         while self._running:
             if not self._queued_ids:
@@ -89,6 +101,27 @@ class Processor:
         self._flush()
 
     # ------------------------------------------------------------------------------------------ input
+
+    def _on_agent_signal(self, signum: int, frame: Any) -> None:
+        """A cancel or release names tasks queued here while a task runs: answer it now, not after the task.
+
+        The socket is only read in the loop, between tasks, so without this a queued task could be
+        cancelled (or moved to an idle worker by load balancing) only once the running one has ended.
+        The handler runs in this thread between two bytecodes of the task; it does anything only while
+        the task's own code runs, when neither our loop nor a nesting hook is using the socket or the
+        queues. A signal at any other moment needs nothing: the loop reads the socket before the next task.
+        """
+        if not self._signal_may_drain:
+            return
+        self._signal_may_drain = False
+        try:
+            if self._socket.poll(int(_SIGNALLED_MESSAGE_SECONDS * 1000)):
+                self._drain()
+                self._flush()
+        except Exception:  # never into the task's code
+            logger.exception("processor: could not read the agent's message during a task")
+        finally:
+            self._signal_may_drain = True
 
     def _drain(self) -> None:
         socket = self._socket
@@ -174,6 +207,7 @@ class Processor:
             return
         if group.profiling:
             self._profiler.start()
+        self._signal_may_drain = True
         try:
             if group.keywords:
                 split = width - len(group.keywords)
@@ -181,10 +215,12 @@ class Processor:
             else:
                 result = function(*args)
         except BaseException as error:  # SystemExit from a task is the task's failure, not ours
+            self._signal_may_drain = False
             if group.profiling:
                 self._profiler.finish(task_id)
             self._fail(task_id, m.FailureKind.RAISED, error)
             return
+        self._signal_may_drain = False
         if group.profiling:
             self._profiles.append(self._profiler.finish(task_id))
         try:
@@ -214,6 +250,13 @@ class Processor:
         Once it agrees, our queue goes to that processor through the agent (not back to the scheduler), so
         the subtrees of a recursion stay on this worker and the recursion stays depth-first.
         """
+        previous, self._signal_may_drain = self._signal_may_drain, False
+        try:
+            self._ask_to_wait_on_tasks()
+        finally:
+            self._signal_may_drain = previous
+
+    def _ask_to_wait_on_tasks(self) -> None:
         self._flush()
         send_message(self._socket, m.ProcessorState(blocked=True))
         deadline = time.monotonic() + _AGENT_ANSWER_SECONDS
@@ -237,7 +280,11 @@ class Processor:
         raise NestingLimitError("the worker agent did not answer; cannot wait on nested tasks safely")
 
     def _after_waiting_on_tasks(self) -> None:
-        send_message(self._socket, m.ProcessorState(blocked=False))
+        previous, self._signal_may_drain = self._signal_may_drain, False
+        try:
+            send_message(self._socket, m.ProcessorState(blocked=False))
+        finally:
+            self._signal_may_drain = previous
 
     def _hand_off_queue(self) -> None:
         """Send every queued task to the agent as a submission, for the processor that serves now."""
@@ -251,6 +298,7 @@ class Processor:
                     handed = groups[id(group)] = m.TaskGroup(
                         function_id=group.function_id, args_per_task=group.args_per_task, keywords=group.keywords,
                         task_ids=[], args=[], serializer_id=group.serializer_id, nesting_depth=group.nesting_depth,
+                        profiling=group.profiling,
                     )
                 width = group.args_per_task
                 base = len(handed.args)

@@ -402,11 +402,6 @@ def test_cancel_of_a_running_task_answers_without_waiting_for_it(client: Client,
         running.result(timeout=30)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core: ScalerFuture.cancel() of a task queued on a worker behind a running one only answers once the "
-    "running one has ended; the processor does not read its socket while a task runs",
-)
 def test_cancel_of_a_task_queued_behind_a_running_one_answers_at_once(client: Client, gate: Gate) -> None:
     executor = ScalerExecutor(client=client)
     blockers = occupy_both_workers(executor, gate)
@@ -415,6 +410,11 @@ def test_cancel_of_a_task_queued_behind_a_running_one_answers_at_once(client: Cl
     try:
         assert queued.cancel() is True
         assert not any(blocker.done() for blocker in blockers), "cancel() waited for the running tasks to end"
+        assert queued.cancelled()
+        for blocker in blockers:
+            blocker.result(timeout=30)
+        time.sleep(0.5)
+        assert not pathlib.Path(gate.marks, "queued").exists(), "the cancelled call ran"
     finally:
         timer.join()
         executor.shutdown()

@@ -94,3 +94,38 @@ def test_queue_drains_on_both_a_slow_and_a_fast_worker() -> None:
             # Without balancing the slow worker would keep its half (50 tasks, 25 s); with it, most move.
             assert on_slow < 25, f"{on_slow} of 100 tasks stayed on the slow worker"
             assert len(set(ran_on)) == 2
+
+
+def long_on_one_worker(value: int, slow_pid: int, marker: str) -> tuple[int, bool]:
+    """The first task to run on the slow worker runs long (it claims the marker file); the rest are quick."""
+    if os.getppid() == slow_pid:
+        try:
+            os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            pass
+        else:
+            time.sleep(8)
+            return value, True
+    time.sleep(0.01)
+    return value, False
+
+
+def test_tasks_queued_behind_a_long_running_task_move_to_an_idle_worker(tmp_path) -> None:
+    """A worker busy with one long task gives up the tasks queued behind it while that task still runs."""
+    marker = str(tmp_path / "long-task-started")
+    with SchedulerClusterCombo(n_workers=2, logging_level="ERROR", load_balance_seconds=0.2,
+                               load_balance_trigger_times=1) as cluster:
+        with Client(address=cluster.get_address()) as client:
+            agents: list[int] = []
+            deadline = time.monotonic() + 30
+            while len(agents) < 2 and time.monotonic() < deadline:
+                agents = [p.pid for p in psutil.Process(cluster.cluster_pid).children()
+                          if "scaler.worker.agent" in " ".join(p.cmdline())]
+                time.sleep(0.1)
+            futures = [client.submit(long_on_one_worker, i, agents[0], marker) for i in range(200)]
+            order = [future.result() for future in concurrent.futures.as_completed(futures, timeout=60)]
+            assert sorted(value for value, _ in order) == list(range(200))
+            long_position = [was_long for _, was_long in order].index(True)
+            # About half the tasks were queued on the slow worker behind the long one. Without balancing,
+            # or with a worker that answers a release only between tasks, they would all finish after it.
+            assert long_position >= 180, f"only {long_position} of 199 quick tasks finished before the long one"
