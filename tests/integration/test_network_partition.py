@@ -180,14 +180,29 @@ class Lab:
     def build(self) -> None:
         """The scheduler's namespace and the client's link to it; every piece is recorded before the next."""
         self.scheduler_netns = self._add_netns("s")
-        self._subnet = self._free_subnet()
-        self.scheduler_ip = f"10.213.{self._subnet}.1"
-        self.address = f"tcp://{self.scheduler_ip}:{SCHEDULER_PORT}"
-        _ip("addr", "add", f"{self.scheduler_ip}/32", "dev", "lo", netns=self.scheduler_netns)
-        # The client in the root namespace reaches the scheduler over a veth of its own.
+        # The client in the root namespace reaches the scheduler over a veth of its own. Its route is the
+        # one thing in the root namespace, so the subnet must be one no other run uses; two runs that pick
+        # the same one at the same moment find out here, and the later one picks again.
         client_link = f"{_PREFIX}{self._tag}c"
         self._root_links.append(f"{client_link}h")
-        self._join(client_link, None, f"10.213.{self._subnet}.254")
+        for attempt in range(5):
+            self._subnet = self._free_subnet()
+            self.scheduler_ip = f"10.213.{self._subnet}.1"
+            try:
+                self._join(client_link, None, f"10.213.{self._subnet}.254")
+            except RuntimeError:
+                if attempt == 4:
+                    raise
+            else:
+                # The kernel accepts a second route to the same address without a word: look.
+                routes = _ip("-4", "route", "show", f"{self.scheduler_ip}/32").stdout.splitlines()
+                if len(routes) == 1 and f"dev {client_link}h " in routes[0] + " ":
+                    break
+                if attempt == 4:
+                    raise RuntimeError(f"no free 10.213.X.0/24 subnet for the client's link: {routes}")
+            _ip("link", "del", client_link, netns=self.scheduler_netns, check=False)
+        self.address = f"tcp://{self.scheduler_ip}:{SCHEDULER_PORT}"
+        _ip("addr", "add", f"{self.scheduler_ip}/32", "dev", "lo", netns=self.scheduler_netns)
 
     def _add_netns(self, role: str) -> str:
         name = f"{_PREFIX}-{self._tag}-{os.getpid()}-{role}"
