@@ -190,6 +190,16 @@ def latest_snapshot(monitor: MonitorSubscriber) -> MonitorSnapshot | None:
     return monitor.receive(timeout_seconds=1.5)
 
 
+def wait_for_registered_workers(monitor: MonitorSubscriber, count: int) -> None:
+    """An agent starts its processor before it says hello: wait until the scheduler knows them all."""
+
+    def registered() -> bool:
+        snapshot = latest_snapshot(monitor)
+        return snapshot is not None and len(snapshot.workers) == count
+
+    wait_for(registered, 30, f"the scheduler never saw {count} workers")
+
+
 @pytest.fixture
 def log_path(tmp_path) -> str:  # type: ignore[no-untyped-def]
     return str(tmp_path / "executions.log")
@@ -222,6 +232,7 @@ def test_a_worker_killed_mid_run_has_its_queued_and_running_tasks_rerun_elsewher
     victim_name = json.loads(victim.cmdline()[-1])["name"]
     with MonitorSubscriber(default_monitor_address(cluster.get_address())) as monitor, \
             Client(address=cluster.get_address(), timeout_seconds=60) as client:
+        wait_for_registered_workers(monitor, 2)
         spy = DeliverySpy(client)
         values = range(TASKS)
         futures = submit_logged(client, values, log_path, 0.001)
@@ -282,6 +293,7 @@ def test_a_frozen_worker_is_dropped_and_its_late_results_after_thaw_are_ignored(
     frozen = [victim, *processors]
     with MonitorSubscriber(default_monitor_address(cluster.get_address())) as monitor, \
             Client(address=cluster.get_address(), timeout_seconds=60) as client:
+        wait_for_registered_workers(monitor, 2)
         spy = DeliverySpy(client)
         values = range(TASKS)
         futures = submit_logged(client, values, log_path, 0.002)
