@@ -445,9 +445,13 @@ class SchedulerCore:
             return "refArgIndices and refTaskIds differ in length"
         width = max(group.args_per_task, 1)
         row_of = {task_id: row for row, task_id in enumerate(group.task_ids)}
+        object_indices = set(group.object_arg_indices)
         for flat_index, dependency_id in zip(group.ref_arg_indices, group.ref_task_ids):
             if flat_index >= len(group.args):
                 return f"argument reference {flat_index} points past the {len(group.args)} arguments"
+            if flat_index in object_indices:
+                # Its object id would be overwritten by the result, which dispatch would then look up as an object.
+                return f"argument {flat_index} is both an object argument and a task reference"
             dependency_row = row_of.get(dependency_id)
             if dependency_row is not None:
                 if dependency_row >= flat_index // width:
@@ -483,10 +487,11 @@ class SchedulerCore:
             self._complete(record, payload, router)
             if profiles and task_id in profiles and not record.quiet:
                 router.profile(record.client, profiles[task_id])
-        back_to_queue: list[TaskRecord] = []
+        # Keyed by task id: a worker naming one task twice in a message must not queue it twice.
+        back_to_queue: dict[int, TaskRecord] = {}
         for failure in message.failures:
             record = tasks.get(failure.task_id)
-            if record is None or record.worker is not worker:
+            if record is None or record.worker is not worker or failure.task_id in back_to_queue:
                 continue
             if failure.kind == m.FailureKind.WORKER_DIED:
                 record.crashes += 1
@@ -495,10 +500,10 @@ class SchedulerCore:
                     self._finish_with_failure(record, failure, router)
                     continue
             if failure.kind in (m.FailureKind.RETURNED, m.FailureKind.WORKER_DIED):
-                back_to_queue.append(record)
+                back_to_queue[failure.task_id] = record
                 continue
             self._finish_with_failure(record, failure, router)
-        self._return_to_queue(back_to_queue, router)
+        self._return_to_queue(list(back_to_queue.values()), router)
         router.flush(out)
         self._dispatch(out)
 
@@ -534,15 +539,16 @@ class SchedulerCore:
         """Unfinished tasks a worker no longer holds go to the front of the queue, keeping their order."""
         requeued = []
         for record in records:
-            if record.worker is not None:
-                record.worker.assigned.pop(record.task_id, None)
-                record.worker = None
             if record.cancel_requested:
+                # Still linked to its worker, so _forget frees that slot and does not count it as queued.
                 self._finish_with_failure(
                     record, m.TaskFailure(task_id=record.task_id, kind=m.FailureKind.CANCELED), router
                 )
-            else:
-                requeued.append(record)
+                continue
+            if record.worker is not None:
+                record.worker.assigned.pop(record.task_id, None)
+                record.worker = None
+            requeued.append(record)
         self._unassigned.extendleft(reversed(requeued))
         self._waiting += len(requeued)
         self.counters["tasks_rescheduled"] += len(requeued)
@@ -554,8 +560,13 @@ class SchedulerCore:
             return
         router = _ResultRouter()
         per_worker: dict[bytes, list[int]] = {}
+        # A task this cancel ends early (a dependent of one canceled before it, or an id listed twice) has its
+        # outcome already: it must not get a second one, notFound.
+        live_before = client.task_ids.intersection(message.task_ids)
         for task_id in message.task_ids:
             record = self._tasks.get(task_id)
+            if record is None and task_id in live_before:
+                continue
             if record is None or record.client is not client:
                 router.failure(client, m.TaskFailure(task_id=task_id, kind=m.FailureKind.NOT_FOUND))
                 self.counters["tasks_not_found"] += 1

@@ -1,0 +1,548 @@
+"""Fuzzing the scheduler core: well-behaved clients and workers share it with peers that break every rule.
+
+A hypothesis state machine drives the sans-I/O core (through the simulated cluster of core_harness.py).
+Good clients submit plain and graph tasks, cancel some and heartbeat; good workers answer, fail, give
+back, refuse cancels, leave or silently die; time moves on. Bad senders send random messages of every
+type, with ids aimed at other peers' tasks and objects: before hello, in the wrong role, twice, with
+mismatched counts, forged graphs. After every step:
+
+- the core has not raised, and its structures agree with each other (assert_core_consistent);
+- a bad message got the reply PROTOCOL.md §3 promises (refused, protocolError, or nothing), left the
+  core as it was where the table says "ignored", and touched no task it was not holding;
+- no good task has more than one outcome, and good peers were never refused.
+
+At the end, once the silent peers have timed out and the good workers have answered everything, every
+accepted task of a good client has exactly one outcome and the core holds no task state at all.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+from core_harness import FUNCTION_ID, FUNCTION_PAYLOAD, SimClient, SimulatedCluster, SimWorker, assert_no_task_state
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from message_strategies import (
+    SMALL_BYTES,
+    U64,
+    forged_task_ids,
+    hellos,
+    message_strategies,
+    task_groups,
+    task_results,
+)
+
+from scaler.protocol import messages as m
+from scaler.scheduler.core.scheduler_core import CoreConfig, SchedulerCore
+from scaler.utility.identifiers import TASK_COUNTER_BITS, random_object_id
+
+pytestmark = pytest.mark.timeout(120)
+
+PEER_TIMEOUT = 30.0
+CONFIG = CoreConfig(
+    protected=True,
+    client_timeout_seconds=PEER_TIMEOUT,
+    worker_timeout_seconds=PEER_TIMEOUT,
+    max_task_crashes=3,
+    load_balance_seconds=1.0,
+    load_balance_trigger_times=1,
+)
+BAD_IDENTITIES = [b"bad-0", b"bad-1", b"bad-2"]
+# What the core handles from a known peer; anything else gets protocolError (PROTOCOL.md §3).
+HANDLED = set(SchedulerCore(CONFIG)._handlers)
+ANSWERING_KINDS = [m.FailureKind.RAISED, m.FailureKind.RETURNED, m.FailureKind.WORKER_DIED, m.FailureKind.SERIALIZATION]
+
+
+# ---------------------------------------------------------------------------------------------- consistency
+
+
+def assert_core_consistent(core: SchedulerCore) -> None:
+    """Everything the core holds agrees: tasks, clients, workers, the queue, graph edges and objects."""
+    tasks, clients, workers = core._tasks, core._clients, core._workers
+    for identity, client in clients.items():
+        assert client.identity == identity
+        for task_id in client.task_ids:
+            assert task_id in tasks and tasks[task_id].client is client, f"client {identity!r} lists {task_id:#x}"
+        for object_id in client.object_ids:
+            assert object_id in core._objects and identity in core._objects[object_id].owners
+    for identity, worker in workers.items():
+        assert worker.identity == identity
+        assert 0 < worker.capacity and len(worker.assigned) <= worker.capacity, (worker.capacity, len(worker.assigned))
+        for task_id in worker.assigned:
+            assert task_id in tasks and tasks[task_id].worker is worker, f"worker {identity!r} holds {task_id:#x}"
+        assert worker.known_object_ids <= core._objects.keys(), "a worker keeps an object the scheduler freed"
+
+    live_queue = [record for record in core._unassigned if not record.canceled]
+    assert len(live_queue) == core._waiting, f"queue holds {len(live_queue)} live tasks, count says {core._waiting}"
+    queued_ids = [record.task_id for record in live_queue]
+    assert len(set(queued_ids)) == len(queued_ids), "a task is queued twice"
+    for record in live_queue:
+        assert tasks.get(record.task_id) is record, f"queued task {record.task_id:#x} is finished"
+        assert record.worker is None and record.waiting_on == 0
+    queued = set(queued_ids)
+
+    for task_id, record in tasks.items():
+        assert record.task_id == task_id
+        assert clients.get(record.client.identity) is record.client, f"task {task_id:#x} belongs to a gone client"
+        assert task_id in record.client.task_ids
+        assert task_id >> TASK_COUNTER_BITS == record.client.id_prefix
+        assigned = record.worker is not None
+        if assigned:
+            assert workers.get(record.worker.identity) is record.worker, f"task {task_id:#x} is on a gone worker"
+            assert task_id in record.worker.assigned
+        parked = record.waiting_on > 0
+        # Exactly one of: with a worker, in the queue, waiting for its dependencies.
+        assert assigned + (task_id in queued) + parked == 1, (task_id, assigned, task_id in queued, parked)
+        signature = record.signature
+        assert len(record.args) == signature.args_per_task
+        for object_id in (signature.function_id, signature.serializer_id):
+            assert not object_id or object_id in core._objects, "a live task's function or serializer was freed"
+        for slot in record.object_slots or ():
+            assert bytes(record.args[slot]) in core._objects, "a live task's object argument was freed"
+    live_edges: collections.Counter[int] = collections.Counter()
+    for dependency_id, dependents in core._dependents.items():
+        assert dependency_id in tasks, f"edges kept for finished task {dependency_id:#x}"
+        for dependent, _ in dependents:
+            if tasks.get(dependent.task_id) is dependent:
+                live_edges[dependent.task_id] += 1
+    for task_id, record in tasks.items():
+        assert record.waiting_on == live_edges[task_id], (task_id, record.waiting_on, live_edges[task_id])
+
+    for object_id, stored in core._objects.items():
+        assert stored.owners, f"object {object_id.hex()} has no owner and was not freed"
+        for owner in stored.owners:
+            assert owner in clients and object_id in clients[owner].object_ids
+    assert not core.should_exit, "a protected scheduler was shut down"
+
+
+def core_snapshot(core: SchedulerCore) -> tuple:
+    """The core's state as plain values, to check that an ignored message changed nothing."""
+    return (
+        sorted(core._clients),
+        sorted(core._workers),
+        {task_id: (r.worker.identity if r.worker else None, r.waiting_on, r.cancel_requested, r.crashes, r.canceled)
+         for task_id, r in core._tasks.items()},
+        [r.task_id for r in core._unassigned if not r.canceled],
+        {object_id: sorted(stored.owners) for object_id, stored in core._objects.items()},
+        {identity: (list(w.assigned), sorted(w.known_object_ids)) for identity, w in core._workers.items()},
+        {identity: (sorted(c.task_ids), sorted(c.object_ids)) for identity, c in core._clients.items()},
+    )
+
+
+# ---------------------------------------------------------------------------------------------- the machine
+
+
+class SchedulerCoreFuzz(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.cluster = SimulatedCluster(CONFIG)
+        self.good_clients: list[SimClient] = []
+        # Accepted tasks of each good client: each must end with exactly one outcome.
+        self.expected: dict[bytes, set[int]] = {}
+        self.workers_made = 0
+        self.clients_made = 0
+        # How far each good worker has read its inbox (for ReleaseTasks).
+        self.read_upto: dict[bytes, int] = collections.defaultdict(int)
+
+    @property
+    def core(self) -> SchedulerCore:
+        return self.cluster.core
+
+    @property
+    def good_workers(self) -> list[SimWorker]:
+        return list(self.cluster.workers.values())
+
+    def open_tasks(self, client: SimClient) -> list[int]:
+        return sorted(task_id for task_id in self.expected[client.identity] if not client.outcomes.get(task_id))
+
+    # ------------------------------------------------------------------------------------------ good peers
+
+    @initialize()
+    def start(self) -> None:
+        self.add_client()
+        self.add_worker(capacity=2)
+
+    @precondition(lambda self: len(self.good_clients) < 3)
+    @rule()
+    def add_client(self) -> None:
+        client = self.cluster.add_client(b"good-client-%d" % self.clients_made)
+        self.clients_made += 1
+        self.good_clients.append(client)
+        self.expected[client.identity] = set()
+
+    @precondition(lambda self: len(self.cluster.workers) < 4)
+    @rule(capacity=st.integers(1, 4))
+    def add_worker(self, capacity: int) -> None:
+        self.cluster.add_worker(capacity=capacity, identity=b"good-worker-%d" % self.workers_made)
+        self.workers_made += 1
+
+    @precondition(lambda self: self.good_clients)
+    @rule(data=st.data(), count=st.integers(1, 5))
+    def submit(self, data: st.DataObject, count: int) -> None:
+        client = data.draw(st.sampled_from(self.good_clients))
+        task_ids = self.cluster.submit(client, count)
+        rejected = [f for f in client.failures(m.FailureKind.REJECTED) if f.task_id in task_ids]
+        assert not rejected, f"a good task was rejected: {rejected}"
+        self.expected[client.identity].update(task_ids)
+
+    @precondition(lambda self: any(self.open_tasks(client) for client in self.good_clients))
+    @rule(data=st.data())
+    def submit_dependent(self, data: st.DataObject) -> None:
+        """A graph task whose argument is the result of one of the client's unfinished tasks."""
+        client = data.draw(st.sampled_from([c for c in self.good_clients if self.open_tasks(c)]))
+        dependency = data.draw(st.sampled_from(self.open_tasks(client)))
+        (task_id,) = client.next_task_ids(1)
+        group = m.TaskGroup(
+            function_id=FUNCTION_ID, args_per_task=2, keywords=(), task_ids=[task_id], args=[b"", b"constant"],
+            ref_arg_indices=[0], ref_task_ids=[dependency],
+        )
+        self.cluster.send(client.identity, m.TaskSubmission(objects=[], groups=[group]))
+        assert not client.outcomes.get(task_id), client.outcomes.get(task_id)
+        self.expected[client.identity].add(task_id)
+
+    @precondition(lambda self: any(self.open_tasks(client) for client in self.good_clients))
+    @rule(data=st.data(), force=st.booleans())
+    def cancel(self, data: st.DataObject, force: bool) -> None:
+        client = data.draw(st.sampled_from([c for c in self.good_clients if self.open_tasks(c)]))
+        chosen = data.draw(st.lists(st.sampled_from(self.open_tasks(client)), min_size=1, max_size=3, unique=True))
+        self.cluster.send(client.identity, m.CancelTasks(task_ids=chosen, force=force))
+
+    @precondition(lambda self: len(self.good_clients) > 1)
+    @rule(data=st.data())
+    def client_leaves(self, data: st.DataObject) -> None:
+        client = data.draw(st.sampled_from(self.good_clients[1:]))
+        self.cluster.send(client.identity, m.Disconnect(reason="done"))
+        assert client.identity not in self.core._clients
+        self.good_clients.remove(client)
+        del self.expected[client.identity]
+        del self.cluster.clients[client.identity]
+
+    @precondition(lambda self: any(worker.pending for worker in self.good_workers))
+    @rule(data=st.data(), kind=st.one_of(st.none(), st.sampled_from(ANSWERING_KINDS)))
+    def worker_answers(self, data: st.DataObject, kind: m.FailureKind | None) -> None:
+        worker = data.draw(st.sampled_from([w for w in self.good_workers if w.pending]))
+        self.cluster.complete(worker, data.draw(st.integers(1, len(worker.pending))), failure_kind=kind)
+
+    @precondition(lambda self: any(worker.pending for worker in self.good_workers))
+    @rule(data=st.data())
+    def worker_refuses_cancel(self, data: st.DataObject) -> None:
+        worker = data.draw(st.sampled_from([w for w in self.good_workers if w.pending]))
+        chosen = data.draw(st.lists(st.sampled_from(sorted(worker.pending)), min_size=1, max_size=3, unique=True))
+        self.cluster.send(worker.identity, m.CancelRefused(task_ids=chosen))
+
+    @precondition(lambda self: self.good_workers)
+    @rule()
+    def workers_obey_release(self) -> None:
+        """Workers give back what the scheduler asked them to release, as the protocol says."""
+        for worker in self.good_workers:
+            inbox = worker.inbox[self.read_upto[worker.identity]:]
+            self.read_upto[worker.identity] = len(worker.inbox)
+            released = [
+                task_id for message in inbox if isinstance(message, m.ReleaseTasks)
+                for task_id in message.task_ids if task_id in worker.pending
+            ]
+            if released:
+                self.cluster.complete(
+                    worker, task_ids=list(dict.fromkeys(released)), failure_kind=m.FailureKind.RETURNED
+                )
+
+    @precondition(lambda self: self.good_workers)
+    @rule(data=st.data(), silently=st.booleans())
+    def worker_leaves(self, data: st.DataObject, silently: bool) -> None:
+        """A worker says goodbye, or its process dies and it goes silent until it times out."""
+        worker = data.draw(st.sampled_from(self.good_workers))
+        if not silently:
+            self.cluster.send(worker.identity, m.Disconnect(reason="bye"))
+            assert worker.identity not in self.core._workers
+        self.cluster.forget_worker(worker)
+
+    @rule(advance=st.sampled_from([0.0, 0.5, 1.0, 5.0, PEER_TIMEOUT + 1]))
+    def time_passes(self, advance: float) -> None:
+        """Good peers heartbeat on time; bad and dead ones stay silent and time out."""
+        self.cluster.now += advance
+        self.cluster.heartbeat_all()
+        self.cluster.tick()
+
+    # ------------------------------------------------------------------------------------------ bad peers
+
+    def id_pool(self) -> st.SearchStrategy[int]:
+        """Task ids aimed at real tasks (anybody's), at real prefixes, and anywhere."""
+        live = sorted(self.core._tasks)
+        prefixes = st.integers(0, self.core._next_id_prefix + 1)
+        choices = [forged_task_ids(prefixes), U64]
+        if live:
+            choices.insert(0, st.sampled_from(live))
+        return st.one_of(*choices)
+
+    def object_pool(self) -> st.SearchStrategy[bytes]:
+        return st.sampled_from(sorted({FUNCTION_ID, *self.core._objects}))
+
+    def send_bad(self, sender: bytes, message: m.Message) -> None:
+        """Send as a bad peer and check the reply against PROTOCOL.md §3; no good task may be touched."""
+        core = self.core
+        was_client, was_worker = sender in core._clients, sender in core._workers
+        before = core_snapshot(core)
+        good_state = {
+            task_id: (record.worker.identity if record.worker else None, record.waiting_on > 0)
+            for task_id, record in core._tasks.items()
+            if record.client.identity in self.expected
+        }
+        outcomes_before = {
+            task_id: (client, len(client.outcomes.get(task_id, ())))
+            for client in self.good_clients for task_id in self.expected[client.identity]
+        }
+        out = self.cluster.send(sender, message)
+        to_sender = [reply for identity, reply in out if identity == sender]
+
+        def ignored_with(reply_type: type | None) -> None:
+            assert [type(reply) for reply in to_sender] == ([reply_type] if reply_type else []), out
+            assert len(out) == len(to_sender), out
+            assert core_snapshot(core) == before, "a message that should be dropped changed the scheduler"
+
+        if isinstance(message, m.Hello):
+            if message.protocol_version != m.PROTOCOL_VERSION:
+                ignored_with(m.Refused)
+            elif was_client or was_worker:
+                ignored_with(m.ProtocolError)
+            elif message.role == m.Role.WORKER and message.capacity == 0:
+                ignored_with(m.Refused)
+            else:
+                assert isinstance(to_sender[0], m.Welcome), out
+        elif not (was_client or was_worker):
+            ignored_with(m.Refused)
+        elif type(message) not in HANDLED:
+            ignored_with(m.ProtocolError)
+        elif was_worker and isinstance(message, (m.TaskSubmission, m.ShutdownRequest)):
+            ignored_with(m.ProtocolError)
+        elif was_client and isinstance(message, (m.TaskResults, m.CancelRefused)):
+            ignored_with(m.ProtocolError)
+        elif was_worker and isinstance(message, (m.CancelTasks, m.ClearRequest)):
+            ignored_with(None)
+        elif was_client and isinstance(message, m.ShutdownRequest):
+            assert [type(reply) for reply in to_sender] == [m.ShutdownResponse] and not to_sender[0].accepted, out
+        elif (
+            was_worker and isinstance(message, m.TaskResults)
+            and len(message.succeeded_ids) != len(message.payloads)
+        ):
+            ignored_with(m.ProtocolError)
+        if isinstance(message, m.Disconnect):
+            assert sender not in core._clients and sender not in core._workers
+
+        # Tasks of good clients: only those the sender held (and graph tasks waiting on them) may change
+        # hands or end; queued ones may only be handed out by dispatch.
+        for task_id, (holder, parked) in good_state.items():
+            record = core._tasks.get(task_id)
+            if holder is not None and holder != sender:
+                assert record is not None and record.worker is not None and record.worker.identity == holder, task_id
+            if not parked and (holder != sender or not was_worker):
+                client, count = outcomes_before[task_id]
+                assert len(client.outcomes.get(task_id, ())) == count, f"bad message ended good task {task_id:#x}"
+
+    @rule(sender=st.sampled_from(BAD_IDENTITIES), hello=hellos())
+    def bad_hello(self, sender: bytes, hello: m.Hello) -> None:
+        self.send_bad(sender, hello)
+
+    @rule(sender=st.sampled_from(BAD_IDENTITIES), role=st.sampled_from(list(m.Role)), capacity=st.integers(1, 3))
+    def bad_peer_says_a_proper_hello(self, sender: bytes, role: m.Role, capacity: int) -> None:
+        """So that the rule-breaking below comes from known peers too, not only from strangers."""
+        self.send_bad(sender, m.Hello(role=role, capacity=capacity, name=sender.decode()))
+
+    @rule(sender=st.sampled_from(BAD_IDENTITIES), data=st.data())
+    def bad_random_message(self, sender: bytes, data: st.DataObject) -> None:
+        strategies = message_strategies(self.id_pool(), self.object_pool(), paired_results=False)
+        kind = data.draw(st.sampled_from(sorted(strategies, key=lambda kind: kind.__name__)))
+        self.send_bad(sender, data.draw(strategies[kind]))
+
+    @rule(sender=st.sampled_from(BAD_IDENTITIES), data=st.data(), paired=st.booleans())
+    def bad_results(self, sender: bytes, data: st.DataObject, paired: bool) -> None:
+        """Results and failures for tasks the sender was never given, or was, named twice, mismatched."""
+        pool = self.id_pool()
+        held = sorted(self.core._workers[sender].assigned) if sender in self.core._workers else []
+        if held:
+            pool = st.one_of(st.sampled_from(held), pool)
+        results = data.draw(task_results(pool, paired))
+        if data.draw(st.booleans()):
+            results.failures = results.failures + results.failures  # the same task named twice
+        self.send_bad(sender, results)
+
+    @rule(sender=st.sampled_from(BAD_IDENTITIES), data=st.data())
+    def bad_submission(self, sender: bytes, data: st.DataObject) -> None:
+        """Groups that are almost right: the sender's own prefix (when it has one), objects it did or did not
+        upload, references to tasks that are its own, someone else's, later in the group, or finished."""
+        own = self.core._clients.get(sender)
+        prefixes = st.sampled_from([own.id_prefix]) if own else st.integers(0, self.core._next_id_prefix)
+        ids = st.one_of(forged_task_ids(prefixes), self.id_pool())
+        object_id = random_object_id()
+        objects = data.draw(st.lists(st.sampled_from([
+            m.ObjectPayload(object_id=FUNCTION_ID, payload=FUNCTION_PAYLOAD, name="f"),
+            m.ObjectPayload(object_id=object_id, payload=b"object", name="o"),
+        ]), max_size=2))
+        known = st.sampled_from(sorted({FUNCTION_ID, object_id, *self.core._objects}))
+        groups = data.draw(st.lists(task_groups(ids, known, consistent=data.draw(st.booleans())), max_size=3))
+        for group in groups:
+            # Object arguments that name real objects, so the later checks (references) get their turn.
+            for index in group.object_arg_indices:
+                if index < len(group.args) and data.draw(st.booleans()):
+                    group.args[index] = data.draw(known)
+        quiet = data.draw(st.lists(ids, max_size=2))
+        self.send_bad(sender, m.TaskSubmission(objects=objects, groups=groups, quiet_task_ids=quiet))
+
+    def bad_workers_holding_tasks(self) -> list[bytes]:
+        workers = self.core._workers
+        return [identity for identity in BAD_IDENTITIES if identity in workers and workers[identity].assigned]
+
+    @precondition(lambda self: self.bad_workers_holding_tasks())
+    @rule(data=st.data(), payload=SMALL_BYTES)
+    def bad_worker_answers_what_it_holds(self, data: st.DataObject, payload: bytes) -> None:
+        """A bad worker that does hold tasks answers them wrongly: twice, with several kinds at once."""
+        sender = data.draw(st.sampled_from(self.bad_workers_holding_tasks()))
+        worker = self.core._workers[sender]
+        held = data.draw(st.lists(st.sampled_from(sorted(worker.assigned)), min_size=1, max_size=4))
+        kinds = data.draw(st.lists(st.sampled_from(list(m.FailureKind)), min_size=1, max_size=3))
+        failures = [m.TaskFailure(task_id=task_id, kind=kind) for task_id in held for kind in kinds]
+        succeeded = data.draw(st.lists(st.sampled_from(held), max_size=2))
+        self.send_bad(sender, m.TaskResults(succeeded_ids=succeeded, payloads=[payload] * len(succeeded),
+                                            failures=failures))
+
+    # ------------------------------------------------------------------------------------------ invariants
+
+    @invariant()
+    def core_is_consistent(self) -> None:
+        assert_core_consistent(self.core)
+
+    @invariant()
+    def good_peers_are_served(self) -> None:
+        for client in self.good_clients:
+            assert not client.received(m.Refused) and not client.received(m.ProtocolError), client.inbox[-3:]
+            for task_id, outcomes in client.outcomes.items():
+                assert task_id in self.expected[client.identity], f"{client.identity!r} got a stranger's {task_id:#x}"
+                assert len(outcomes) == 1, f"task {task_id:#x} has {len(outcomes)} outcomes: {outcomes}"
+        for worker in self.good_workers:
+            assert not worker.received(m.Refused) and not worker.received(m.ProtocolError), worker.inbox[-3:]
+            held = self.core._workers[worker.identity].assigned
+            assert set(held) <= set(worker.pending), "the scheduler thinks a worker holds a task it never got"
+
+    def teardown(self) -> None:
+        """Silent peers time out, good workers answer everything: each good task has exactly one outcome."""
+        cluster = self.cluster
+        if not cluster.workers:
+            self.add_worker(capacity=3)
+        for _ in range(100):
+            if all(not self.open_tasks(client) for client in self.good_clients):
+                break
+            self.time_passes(PEER_TIMEOUT + 1)
+            for worker in self.good_workers:
+                if worker.pending:
+                    cluster.complete(worker)
+            assert_core_consistent(self.core)
+        for client in self.good_clients:
+            missing = self.open_tasks(client)
+            assert not missing, f"{len(missing)} tasks of {client.identity!r} never finished"
+        self.time_passes(PEER_TIMEOUT + 1)  # the bad peers' leftovers go with them
+        assert set(self.core._clients) == {client.identity for client in self.good_clients}
+        assert_no_task_state(self.core)
+        assert_core_consistent(self.core)
+
+
+SchedulerCoreFuzz.TestCase.settings = settings(
+    database=None,
+    derandomize=True,
+    deadline=None,
+    max_examples=150,
+    stateful_step_count=50,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+test_scheduler_core_under_fuzzed_peers = SchedulerCoreFuzz.TestCase
+
+
+# ---------------------------------------------------------------------------------------------- regressions
+# Bugs the fuzzing above found, each pinned by the shortest sequence that showed it.
+
+
+def test_cancel_requested_task_of_a_worker_that_leaves_does_not_lose_a_queued_task():
+    """A running task the client canceled came back from a departing worker: the queue count went one low,
+    so the next queued task was never dispatched."""
+    cluster = SimulatedCluster(CONFIG)
+    client = cluster.add_client()
+    worker = cluster.add_worker(capacity=1)
+    running, queued = cluster.submit(client, 2)
+    cluster.cancel(client, [running])
+    cluster.send(worker.identity, m.Disconnect())
+    assert cluster.core.unassigned_count == 1
+    assert_core_consistent(cluster.core)
+    other = cluster.add_worker(capacity=1)
+    assert list(other.pending) == [queued]
+    cluster.run_to_completion()
+    assert [outcome[0] for outcome in client.outcomes[running]] == ["failed"]
+    assert client.outcomes[running][0][1].kind == m.FailureKind.CANCELED
+    assert [outcome[0] for outcome in client.outcomes[queued]] == ["ok"]
+    assert_no_task_state(cluster.core)
+
+
+@pytest.mark.parametrize("kinds", [
+    (m.FailureKind.RETURNED, m.FailureKind.RETURNED),
+    (m.FailureKind.WORKER_DIED, m.FailureKind.RETURNED),
+    (m.FailureKind.RETURNED, m.FailureKind.RAISED),
+])
+def test_a_worker_naming_one_task_twice_in_its_failures_does_not_queue_it_twice(kinds):
+    """Both entries put the task back in the queue (or ended it and queued it anyway): it was then handed to
+    two workers, one of which kept a slot for it forever, and removing that worker raised KeyError."""
+    cluster = SimulatedCluster(CONFIG)
+    client = cluster.add_client()
+    worker = cluster.add_worker(capacity=1)
+    (task_id,) = cluster.submit(client, 1)
+    worker.pending.clear()
+    failures = [m.TaskFailure(task_id=task_id, kind=kind) for kind in kinds]
+    cluster.send(worker.identity, m.TaskResults(succeeded_ids=[], payloads=[], failures=failures))
+    assert_core_consistent(cluster.core)
+    second = cluster.add_worker(capacity=1)
+    assert_core_consistent(cluster.core)
+    cluster.send(worker.identity, m.Disconnect())
+    cluster.forget_worker(worker)
+    assert_core_consistent(cluster.core)
+    cluster.run_to_completion()
+    assert len(client.outcomes[task_id]) == 1
+    assert second.received_task_ids.count(task_id) <= 1
+    assert_no_task_state(cluster.core)
+
+
+def test_an_argument_that_is_both_an_object_and_a_task_reference_is_rejected():
+    """The result overwrote the object id, and dispatch then looked the result up as an object: KeyError
+    while handling the worker's results, so the client never got the dependency's result either."""
+    cluster = SimulatedCluster(CONFIG)
+    client = cluster.add_client()
+    worker = cluster.add_worker(capacity=5)
+    object_id = random_object_id()
+    first, second = client.next_task_ids(2)
+    group = m.TaskGroup(
+        function_id=FUNCTION_ID, args_per_task=1, keywords=(), task_ids=[first, second], args=[b"x", object_id],
+        ref_arg_indices=[1], ref_task_ids=[first], object_arg_indices=[1],
+    )
+    objects = [m.ObjectPayload(FUNCTION_ID, FUNCTION_PAYLOAD), m.ObjectPayload(object_id, b"object")]
+    cluster.send(client.identity, m.TaskSubmission(objects=objects, groups=[group]))
+    for task_id in (first, second):
+        ((status, failure),) = client.outcomes[task_id]
+        assert status == "failed" and failure.kind == m.FailureKind.REJECTED
+        assert "both an object argument and a task reference" in failure.message
+    assert worker.pending == {}
+    assert_no_task_state(cluster.core)
+
+
+def test_canceling_a_task_and_its_dependent_together_gives_each_one_outcome():
+    """The dependent ended with its dependency's cancel, then its own id in the same cancel got notFound."""
+    cluster = SimulatedCluster(CONFIG)
+    client = cluster.add_client()
+    (dependency,) = cluster.submit(client, 1)  # no worker: stays queued
+    (dependent,) = client.next_task_ids(1)
+    group = m.TaskGroup(
+        function_id=FUNCTION_ID, args_per_task=1, keywords=(), task_ids=[dependent], args=[b""],
+        ref_arg_indices=[0], ref_task_ids=[dependency],
+    )
+    cluster.send(client.identity, m.TaskSubmission(objects=[], groups=[group]))
+    cluster.send(client.identity, m.CancelTasks(task_ids=[dependency, dependent, dependent]))
+    for task_id in (dependency, dependent):
+        ((status, failure),) = client.outcomes[task_id]
+        assert status == "failed" and failure.kind == m.FailureKind.CANCELED
+    assert_no_task_state(cluster.core)
