@@ -17,6 +17,12 @@ from scaler.client.graph import Order, PlannedCall, TemplateCall, plan_graph
 from scaler.client.object_reference import ObjectReference
 from scaler.client.progress import wait_with_progress
 from scaler.client.serializer import DefaultSerializer, Serializer
+from scaler.client.shared_arguments import (
+    IMMUTABLE_SIZED_TYPES,
+    SharedArgument,
+    SharedArguments,
+    repeated_argument_ids,
+)
 from scaler.errors import ProtectedModeError
 from scaler.protocol import messages as m
 from scaler.utility.blocking import client_nesting_depth, waiting_for_tasks
@@ -70,6 +76,7 @@ class Client:
         curve_keys = PeerKeys.resolve(curve_server_key, curve_secret_key)
         self._connection = ClientConnection(address, name, timeout_seconds, heartbeat_interval_seconds, curve_keys)
         self._connection.connect()
+        self._shared_arguments = SharedArguments(self._connection.send_object, self._connection.send_message)
         # Whoever forgets to disconnect still gets the I/O thread stopped when the client is collected.
         self._finalizer = weakref.finalize(self, self._connection.close)
         if type(self._serializer) is not DefaultSerializer:
@@ -109,11 +116,12 @@ class Client:
         if not callable(fn):
             raise TypeError(f"submit() needs a callable as its first argument, got {type(fn).__name__}")
         object_positions: list[int] = []
-        payloads = self._serialize_arguments(args, object_positions)
+        shared: list[SharedArgument] = []
+        payloads = self._serialize_submit_arguments(args, object_positions, shared)
         keywords: tuple[str, ...] = ()
         if kwargs:
             keywords = tuple(kwargs)
-            payloads.extend(self._serialize_arguments(kwargs.values(), object_positions, len(payloads)))
+            payloads.extend(self._serialize_submit_arguments(kwargs.values(), object_positions, shared, len(payloads)))
         profiled = self._profiling if profiling is None else profiling
         signature = (
             self._function_id(fn), len(payloads), keywords, self._serializer_id, client_nesting_depth(), profiled
@@ -122,6 +130,9 @@ class Client:
         task_id = connection.next_task_id()
         future = ScalerFuture(task_id, connection, self._serializer)
         connection.submit_task(signature, task_id, payloads, future, object_positions)
+        if shared:
+            release = self._shared_arguments.release
+            future.add_done_callback(lambda _: release(shared))
         return future
 
     def send_object(self, obj: Any, name: str | None = None) -> ObjectReference:
@@ -134,14 +145,58 @@ class Client:
         self._connection.wake()
         return reference
 
-    def _serialize_arguments(self, arguments: Iterable[Any], object_positions: list[int], offset: int = 0) -> list:
-        """Serialize each argument; an ObjectReference travels as its object id, noted in object_positions."""
+    def _serialize_submit_arguments(
+        self, arguments: Iterable[Any], object_positions: list[int], shared: list[SharedArgument], offset: int = 0
+    ) -> list:
+        """Serialize each argument; an ObjectReference, or a large bytes or str already on the cluster for
+        another unfinished task, travels as its object id (noted in object_positions, and in `shared`)."""
+        serialize = self._serializer.serialize
+        payloads = []
+        for position, argument in enumerate(arguments, offset):
+            kind = type(argument)
+            if kind is ObjectReference:
+                payloads.append(argument.object_id)
+                object_positions.append(position)
+            elif kind in IMMUTABLE_SIZED_TYPES and len(argument) >= m.LARGE_PAYLOAD_BYTES:
+                entry = self._shared_arguments.claim(argument, serialize)
+                shared.append(entry)
+                payloads.append(entry.object_id)
+                object_positions.append(position)
+            else:
+                payloads.append(serialize(argument))
+        return payloads
+
+    def _serialize_arguments(
+        self, arguments: Iterable[Any], object_positions: list[int], offset: int, repeated: dict[int, Any],
+        hidden: list[bytes],
+    ) -> list:
+        """Serialize each argument of a map task; an ObjectReference travels as its object id, noted in
+        object_positions. An object in `repeated` (found in several tasks of the map) is serialized once:
+        a large payload becomes a hidden object (its id noted in `hidden`), a small one is reused as is."""
         serialize = self._serializer.serialize
         payloads = []
         for position, argument in enumerate(arguments, offset):
             if type(argument) is ObjectReference:
                 payloads.append(argument.object_id)
                 object_positions.append(position)
+            elif repeated and id(argument) in repeated:
+                known = repeated[id(argument)]
+                if known is None:
+                    payload = serialize(argument)
+                    if len(payload) >= m.LARGE_PAYLOAD_BYTES:
+                        known = ObjectReference(name="", object_id=random_object_id(), size=len(payload))
+                        self._connection.send_object(
+                            m.ObjectPayload(object_id=known.object_id, payload=payload, name="shared argument")
+                        )
+                        hidden.append(known.object_id)
+                    else:
+                        known = payload
+                    repeated[id(argument)] = known
+                if type(known) is ObjectReference:
+                    payloads.append(known.object_id)
+                    object_positions.append(position)
+                else:
+                    payloads.append(known)
             else:
                 payloads.append(serialize(argument))
         return payloads
@@ -149,30 +204,43 @@ class Client:
     def map(self, fn: Callable[..., Any], iterable: Iterable[tuple], *, progress: bool = False) -> list[Any]:
         """Run `fn(*args)` for every tuple of arguments; returns the results in order.
 
-        The function is serialized once for the whole call. If any call raises, the rest are canceled
-        and the first failure (in argument order, among those seen) is raised.
+        The function is serialized once for the whole call, and so is an argument object found in
+        several tuples (the same object, `is`): sent once if large, and deleted when the map is over.
+        If any call raises, the rest are canceled and the first failure (in argument order, among
+        those seen) is raised.
         """
         self._connection.check_open()
         if not callable(fn):
             raise TypeError(f"map() needs a callable as its first argument, got {type(fn).__name__}")
         function_id = self._function_id(fn)
         argument_tuples = list(iterable)
+        # Holding argument_tuples keeps every argument alive, so an id names one object for the whole call.
+        repeated = repeated_argument_ids(argument_tuples) if len(argument_tuples) > 1 else {}
+        hidden: list[bytes] = []
         collector = MapCollector(len(argument_tuples))
-        all_task_ids = self._submit_map(function_id, argument_tuples, collector)
-        with waiting_for_tasks():
-            if progress:
-                total = len(argument_tuples)
-                wait_with_progress(collector.finished, total, lambda: total - collector.remaining, "map")
-            else:
-                collector.finished.wait()
-        if collector.errors:
-            self._connection.forget(all_task_ids)
-            self._connection.cancel_tasks(all_task_ids)
-            raise collector.errors[min(collector.errors)]
+        try:
+            all_task_ids = self._submit_map(function_id, argument_tuples, collector, repeated, hidden)
+            with waiting_for_tasks():
+                if progress:
+                    total = len(argument_tuples)
+                    wait_with_progress(collector.finished, total, lambda: total - collector.remaining, "map")
+                else:
+                    collector.finished.wait()
+            if collector.errors:
+                self._connection.forget(all_task_ids)
+                self._connection.cancel_tasks(all_task_ids)
+                raise collector.errors[min(collector.errors)]
+        finally:
+            if hidden and self._connection.is_open:
+                # After the cancel: the scheduler keeps an object a still-running task names (until clear()).
+                self._connection.send_message(m.DeleteObjects(object_ids=hidden))
         deserialize = self._serializer.deserialize
         return [deserialize(payload) for payload in collector.payloads]
 
-    def _submit_map(self, function_id: bytes, argument_tuples: list[tuple], collector: MapCollector) -> list[int]:
+    def _submit_map(
+        self, function_id: bytes, argument_tuples: list[tuple], collector: MapCollector, repeated: dict[int, Any],
+        hidden: list[bytes],
+    ) -> list[int]:
         connection = self._connection
         depth = client_nesting_depth()
         all_task_ids: list[int] = []
@@ -193,7 +261,9 @@ class Client:
                     width = len(arguments)
                 elif len(arguments) != width:
                     break  # a new group starts with the new number of arguments
-                chunk_args.extend(self._serialize_arguments(arguments, object_positions, len(chunk_args)))
+                chunk_args.extend(
+                    self._serialize_arguments(arguments, object_positions, len(chunk_args), repeated, hidden)
+                )
                 end += 1
             task_ids = [connection.next_task_id() for _ in range(end - start)]
             signature: Signature = (function_id, width, (), self._serializer_id, depth, self._profiling)
@@ -330,6 +400,7 @@ class Client:
         with self._lock:
             self._sent_object_ids.clear()
             self._function_ids.clear()
+        self._shared_arguments.forget_all()
         self._connection._cancel_everything_pending()
 
     def disconnect(self) -> None:

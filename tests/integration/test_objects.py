@@ -251,3 +251,98 @@ def test_objects_held_per_client_on_the_monitor_and_freed_everywhere_on_clear_an
             lambda s: all(v - memory_before[name] < OBJECT_SIZE // 2 for name, v in worker_memory(s).items()),
             "the workers' memory back down after disconnect()")
         assert bystander.submit(length, bystander_reference).result(timeout=30) == 1000
+
+
+# ---------------------------------------------------------------------------------------------- shared arguments
+
+
+SHARED_SIZE = 20 * 1024 * 1024
+
+
+class CountingCallsSerializer(Serializer):
+    """cloudpickle, counting the serialize calls that made a large payload (class attribute: the client's copy)."""
+
+    large_payloads = 0
+
+    @staticmethod
+    def serialize(obj: object) -> bytes:
+        payload = cloudpickle.dumps(obj)
+        if len(payload) >= SHARED_SIZE:
+            CountingCallsSerializer.large_payloads += 1
+        return payload
+
+    @staticmethod
+    def deserialize(payload: bytes) -> object:
+        return cloudpickle.loads(payload)
+
+
+def total_length(held: tuple, index: int) -> int:
+    chunks, tail = held
+    return sum(len(chunk) for chunk in chunks) + len(tail) + index
+
+
+def first_item(values: list) -> object:
+    return values[0]
+
+
+def holding_nothing_large(name: str) -> Callable[[MonitorSnapshot], bool]:
+    """The client is known to the scheduler and holds no large object (its function objects are small)."""
+    def condition(snapshot: MonitorSnapshot) -> bool:
+        status = client_status(snapshot, name)
+        return status is not None and status.object_bytes < 1 << 20
+    return condition
+
+
+@pytest.mark.timeout(240)
+def test_a_large_bytes_submitted_many_times_is_serialized_and_sent_once_then_freed() -> None:
+    """Issue 6: the same (immutable) 20 MB bytes in 50 submits is one serialization and one object, which is
+    deleted from the scheduler once the last task using it has finished."""
+    payload = make_bytes(SHARED_SIZE)
+    CountingCallsSerializer.large_payloads = 0
+    with SchedulerClusterCombo(n_workers=2, logging_level="WARNING", heartbeat_interval_seconds=0.5) as cluster, \
+            MonitorSubscriber(default_monitor_address(cluster.get_address())) as monitor, \
+            Client(address=cluster.get_address(), name="sharer", serializer=CountingCallsSerializer()) as client:
+        futures = [client.submit(length, payload) for _ in range(50)]
+        assert [future.result(timeout=120) for future in futures] == [SHARED_SIZE] * 50
+        assert CountingCallsSerializer.large_payloads == 1
+        assert len(client._shared_arguments) == 0
+        wait_for_snapshot(monitor, holding_nothing_large("sharer"), "the shared argument freed in the scheduler")
+        wait_for_snapshot(monitor, lambda s: s.object_bytes < 1 << 20, "no large object left in the scheduler")
+        # Sent again once everything using it is finished: one more serialization, still correct.
+        assert client.submit(length, payload).result(timeout=120) == SHARED_SIZE
+        assert CountingCallsSerializer.large_payloads == 2
+
+
+@pytest.mark.timeout(240)
+def test_a_large_object_shared_by_the_tasks_of_a_map_is_serialized_once_then_freed() -> None:
+    """Within one map any object (here a tuple holding a list and a bytes) found in many tasks is sent once."""
+    shared = ([bytes([i % 256]) * 1024 for i in range(SHARED_SIZE // 1024)], make_bytes(1000))
+    expected = SHARED_SIZE + 1000
+    CountingCallsSerializer.large_payloads = 0
+    with SchedulerClusterCombo(n_workers=2, logging_level="WARNING", heartbeat_interval_seconds=0.5) as cluster, \
+            MonitorSubscriber(default_monitor_address(cluster.get_address())) as monitor, \
+            Client(address=cluster.get_address(), name="mapper", serializer=CountingCallsSerializer()) as client:
+        assert client.map(total_length, [(shared, i) for i in range(50)]) == [expected + i for i in range(50)]
+        assert CountingCallsSerializer.large_payloads == 1
+        wait_for_snapshot(monitor, holding_nothing_large("mapper"), "the map's shared argument freed in the scheduler")
+        wait_for_snapshot(monitor, lambda s: s.object_bytes < 1 << 20, "no large object left in the scheduler")
+
+
+def test_a_large_mutable_argument_changed_between_submits_gives_the_new_value(client: Client) -> None:
+    values = [0] * (SHARED_SIZE // 8)
+    first = client.submit(first_item, values)
+    assert first.result(timeout=60) == 0
+    values[0] = 1
+    second = client.submit(first_item, values)
+    values[0] = 2  # after submit returns the argument is on its way: the task sees the value at submit time
+    assert second.result(timeout=60) == 1
+    assert client.submit(first_item, values).result(timeout=60) == 2
+
+
+def test_a_mutated_argument_between_two_maps_and_a_small_repeated_one_in_a_map(client: Client) -> None:
+    values = [0] * (SHARED_SIZE // 8)
+    assert client.map(first_item, [(values,)] * 10) == [0] * 10
+    values[0] = 7
+    assert client.map(first_item, [(values,)] * 10) == [7] * 10
+    small = [3, 4]
+    assert client.map(first_item, [(small,)] * 10) == [3] * 10

@@ -997,3 +997,39 @@ def test_a_thousand_workers_run_a_hundred_thousand_tasks():
     assert sum(len(w.received_task_ids) for w in workers) == 100_000
     assert all(w.max_pending_seen <= 10 for w in workers)
     assert_no_task_state(cluster.core)
+
+
+# ---------------------------------------------------------------------------------------------- client deletes objects
+
+
+def test_a_client_deletes_a_shared_argument_object_once_no_live_task_names_it():
+    """Hidden objects of shared arguments: DeleteObjects from the owning client frees them in the scheduler and
+    the workers, but never while a task of that client still names the object (dispatch must find it)."""
+    from scaler.utility.identifiers import random_object_id
+
+    cluster = SimulatedCluster()
+    worker = cluster.add_worker(capacity=1)
+    alice, bob = cluster.add_client(), cluster.add_client()
+    cluster.submit(alice, 1)  # sends the function
+    shared_id = random_object_id()
+    task_ids = alice.next_task_ids(2)
+    cluster.send(alice.identity, m.TaskSubmission(
+        objects=[m.ObjectPayload(object_id=shared_id, payload=b"big", name="shared argument")],
+        groups=[m.TaskGroup(function_id=FUNCTION_ID, args_per_task=1, keywords=(), task_ids=task_ids,
+                            args=[shared_id, shared_id], object_arg_indices=[0, 1])],
+    ))
+    assert cluster.core.object_count == 2
+    # Bob cannot delete Alice's object, and Alice cannot delete it while her tasks still name it.
+    assert cluster.send(bob.identity, m.DeleteObjects(object_ids=[shared_id])) == []
+    assert cluster.send(alice.identity, m.DeleteObjects(object_ids=[shared_id])) == []
+    assert cluster.core.object_count == 2
+    cluster.run_to_completion(batch=1)
+    assert_exactly_once(alice, task_ids)
+    out = cluster.send(alice.identity, m.DeleteObjects(object_ids=[shared_id, shared_id]))
+    assert only(out, worker.identity, m.DeleteObjects).object_ids == [shared_id]
+    assert cluster.core.object_count == 1  # the function stays
+    assert shared_id not in cluster.core._clients[alice.identity].object_ids
+    assert cluster.send(alice.identity, m.DeleteObjects(object_ids=[shared_id])) == []  # twice is harmless
+    out = cluster.send(worker.identity, m.DeleteObjects(object_ids=[FUNCTION_ID]))
+    assert isinstance(only(out, worker.identity), m.ProtocolError)
+    assert cluster.core.object_count == 1

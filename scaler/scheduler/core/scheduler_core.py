@@ -139,6 +139,7 @@ class SchedulerCore:
             m.TaskResults: self._on_results,
             m.CancelTasks: self._on_cancel,
             m.ClearRequest: self._on_clear,
+            m.DeleteObjects: self._on_delete_objects,
             m.Disconnect: self._on_disconnect,
             m.ShutdownRequest: self._on_shutdown,
             m.CancelRefused: self._on_cancel_refused,
@@ -733,9 +734,32 @@ class SchedulerCore:
         self._release_objects(client, out)
         return canceled
 
+    def _on_delete_objects(self, sender: bytes, message: m.Message, now: float, out: list[Outgoing]) -> None:
+        """A client drops some of its objects (the hidden objects of shared arguments, once their tasks finished)."""
+        client = self._clients.get(sender)
+        if client is None:
+            out.append((sender, m.ProtocolError(reason="only clients delete objects")))
+            return
+        assert isinstance(message, m.DeleteObjects)
+        doomed = {bytes(object_id) for object_id in message.object_ids} & client.object_ids
+        if doomed and client.task_ids:
+            # An object a live task still names stays until clear() or disconnect: dispatch must find it.
+            for task_id in client.task_ids:
+                record = self._tasks[task_id]
+                if record.object_slots:
+                    doomed.difference_update(bytes(record.args[slot]) for slot in record.object_slots)
+        if doomed:
+            client.object_ids -= doomed
+            self._free_objects(client, doomed, out)
+
     def _release_objects(self, client: ClientPeer, out: list[Outgoing]) -> None:
+        self._free_objects(client, client.object_ids, out)
+        client.object_ids.clear()
+
+    def _free_objects(self, client: ClientPeer, object_ids: Iterable[bytes], out: list[Outgoing]) -> None:
+        """The client lets go of these objects; those nobody else holds are deleted here and in the workers."""
         freed = []
-        for object_id in client.object_ids:
+        for object_id in object_ids:
             record = self._objects.get(object_id)
             if record is None:
                 continue
@@ -743,7 +767,6 @@ class SchedulerCore:
             if not record.owners:
                 del self._objects[object_id]
                 freed.append(object_id)
-        client.object_ids.clear()
         if not freed:
             return
         freed_set = set(freed)
