@@ -1,7 +1,8 @@
 """How functions, arguments and results become bytes.
 
-A `Serializer` is called once for the function of a call site, once for every argument of every task,
-and once for every result, exactly as the product documents describe. The worker receives the client's
+A `Serializer` is called once for the function of a call site, once for every argument of every task
+(except a large argument shared by several tasks: once for all of them, see shared_arguments.py), and
+once for every result. The worker receives the client's
 serializer itself (pickled with cloudpickle, once) and uses it for the arguments and the result.
 """
 
