@@ -281,6 +281,8 @@ class Client:
         `(callable, arg, ...)` whose arguments may be keys, literals, nested tasks, or lists/tuples of
         those. Returns `{key: value}`; with `block=False`, `{key: future}` instead. A missing key or a
         cycle raises ValueError before anything runs; a failed task fails every key that needs it.
+        An argument object found in several tasks (the same object, `is`) is serialized once, and sent
+        once if large (see `Client.map`).
         `order` picks the topological ordering (see `plan_graph`): None, the pure-Python depth-first
         walk (the default, and the fastest measured); "python", Kahn's algorithm; "graphblas", sparse
         matrix products from the optional `graphblas` extra (python-graphblas).
@@ -316,6 +318,9 @@ class Client:
         quiet: list[int] = []
         futures: dict[int, ScalerFuture] = {}
         by_key: dict[Hashable, ScalerFuture] = {}
+        # The caller's graph holds every argument until this returns, so an id names one object meanwhile.
+        repeated = repeated_argument_ids([call.arguments for call in calls]) if len(calls) > 1 else {}
+        hidden: list[bytes] = []
         for call in calls:
             function = call.function
             if isinstance(function, TemplateCall):
@@ -343,6 +348,11 @@ class Client:
                 elif type(argument) is ObjectReference:
                     group.object_arg_indices.append(base + position)
                     group.args.append(argument.object_id)
+                elif repeated and id(argument) in repeated:
+                    object_positions: list[int] = []
+                    group.args.extend(self._serialize_arguments((argument,), object_positions, 0, repeated, hidden))
+                    if object_positions:
+                        group.object_arg_indices.append(base + position)
                 else:
                     group.args.append(serialize(argument))
             if call.key in wanted:
@@ -352,6 +362,8 @@ class Client:
             else:
                 quiet.append(task_id)
         connection.submit_graph(m.TaskSubmission(objects=[], groups=groups, quiet_task_ids=quiet), futures)
+        if hidden:
+            _delete_when_all_done(list(futures.values()), hidden, connection)
         return by_key
 
     def _template_call(self, wrapper: TemplateCall) -> TemplateCall:
@@ -416,6 +428,23 @@ class Client:
         assert isinstance(response, m.ShutdownResponse)
         if not response.accepted:
             raise ProtectedModeError(response.reason)
+
+
+def _delete_when_all_done(futures: list[ScalerFuture], object_ids: list[bytes], connection: ClientConnection) -> None:
+    """The hidden objects of a graph go once every wanted task is done (and so every task they needed,
+    unless one failed first: the scheduler then keeps the objects still-running tasks name until clear())."""
+    remaining = [len(futures)]
+    lock = threading.Lock()
+
+    def one_done(_: concurrent.futures.Future) -> None:
+        with lock:
+            remaining[0] -= 1
+            last = remaining[0] == 0
+        if last and connection.is_open:
+            connection.send_message(m.DeleteObjects(object_ids=object_ids))
+
+    for future in futures:
+        future.add_done_callback(one_done)
 
 
 def _wait_for_futures_with_progress(futures: list[concurrent.futures.Future]) -> None:

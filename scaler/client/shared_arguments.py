@@ -3,9 +3,9 @@
 Sameness is identity (`is`), never equality or content: hashing a 5 GB argument to find out it was sent
 before would cost what sending it again saves. Identity is only safe while the object cannot change:
 
-- Within one `Client.map` call every argument is serialized before the call returns, so an object that
-  appears in several tasks (any type) is serialized once; when its payload is large it is sent once,
-  as an object the workers cache, and deleted when the map is over.
+- Within one `Client.map` call or one `Client.get` graph every argument is serialized before the call
+  returns, so an object that appears in several tasks (any type) is serialized once; when its payload
+  is large it is sent once, as an object the workers cache, and deleted when the tasks are over.
 - Across `Client.submit` calls the user may change a list or an array between two calls and must see
   the new value, so only values that cannot change are shared: `bytes` and `str` of
   `LARGE_PAYLOAD_BYTES` or more. Such a value is sent once while any task using it is unfinished and

@@ -346,3 +346,20 @@ def test_a_mutated_argument_between_two_maps_and_a_small_repeated_one_in_a_map(c
     assert client.map(first_item, [(values,)] * 10) == [7] * 10
     small = [3, 4]
     assert client.map(first_item, [(small,)] * 10) == [3] * 10
+
+
+@pytest.mark.timeout(240)
+def test_a_large_object_shared_by_the_tasks_of_a_graph_is_serialized_once_then_freed() -> None:
+    shared = ([bytes([i % 256]) * 1024 for i in range(SHARED_SIZE // 1024)], make_bytes(1000))
+    expected = SHARED_SIZE + 1000
+    graph: dict = {f"part-{i}": (total_length, shared, i) for i in range(30)}
+    graph["sum"] = (sum, [f"part-{i}" for i in range(30)])
+    CountingCallsSerializer.large_payloads = 0
+    with SchedulerClusterCombo(n_workers=2, logging_level="WARNING", heartbeat_interval_seconds=0.5) as cluster, \
+            MonitorSubscriber(default_monitor_address(cluster.get_address())) as monitor, \
+            Client(address=cluster.get_address(), name="grapher", serializer=CountingCallsSerializer()) as client:
+        outcome = client.get(graph, ["sum", "part-3"])
+        assert outcome == {"sum": 30 * expected + sum(range(30)), "part-3": expected + 3}
+        assert CountingCallsSerializer.large_payloads == 1
+        wait_for_snapshot(monitor, holding_nothing_large("grapher"), "the graph's shared argument freed")
+        wait_for_snapshot(monitor, lambda s: s.object_bytes < 1 << 20, "no large object left in the scheduler")
