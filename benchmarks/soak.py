@@ -415,7 +415,8 @@ def soak(options: argparse.Namespace) -> int:
                 next_progress = now + _PROGRESS_SECONDS
                 with ledger.lock:
                     print(f"  {now - started:5.0f} s: {ledger.submitted:,} submitted, {ledger.completed:,} completed, "
-                          f"{len(ledger.failed)} failed, {stream.outstanding()} single submits in flight, "
+                          f"{ledger.canceled:,} canceled, {len(ledger.failed)} failed, "
+                          f"{stream.outstanding()} single submits in flight, "
                           f"{sum(workers.killed.values())} killed, scheduler RSS {_rss_mb(scheduler_process):.1f} MB",
                           flush=True)
             time.sleep(0.01)
