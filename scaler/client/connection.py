@@ -345,7 +345,16 @@ class ClientConnection:
             self._id_prefix = message.id_prefix
             self._welcomed.set()
         elif isinstance(message, m.Refused):
-            self._break(ConnectionFailedError(f"the scheduler at {self.address} refused this client: {message.reason}"))
+            if self._welcomed.is_set():
+                # We were welcomed once: a scheduler that no longer knows us was restarted, or dropped us for silence.
+                self._break(SchedulerLostError(
+                    f"the scheduler at {self.address} no longer knows this client (restarted, or dropped it after "
+                    f"--client-timeout-seconds of silence): {message.reason}"
+                ))
+            else:
+                self._break(ConnectionFailedError(
+                    f"the scheduler at {self.address} refused this client: {message.reason}"
+                ))
             self._welcomed.set()
         elif isinstance(message, m.Disconnect):
             self._break(SchedulerLostError(f"the scheduler at {self.address} closed the connection: {message.reason}"))

@@ -89,6 +89,13 @@ class SchedulerServer:
         socket.setsockopt(zmq.RCVHWM, 0)
         socket.setsockopt(zmq.LINGER, 0)
         socket.setsockopt(zmq.MAXMSGSIZE, config.max_message_size_bytes)
+        # ZeroMQ pings each connection, so that the TCP connection of a peer whose machine vanished is
+        # closed instead of kept open with its queued messages. Only after the longest peer timeout: by
+        # then the core has dropped that peer, so closing a connection can never lose what it still owes.
+        socket.setsockopt(zmq.HEARTBEAT_IVL, max(1, int(config.heartbeat_interval_seconds * 1000)))
+        socket.setsockopt(zmq.HEARTBEAT_TIMEOUT, max(1, int(
+            max(config.worker_timeout_seconds, config.client_timeout_seconds) * 1000
+        )))
         authenticator = None
         monitor = MonitorPublisher(context, monitor_address)
         try:

@@ -104,3 +104,22 @@ def test_a_killed_worker_has_its_tasks_rescheduled_on_the_others() -> None:
             victim.kill()
             results = [f.result(timeout=60) for f in futures]
             assert results == list(range(300))
+
+
+def test_a_restarted_scheduler_is_a_lost_scheduler_for_old_clients() -> None:
+    """A new scheduler at the same address does not know the old client: its futures fail at once, not later."""
+    with SchedulerClusterCombo(n_workers=1, logging_level="WARNING") as first:
+        address = first.get_address()
+        client = Client(address=address, timeout_seconds=60, heartbeat_interval_seconds=0.5)
+        try:
+            assert client.submit(abs, -1).result(timeout=30) == 1
+            waiting = client.submit(time.sleep, 60)
+            os.kill(first.scheduler_pid, signal.SIGKILL)
+            with SchedulerClusterCombo(address=address, n_workers=1, logging_level="WARNING"):
+                # Well before the client's 60 s timeout: the first heartbeat the new scheduler refuses.
+                with pytest.raises(SchedulerLostError, match="no longer knows this client"):
+                    waiting.result(timeout=30)
+                with Client(address=address, timeout_seconds=30) as fresh:
+                    assert fresh.submit(abs, -2).result(timeout=30) == 2
+        finally:
+            client.disconnect()

@@ -624,7 +624,7 @@ class SchedulerCore:
             return
         if self._config.protected:
             out.append((sender, m.ShutdownResponse(
-                accepted=False, reason="scheduler is in protected mode; start it with --protected false to allow this"
+                accepted=False, reason="scheduler is in protected mode; start it with --no-protected to allow this"
             )))
             return
         logger.info("Scheduler: shutdown requested by a client")
