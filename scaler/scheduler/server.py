@@ -168,7 +168,7 @@ class SchedulerServer:
         except Exception:
             # A bug triggered by one message must not take the whole cluster down with it.
             logger.exception(f"Scheduler: failed to handle {name} from {sender!r}")
-            return self._core.on_bad_frame(sender, f"scheduler could not handle {name}")
+            return self._core.on_bad_frame(sender, f"scheduler could not handle {name}", drop_sender=False)
 
     def _send(self, socket: zmq.Socket, outgoing: list[Outgoing]) -> None:
         for identity, message in outgoing:

@@ -180,7 +180,7 @@ def test_framing_cases_are_really_malformed() -> None:
 
 @pytest.mark.parametrize("registered", [False, True], ids=["before_hello", "after_hello"])
 @pytest.mark.parametrize("case", list(FRAMING_CASES))
-def test_malformed_frame_gets_protocol_error_and_scheduler_keeps_serving(
+def test_malformed_frame_gets_protocol_error_drops_its_sender_and_scheduler_keeps_serving(
     case: str, registered: bool, raw_peers: PeerFactory, client: Client, combo: SchedulerClusterCombo
 ) -> None:
     peer = raw_peers(case)
@@ -191,12 +191,12 @@ def test_malformed_frame_gets_protocol_error_and_scheduler_keeps_serving(
     assert error.reason
     if len(FRAMING_CASES[case]) > 1:
         assert "frame" in error.reason or "malformed" in error.reason
-    # The offending message was dropped (a multi-frame Hello does not register us), and the same peer is
-    # still served exactly as before: the connection was not closed and nothing else was sent.
+    # The offending message was dropped (a multi-frame Hello does not register us). A registered peer
+    # that cannot speak the protocol is dropped too, and told so; an unknown one stays unknown.
     if registered:
-        peer.assert_still_registered()
-    else:
-        peer.assert_unknown()
+        goodbye = peer.expect(m.Disconnect)
+        assert "malformed" in goodbye.reason or "frame" in goodbye.reason
+    peer.assert_unknown()
     assert_scheduler_serves(client, combo)
 
 
@@ -276,7 +276,6 @@ def case_client_sends_scheduler_only_messages(peers: PeerFactory) -> None:
         m.Welcome(id_prefix=7),
         m.Refused(reason="no"),
         m.HeartbeatEcho(),
-        m.DeleteObjects(object_ids=[b"x" * 16]),
         m.ClearResponse(canceled_tasks=3),
         m.ShutdownResponse(accepted=True),
         m.ProtocolError(reason="you"),
@@ -297,6 +296,8 @@ def case_worker_sends_client_messages(peers: PeerFactory) -> None:
         peer.send(m.ClearRequest())  # ignored
         peer.send(m.ShutdownRequest())
         assert peer.expect(m.ProtocolError).reason
+        peer.send(m.DeleteObjects(object_ids=[b"x" * 16]))  # clients delete their objects; workers may not
+        assert "only clients" in peer.expect(m.ProtocolError).reason
         peer.assert_still_registered()  # the two ignored messages produced no reply
     finally:
         peer.send(m.Disconnect(reason="test over"))
@@ -481,10 +482,6 @@ def test_misbehaving_worker_does_not_lose_a_clients_tasks(
             assert held, "the fake worker was given no task"
             assert {o.object_id for o in submission.objects} >= {g.function_id for g in submission.groups}
 
-            worker.send_frames([GARBAGE])
-            worker.expect(m.ProtocolError)
-            worker.send_frames([encode_one(m.Heartbeat())[:-8]])
-            worker.expect(m.ProtocolError)
             # Results for tasks it does not hold are ignored; a success without its payload is dropped
             # (possibly with a protocolError: ids and payloads must have the same length).
             worker.send(m.TaskResults(succeeded_ids=[held[0] + 10_000_000, 1], payloads=[b"x", b"y"], failures=[]))
@@ -496,6 +493,12 @@ def test_misbehaving_worker_does_not_lose_a_clients_tasks(
             while not isinstance(message := worker.receive(), m.HeartbeatEcho):
                 # re-dispatched work is fine, and so is a protocolError for the malformed results
                 assert isinstance(message, (m.TaskSubmission, m.ProtocolError)), message
+            # Then garbage: a worker that cannot speak the protocol is dropped, and what it held requeued.
+            worker.send_frames([GARBAGE])
+            worker.expect(m.ProtocolError)
+            worker.expect(m.Disconnect)
+            worker.send_frames([encode_one(m.Heartbeat())[:-8]])
+            worker.expect(m.ProtocolError)  # an unknown sender of garbage is only told
         finally:
             worker.send(m.Disconnect(reason="leaving with tasks"))
         assert mapped.result(timeout=RESULT_TIMEOUT_SECONDS) == [i * 5 for i in range(60)]
@@ -590,12 +593,15 @@ def _expected_replies_registered_client(message: m.Message | None) -> list[type]
         return [m.ClearResponse]
     if isinstance(message, m.ShutdownRequest):
         return [m.ShutdownResponse]  # protected mode
+    if isinstance(message, m.DeleteObjects):
+        return []  # a client deletes its own objects; ids it does not hold are ignored
     return [_REPLIES_TO_ANYTHING_ELSE]
 
 
 def _usable_for_registered(message: m.Message | None) -> bool:
-    # A disconnect would drop the peer; a submission carrying objects could make a mutated task runnable.
-    if isinstance(message, m.Disconnect):
+    # A disconnect or an undecodable frame would drop the peer (the latter is checked once, at the end);
+    # a submission carrying objects could make a mutated task runnable.
+    if message is None or isinstance(message, m.Disconnect):
         return False
     if isinstance(message, m.TaskSubmission) and message.objects:
         return False
@@ -677,4 +683,9 @@ def test_200_random_frames_interleaved_with_real_work(
             _check_reply(reply, kind, sent)
     stranger.assert_unknown()
     member.assert_still_registered()
+    # Last, one undecodable frame from the registered client: it is told, dropped, and told that too.
+    member.send_frames([GARBAGE])
+    member.expect(m.ProtocolError)
+    assert "malformed" in member.expect(m.Disconnect).reason
+    member.assert_unknown()
     assert_scheduler_serves(client, combo)

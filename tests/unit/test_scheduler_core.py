@@ -971,6 +971,44 @@ def test_a_bad_frame_is_answered_with_a_protocol_error():
     assert out == [(b"peer", m.ProtocolError(reason="garbage"))]
 
 
+def test_a_registered_peer_that_sends_a_malformed_frame_is_dropped_and_nothing_is_lost():
+    cluster = SimulatedCluster()
+    good, bad = cluster.add_worker(capacity=10), cluster.add_worker(capacity=10)
+    client = cluster.add_client()
+    ids = cluster.submit(client, 20)
+    assert good.pending and bad.pending
+    out = cluster.core.on_bad_frame(bad.identity, "malformed message: garbage")
+    assert (bad.identity, m.ProtocolError(reason="malformed message: garbage")) in out
+    assert any(peer == bad.identity and isinstance(msg, m.Disconnect) for peer, msg in out)
+    assert cluster.core.worker_count == 1
+    cluster.forget_worker(bad)
+    cluster._route(out)
+    cluster.run_to_completion()
+    assert_exactly_once(client, ids)
+
+
+def test_a_client_that_sends_a_malformed_frame_is_dropped_and_others_carry_on():
+    cluster = SimulatedCluster()
+    cluster.add_worker(capacity=100)
+    good, bad = cluster.add_client(), cluster.add_client()
+    good_ids = cluster.submit(good, 10)
+    cluster.submit(bad, 10)
+    out = cluster.core.on_bad_frame(bad.identity, "malformed message: garbage")
+    assert any(peer == bad.identity and isinstance(msg, m.Disconnect) for peer, msg in out)
+    assert cluster.core.client_count == 1
+    cluster._route(out)
+    cluster.run_to_completion()
+    assert_exactly_once(good, good_ids)
+
+
+def test_a_message_the_scheduler_failed_to_handle_does_not_drop_its_sender():
+    cluster = SimulatedCluster()
+    client = cluster.add_client()
+    out = cluster.core.on_bad_frame(client.identity, "scheduler could not handle X", drop_sender=False)
+    assert out == [(client.identity, m.ProtocolError(reason="scheduler could not handle X"))]
+    assert cluster.core.client_count == 1
+
+
 # ---------------------------------------------------------------------------------------------- scale
 
 

@@ -165,8 +165,30 @@ class SchedulerCore:
         handler(sender, message, now, out)
         return out
 
-    def on_bad_frame(self, sender: bytes, reason: str) -> list[Outgoing]:
-        return [(sender, m.ProtocolError(reason=reason))]
+    def on_bad_frame(self, sender: bytes, reason: str, *, drop_sender: bool = True) -> list[Outgoing]:
+        """A frame that is not a message we can read (undecodable, or a control frame over the limit).
+
+        The sender hears why. A registered peer that sends one is broken or hostile: it is dropped as if
+        it had disconnected (a worker's tasks go back to the queue, a client's work is cancelled and its
+        objects freed) and told so, which also ends any wait of its own. `drop_sender=False` is for a
+        message that was fine but that the scheduler itself failed to handle: not the sender's fault.
+        """
+        out: list[Outgoing] = [(sender, m.ProtocolError(reason=reason))]
+        if not drop_sender:
+            return out
+        client = self._clients.get(sender)
+        worker = self._workers.get(sender)
+        if client is not None:
+            logger.warning("ClientManager: client %s dropped after a malformed message: %s", client.name, reason)
+            self._remove_client(client, out)
+        elif worker is not None:
+            logger.warning("WorkerManager: worker %s dropped after a malformed message: %s", worker.name, reason)
+            self._remove_worker(worker, out)
+        else:
+            return out
+        out.append((sender, m.Disconnect(reason=f"dropped after a malformed message: {reason}")))
+        self._dispatch(out)
+        return out
 
     def on_tick(self, now: float) -> list[Outgoing]:
         out: list[Outgoing] = []
