@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
-from scaler.scheduler.monitor import MonitorSnapshot, WorkerStatus
+from scaler.scheduler.monitor import ClientStatus, MonitorSnapshot, WorkerStatus
 
 # Seconds without a snapshot before the screen says the scheduler may be gone (it publishes every second).
 STALE_AFTER_SECONDS = 3.0
@@ -169,6 +169,14 @@ def sort_workers(workers: list[WorkerStatus], sort_by: str) -> list[WorkerStatus
     return sorted(by_name, key=column.sort_value, reverse=column.descending)
 
 
+def _client_line(client: ClientStatus) -> str:
+    """A client's name and unfinished tasks, then the objects it holds and their size, if any."""
+    line = f"{_short_name(client.name, _CLIENT_NAME_WIDTH)} {format_count(client.tasks)}"
+    if client.objects:
+        line += f" obj {format_count(client.objects)} {format_bytes(client.object_bytes)}"
+    return line
+
+
 def _worker_table(snapshot: MonitorSnapshot, sort_by: str) -> list[str]:
     workers = sort_workers(snapshot.workers, sort_by)
     headers = [("*" if column.header == sort_by else "") + column.header for column in COLUMNS]
@@ -180,9 +188,7 @@ def _worker_table(snapshot: MonitorSnapshot, sort_by: str) -> list[str]:
         return " ".join([first] + [cell.rjust(width) for cell, width in zip(row[1:], widths[1:])])
 
     table = [table_line(headers, name_left=False)] + [table_line(row, name_left=True) for row in cells]
-    clients = ["client_manager"] + [
-        f"{_short_name(client.name, _CLIENT_NAME_WIDTH)} {format_count(client.tasks)}" for client in snapshot.clients
-    ]
+    clients = ["client_manager"] + [_client_line(client) for client in snapshot.clients]
     blank = " " * len(table[0])
     return [
         f"{table[row] if row < len(table) else blank} | {clients[row] if row < len(clients) else ''}".rstrip()

@@ -102,6 +102,15 @@ def test_worker_rows_show_formatted_values_and_flags() -> None:
     assert rows[0].endswith("| host|4242 3")
 
 
+def test_clients_holding_objects_show_how_many_and_their_size() -> None:
+    status = snapshot()
+    status.clients = [ClientStatus(name="host|4242", tasks=3), ClientStatus(name="host|77", tasks=0, objects=2,
+                                                                             object_bytes=5 * 1024 * 1024)]
+    rows = worker_rows(render(status, "worker", ADDRESS, 0.5).lines)
+    assert rows[0].endswith("| host|4242 3")  # no objects: nothing more
+    assert rows[1].endswith("| host|77 0 obj 2 5.0m")
+
+
 @pytest.mark.parametrize(("key", "header", "expected_first"), [
     ("n", "worker", "host|1"),
     ("C", "agt_cpu", "host|2"),
