@@ -11,15 +11,16 @@ from workloads import (
     cpu_efficiency,
     cpu_work,
     descendants,
-    distinct_payloads,
+    large_arguments,
     noop,
     payload_size,
     process_memory,
     rate,
-    round_trips,
+    result_of,
+    sequential_round_trips,
+    submit_loop,
     task_node_count,
     timed,
-    transfer,
     tree_graph,
 )
 
@@ -37,6 +38,10 @@ def main() -> None:
         n_workers=runner.workers, threads_per_worker=1, processes=True, dashboard_address=None
     ) as cluster, Client(cluster) as client:
         client.wait_for_workers(runner.workers)
+
+        def start(function, argument):  # pure=False: distinct calls, never served from dask's cache
+            return client.submit(function, argument, pure=False)
+
         client.gather(client.map(noop, range(500)))
         client.gather(client.map(cpu_work, [10] * 10, pure=False))
         client.submit(payload_size, b"x" * 2_000_000).result()
@@ -58,19 +63,8 @@ def main() -> None:
             [], worker_pids, note="the LocalCluster scheduler runs inside the client process"
         ))
 
-        def run_submit() -> dict:
-            count = runner.count("submit")
-
-            def submit_all() -> None:
-                futures = [client.submit(noop, index, pure=False) for index in range(count)]
-                assert [future.result() for future in futures][-1] == count - 1
-
-            return rate(count, timed(submit_all))
-
-        runner.run("submit", run_submit)
-        runner.run("rtt", lambda: round_trips(
-            lambda index: client.submit(noop, index, pure=False).result(), runner.count("rtt")
-        ))
+        runner.run("submit", lambda: submit_loop(start, result_of, runner.count("submit")))
+        runner.run("rtt", lambda: sequential_round_trips(start, result_of, runner.count("rtt")))
 
         def run_graph() -> dict:
             graph, root, expected = tree_graph(runner.count("graph"))
@@ -103,16 +97,7 @@ def main() -> None:
 
         runner.run("cpu", run_cpu)
 
-        def run_large() -> dict:
-            payloads = distinct_payloads(spec["large_count"], spec["large_bytes"])
-
-            def send_all() -> None:
-                futures = [client.submit(payload_size, payload, pure=False) for payload in payloads]
-                assert all(future.result() == spec["large_bytes"] for future in futures)
-
-            return transfer(len(payloads), spec["large_bytes"], timed(send_all))
-
-        runner.run("large_args", run_large)
+        runner.run("large_args", lambda: large_arguments(start, result_of, spec))
 
 
 if __name__ == "__main__":  # workers start with spawn, which re-imports this file

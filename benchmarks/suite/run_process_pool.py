@@ -10,14 +10,15 @@ from workloads import (
     cpu_efficiency,
     cpu_work,
     descendants,
-    distinct_payloads,
+    large_arguments,
     noop,
     payload_size,
     process_memory,
     rate,
-    round_trips,
+    result_of,
+    sequential_round_trips,
+    submit_loop,
     timed,
-    transfer,
 )
 
 
@@ -39,17 +40,8 @@ def main() -> None:
         runner.run("map", run_map)
         runner.run("memory", lambda: process_memory([], descendants(os.getpid()), note="no scheduler process"))
 
-        def run_submit() -> dict:
-            count = runner.count("submit")
-
-            def submit_all() -> None:
-                futures = [pool.submit(noop, index) for index in range(count)]
-                assert [future.result() for future in futures][-1] == count - 1
-
-            return rate(count, timed(submit_all))
-
-        runner.run("submit", run_submit)
-        runner.run("rtt", lambda: round_trips(lambda index: pool.submit(noop, index).result(), runner.count("rtt")))
+        runner.run("submit", lambda: submit_loop(pool.submit, result_of, runner.count("submit")))
+        runner.run("rtt", lambda: sequential_round_trips(pool.submit, result_of, runner.count("rtt")))
 
         def run_cpu() -> dict:
             arguments = [spec["cpu_iterations"]] * spec["cpu_tasks"]
@@ -57,16 +49,7 @@ def main() -> None:
 
         runner.run("cpu", run_cpu)
 
-        def run_large() -> dict:
-            payloads = distinct_payloads(spec["large_count"], spec["large_bytes"])
-
-            def send_all() -> None:
-                futures = [pool.submit(payload_size, payload) for payload in payloads]
-                assert all(future.result() == spec["large_bytes"] for future in futures)
-
-            return transfer(len(payloads), spec["large_bytes"], timed(send_all))
-
-        runner.run("large_args", run_large)
+        runner.run("large_args", lambda: large_arguments(pool.submit, result_of, spec))
 
 
 if __name__ == "__main__":

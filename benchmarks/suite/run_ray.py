@@ -11,15 +11,15 @@ from workloads import (
     cpu_efficiency,
     cpu_work,
     descendants,
-    distinct_payloads,
+    large_arguments,
     noop,
     payload_size,
     process_memory,
     rate,
-    round_trips,
+    sequential_round_trips,
+    submit_loop,
     task_node_count,
     timed,
-    transfer,
     tree_graph,
 )
 
@@ -38,6 +38,11 @@ def main() -> None:
         remote_cpu = ray.remote(cpu_work)
         remote_size = ray.remote(payload_size)
         remote_call = ray.remote(call)
+        remote_of = {noop: remote_noop, payload_size: remote_size}
+
+        def start(function, argument):  # a remote call: its ObjectRef is the handle
+            return remote_of[function].remote(argument)
+
         ray.get([remote_noop.remote(index) for index in range(500)])
         ray.get([remote_cpu.remote(10) for _ in range(10)])
         ray.get(remote_size.remote(b"x" * 2_000_000))
@@ -63,17 +68,8 @@ def main() -> None:
 
         runner.run("memory", memory)
 
-        def run_submit() -> dict:
-            count = runner.count("submit")
-
-            def submit_all() -> None:
-                references = [remote_noop.remote(index) for index in range(count)]
-                assert [ray.get(reference) for reference in references][-1] == count - 1
-
-            return rate(count, timed(submit_all))
-
-        runner.run("submit", run_submit)
-        runner.run("rtt", lambda: round_trips(lambda index: ray.get(remote_noop.remote(index)), runner.count("rtt")))
+        runner.run("submit", lambda: submit_loop(start, ray.get, runner.count("submit")))
+        runner.run("rtt", lambda: sequential_round_trips(start, ray.get, runner.count("rtt")))
         runner.run("graph", lambda: run_graph_once(remote_call, ray, runner.count("graph")))
 
         def run_cpu() -> dict:
@@ -82,16 +78,7 @@ def main() -> None:
 
         runner.run("cpu", run_cpu)
 
-        def run_large() -> dict:
-            payloads = distinct_payloads(spec["large_count"], spec["large_bytes"])
-
-            def send_all() -> None:
-                references = [remote_size.remote(payload) for payload in payloads]
-                assert all(ray.get(reference) == spec["large_bytes"] for reference in references)
-
-            return transfer(len(payloads), spec["large_bytes"], timed(send_all))
-
-        runner.run("large_args", run_large)
+        runner.run("large_args", lambda: large_arguments(start, ray.get, spec))
     finally:
         ray.shutdown()
 

@@ -11,15 +11,16 @@ from workloads import (
     cpu_work,
     current_rss_mb,
     descendants,
-    distinct_payloads,
+    large_arguments,
     noop,
     payload_size,
     process_memory,
     rate,
-    round_trips,
+    result_of,
+    sequential_round_trips,
+    submit_loop,
     task_node_count,
     timed,
-    transfer,
     tree_graph,
 )
 
@@ -52,17 +53,8 @@ def main() -> None:
         runner.run("memory", lambda: process_memory(scheduler_pids(), worker_pids()))
         runner.run("memory_flat", lambda: memory_flat(client, runner, scheduler_pids()))
 
-        def run_submit() -> dict:
-            count = runner.count("submit")
-
-            def submit_all() -> None:
-                futures = [client.submit(noop, index) for index in range(count)]
-                assert [future.result() for future in futures][-1] == count - 1
-
-            return rate(count, timed(submit_all))
-
-        runner.run("submit", run_submit)
-        runner.run("rtt", lambda: round_trips(lambda index: client.submit(noop, index).result(), runner.count("rtt")))
+        runner.run("submit", lambda: submit_loop(client.submit, result_of, runner.count("submit")))
+        runner.run("rtt", lambda: sequential_round_trips(client.submit, result_of, runner.count("rtt")))
 
         def run_graph() -> dict:
             graph, root, expected = tree_graph(runner.count("graph"))
@@ -82,16 +74,7 @@ def main() -> None:
 
         runner.run("cpu", run_cpu)
 
-        def run_large() -> dict:
-            payloads = distinct_payloads(spec["large_count"], spec["large_bytes"])
-
-            def send_all() -> None:
-                futures = [client.submit(payload_size, payload) for payload in payloads]
-                assert all(future.result() == spec["large_bytes"] for future in futures)
-
-            return transfer(len(payloads), spec["large_bytes"], timed(send_all))
-
-        runner.run("large_args", run_large)
+        runner.run("large_args", lambda: large_arguments(client.submit, result_of, spec))
 
 
 def warm_up(client: Client) -> None:

@@ -11,15 +11,16 @@ from workloads import (
     cpu_efficiency,
     cpu_work,
     descendants,
-    distinct_payloads,
+    large_arguments,
     noop,
     payload_size,
     process_memory,
     rate,
-    round_trips,
+    result_of,
+    sequential_round_trips,
+    submit_loop,
     task_node_count,
     timed,
-    transfer,
     tree_graph_with_data_keys,
 )
 
@@ -56,17 +57,8 @@ def main() -> None:
         cluster_pid = cluster._cluster.pid
         runner.run("memory", lambda: process_memory([scheduler_pid], [cluster_pid, *descendants(cluster_pid)]))
 
-        def run_submit() -> dict:
-            count = runner.count("submit")
-
-            def submit_all() -> None:
-                futures = [client.submit(noop, index) for index in range(count)]
-                assert [future.result() for future in futures][-1] == count - 1
-
-            return rate(count, timed(submit_all))
-
-        runner.run("submit", run_submit)
-        runner.run("rtt", lambda: round_trips(lambda index: client.submit(noop, index).result(), runner.count("rtt")))
+        runner.run("submit", lambda: submit_loop(client.submit, result_of, runner.count("submit")))
+        runner.run("rtt", lambda: sequential_round_trips(client.submit, result_of, runner.count("rtt")))
 
         def run_graph() -> dict:
             # 1.9.9 takes only keys as task arguments: each literal leaf argument becomes a data key.
@@ -84,16 +76,7 @@ def main() -> None:
 
         runner.run("cpu", run_cpu)
 
-        def run_large() -> dict:
-            payloads = distinct_payloads(spec["large_count"], spec["large_bytes"])
-
-            def send_all() -> None:
-                futures = [client.submit(payload_size, payload) for payload in payloads]
-                assert all(future.result() == spec["large_bytes"] for future in futures)
-
-            return transfer(len(payloads), spec["large_bytes"], timed(send_all))
-
-        runner.run("large_args", run_large)
+        runner.run("large_args", lambda: large_arguments(client.submit, result_of, spec))
     finally:
         client.disconnect()
         cluster.shutdown()

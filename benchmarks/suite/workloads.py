@@ -145,6 +145,40 @@ def round_trips(call: Callable[[int], object], count: int) -> dict:
     return round_trip_figures(samples)
 
 
+# The three workloads below take how a peer starts one call, `start(function, argument) -> handle`, and
+# how it waits for one, `collect(handle) -> value`: a future and its result(), a Ray ObjectRef and ray.get.
+
+
+def submit_loop(start: Callable[[Callable, Any], Any], collect: Callable[[Any], Any], count: int) -> dict:
+    """`count` no-op calls started one by one, then each result collected: tasks/s."""
+
+    def submit_all() -> None:
+        handles = [start(noop, index) for index in range(count)]
+        assert [collect(handle) for handle in handles][-1] == count - 1
+
+    return rate(count, timed(submit_all))
+
+
+def sequential_round_trips(start: Callable[[Callable, Any], Any], collect: Callable[[Any], Any], count: int) -> dict:
+    return round_trips(lambda index: collect(start(noop, index)), count)
+
+
+def large_arguments(start: Callable[[Callable, Any], Any], collect: Callable[[Any], Any], spec: dict) -> dict:
+    """The spec's large payloads, each the argument of one call that only reads its length: MB/s."""
+    payloads = distinct_payloads(spec["large_count"], spec["large_bytes"])
+
+    def send_all() -> None:
+        handles = [start(payload_size, payload) for payload in payloads]
+        assert all(collect(handle) == spec["large_bytes"] for handle in handles)
+
+    return transfer(len(payloads), spec["large_bytes"], timed(send_all))
+
+
+def result_of(future: Any) -> Any:
+    """`collect` for every peer whose calls return futures."""
+    return future.result()
+
+
 def cpu_efficiency(spec: dict, run_all: Callable[[], object]) -> dict:
     """Time `run_all` (the spec's CPU tasks on the workers) against the ideal: tasks x task time / workers.
 
