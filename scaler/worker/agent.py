@@ -363,10 +363,11 @@ class WorkerAgent:
         named = set(task_ids)
         for handle in self._processors.values():
             self._deliver(handle, frames)
-            if not handle.ready or named.isdisjoint(handle.outstanding):
+            queued_here = named.intersection(handle.outstanding)
+            if not handle.ready or not queued_here:
                 continue
             running = handle.running_task_id()
-            if running in handle.outstanding and not named.issubset((running,)):
+            if running in handle.outstanding and queued_here != {running}:
                 try:
                     os.kill(handle.process.pid, AGENT_SIGNAL)
                 except OSError:
