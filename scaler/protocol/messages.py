@@ -128,6 +128,8 @@ class TaskGroup:
     object_arg_indices: list[int] = dataclasses.field(default_factory=list)
     nesting_depth: int = 0
     profiling: bool = False
+    # The worker must say TaskStarted and hear it back before running each of these tasks.
+    report_start: bool = False
 
 
 @dataclasses.dataclass(slots=True)
@@ -177,6 +179,13 @@ class ReleaseTasks:
 @dataclasses.dataclass(slots=True)
 class CancelRefused:
     """The cancel came too late: these tasks had started and will send their results."""
+
+    task_ids: list[int]
+
+
+@dataclasses.dataclass(slots=True)
+class TaskStarted:
+    """Worker: these report-start tasks are about to run here. Scheduler: noted, run them."""
 
     task_ids: list[int]
 
@@ -245,6 +254,7 @@ Message = Union[
     ProcessorState,
     ReleaseTasks,
     CancelRefused,
+    TaskStarted,
 ]
 
 
@@ -353,6 +363,8 @@ def _encode_submission(builder, message: TaskSubmission, frames: list[Buffer]) -
             slot.nestingDepth = group.nesting_depth
         if group.profiling:
             slot.profiling = True
+        if group.report_start:
+            slot.reportStart = True
     if message.quiet_task_ids:
         submission.quietTaskIds = message.quiet_task_ids
 
@@ -394,6 +406,7 @@ _ENCODERS: dict[type, Callable[[Any, Any, list[Buffer]], Any]] = {
     CancelTasks: lambda b, m, f: _init_with(b, "cancelTasks", {"taskIds": m.task_ids, "force": m.force}),
     ReleaseTasks: lambda b, m, f: _init_with(b, "releaseTasks", {"taskIds": m.task_ids}),
     CancelRefused: lambda b, m, f: _init_with(b, "cancelRefused", {"taskIds": m.task_ids}),
+    TaskStarted: lambda b, m, f: _init_with(b, "taskStarted", {"taskIds": m.task_ids}),
     DeleteObjects: lambda b, m, f: _init_with(b, "deleteObjects", {"objectIds": m.object_ids}),
     ClearRequest: lambda b, m, f: b.init("clearRequest"),
     ClearResponse: lambda b, m, f: _init_with(b, "clearResponse", {"canceledTasks": m.canceled_tasks}),
@@ -526,6 +539,7 @@ def _decode_submission(reader, frames: _FrameTable) -> TaskSubmission:
                 object_arg_indices=list(group.objectArgIndices),
                 nesting_depth=group.nestingDepth,
                 profiling=group.profiling,
+                report_start=group.reportStart,
             )
         )
     return TaskSubmission(objects=objects, groups=groups, quiet_task_ids=list(reader.quietTaskIds))
@@ -569,6 +583,7 @@ _DECODERS: dict[str, Callable[[Any, _FrameTable], Any]] = {
     "cancelTasks": lambda r, f: CancelTasks(task_ids=list(r.taskIds), force=r.force),
     "releaseTasks": lambda r, f: ReleaseTasks(task_ids=list(r.taskIds)),
     "cancelRefused": lambda r, f: CancelRefused(task_ids=list(r.taskIds)),
+    "taskStarted": lambda r, f: TaskStarted(task_ids=list(r.taskIds)),
     "deleteObjects": lambda r, f: DeleteObjects(object_ids=[bytes(x) for x in r.objectIds]),
     "clearRequest": lambda r, f: ClearRequest(),
     "clearResponse": lambda r, f: ClearResponse(canceled_tasks=r.canceledTasks),

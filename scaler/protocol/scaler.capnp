@@ -31,6 +31,7 @@ struct Message {
     processorState @15 :ProcessorState;
     releaseTasks @16 :ReleaseTasks;
     cancelRefused @17 :CancelRefused;
+    taskStarted @18 :TaskStarted;
   }
 }
 
@@ -102,6 +103,9 @@ struct TaskGroup {
   # tasks first, because they are what the blocked tasks of lower depths wait for.
   nestingDepth @11 :UInt32;
   profiling @12 :Bool;     # measure each task and send a TaskProfile with its result
+  # Set by the scheduler for tasks that were held by a worker that died: before running one, the worker
+  # says taskStarted and waits for the scheduler's taskStarted back (see TaskStarted).
+  reportStart @13 :Bool;
 }
 
 struct TaskSubmission {
@@ -155,6 +159,13 @@ struct CancelTasks {
 # Worker to scheduler, scheduler to client: a cancel (without force) reached these tasks after they had
 # started; they will finish and send their results as usual.
 struct CancelRefused {
+  taskIds @0 :List(UInt64);
+}
+
+# Worker to scheduler: these tasks, sent with reportStart, are about to start on this worker. Scheduler to
+# worker, the answer: noted, run them. Only the tasks of the worker that asked are answered. If that worker
+# then dies, the scheduler blames these tasks (the ones that had not finished) for its death.
+struct TaskStarted {
   taskIds @0 :List(UInt64);
 }
 

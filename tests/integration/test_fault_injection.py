@@ -285,7 +285,7 @@ def test_a_segfaulting_task_fails_after_max_crashes_while_thousands_of_others_co
             before = submit_logged(client, first, log_path, 0.001)
             poisoned = client.submit(segfault, log_path)
             after = submit_logged(client, second, log_path, 0.001)
-            with pytest.raises(WorkerDiedError, match="crashed 3 times"):
+            with pytest.raises(WorkerDiedError, match="died under it 3 times"):
                 poisoned.result(timeout=RESULT_TIMEOUT)
             assert_all_correct(before + after, range(TASKS))
             spy.assert_exactly_once([*before, poisoned, *after])

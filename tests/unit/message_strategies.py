@@ -104,6 +104,7 @@ def task_groups(
         object_arg_indices=draw(st.lists(index, max_size=3)),
         nesting_depth=draw(SMALL_U32),
         profiling=draw(st.booleans()),
+        report_start=draw(st.booleans()),
     )
 
 
@@ -169,6 +170,7 @@ def message_strategies(
         m.CancelTasks: st.builds(m.CancelTasks, task_ids=id_lists, force=st.booleans()),
         m.ReleaseTasks: st.builds(m.ReleaseTasks, task_ids=id_lists),
         m.CancelRefused: st.builds(m.CancelRefused, task_ids=id_lists),
+        m.TaskStarted: st.builds(m.TaskStarted, task_ids=id_lists),
         m.DeleteObjects: st.builds(m.DeleteObjects, object_ids=st.lists(object_ids(functions), max_size=3)),
         m.ClearRequest: st.just(m.ClearRequest()),
         m.ClearResponse: st.builds(m.ClearResponse, canceled_tasks=U32),

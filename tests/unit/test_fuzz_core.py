@@ -93,6 +93,9 @@ def assert_core_consistent(core: SchedulerCore) -> None:
             assert workers.get(record.worker.identity) is record.worker, f"task {task_id:#x} is on a gone worker"
             assert task_id in record.worker.assigned
         parked = record.waiting_on > 0
+        assert assigned or not record.started, f"task {task_id:#x} counts as started with no worker"
+        assert record.suspect or not record.blame_pending, f"task {task_id:#x} has a death to blame but is no suspect"
+        assert record.crashes < CONFIG.max_task_crashes, f"task {task_id:#x} was not failed at the crash limit"
         # Exactly one of: with a worker, in the queue, waiting for its dependencies.
         assert assigned + (task_id in queued) + parked == 1, (task_id, assigned, task_id in queued, parked)
         signature = record.signature
@@ -122,7 +125,8 @@ def core_snapshot(core: SchedulerCore) -> tuple:
     return (
         sorted(core._clients),
         sorted(core._workers),
-        {task_id: (r.worker.identity if r.worker else None, r.waiting_on, r.cancel_requested, r.crashes, r.canceled)
+        {task_id: (r.worker.identity if r.worker else None, r.waiting_on, r.cancel_requested, r.crashes, r.canceled,
+                   r.suspect, r.blame_pending, r.started)
          for task_id, r in core._tasks.items()},
         [r.task_id for r in core._unassigned if not r.canceled],
         {object_id: sorted(stored.owners) for object_id, stored in core._objects.items()},
@@ -232,6 +236,19 @@ class SchedulerCoreFuzz(RuleBasedStateMachine):
         chosen = data.draw(st.lists(st.sampled_from(sorted(worker.pending)), min_size=1, max_size=3, unique=True))
         self.cluster.send(worker.identity, m.CancelRefused(task_ids=chosen))
 
+    @precondition(lambda self: any(worker.pending for worker in self.good_workers))
+    @rule(data=st.data())
+    def worker_reports_start(self, data: st.DataObject) -> None:
+        """A worker says it is about to run tasks it holds (as it must for reportStart ones): each is acknowledged."""
+        worker = data.draw(st.sampled_from([w for w in self.good_workers if w.pending]))
+        chosen = data.draw(st.lists(st.sampled_from(sorted(worker.pending)), min_size=1, max_size=3, unique=True))
+        tasks = self.core._tasks
+        # The harness's worker may still list tasks canceled meanwhile: those are not answered.
+        held = [t for t in chosen if t in tasks and tasks[t].worker is not None and tasks[t].worker.identity == worker.identity]
+        out = self.cluster.send(worker.identity, m.TaskStarted(task_ids=chosen))
+        assert out == ([(worker.identity, m.TaskStarted(task_ids=held))] if held else []), out
+        assert all(tasks[task_id].started for task_id in held)
+
     @precondition(lambda self: self.good_workers)
     @rule()
     def workers_obey_release(self) -> None:
@@ -316,7 +333,7 @@ class SchedulerCoreFuzz(RuleBasedStateMachine):
             ignored_with(m.ProtocolError)
         elif was_worker and isinstance(message, (m.TaskSubmission, m.ShutdownRequest)):
             ignored_with(m.ProtocolError)
-        elif was_client and isinstance(message, (m.TaskResults, m.CancelRefused)):
+        elif was_client and isinstance(message, (m.TaskResults, m.CancelRefused, m.TaskStarted)):
             ignored_with(m.ProtocolError)
         elif was_worker and isinstance(message, (m.CancelTasks, m.ClearRequest)):
             ignored_with(None)

@@ -244,7 +244,7 @@ def test_mutated_messages_are_a_message_or_a_protocol_error(message, data):
     # Deterministic: the same frames decode the same way, also from an unaligned buffer.
     if frames:
         second = decode_or_reject([unaligned(frames[0]), *frames[1:]])
-        assert first == second
+        assert repr(first) == repr(second)  # repr: a mutated float may be NaN, which never equals itself
 
 
 @pytest.mark.parametrize("kind", [m.TaskSubmission, m.TaskResults], ids=lambda kind: kind.__name__)

@@ -610,6 +610,117 @@ def test_crash_counts_are_per_task():
     assert_exactly_once(client, [b])
 
 
+def _die(cluster, worker, timeout):
+    """The worker's process is gone: it falls silent and the scheduler times it out."""
+    cluster.forget_worker(worker)
+    cluster.now += timeout + 1
+    cluster.heartbeat_all()
+    cluster.tick()
+
+
+def _report_start_groups(worker, task_id):
+    """The report-start flag of every group that handed `task_id` to `worker`."""
+    return [
+        group.report_start for submission in worker.submissions() for group in submission.groups
+        if task_id in group.task_ids
+    ]
+
+
+def test_a_task_that_kills_every_worker_it_starts_on_fails_after_max_task_crashes_deaths():
+    cluster = SimulatedCluster(CoreConfig(worker_timeout_seconds=5, client_timeout_seconds=1000, max_task_crashes=3))
+    workers = [cluster.add_worker(capacity=10) for _ in range(4)]
+    client = cluster.add_client()
+    ids = cluster.submit(client, 12)
+    killer = ids[0]
+    (holder,) = [w for w in workers if killer in w.pending]
+    assert _report_start_groups(holder, killer) == [False]  # nothing is suspect before a death
+    bystanders = [t for t in holder.pending if t != killer]
+    _die(cluster, holder, 5)  # nobody knows which task did it: all of its tasks become suspects
+    assert client.outcomes.get(killer) is None
+
+    for death in (2, 3):
+        (holder,) = [w for w in cluster.workers.values() if killer in w.pending]
+        assert _report_start_groups(holder, killer) == [True]
+        out = cluster.send(holder.identity, m.TaskStarted(task_ids=[killer]))
+        assert out == [(holder.identity, m.TaskStarted(task_ids=[killer]))]
+        _die(cluster, holder, 5)
+        if death < 3:
+            assert client.outcomes.get(killer) is None, f"gave up after {death} deaths"
+
+    assert_exactly_once(client, [killer], kind=m.FailureKind.WORKER_DIED)
+    failure = client.outcomes[killer][0][1]
+    assert "3 times" in failure.message and "--max-task-crashes 3" in failure.message
+    assert cluster.core.worker_count == 1  # three deaths, not the whole cluster
+    # The tasks that shared a dead worker with it were never reported started there: they run to the end.
+    cluster.run_to_completion()
+    assert_exactly_once(client, [t for t in ids if t != killer])
+    assert bystanders
+    for task_id in bystanders:  # sent once plainly, then only as a suspect
+        flags = [flag for worker in workers for flag in _report_start_groups(worker, task_id)]
+        assert len(flags) >= 2 and sorted(flags) == [False] + [True] * (len(flags) - 1), flags
+    assert_no_task_state(cluster.core)
+
+
+def test_a_suspect_is_blamed_only_for_deaths_of_workers_that_reported_it_started():
+    cluster = SimulatedCluster(CoreConfig(worker_timeout_seconds=5, client_timeout_seconds=1000, max_task_crashes=3))
+    first = cluster.add_worker(capacity=2)
+    client = cluster.add_client()
+    a, b = cluster.submit(client, 2)
+    _die(cluster, first, 5)
+    records = cluster.core._tasks
+    assert records[a].suspect and records[b].suspect and records[a].crashes == records[b].crashes == 0
+
+    second = cluster.add_worker(capacity=2)
+    assert _report_start_groups(second, a) == [True] and _report_start_groups(second, b) == [True]
+    cluster.send(second.identity, m.TaskStarted(task_ids=[a]))
+    _die(cluster, second, 5)
+    # a was running: blamed for this death and the one that made it a suspect. b was only queued there.
+    assert records[a].crashes == 2 and records[b].crashes == 0
+
+    third = cluster.add_worker(capacity=2)
+    cluster.send(third.identity, m.TaskStarted(task_ids=[b]))
+    _die(cluster, third, 5)
+    assert records[a].crashes == 2 and records[b].crashes == 2
+    assert client.outcomes == {}
+
+    last = cluster.add_worker(capacity=2)
+    cluster.complete(last)
+    assert_exactly_once(client, [a, b])
+    assert_no_task_state(cluster.core)
+
+
+def test_a_processor_crash_and_a_worker_death_count_together():
+    cluster = SimulatedCluster(CoreConfig(worker_timeout_seconds=5, client_timeout_seconds=1000, max_task_crashes=3))
+    first = cluster.add_worker(capacity=1)
+    client = cluster.add_client()
+    (task_id,) = cluster.submit(client, 1)
+    cluster.complete(first, failure_kind=m.FailureKind.WORKER_DIED)  # its processor crashed: exactly blamed
+    _die(cluster, first, 5)  # then the whole worker died while holding it again
+    second = cluster.add_worker(capacity=1)
+    cluster.send(second.identity, m.TaskStarted(task_ids=[task_id]))
+    _die(cluster, second, 5)
+    assert_exactly_once(client, [task_id], kind=m.FailureKind.WORKER_DIED)
+    assert_no_task_state(cluster.core)
+
+
+def test_task_started_is_answered_only_for_the_senders_own_tasks():
+    cluster = SimulatedCluster()
+    worker, other = cluster.add_worker(capacity=1), cluster.add_worker(capacity=1)
+    client = cluster.add_client()
+    mine, theirs = cluster.submit(client, 2)
+    if mine not in worker.pending:
+        mine, theirs = theirs, mine
+    out = cluster.send(worker.identity, m.TaskStarted(task_ids=[theirs, mine, 12345]))
+    assert out == [(worker.identity, m.TaskStarted(task_ids=[mine]))]
+    assert not cluster.core._tasks[theirs].started
+    assert cluster.send(worker.identity, m.TaskStarted(task_ids=[theirs])) == []
+    error = only(cluster.send(client.identity, m.TaskStarted(task_ids=[mine])), client.identity)
+    assert isinstance(error, m.ProtocolError)
+    cluster.complete(worker)
+    cluster.complete(other)
+    assert_exactly_once(client, [mine, theirs])
+
+
 @pytest.mark.skipif(not hasattr(m.FailureKind, "RETURNED"), reason="protocol has no RETURNED failure kind")
 def test_returned_tasks_go_back_to_the_front_without_counting_a_crash():
     cluster = SimulatedCluster(CoreConfig(max_task_crashes=1))

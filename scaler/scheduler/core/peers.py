@@ -59,8 +59,15 @@ class TaskRecord:
     signature: TaskSignature
     args: list[Buffer]
     worker: WorkerPeer | None = None
-    # How many processors crashed while running this task.
+    # How many processors or workers died while running this task.
     crashes: int = 0
+    # Held by a worker that died: nobody knows whether it was running, so before it runs again the worker
+    # must report its start (TaskGroup.reportStart), which lets the next death be blamed on it exactly.
+    suspect: bool = False
+    # The death that made it a suspect is not blamed on it yet; it will be if a death is (see _remove_worker).
+    blame_pending: bool = False
+    # A suspect whose worker reported it started (TaskStarted) and which has not come back since.
+    started: bool = False
     # Set once the task is finished for good while it may still sit in the unassigned queue.
     canceled: bool = False
     # The client asked to cancel it while a worker held it: if it comes back unfinished, it ends there.

@@ -33,7 +33,8 @@ class CoreConfig:
     per_worker_queue_size: int = 0
     # Tasks waiting for a worker beyond this are rejected; -1 means no limit.
     max_tasks_waiting: int = -1
-    # A task whose processor crashed this many times fails with WorkerDiedError instead of being retried.
+    # A task whose processor or worker died under it this many times fails with WorkerDiedError instead of
+    # being retried (for whole-worker deaths, see _remove_worker for how a death is blamed on a task).
     max_task_crashes: int = 3
     # How often to look for imbalance between workers (0 turns balancing off), and how many looks in a
     # row must see it before queued tasks are moved.
@@ -143,6 +144,7 @@ class SchedulerCore:
             m.Disconnect: self._on_disconnect,
             m.ShutdownRequest: self._on_shutdown,
             m.CancelRefused: self._on_cancel_refused,
+            m.TaskStarted: self._on_task_started,
         }
 
     # ------------------------------------------------------------------------------------------ inputs
@@ -519,7 +521,9 @@ class SchedulerCore:
             if failure.kind == m.FailureKind.WORKER_DIED:
                 record.crashes += 1
                 if record.crashes >= self._config.max_task_crashes:
-                    failure.message = f"{failure.message} (its processor crashed {record.crashes} times, giving up)"
+                    failure.message = (
+                        f"{failure.message} (processors or workers died under it {record.crashes} times, giving up)"
+                    )
                     self._finish_with_failure(record, failure, router)
                     continue
             if failure.kind in (m.FailureKind.RETURNED, m.FailureKind.WORKER_DIED):
@@ -571,6 +575,7 @@ class SchedulerCore:
             if record.worker is not None:
                 record.worker.assigned.pop(record.task_id, None)
                 record.worker = None
+            record.started = False
             requeued.append(record)
         self._unassigned.extendleft(reversed(requeued))
         self._waiting += len(requeued)
@@ -618,6 +623,26 @@ class SchedulerCore:
                 record.cancel_requested = False  # it runs to the end; a later requeue must not cancel it
                 per_client.setdefault(record.client.identity, []).append(task_id)
         out.extend((identity, m.CancelRefused(task_ids=task_ids)) for identity, task_ids in per_client.items())
+
+    def _on_task_started(self, sender: bytes, message: m.Message, now: float, out: list[Outgoing]) -> None:
+        """A worker is about to run tasks sent with reportStart: note it and let it go ahead.
+
+        Tasks no longer this worker's (finished, or canceled meanwhile) are not answered: a cancel is
+        already on its way to the worker and drops them there.
+        """
+        assert isinstance(message, m.TaskStarted)
+        worker = self._workers.get(sender)
+        if worker is None:
+            out.append((sender, m.ProtocolError(reason="only workers report task starts")))
+            return
+        noted = []
+        for task_id in message.task_ids:
+            record = self._tasks.get(task_id)
+            if record is not None and record.worker is worker:
+                record.started = True
+                noted.append(task_id)
+        if noted:
+            out.append((sender, m.TaskStarted(task_ids=noted)))
 
     def _on_clear(self, sender: bytes, message: m.Message, now: float, out: list[Outgoing]) -> None:
         client = self._clients.get(sender)
@@ -690,15 +715,16 @@ class SchedulerCore:
         return records
 
     def _submission_for(self, worker: WorkerPeer, records: list[TaskRecord]) -> m.TaskSubmission:
-        groups: dict[TaskSignature, m.TaskGroup] = {}
+        groups: dict[object, m.TaskGroup] = {}
         objects: list[m.ObjectPayload] = []
         for record in records:
             record.worker = worker
             worker.assigned[record.task_id] = None
             signature = record.signature
-            group = groups.get(signature)
+            key = (signature, True) if record.suspect else signature
+            group = groups.get(key)
             if group is None:
-                group = groups[signature] = m.TaskGroup(
+                group = groups[key] = m.TaskGroup(
                     function_id=signature.function_id,
                     args_per_task=signature.args_per_task,
                     keywords=signature.keywords,
@@ -707,6 +733,7 @@ class SchedulerCore:
                     serializer_id=signature.serializer_id,
                     nesting_depth=signature.nesting_depth,
                     profiling=signature.profiling,
+                    report_start=record.suspect,
                 )
                 for object_id in (signature.serializer_id, signature.function_id):
                     if object_id and object_id not in worker.known_object_ids:
@@ -803,8 +830,34 @@ class SchedulerCore:
         del self._clients[client.identity]
 
     def _remove_worker(self, worker: WorkerPeer, out: list[Outgoing]) -> None:
-        """The worker is gone: everything it held goes back to the front of the queue, oldest first."""
+        """The worker is gone: everything it held goes back to the front of the queue, oldest first.
+
+        Which of its tasks was running, and so may have killed it, is unknown: all of them become suspects,
+        which their next worker reports before starting (TaskStarted). A suspect reported started on a
+        worker that then dies is blamed for that death and for the one that made it a suspect, so a task
+        that kills every worker it runs on fails with WorkerDiedError after `max_task_crashes` deaths.
+        """
         del self._workers[worker.identity]
         router = _ResultRouter()
-        self._return_to_queue([self._tasks[task_id] for task_id in worker.assigned], router)
+        limit = self._config.max_task_crashes
+        requeued = []
+        for record in [self._tasks[task_id] for task_id in worker.assigned]:
+            if record.started:
+                record.crashes += 2 if record.blame_pending else 1
+                record.blame_pending = False
+                if record.crashes >= limit and not record.cancel_requested:
+                    self._finish_with_failure(record, m.TaskFailure(
+                        task_id=record.task_id, kind=m.FailureKind.WORKER_DIED,
+                        type_name="scaler.errors.WorkerDiedError",
+                        message=(
+                            f"the worker running this task died ({worker.name}); workers or processors died "
+                            f"under it {record.crashes} times, giving up (--max-task-crashes {limit})"
+                        ),
+                    ), router)
+                    continue
+            elif not record.suspect:
+                record.blame_pending = True
+            record.suspect = True
+            requeued.append(record)
+        self._return_to_queue(requeued, router)
         router.flush(out)
