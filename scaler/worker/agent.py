@@ -211,6 +211,12 @@ class WorkerAgent:
             self._deliver_to_all(frames, message.task_ids)
         elif isinstance(message, m.ReleaseTasks):
             self._deliver_to_all(frames, message.task_ids)
+        elif isinstance(message, m.TaskStarted):
+            # The go-ahead for a suspect task: to the processor that holds it and waits for it.
+            named = set(message.task_ids)
+            for handle in self._processors.values():
+                if not named.isdisjoint(handle.outstanding):
+                    self._deliver(handle, frames)
         elif isinstance(message, m.DeleteObjects):
             for object_id in message.object_ids:
                 self._objects.pop(object_id, None)
@@ -253,6 +259,8 @@ class WorkerAgent:
             send_frames(scheduler, frames)
             if handle.role is ProcessorRole.FINISHING and not handle.outstanding:
                 self._retire(handle)
+        elif isinstance(message, m.TaskStarted):
+            send_frames(scheduler, frames)  # a suspect task asks to start; the scheduler answers
         elif isinstance(message, m.Hello):
             handle.ready = True
             for backlog_frames in handle.backlog:

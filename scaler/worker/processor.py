@@ -69,9 +69,14 @@ class Processor:
         self._profiles: list[m.TaskProfile] = []
         self._profiler = TaskProfiler()
         self._depth = -1
+        self._next_depth = 0
         self._failures: list[m.TaskFailure] = []
         self._last_flush = time.monotonic()
         self._running = True
+        # Suspect tasks (reportStart): asked to start, with the deadline for the scheduler's answer; and
+        # those it answered, which may run.
+        self._start_asked: dict[int, float] = {}
+        self._start_granted: set[int] = set()
         # True only while a task's own code runs (not while our loop or a nesting hook uses the socket):
         # the one time the signal handler may use the socket and the queues.
         self._signal_may_drain = False
@@ -135,6 +140,8 @@ class Processor:
                 self._cancel(message.task_ids)
             elif isinstance(message, m.ReleaseTasks):
                 self._release(message.task_ids)
+            elif isinstance(message, m.TaskStarted):
+                self._on_start_granted(message.task_ids)
             elif isinstance(message, m.DeleteObjects):
                 self._forget_objects(message.object_ids)
             elif isinstance(message, m.Disconnect):
@@ -176,12 +183,56 @@ class Processor:
             self._queues[depth] = collections.deque(item for item in queue if item[0] not in dropped)
         self._queued_ids -= dropped
         for task_id in dropped:
+            self._start_asked.pop(task_id, None)
+            self._start_granted.discard(task_id)
             self._failures.append(m.TaskFailure(task_id=task_id, kind=kind))
+
+    # ------------------------------------------------------------------------------------------ suspects
+
+    def _may_start(self, task_id: int) -> bool:
+        """A suspect task runs only once the scheduler knows it started here (see TaskStarted).
+
+        The tasks of a worker that died are suspects: one of them may have killed it. Telling the
+        scheduler before running one lets it blame exactly that task if this worker dies too. Results
+        of earlier tasks go first, so that they are not lost with us. Until the answer comes the loop
+        keeps reading the socket, so a cancel or release of the task still applies.
+        """
+        if task_id in self._start_granted:
+            self._start_granted.discard(task_id)
+            return True
+        now = time.monotonic()
+        deadline = self._start_asked.get(task_id)
+        if deadline is None:
+            self._flush()
+            send_message(self._socket, m.TaskStarted(task_ids=[task_id]))
+            deadline = self._start_asked[task_id] = now + _AGENT_ANSWER_SECONDS
+        elif now >= deadline:
+            logger.warning("processor: no answer from the scheduler to start task %#x; handing it back", task_id)
+            self._drop_queued([task_id], m.FailureKind.RETURNED)
+            return False
+        self._socket.poll(int(min(deadline - now, _PARENT_CHECK_SECONDS) * 1000) + 1)
+        return False
+
+    def _on_start_granted(self, task_ids: list[int]) -> None:
+        for task_id in task_ids:
+            if self._start_asked.pop(task_id, None) is not None:
+                self._start_granted.add(task_id)
 
     # ------------------------------------------------------------------------------------------ running
 
     def _run_one(self) -> None:
-        task_id, group, row, object_slots = self._next_task()
+        task = self._peek_task()
+        if task[1].report_start:
+            if not self._may_start(task[0]):
+                return
+            self._pop_task()
+            self._run(*task)
+            self._flush()  # its result, before anything else can take this worker down
+            return
+        self._pop_task()
+        self._run(*task)
+
+    def _run(self, task_id: int, group: m.TaskGroup, row: int, object_slots: list[int] | None) -> None:
         self._queued_ids.discard(task_id)
         if group.nesting_depth != self._depth:
             self._depth = group.nesting_depth
@@ -275,6 +326,8 @@ class Processor:
                 self._cancel(message.task_ids)
             elif isinstance(message, m.ReleaseTasks):
                 self._release(message.task_ids)
+            elif isinstance(message, m.TaskStarted):
+                self._on_start_granted(message.task_ids)
             elif isinstance(message, m.DeleteObjects):
                 self._forget_objects(message.object_ids)
         raise NestingLimitError("the worker agent did not answer; cannot wait on nested tasks safely")
@@ -298,7 +351,7 @@ class Processor:
                     handed = groups[id(group)] = m.TaskGroup(
                         function_id=group.function_id, args_per_task=group.args_per_task, keywords=group.keywords,
                         task_ids=[], args=[], serializer_id=group.serializer_id, nesting_depth=group.nesting_depth,
-                        profiling=group.profiling,
+                        profiling=group.profiling, report_start=group.report_start,
                     )
                 width = group.args_per_task
                 base = len(handed.args)
@@ -308,21 +361,32 @@ class Processor:
                     handed.object_arg_indices.extend(base + slot for slot in object_slots)
         self._queues.clear()
         self._queued_ids.clear()
+        # The processor that takes them asks again; the scheduler answers a repeated ask the same way.
+        self._start_asked.clear()
+        self._start_granted.clear()
         send_message(self._socket, m.TaskSubmission(objects=[], groups=list(groups.values())))
 
-    def _next_task(self) -> _PendingTask:
+    def _peek_task(self) -> _PendingTask:
         """Top-level tasks in arrival order; nested ones deepest and newest first.
 
         The newest nested tasks are the children of the task that blocked last: running them first keeps
         recursion depth-first, so the number of tasks holding a processor while they wait stays near the
         recursion depth instead of the width of the tree.
         """
-        depth = max(depth for depth, queue in self._queues.items() if queue)
+        depth = self._next_depth = max(depth for depth, queue in self._queues.items() if queue)
         queue = self._queues[depth]
-        task = queue.pop() if depth else queue.popleft()
+        return queue[-1] if depth else queue[0]
+
+    def _pop_task(self) -> None:
+        """Take out of the queue the task that _peek_task just named."""
+        depth = self._next_depth
+        queue = self._queues[depth]
+        if depth:
+            queue.pop()
+        else:
+            queue.popleft()
         if not queue:
             del self._queues[depth]
-        return task
 
     def _serializer(self, serializer_id: bytes) -> Serializer:
         serializer = self._serializers.get(serializer_id)

@@ -66,6 +66,13 @@ def segfault(log_path: str) -> None:
     ctypes.string_at(0)  # a real SIGSEGV in the processor, not a Python exception
 
 
+def kill_own_worker(log_path: str) -> None:
+    """Takes the whole worker down: SIGKILL to the agent (the processor's parent); the processor follows it."""
+    append_line(log_path, "worker-killer")
+    os.kill(os.getppid(), signal.SIGKILL)
+    time.sleep(60)
+
+
 def sleep_forever(log_path: str) -> None:
     append_line(log_path, "sleeper")
     time.sleep(60)
@@ -293,6 +300,38 @@ def test_a_segfaulting_task_fails_after_max_crashes_while_thousands_of_others_co
             # the default --max-task-crashes: retried until the third crash, never after
             assert executions["segfault"] == 3
             assert client.map(abs, [(-i,) for i in range(200)]) == list(range(200))
+
+
+@pytest.mark.timeout(150)
+def test_a_task_that_kills_its_whole_worker_fails_after_max_crashes_deaths_while_thousands_of_others_complete(
+    log_path: str, cluster_log: str
+) -> None:
+    """The scheduler only sees the worker fall silent. After the first death every task that worker held is a
+    suspect and reports its start, so the next deaths are blamed on the one that was running."""
+    with SchedulerClusterCombo(
+        n_workers=4, logging_level="INFO", logging_paths=[cluster_log], worker_timeout_seconds=3,
+        heartbeat_interval_seconds=0.5, max_task_crashes=3,
+    ) as cluster, MonitorSubscriber(default_monitor_address(cluster.get_address())) as monitor, \
+            Client(address=cluster.get_address(), timeout_seconds=60) as client:
+        agent_with_processors(cluster.cluster_pid, 4)
+        wait_for_registered_workers(monitor, 4)
+        spy = DeliverySpy(client)
+        first, second = range(TASKS // 2), range(TASKS // 2, TASKS)
+        before = submit_logged(client, first, log_path, 0.001)
+        poisoned = client.submit(kill_own_worker, log_path)
+        after = submit_logged(client, second, log_path, 0.001)
+        with pytest.raises(WorkerDiedError, match="died under it 3 times"):
+            poisoned.result(timeout=RESULT_TIMEOUT)
+        assert_all_correct(before + after, range(TASKS))
+        spy.assert_exactly_once([*before, poisoned, *after])
+        executions = assert_each_ran(log_path, range(TASKS))
+        # three workers died, each exactly when the poisoned task ran; the fourth was never touched
+        assert executions["worker-killer"] == 3
+        with open(cluster_log) as log:
+            assert log.read().count("timed out") == 3
+        assert len(children_running(cluster.cluster_pid, "scaler.worker.agent")) == 1
+        assert_scheduler_accepted_exactly(monitor, TASKS)
+        assert client.map(abs, [(-i,) for i in range(200)]) == list(range(200))
 
 
 # ---------------------------------------------------------------------------------------------- 3. frozen worker

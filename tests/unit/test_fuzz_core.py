@@ -244,7 +244,8 @@ class SchedulerCoreFuzz(RuleBasedStateMachine):
         chosen = data.draw(st.lists(st.sampled_from(sorted(worker.pending)), min_size=1, max_size=3, unique=True))
         tasks = self.core._tasks
         # The harness's worker may still list tasks canceled meanwhile: those are not answered.
-        held = [t for t in chosen if t in tasks and tasks[t].worker is not None and tasks[t].worker.identity == worker.identity]
+        core_worker = self.core._workers[worker.identity]
+        held = [task_id for task_id in chosen if task_id in tasks and tasks[task_id].worker is core_worker]
         out = self.cluster.send(worker.identity, m.TaskStarted(task_ids=chosen))
         assert out == ([(worker.identity, m.TaskStarted(task_ids=held))] if held else []), out
         assert all(tasks[task_id].started for task_id in held)
