@@ -212,7 +212,18 @@ class ClientConnection:
 
     # ------------------------------------------------------------------------------------------ I/O thread
 
+    def _consume_wake(self) -> None:
+        """I/O thread: take the wake-up bytes, then let callers wake us again (in this order).
+
+        Clearing the flag first would lose a wake-up: a caller could write its byte in between, which the
+        read then swallows while the flag stays set. Every later _wake() would then write nothing, and
+        each message would wait for the idle poll timeout (250 ms) to go out.
+        """
+        os.read(self._wake_reader, 65536)
+        self._wake_pending = False
+
     def _wake(self) -> None:
+        """Any thread: make the I/O thread look at the outbox; one byte in the pipe at most."""
         if not self._wake_pending:
             self._wake_pending = True
             try:
@@ -253,8 +264,7 @@ class ClientConnection:
         while True:
             events = dict(poller.poll(int(_IDLE_POLL_SECONDS * 1000)))
             if self._wake_reader in events:
-                self._wake_pending = False
-                os.read(self._wake_reader, 65536)
+                self._consume_wake()
             if socket in events:
                 last_heard = time.monotonic()
                 while has_input(socket):
