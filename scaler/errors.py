@@ -41,6 +41,10 @@ class TaskRejectedError(ScalerError):
     """The scheduler refused the task (malformed, unknown function, or its queue is full)."""
 
 
+class PayloadTooLargeError(ScalerError, ValueError):
+    """An argument, object, function or result is larger than the scheduler accepts (--max-message-size-bytes)."""
+
+
 class SerializationError(ScalerError):
     """A function, argument or result could not be serialized or deserialized."""
 

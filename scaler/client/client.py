@@ -117,19 +117,26 @@ class Client:
             raise TypeError(f"submit() needs a callable as its first argument, got {type(fn).__name__}")
         object_positions: list[int] = []
         shared: list[SharedArgument] = []
-        payloads = self._serialize_submit_arguments(args, object_positions, shared)
-        keywords: tuple[str, ...] = ()
-        if kwargs:
-            keywords = tuple(kwargs)
-            payloads.extend(self._serialize_submit_arguments(kwargs.values(), object_positions, shared, len(payloads)))
-        profiled = self._profiling if profiling is None else profiling
-        signature = (
-            self._function_id(fn), len(payloads), keywords, self._serializer_id, client_nesting_depth(), profiled
-        )
         connection = self._connection
-        task_id = connection.next_task_id()
-        future = ScalerFuture(task_id, connection, self._serializer)
-        connection.submit_task(signature, task_id, payloads, future, object_positions)
+        try:
+            payloads = self._serialize_submit_arguments(args, object_positions, shared)
+            keywords: tuple[str, ...] = ()
+            if kwargs:
+                keywords = tuple(kwargs)
+                payloads.extend(
+                    self._serialize_submit_arguments(kwargs.values(), object_positions, shared, len(payloads))
+                )
+            profiled = self._profiling if profiling is None else profiling
+            signature = (
+                self._function_id(fn), len(payloads), keywords, self._serializer_id, client_nesting_depth(), profiled
+            )
+            task_id = connection.next_task_id()
+            future = ScalerFuture(task_id, connection, self._serializer)
+            connection.submit_task(signature, task_id, payloads, future, object_positions)
+        except BaseException:
+            if shared:  # nothing was submitted: the shared arguments claimed so far are not used
+                self._shared_arguments.release(shared)
+            raise
         if shared:
             release = self._shared_arguments.release
             future.add_done_callback(lambda _: release(shared))
@@ -242,8 +249,22 @@ class Client:
         hidden: list[bytes],
     ) -> list[int]:
         connection = self._connection
-        depth = client_nesting_depth()
         all_task_ids: list[int] = []
+        try:
+            self._submit_map_chunks(function_id, argument_tuples, collector, repeated, hidden, all_task_ids)
+        except BaseException:
+            # A bad argument further on (too large, not a tuple): the tasks already queued are not wanted.
+            connection.forget(all_task_ids)
+            connection.cancel_tasks(all_task_ids)
+            raise
+        return all_task_ids
+
+    def _submit_map_chunks(
+        self, function_id: bytes, argument_tuples: list[tuple], collector: MapCollector, repeated: dict[int, Any],
+        hidden: list[bytes], all_task_ids: list[int],
+    ) -> None:
+        connection = self._connection
+        depth = client_nesting_depth()
         start = 0
         while start < len(argument_tuples):
             chunk_args: list[bytes] = []
@@ -270,7 +291,6 @@ class Client:
             connection.submit_tasks(signature, task_ids, chunk_args, collector, start, object_positions)
             all_task_ids.extend(task_ids)
             start = end
-        return all_task_ids
 
     def get(
         self, graph: dict, keys: Any, block: bool = True, *, progress: bool = False, order: Order = None
@@ -392,6 +412,7 @@ class Client:
                 self._function_ids.move_to_end(key)
                 return cached[1]
         payload = self._serializer.serialize(fn)
+        self._connection.check_payload(payload, f"function {getattr(fn, '__qualname__', '')!r}")
         function_id = content_object_id(payload)
         with self._lock:
             self._function_ids[key] = (fn, function_id)

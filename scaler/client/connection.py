@@ -15,12 +15,12 @@ import socket as socket_module
 import threading
 import time
 import uuid
-from typing import Any, Union
+from typing import Any, Sequence, Union
 
 import zmq
 
 from scaler.client.future import ScalerFuture, exception_from_failure
-from scaler.errors import ConnectionFailedError, SchedulerLostError
+from scaler.errors import ConnectionFailedError, PayloadTooLargeError, SchedulerLostError
 from scaler.protocol import messages as m
 from scaler.utility.blocking import client_nesting_depth
 from scaler.utility.curve import PeerKeys, secure_peer
@@ -67,6 +67,12 @@ _Pending = Union[ScalerFuture, tuple[MapCollector, int]]
 _TASK, _TASKS, _OBJECT, _MESSAGE = range(4)
 
 
+def _inline_bytes(payloads: Sequence[m.Buffer]) -> int:
+    """What these payloads add to the control frame: the small ones travel inside it, the large as frames."""
+    large = m.LARGE_PAYLOAD_BYTES
+    return sum(size for size in map(len, payloads) if size < large)
+
+
 class ClientConnection:
     def __init__(
         self,
@@ -88,6 +94,11 @@ class ClientConnection:
         self._id_prefix = 0
         self._wake_reader, self._wake_writer = os.pipe()
         self._wake_pending = False
+        # The scheduler's limits (Welcome), known before connect() returns; 0 means none. The budget is
+        # what inline payloads may take in one message: half the control-frame limit, leaving room for
+        # the encoding.
+        self._max_frame_bytes = 0
+        self._inline_budget = 0
         self._welcomed = threading.Event()
         self._stopping = False
         self._stopped = threading.Event()
@@ -136,12 +147,46 @@ class ClientConnection:
     def next_task_id(self) -> int:
         return (self._id_prefix << TASK_COUNTER_BITS) | next(self._counter)
 
+    def check_payload(self, payload: m.Buffer, what: str) -> None:
+        """Raise PayloadTooLargeError, here in the caller, for a payload the scheduler would not read.
+
+        ZeroMQ drops an over-limit frame before the scheduler sees it, so sending it would lose the
+        message without a word (PROTOCOL.md §10); this error is the word.
+        """
+        limit = self._max_frame_bytes
+        if limit and len(payload) > limit:
+            raise PayloadTooLargeError(
+                f"{what} of {len(payload):,} bytes is over the scheduler's limit of {limit:,} bytes per frame "
+                "(--max-message-size-bytes); send less per task, or start the scheduler with a higher limit"
+            )
+
+    def _check_arguments(self, args: Sequence[m.Buffer], width: int) -> None:
+        if not args:
+            return
+        self.check_payload(max(args, key=len), "an argument")
+        budget = self._inline_budget
+        if budget and width * m.LARGE_PAYLOAD_BYTES > budget:  # else no task can reach the budget
+            for start in range(0, len(args), width):
+                inline = _inline_bytes(args[start:start + width])
+                if inline > budget:
+                    raise PayloadTooLargeError(
+                        f"the arguments of one task take {inline:,} bytes in the message itself, over the "
+                        f"scheduler's limit of {budget * 2:,} bytes (--max-control-frame-bytes); pass large "
+                        "data as fewer, bigger arguments (64 KiB or more each) or with send_object()"
+                    )
+
     def send_object(self, payload: m.ObjectPayload) -> None:
+        if payload.name == "shared argument":  # a large argument sent once (shared_arguments.py)
+            what = "an argument"
+        else:
+            what = f"object {payload.name!r}" if payload.name else "an object"
+        self.check_payload(payload.payload, what)
         self._outbox.append((_OBJECT, payload))
 
     def submit_task(
         self, signature: Signature, task_id: int, args: list[bytes], future: ScalerFuture, object_positions: list[int]
     ) -> None:
+        self._check_arguments(args, signature[1])
         self._pending[task_id] = future
         self._outbox.append((_TASK, signature, task_id, args, object_positions))
         self._wake()
@@ -156,6 +201,18 @@ class ClientConnection:
         object_positions: list[int],
     ) -> None:
         """`object_positions` index into `args` of this chunk: those hold object ids."""
+        width = signature[1]
+        self._check_arguments(args, width)
+        if self._inline_budget and len(task_ids) > 1 and _inline_bytes(args) > self._inline_budget:
+            # Too much for one message: in halves, each its own outbox item (the I/O thread sends
+            # items that together exceed the budget in separate messages).
+            half = len(task_ids) // 2
+            cut = half * width
+            self.submit_tasks(signature, task_ids[:half], args[:cut], collector, first_index,
+                              [p for p in object_positions if p < cut])
+            self.submit_tasks(signature, task_ids[half:], args[cut:], collector, first_index + half,
+                              [p - cut for p in object_positions if p >= cut])
+            return
         pending = self._pending
         for offset, task_id in enumerate(task_ids):
             pending[task_id] = (collector, first_index + offset)
@@ -167,6 +224,15 @@ class ClientConnection:
 
     def submit_graph(self, submission: m.TaskSubmission, futures: dict[int, ScalerFuture]) -> None:
         """A graph goes out as one message, after everything queued before it."""
+        for group in submission.groups:
+            self._check_arguments(group.args, group.args_per_task)
+        inline = sum(_inline_bytes(group.args) for group in submission.groups)
+        if self._inline_budget and inline > self._inline_budget:
+            raise PayloadTooLargeError(
+                f"this graph's literal arguments take {inline:,} bytes in one message, over the scheduler's "
+                f"limit of {self._inline_budget * 2:,} bytes (--max-control-frame-bytes); compute it in "
+                "several get() calls, or send large literals with send_object()"
+            )
         self._pending.update(futures)
         self.send_message(submission)
 
@@ -295,17 +361,25 @@ class ClientConnection:
         current: m.TaskGroup | None = None
         current_signature: Signature | None = None
         count = 0
+        # Bytes of small payloads in this message so far: kept under the scheduler's control-frame limit.
+        inline = 0
+        budget = self._inline_budget
 
         def send_batch() -> None:
-            nonlocal objects, groups, current, current_signature, count
+            nonlocal objects, groups, current, current_signature, count, inline
             if objects or groups:
                 send_message(socket, m.TaskSubmission(objects=objects, groups=groups))
-            objects, groups, current, current_signature, count = [], [], None, None, 0
+            objects, groups, current, current_signature, count, inline = [], [], None, None, 0, 0
 
         while outbox:
             item = outbox.popleft()
             kind = item[0]
             if kind == _TASK or kind == _TASKS:
+                if budget:
+                    size = _inline_bytes(item[3])
+                    if inline + size > budget:
+                        send_batch()
+                    inline += size
                 signature = item[1]
                 if current is None or signature != current_signature:
                     current = m.TaskGroup(
@@ -328,8 +402,10 @@ class ClientConnection:
                 if count >= _MAX_TASKS_PER_MESSAGE:
                     send_batch()
             elif kind == _OBJECT:
-                if groups:
+                size = _inline_bytes([item[1].payload])
+                if groups or (budget and inline + size > budget):
                     send_batch()
+                inline += size
                 objects.append(item[1])
             else:
                 send_batch()
@@ -353,6 +429,8 @@ class ClientConnection:
                     entry._refuse_cancel()
         elif isinstance(message, m.Welcome):
             self._id_prefix = message.id_prefix
+            self._max_frame_bytes = message.max_frame_bytes
+            self._inline_budget = message.max_control_frame_bytes // 2
             self._welcomed.set()
         elif isinstance(message, m.Refused):
             if self._welcomed.is_set():

@@ -83,9 +83,11 @@ class SharedArguments:
             if entry is not None and entry.value is value:  # another thread sent it meanwhile
                 entry.unfinished_tasks += 1
                 return entry
-            entry = self._by_id[key] = SharedArgument(value, random_object_id(), 1)
+            entry = SharedArgument(value, random_object_id(), 1)
             # Under the lock: a task of another thread that finds this entry is queued after its object.
+            # Sent before it is kept, so an object refused for its size is not named by later tasks.
             self._send_object(m.ObjectPayload(object_id=entry.object_id, payload=payload, name="shared argument"))
+            self._by_id[key] = entry
             return entry
 
     def release(self, entries: list[SharedArgument]) -> None:

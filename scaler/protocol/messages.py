@@ -82,6 +82,9 @@ class Welcome:
     heartbeat_interval_ms: int = 0
     peer_timeout_ms: int = 0
     protocol_version: int = PROTOCOL_VERSION
+    # The scheduler's limits on what it reads (0: none): any frame, and the control frame.
+    max_frame_bytes: int = 0
+    max_control_frame_bytes: int = 0
 
 
 @dataclasses.dataclass(slots=True)
@@ -298,6 +301,8 @@ def _encode_welcome(builder, message: Welcome, frames: list[Buffer]) -> None:
         "idPrefix": message.id_prefix,
         "heartbeatIntervalMs": message.heartbeat_interval_ms,
         "peerTimeoutMs": message.peer_timeout_ms,
+        "maxFrameBytes": message.max_frame_bytes,
+        "maxControlFrameBytes": message.max_control_frame_bytes,
     })
 
 
@@ -498,6 +503,8 @@ def _decode_welcome(reader, frames: _FrameTable) -> Welcome:
         id_prefix=reader.idPrefix,
         heartbeat_interval_ms=reader.heartbeatIntervalMs,
         peer_timeout_ms=reader.peerTimeoutMs,
+        max_frame_bytes=reader.maxFrameBytes,
+        max_control_frame_bytes=reader.maxControlFrameBytes,
     )
 
 

@@ -55,6 +55,10 @@ struct Welcome {
   idPrefix @1 :UInt32;     # clients only: the high 32 bits of every task id this client makes
   heartbeatIntervalMs @2 :UInt32;   # how often the scheduler expects to hear from the peer
   peerTimeoutMs @3 :UInt32;         # silence longer than this and the scheduler drops the peer
+  # The largest frame the scheduler reads (its MAXMSGSIZE) and the largest control frame it decodes;
+  # 0 means no limit. A peer that sends more loses the message (§10 of PROTOCOL.md): check before sending.
+  maxFrameBytes @4 :UInt64;
+  maxControlFrameBytes @5 :UInt64;
 }
 
 struct Refused {

@@ -46,6 +46,8 @@ class SchedulerServer:
                 max_task_crashes=config.max_task_crashes,
                 load_balance_seconds=config.load_balance_seconds,
                 load_balance_trigger_times=config.load_balance_trigger_times,
+                max_frame_bytes=max(config.max_message_size_bytes, 0),
+                max_control_frame_bytes=max(config.max_control_frame_bytes, 0),
             )
         )
         self._stop_requested = threading.Event()

@@ -28,7 +28,7 @@ import cloudpickle
 import psutil
 import zmq
 
-from scaler.errors import MemoryLimitError, TaskTimeoutError
+from scaler.errors import MemoryLimitError, PayloadTooLargeError, TaskTimeoutError
 from scaler.protocol import messages as m
 from scaler.utility.curve import PeerKeys, secure_peer
 from scaler.utility.zmq_util import has_input, receive_frames, send_frames, send_message
@@ -111,6 +111,9 @@ class WorkerAgent:
         self._processor_address = ""
         self._router: zmq.Socket | None = None
         self._scheduler: zmq.Socket | None = None
+        # The scheduler's limits on what it reads (Welcome; 0: none).
+        self._max_frame_bytes = 0
+        self._max_control_frame_bytes = 0
 
     def stop(self) -> None:
         self._stop_requested.set()
@@ -224,6 +227,8 @@ class WorkerAgent:
                 handle.object_ids.difference_update(message.object_ids)
                 self._deliver(handle, frames)
         elif isinstance(message, m.Welcome):
+            self._max_frame_bytes = message.max_frame_bytes
+            self._max_control_frame_bytes = message.max_control_frame_bytes
             logger.info(f"Worker[{self._name}]: connected to the scheduler")
         elif isinstance(message, m.HeartbeatEcho):
             if self._heartbeat_sent_at is not None:
@@ -256,7 +261,10 @@ class WorkerAgent:
                 handle.outstanding.pop(task_id, None)
             for failure in message.failures:
                 handle.outstanding.pop(failure.task_id, None)
-            send_frames(scheduler, frames)
+            if self._fits(frames):
+                send_frames(scheduler, frames)
+            else:
+                self._send_results_in_limits(message, scheduler)
             if handle.role is ProcessorRole.FINISHING and not handle.outstanding:
                 self._retire(handle)
         elif isinstance(message, m.TaskStarted):
@@ -268,6 +276,63 @@ class WorkerAgent:
             handle.backlog.clear()
         elif isinstance(message, m.ProcessorState):
             self._on_processor_state(handle, message)
+
+    def _fits(self, frames: list[m.Buffer]) -> bool:
+        """Whether the scheduler will read these frames: over its limits, ZeroMQ or it would drop them unread."""
+        frame_limit, control_limit = self._max_frame_bytes, self._max_control_frame_bytes
+        if control_limit and len(frames[0]) > control_limit:
+            return False
+        return not frame_limit or all(len(frame) <= frame_limit for frame in frames)
+
+    def _send_results_in_limits(self, results: m.TaskResults, scheduler: zmq.Socket) -> None:
+        """Results too large to send as they are: a result over the frame limit becomes its task's failure
+        (PayloadTooLargeError; the task is not retried), and the rest go in as many messages as needed."""
+        frame_limit = self._max_frame_bytes
+        budget = self._max_control_frame_bytes // 2 if self._max_control_frame_bytes else sys.maxsize
+        profiles = {profile.task_id: profile for profile in results.profiles}
+        failures = list(results.failures)
+        successes = []
+        for task_id, payload in zip(results.succeeded_ids, results.payloads):
+            if frame_limit and len(payload) > frame_limit:
+                text = (
+                    f"the result is {len(payload):,} bytes, over the scheduler's limit of {frame_limit:,} bytes per "
+                    "frame (--max-message-size-bytes); return less, or store it elsewhere and return its location"
+                )
+                failures.append(m.TaskFailure(
+                    task_id=task_id, kind=m.FailureKind.RAISED, type_name="scaler.errors.PayloadTooLargeError",
+                    message=text, exception=cloudpickle.dumps(PayloadTooLargeError(text)),
+                ))
+            else:
+                successes.append((task_id, payload))
+        logger.warning(
+            f"Worker[{self._name}]: results over the scheduler's limits; {len(failures) - len(results.failures)} "
+            f"failed as too large, the rest sent in parts"
+        )
+        batch = m.TaskResults(succeeded_ids=[], payloads=[], failures=[])
+        inline = 0
+
+        def send_batch() -> None:
+            nonlocal batch, inline
+            if batch.succeeded_ids or batch.failures:
+                send_message(scheduler, batch)
+            batch, inline = m.TaskResults(succeeded_ids=[], payloads=[], failures=[]), 0
+
+        for task_id, payload in successes:
+            size = len(payload) if len(payload) < m.LARGE_PAYLOAD_BYTES else 0
+            if inline + size > budget:
+                send_batch()
+            inline += size
+            batch.succeeded_ids.append(task_id)
+            batch.payloads.append(payload)
+            if task_id in profiles:
+                batch.profiles.append(profiles[task_id])
+        for failure in failures:
+            size = len(failure.message) + len(failure.traceback) + len(failure.exception)
+            if inline + size > budget:
+                send_batch()
+            inline += size
+            batch.failures.append(failure)
+        send_batch()
 
     def _on_processor_state(self, handle: ProcessorHandle, state: m.ProcessorState) -> None:
         if not state.blocked:

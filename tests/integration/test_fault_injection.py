@@ -283,20 +283,26 @@ def test_a_worker_killed_mid_run_has_its_queued_and_running_tasks_rerun_elsewher
 # ---------------------------------------------------------------------------------------------- 2. segfault
 
 
+def poisoned_among_thousands(client: Client, poison: Callable[[str], None], log_path: str) -> collections.Counter[str]:
+    """One poisoned task amid TASKS good ones: it fails after the default --max-task-crashes (3) deaths it
+    caused, every other task gets exactly one correct result; returns how often each task ran."""
+    spy = DeliverySpy(client)
+    first, second = range(TASKS // 2), range(TASKS // 2, TASKS)
+    before = submit_logged(client, first, log_path, 0.001)
+    poisoned = client.submit(poison, log_path)
+    after = submit_logged(client, second, log_path, 0.001)
+    with pytest.raises(WorkerDiedError, match="died under it 3 times"):
+        poisoned.result(timeout=RESULT_TIMEOUT)
+    assert_all_correct(before + after, range(TASKS))
+    spy.assert_exactly_once([*before, poisoned, *after])
+    return assert_each_ran(log_path, range(TASKS))
+
+
 @pytest.mark.timeout(120)
 def test_a_segfaulting_task_fails_after_max_crashes_while_thousands_of_others_complete(log_path: str) -> None:
     with SchedulerClusterCombo(n_workers=2, logging_level="CRITICAL") as cluster:
         with Client(address=cluster.get_address(), timeout_seconds=60) as client:
-            spy = DeliverySpy(client)
-            first, second = range(TASKS // 2), range(TASKS // 2, TASKS)
-            before = submit_logged(client, first, log_path, 0.001)
-            poisoned = client.submit(segfault, log_path)
-            after = submit_logged(client, second, log_path, 0.001)
-            with pytest.raises(WorkerDiedError, match="died under it 3 times"):
-                poisoned.result(timeout=RESULT_TIMEOUT)
-            assert_all_correct(before + after, range(TASKS))
-            spy.assert_exactly_once([*before, poisoned, *after])
-            executions = assert_each_ran(log_path, range(TASKS))
+            executions = poisoned_among_thousands(client, segfault, log_path)
             # the default --max-task-crashes: retried until the third crash, never after
             assert executions["segfault"] == 3
             assert client.map(abs, [(-i,) for i in range(200)]) == list(range(200))
@@ -315,16 +321,7 @@ def test_a_task_that_kills_its_whole_worker_fails_after_max_crashes_deaths_while
             Client(address=cluster.get_address(), timeout_seconds=60) as client:
         agent_with_processors(cluster.cluster_pid, 4)
         wait_for_registered_workers(monitor, 4)
-        spy = DeliverySpy(client)
-        first, second = range(TASKS // 2), range(TASKS // 2, TASKS)
-        before = submit_logged(client, first, log_path, 0.001)
-        poisoned = client.submit(kill_own_worker, log_path)
-        after = submit_logged(client, second, log_path, 0.001)
-        with pytest.raises(WorkerDiedError, match="died under it 3 times"):
-            poisoned.result(timeout=RESULT_TIMEOUT)
-        assert_all_correct(before + after, range(TASKS))
-        spy.assert_exactly_once([*before, poisoned, *after])
-        executions = assert_each_ran(log_path, range(TASKS))
+        executions = poisoned_among_thousands(client, kill_own_worker, log_path)
         # three workers died, each exactly when the poisoned task ran; the fourth was never touched
         assert executions["worker-killer"] == 3
         with open(cluster_log) as log:

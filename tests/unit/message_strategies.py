@@ -160,7 +160,8 @@ def message_strategies(
     return {
         m.Hello: hellos(),
         m.Welcome: st.builds(
-            m.Welcome, id_prefix=U32, heartbeat_interval_ms=U32, peer_timeout_ms=U32, protocol_version=U32
+            m.Welcome, id_prefix=U32, heartbeat_interval_ms=U32, peer_timeout_ms=U32, protocol_version=U32,
+            max_frame_bytes=U64, max_control_frame_bytes=U64,
         ),
         m.Refused: st.builds(m.Refused, reason=TEXT),
         m.Heartbeat: heartbeats(),

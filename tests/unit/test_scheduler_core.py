@@ -1182,3 +1182,10 @@ def test_a_client_deletes_a_shared_argument_object_once_no_live_task_names_it():
     out = cluster.send(worker.identity, m.DeleteObjects(object_ids=[FUNCTION_ID]))
     assert isinstance(only(out, worker.identity), m.ProtocolError)
     assert cluster.core.object_count == 1
+
+
+def test_welcome_announces_the_size_limits_peers_must_respect():
+    cluster = SimulatedCluster(CoreConfig(max_frame_bytes=1 << 20, max_control_frame_bytes=1 << 19))
+    for peer in (cluster.add_client(), cluster.add_worker()):
+        (welcome,) = peer.received(m.Welcome)
+        assert (welcome.max_frame_bytes, welcome.max_control_frame_bytes) == (1 << 20, 1 << 19)

@@ -40,6 +40,9 @@ class CoreConfig:
     # row must see it before queued tasks are moved.
     load_balance_seconds: float = 1.0
     load_balance_trigger_times: int = 2
+    # Announced in Welcome so that peers never send what the I/O shell would not read (0: no limit).
+    max_frame_bytes: int = 0
+    max_control_frame_bytes: int = 0
 
 
 @dataclasses.dataclass
@@ -326,6 +329,8 @@ class SchedulerCore:
                 (self._config.client_timeout_seconds if hello.role == m.Role.CLIENT
                  else self._config.worker_timeout_seconds) * 1000
             ),
+            max_frame_bytes=self._config.max_frame_bytes,
+            max_control_frame_bytes=self._config.max_control_frame_bytes,
         )
         if hello.role == m.Role.CLIENT:
             prefix = self._next_id_prefix
