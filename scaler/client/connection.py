@@ -326,7 +326,7 @@ class ClientConnection:
         poller.register(socket, zmq.POLLIN)
         poller.register(self._wake_reader, zmq.POLLIN)
         started = last_heard = time.monotonic()
-        next_heartbeat = started + self._heartbeat_interval_seconds
+        last_heartbeat = started  # not a deadline: the interval can shrink when the welcome comes
         while True:
             events = dict(poller.poll(int(_IDLE_POLL_SECONDS * 1000)))
             if self._wake_reader in events:
@@ -350,8 +350,8 @@ class ClientConnection:
                     f"no word from the scheduler at {self.address} for {self._timeout_seconds:g}s; it is gone or stuck"
                 ))
                 return
-            if now >= next_heartbeat:
-                next_heartbeat = now + self._heartbeat_interval_seconds
+            if now - last_heartbeat >= self._heartbeat_interval_seconds:
+                last_heartbeat = now
                 send_message(socket, m.Heartbeat())
 
     def _flush_outbox(self, socket: zmq.Socket) -> None:
@@ -429,6 +429,7 @@ class ClientConnection:
                     entry._refuse_cancel()
         elif isinstance(message, m.Welcome):
             self._id_prefix = message.id_prefix
+            self._heartbeat_interval_seconds = message.heartbeat_interval_for(self._heartbeat_interval_seconds)
             self._max_frame_bytes = message.max_frame_bytes
             self._inline_budget = message.max_control_frame_bytes // 2
             self._welcomed.set()

@@ -86,6 +86,19 @@ class Welcome:
     max_frame_bytes: int = 0
     max_control_frame_bytes: int = 0
 
+    def heartbeat_interval_for(self, own_seconds: float) -> float:
+        """How often a welcomed peer heartbeats: at its own interval, or more often if the scheduler asks.
+
+        The scheduler says how often it expects to hear from the peer, and after how much silence it drops
+        it; a third of that timeout leaves room for two lost or late heartbeats.
+        """
+        interval = own_seconds
+        if self.heartbeat_interval_ms:
+            interval = min(interval, self.heartbeat_interval_ms / 1000)
+        if self.peer_timeout_ms:
+            interval = min(interval, self.peer_timeout_ms / 3000)
+        return interval
+
 
 @dataclasses.dataclass(slots=True)
 class Refused:

@@ -12,6 +12,7 @@ import dataclasses
 import enum
 import itertools
 import logging
+import math
 import os
 import shutil
 import signal
@@ -111,6 +112,8 @@ class WorkerAgent:
         self._processor_address = ""
         self._router: zmq.Socket | None = None
         self._scheduler: zmq.Socket | None = None
+        # Set again from Welcome, which may ask for more frequent heartbeats.
+        self._heartbeat_interval = config.heartbeat_interval_seconds
         # The scheduler's limits on what it reads (Welcome; 0: none).
         self._max_frame_bytes = 0
         self._max_control_frame_bytes = 0
@@ -165,7 +168,7 @@ class WorkerAgent:
         poller.register(scheduler, zmq.POLLIN)
         poller.register(router, zmq.POLLIN)
         last_heard = time.monotonic()
-        next_heartbeat = 0.0
+        last_heartbeat = -math.inf  # not a deadline: the interval can shrink when the welcome comes
         next_check = 0.0
         while not self._stop_requested.is_set():
             events = dict(poller.poll(int(_PROCESSOR_CHECK_SECONDS * 1000)))
@@ -185,8 +188,8 @@ class WorkerAgent:
                     raise WorkerExit(f"no word from the scheduler for {config.death_timeout_seconds:g}s, exiting")
                 if exit_with_parent is not None and os.getppid() != exit_with_parent:
                     raise WorkerExit("parent process is gone, exiting")
-            if now >= next_heartbeat:
-                next_heartbeat = now + config.heartbeat_interval_seconds
+            if now - last_heartbeat >= self._heartbeat_interval:
+                last_heartbeat = now
                 send_message(scheduler, self._heartbeat())
                 self._heartbeat_sent_at = now
 
@@ -227,6 +230,7 @@ class WorkerAgent:
                 handle.object_ids.difference_update(message.object_ids)
                 self._deliver(handle, frames)
         elif isinstance(message, m.Welcome):
+            self._heartbeat_interval = message.heartbeat_interval_for(self._config.heartbeat_interval_seconds)
             self._max_frame_bytes = message.max_frame_bytes
             self._max_control_frame_bytes = message.max_control_frame_bytes
             logger.info(f"Worker[{self._name}]: connected to the scheduler")

@@ -123,3 +123,17 @@ def test_a_restarted_scheduler_is_a_lost_scheduler_for_old_clients() -> None:
                     assert fresh.submit(abs, -2).result(timeout=30) == 2
         finally:
             client.disconnect()
+
+
+def test_peers_heartbeat_as_often_as_the_scheduler_needs_whatever_their_own_setting() -> None:
+    """Workers and a client set to heartbeat every 10 s, against a scheduler that drops peers after 2 s of
+    silence: they follow the welcome (a third of the timeout) instead of being dropped while idle."""
+    with SchedulerClusterCombo(
+        n_workers=2, logging_level="CRITICAL", heartbeat_interval_seconds=10, worker_timeout_seconds=2,
+        client_timeout_seconds=2,
+    ) as cluster, Client(address=cluster.get_address(), timeout_seconds=30, heartbeat_interval_seconds=10) as client:
+        assert client.submit(abs, -1).result(timeout=30) == 1
+        time.sleep(6)  # idle: only heartbeats keep everyone registered
+        assert client.map(abs, [(-i,) for i in range(100)]) == list(range(100))
+        assert client.submit(abs, -2).result(timeout=30) == 2
+        assert len(processes_running(cluster.cluster_pid, "scaler.worker.agent")) == 2
