@@ -320,10 +320,10 @@ class SchedulerCoreFuzz(RuleBasedStateMachine):
             assert core_snapshot(core) == before, "a message that should be dropped changed the scheduler"
 
         if isinstance(message, m.Hello):
-            if message.protocol_version != m.PROTOCOL_VERSION:
-                ignored_with(m.Refused)
-            elif was_client or was_worker:
+            if was_client or was_worker:
                 ignored_with(m.ProtocolError)
+            elif message.protocol_version != m.PROTOCOL_VERSION:
+                ignored_with(m.Refused)
             elif message.role == m.Role.WORKER and message.capacity == 0:
                 ignored_with(m.Refused)
             else:

@@ -114,8 +114,10 @@ def test_hello_twice_is_a_protocol_error():
     worker = cluster.add_worker()
     for peer in (client, worker):
         for role in (m.Role.CLIENT, m.Role.WORKER):
-            out = cluster.core.on_message(peer.identity, m.Hello(role=role, capacity=3), cluster.now)
-            assert isinstance(only(out, peer.identity), m.ProtocolError)
+            for version in (m.PROTOCOL_VERSION, m.PROTOCOL_VERSION + 1):  # a wrong version too: not a refusal
+                hello = m.Hello(role=role, capacity=3, protocol_version=version)
+                out = cluster.core.on_message(peer.identity, hello, cluster.now)
+                assert isinstance(only(out, peer.identity), m.ProtocolError)
     assert cluster.core.client_count == 1 and cluster.core.worker_count == 1
     # The first registration is intact: the client keeps its prefix and can submit.
     ids = cluster.submit(client, 3)

@@ -315,13 +315,15 @@ class SchedulerCore:
     # ------------------------------------------------------------------------------------------ handshake
 
     def _on_hello(self, sender: bytes, hello: m.Hello, now: float, out: list[Outgoing]) -> None:
+        # A registered peer's second hello changes nothing, whatever it says: a `refused` would tell the peer
+        # to stop while the scheduler still counted on it.
+        if sender in self._clients or sender in self._workers:
+            out.append((sender, m.ProtocolError(reason="hello sent twice on one connection")))
+            return
         if hello.protocol_version != m.PROTOCOL_VERSION:
             out.append((sender, m.Refused(
                 reason=f"protocol version {hello.protocol_version} not supported, scheduler speaks {m.PROTOCOL_VERSION}"
             )))
-            return
-        if sender in self._clients or sender in self._workers:
-            out.append((sender, m.ProtocolError(reason="hello sent twice on one connection")))
             return
         welcome = m.Welcome(
             heartbeat_interval_ms=int(self._config.heartbeat_interval_seconds * 1000),
