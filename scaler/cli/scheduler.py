@@ -59,7 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--max-task-crashes", type=int, default=_DEFAULTS.max_task_crashes,
-        help="a task whose processor crashed this many times fails with WorkerDiedError instead of being retried",
+        help="a task whose processor or worker died under it this many times fails with WorkerDiedError "
+        "instead of being retried",
     )
     add_event_loop_argument(parser, "--event-loop", "-e")
     parser.add_argument(
