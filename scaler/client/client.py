@@ -328,6 +328,18 @@ class Client:
 
     def _submit_graph(self, calls: list[PlannedCall], wanted: set[Hashable]) -> dict[Hashable, ScalerFuture]:
         """Send planned calls as one submission; returns a future per wanted task key."""
+        hidden: list[bytes] = []
+        try:
+            return self._send_graph(calls, wanted, hidden)
+        except BaseException:
+            # Refused before anything was submitted (an argument too large): the objects sent for it go too.
+            if hidden and self._connection.is_open:
+                self._connection.send_message(m.DeleteObjects(object_ids=hidden))
+            raise
+
+    def _send_graph(
+        self, calls: list[PlannedCall], wanted: set[Hashable], hidden: list[bytes]
+    ) -> dict[Hashable, ScalerFuture]:
         connection = self._connection
         serialize = self._serializer.serialize
         task_ids = {call.key: connection.next_task_id() for call in calls}
@@ -340,7 +352,6 @@ class Client:
         by_key: dict[Hashable, ScalerFuture] = {}
         # The caller's graph holds every argument until this returns, so an id names one object meanwhile.
         repeated = repeated_argument_ids([call.arguments for call in calls]) if len(calls) > 1 else {}
-        hidden: list[bytes] = []
         for call in calls:
             function = call.function
             if isinstance(function, TemplateCall):

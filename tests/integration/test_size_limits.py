@@ -11,12 +11,15 @@ control frame) so that ordinary payloads reach them.
 from __future__ import annotations
 
 import re
+import time
 from typing import Iterator
 
 import pytest
 
 from scaler import Client, SchedulerClusterCombo
 from scaler.errors import PayloadTooLargeError
+from scaler.scheduler.config import default_monitor_address
+from scaler.ui.feed import MonitorSubscriber
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -120,3 +123,29 @@ def test_one_task_whose_small_arguments_exceed_the_control_frame_limit_raises(cl
     with pytest.raises(PayloadTooLargeError, match="--max-control-frame-bytes"):
         client.map(sizes_of, [tuple(arguments)])
     assert client.submit(sizes_of, *arguments[:3]).result(timeout=30) == [60_000] * 3
+
+
+def test_a_refused_call_leaves_no_object_behind(cluster: SchedulerClusterCombo) -> None:
+    """A large argument two tasks share is sent ahead as an object; if the call is then refused, that
+    object is deleted again rather than held until the client leaves."""
+    shared = b"s" * (200 * 1024)  # the same object in two tasks: sent once, as a hidden object
+    with MonitorSubscriber(default_monitor_address(cluster.get_address())) as monitor, \
+            Client(address=cluster.get_address(), name="refused-calls", timeout_seconds=30) as client:
+        assert client.get({"warm": (size_of, b"x")}, "warm") == {"warm": 1}  # the function is sent and kept
+        graph = {"a": (size_of, shared), "b": (size_of, shared), "c": (size_of, bytearray(OVER_FRAME))}
+        with pytest.raises(PayloadTooLargeError):
+            client.get(graph, ["a", "b", "c"])
+        with pytest.raises(PayloadTooLargeError):
+            client.map(sizes_of, [(shared,), (shared,), (bytearray(OVER_FRAME),)])
+        assert client.get({"d": (size_of, b"yz")}, "d") == {"d": 2}
+
+        def held_bytes() -> int | None:
+            snapshot = monitor.receive(timeout_seconds=1.5)
+            status = next((c for c in snapshot.clients if c.name == "refused-calls"), None) if snapshot else None
+            return status.object_bytes if status else None
+
+        deadline = time.monotonic() + 20
+        held = held_bytes()
+        while (held is None or held >= len(shared)) and time.monotonic() < deadline:
+            held = held_bytes()
+        assert held is not None and held < len(shared), f"the client still holds {held} bytes of objects"
