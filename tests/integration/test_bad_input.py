@@ -510,7 +510,7 @@ def test_misbehaving_worker_does_not_lose_a_clients_tasks(
 # Valid messages of every kind, the raw material of the mutations.
 _BASE_MESSAGES: list[m.Message] = [
     m.Hello(role=m.Role.CLIENT, name="fuzz", hostname="host", pid=7),
-    m.Welcome(id_prefix=3, heartbeat_interval_ms=2000, peer_timeout_ms=60000),
+    m.Welcome(id_prefix=3, heartbeat_interval_ms=2000, peer_timeout_ms=60000, max_frame_bytes=1 << 32),
     m.Refused(reason="go away"),
     m.Heartbeat(cpu_percent=1.5, rss_bytes=1 << 20, queued_tasks=2),
     m.HeartbeatEcho(),
@@ -523,6 +523,7 @@ _BASE_MESSAGES: list[m.Message] = [
         m.TaskFailure(task_id=3, kind=m.FailureKind.RAISED, type_name="builtins.ValueError", message="m"),
     ]),
     m.CancelTasks(task_ids=[5, 6, 7]),
+    m.TaskStarted(task_ids=[(1 << TASK_COUNTER_BITS) | 1]),
     m.DeleteObjects(object_ids=[b"\x09" * 16]),
     m.ClearRequest(),
     m.ClearResponse(canceled_tasks=4),
