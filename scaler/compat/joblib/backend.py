@@ -187,16 +187,29 @@ def _run_batch(batch: Callable[[], list], inner_threads: int) -> list:
             _running_batches -= 1
 
 
+# The worker's thread pools as threadpoolctl found them, and how many modules were loaded then.
+_controller: tuple[int, Any] | None = None
+
+
 def _thread_pools_limited_to(threads: int) -> ContextManager[object]:
-    # Without numpy there is no BLAS pool to limit, and tiny pure-Python batches skip the half
-    # millisecond that threadpoolctl takes to look.
+    """Limit the BLAS/OpenMP pools loaded in this worker while a batch runs.
+
+    Looking for the pools takes about a millisecond (threadpoolctl scans every loaded library), more
+    than a batch of tiny calls takes to run, so the scan is kept and made again only once more modules
+    are loaded, since a new pool comes with a new extension module. Limiting with it takes 10 us.
+    Without numpy there is no pool to limit (importing joblib loads numpy when it is installed).
+    """
+    global _controller
     if "numpy" not in sys.modules:
         return contextlib.nullcontext()
     try:
-        from threadpoolctl import threadpool_limits
+        from threadpoolctl import ThreadpoolController
     except ImportError:
         return contextlib.nullcontext()
-    return threadpool_limits(limits=threads)
+    loaded = len(sys.modules)
+    if _controller is None or _controller[0] != loaded:
+        _controller = (loaded, ThreadpoolController())
+    return _controller[1].limit(limits=threads)
 
 
 def _inside_a_task() -> bool:
