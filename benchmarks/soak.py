@@ -8,6 +8,8 @@ a worker agent (the scheduler must notice by heartbeat timeout and reschedule it
 processors (the agent must notice and hand the task back). A slot whose worker is gone gets a new one,
 so capacity stays. Each task returns a value derived from its argument, so results are checked. A few
 single submits (`--cancel-fraction`) are canceled right after submission, half of them with force.
+With `--poison-every S`, a poisoned task that SIGKILLs whatever worker agent runs it is submitted every S
+seconds: each must fail with WorkerDiedError after the scheduler's --max-task-crashes deaths (3).
 
 At the end it prints what was submitted, completed, lost (never resolved, or failed with an error),
 delivered twice, or wrong, how many workers were killed, the scheduler's RSS at start and end, and how
@@ -38,6 +40,7 @@ import psutil
 from scaler import Client
 from scaler.cli.common import EXIT_WITH_PARENT_ENV
 from scaler.cluster.combo import free_local_address
+from scaler.errors import WorkerDiedError
 from scaler.protocol import messages as m
 from scaler.ui.feed import MonitorSubscriber
 
@@ -50,6 +53,12 @@ def work(value: int) -> int:
     """A short task (0 to 15 ms) whose result depends only on its argument."""
     time.sleep((value % 16) / 1000)
     return value * _MULTIPLIER % 2**32
+
+
+def kill_own_worker() -> None:
+    """The poisoned task: SIGKILLs its worker agent (its processor's parent) every time it runs."""
+    os.kill(os.getppid(), signal.SIGKILL)
+    time.sleep(60)
 
 
 def expected(value: int) -> int:
@@ -169,6 +178,7 @@ class Stream:
         self._stop = threading.Event()
         self._map_thread = threading.Thread(target=self._run_maps, name="soak-maps", daemon=True)
         self.maps_done = 0
+        self.poisoned: list[Any] = []
 
     def _values(self, count: int) -> range:
         with self._value_lock:
@@ -196,6 +206,23 @@ class Stream:
                 with self._ledger.lock:
                     self._cancel_requested.add(future.task_id)
                 self._to_cancel.put(future)
+
+    def poison(self) -> None:
+        if not self._stop.is_set():
+            self.poisoned.append(self._client.submit(kill_own_worker))
+
+    def poisoned_outcomes(self) -> collections.Counter[str]:
+        """How the poisoned tasks ended: "WorkerDiedError" is the only right answer."""
+        outcomes: collections.Counter[str] = collections.Counter()
+        for future in self.poisoned:
+            if not future.done():
+                outcomes["unresolved"] += 1
+            elif future.cancelled():
+                outcomes["canceled"] += 1
+            else:
+                error = future.exception()
+                outcomes[type(error).__name__ if error is not None else "a result"] += 1
+        return outcomes
 
     def _run_cancels(self) -> None:
         while not (self._stop.is_set() and self._to_cancel.empty()):
@@ -262,6 +289,7 @@ class Stream:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and (
             self.outstanding() or self._map_thread.is_alive() or self._cancel_thread.is_alive()
+            or not all(future.done() for future in self.poisoned)
         ):
             time.sleep(0.1)
         self._map_thread.join(timeout=max(0.0, deadline - time.monotonic()))
@@ -400,6 +428,7 @@ def soak(options: argparse.Namespace) -> int:
         started = time.monotonic()
         end = started + options.minutes * 60
         next_kill = started + options.kill_every * rng.uniform(0.5, 1.5)
+        next_poison = started + options.poison_every if options.poison_every > 0 else float("inf")
         next_progress = started + _PROGRESS_SECONDS
         kill_pending: set[int] = set()
         while time.monotonic() < end:
@@ -411,6 +440,9 @@ def soak(options: argparse.Namespace) -> int:
             if now >= next_kill:
                 workers.kill_one(rng, kill_pending)
                 next_kill = now + options.kill_every * rng.uniform(0.5, 1.5)
+            if now >= next_poison:
+                stream.poison()
+                next_poison = now + options.poison_every
             if now >= next_progress:
                 next_progress = now + _PROGRESS_SECONDS
                 with ledger.lock:
@@ -437,6 +469,8 @@ def soak(options: argparse.Namespace) -> int:
                 if future.done() and returned != future.cancelled()
             ]
             forced = sum(1 for _, force, _ in ledger.cancels if force)
+            poisoned = stream.poisoned_outcomes()
+            poison_wrong = sum(count for outcome, count in poisoned.items() if outcome != WorkerDiedError.__name__)
             report = [
                 ("run", f"{elapsed / 60:.1f} min, then {drain_seconds:.1f} s to drain"),
                 ("tasks submitted", f"{ledger.submitted:,} ({stream.maps_done:,} maps of {options.map_size})"),
@@ -447,9 +481,12 @@ def soak(options: argparse.Namespace) -> int:
                 ("tasks lost", f"{lost} ({len(never_resolved)} never resolved, {len(ledger.failed)} failed)"),
                 ("duplicates", f"{len(ledger.duplicates)}"),
                 ("wrong results", f"{len(ledger.wrong)}"),
+                ("poisoned tasks", f"{len(stream.poisoned)} submitted; ended: "
+                                   + (", ".join(f"{count} {outcome}" for outcome, count in sorted(poisoned.items()))
+                                      or "-")),
                 ("workers killed", f"{sum(workers.killed.values())} ({workers.killed['agent']} agents, "
                                    f"{workers.killed['processor']} processors); "
-                                   f"{workers.exited_on_their_own} exited on their own"),
+                                   f"{workers.exited_on_their_own} exited on their own (poisoned tasks kill theirs)"),
                 ("scheduler RSS", f"{rss_start:.1f} MB at start, {rss_end:.1f} MB at end"),
                 ("tasks left", "unknown" if tasks_left is None else f"{tasks_left} in the scheduler after the drain"),
             ]
@@ -470,7 +507,8 @@ def soak(options: argparse.Namespace) -> int:
                   f"which ended {'canceled' if future.cancelled() else 'with a result or error'}")
         if never_resolved:
             print(f"  never resolved: {sorted(never_resolved)[:10]}")
-        ok = lost == 0 and not ledger.duplicates and not ledger.wrong and not tasks_left and not cancel_mismatches
+        ok = (lost == 0 and not ledger.duplicates and not ledger.wrong and not tasks_left and not cancel_mismatches
+              and poison_wrong == 0)
         print("soak: PASS" if ok else f"soak: FAIL (logs in {log_dir})", flush=True)
         return 0 if ok else 1
     finally:
@@ -495,6 +533,8 @@ def main() -> None:
     parser.add_argument("--worker-timeout", type=float, default=10.0,
                         help="the scheduler's --worker-timeout-seconds: how soon a killed agent is noticed")
     parser.add_argument("--heartbeat", type=float, default=1.0, help="heartbeat interval of workers (seconds)")
+    parser.add_argument("--poison-every", type=float, default=0.0,
+                        help="seconds between poisoned tasks that kill their worker agent (0: none)")
     parser.add_argument("--log-dir", default=None, help="where the scheduler and workers log (default: a temp dir)")
     options = parser.parse_args()
     if options.workers < 1 or options.minutes <= 0 or options.kill_every <= 0:
