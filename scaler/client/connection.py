@@ -64,13 +64,10 @@ class MapCollector:
 
 _Pending = Union[ScalerFuture, tuple[MapCollector, int]]
 
+# Outbox items: (_TASK, signature, task id, args, object positions, inline bytes of args),
+# (_TASKS, signature, task ids, args, object positions, inline bytes of args), (_OBJECT, payload),
+# (_MESSAGE, message).
 _TASK, _TASKS, _OBJECT, _MESSAGE = range(4)
-
-
-def _inline_bytes(payloads: Sequence[m.Buffer]) -> int:
-    """What these payloads add to the control frame: the small ones travel inside it, the large as frames."""
-    large = m.LARGE_PAYLOAD_BYTES
-    return sum(size for size in map(len, payloads) if size < large)
 
 
 class ClientConnection:
@@ -160,20 +157,22 @@ class ClientConnection:
                 "(--max-message-size-bytes); send less per task, or start the scheduler with a higher limit"
             )
 
-    def _check_arguments(self, args: Sequence[m.Buffer], width: int) -> None:
+    def _check_arguments(self, args: Sequence[m.Buffer], width: int) -> int:
+        """Raise PayloadTooLargeError for arguments the scheduler would not read; returns their inline bytes."""
         if not args:
-            return
+            return 0
         self.check_payload(max(args, key=len), "an argument")
         budget = self._inline_budget
         if budget and width * m.LARGE_PAYLOAD_BYTES > budget:  # else no task can reach the budget
             for start in range(0, len(args), width):
-                inline = _inline_bytes(args[start:start + width])
+                inline = m.inline_bytes(args[start:start + width])
                 if inline > budget:
                     raise PayloadTooLargeError(
                         f"the arguments of one task take {inline:,} bytes in the message itself, over the "
                         f"scheduler's limit of {budget * 2:,} bytes (--max-control-frame-bytes); pass large "
                         "data as fewer, bigger arguments (64 KiB or more each) or with send_object()"
                     )
+        return m.inline_bytes(args)
 
     def send_object(self, payload: m.ObjectPayload) -> None:
         if payload.name == "shared argument":  # a large argument sent once (shared_arguments.py)
@@ -186,9 +185,9 @@ class ClientConnection:
     def submit_task(
         self, signature: Signature, task_id: int, args: list[bytes], future: ScalerFuture, object_positions: list[int]
     ) -> None:
-        self._check_arguments(args, signature[1])
+        inline = self._check_arguments(args, signature[1])
         self._pending[task_id] = future
-        self._outbox.append((_TASK, signature, task_id, args, object_positions))
+        self._outbox.append((_TASK, signature, task_id, args, object_positions, inline))
         self._wake()
 
     def submit_tasks(
@@ -202,8 +201,8 @@ class ClientConnection:
     ) -> None:
         """`object_positions` index into `args` of this chunk: those hold object ids."""
         width = signature[1]
-        self._check_arguments(args, width)
-        if self._inline_budget and len(task_ids) > 1 and _inline_bytes(args) > self._inline_budget:
+        inline = self._check_arguments(args, width)
+        if self._inline_budget and len(task_ids) > 1 and inline > self._inline_budget:
             # Too much for one message: in halves, each its own outbox item (the I/O thread sends
             # items that together exceed the budget in separate messages).
             half = len(task_ids) // 2
@@ -216,7 +215,7 @@ class ClientConnection:
         pending = self._pending
         for offset, task_id in enumerate(task_ids):
             pending[task_id] = (collector, first_index + offset)
-        self._outbox.append((_TASKS, signature, task_ids, args, object_positions))
+        self._outbox.append((_TASKS, signature, task_ids, args, object_positions, inline))
         self._wake()
 
     def wake(self) -> None:
@@ -224,9 +223,7 @@ class ClientConnection:
 
     def submit_graph(self, submission: m.TaskSubmission, futures: dict[int, ScalerFuture]) -> None:
         """A graph goes out as one message, after everything queued before it."""
-        for group in submission.groups:
-            self._check_arguments(group.args, group.args_per_task)
-        inline = sum(_inline_bytes(group.args) for group in submission.groups)
+        inline = sum(self._check_arguments(group.args, group.args_per_task) for group in submission.groups)
         if self._inline_budget and inline > self._inline_budget:
             raise PayloadTooLargeError(
                 f"this graph's literal arguments take {inline:,} bytes in one message, over the scheduler's "
@@ -375,11 +372,9 @@ class ClientConnection:
             item = outbox.popleft()
             kind = item[0]
             if kind == _TASK or kind == _TASKS:
-                if budget:
-                    size = _inline_bytes(item[3])
-                    if inline + size > budget:
-                        send_batch()
-                    inline += size
+                if budget and inline + item[5] > budget:
+                    send_batch()
+                inline += item[5]
                 signature = item[1]
                 if current is None or signature != current_signature:
                     current = m.TaskGroup(
@@ -402,7 +397,7 @@ class ClientConnection:
                 if count >= _MAX_TASKS_PER_MESSAGE:
                     send_batch()
             elif kind == _OBJECT:
-                size = _inline_bytes([item[1].payload])
+                size = m.inline_bytes((item[1].payload,))
                 if groups or (budget and inline + size > budget):
                     send_batch()
                 inline += size

@@ -10,7 +10,7 @@ import dataclasses
 import enum
 import os
 from collections.abc import Sequence
-from typing import Any, Callable, Union, cast
+from typing import Any, Callable, Iterable, Union, cast
 
 import capnp
 
@@ -24,6 +24,11 @@ LARGE_PAYLOAD_BYTES = 64 * 1024
 
 # Payloads are bytes, or zero-copy views of received frames.
 Buffer = Union[bytes, memoryview]
+
+
+def inline_bytes(payloads: Iterable[Buffer]) -> int:
+    """What these payloads add to a control frame: the small ones travel inside it, the large as frames."""
+    return sum(size for size in map(len, payloads) if size < LARGE_PAYLOAD_BYTES)
 
 # A reader may visit each word of a frame a few times; capping traversal relative to the frame's size
 # stops a small forged frame (say, a list of a billion empty structs) from costing more than its bytes.

@@ -286,7 +286,7 @@ class WorkerAgent:
         frame_limit, control_limit = self._max_frame_bytes, self._max_control_frame_bytes
         if control_limit and len(frames[0]) > control_limit:
             return False
-        return not frame_limit or all(len(frame) <= frame_limit for frame in frames)
+        return not frame_limit or max(map(len, frames)) <= frame_limit
 
     def _send_results_in_limits(self, results: m.TaskResults, scheduler: zmq.Socket) -> None:
         """Results too large to send as they are: a result over the frame limit becomes its task's failure
@@ -322,7 +322,7 @@ class WorkerAgent:
             batch, inline = m.TaskResults(succeeded_ids=[], payloads=[], failures=[]), 0
 
         for task_id, payload in successes:
-            size = len(payload) if len(payload) < m.LARGE_PAYLOAD_BYTES else 0
+            size = m.inline_bytes((payload,))
             if inline + size > budget:
                 send_batch()
             inline += size

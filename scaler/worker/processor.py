@@ -222,15 +222,13 @@ class Processor:
 
     def _run_one(self) -> None:
         task = self._peek_task()
-        if task[1].report_start:
-            if not self._may_start(task[0]):
-                return
-            self._pop_task()
-            self._run(*task)
-            self._flush()  # its result, before anything else can take this worker down
+        suspect = task[1].report_start
+        if suspect and not self._may_start(task[0]):
             return
         self._pop_task()
         self._run(*task)
+        if suspect:
+            self._flush()  # its result, before anything else can take this worker down
 
     def _run(self, task_id: int, group: m.TaskGroup, row: int, object_slots: list[int] | None) -> None:
         self._queued_ids.discard(task_id)
