@@ -12,6 +12,12 @@ from typing import IO, Any, Callable
 # How often a waiting caller reads the count of finished tasks into the bar.
 REFRESH_SECONDS = 0.1
 
+# A bar younger than this shows no rate and no time left: results arrive in batches, so tasks per
+# second measured over a few milliseconds (an instant map: millions of tasks/s) say nothing.
+MIN_RATE_SECONDS = 1.0
+
+_BAR_WITHOUT_RATE = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}]"
+
 
 def _bar_class() -> Any:
     try:
@@ -23,18 +29,32 @@ def _bar_class() -> Any:
         # No tqdm monitor thread: every thread of a client has an owner that joins it, and nobody joins that one.
         monitor_interval = 0
 
+        @property
+        def format_dict(self) -> dict[str, Any]:
+            fields = super().format_dict
+            if fields["elapsed"] < MIN_RATE_SECONDS:
+                fields["bar_format"] = _BAR_WITHOUT_RATE
+            return fields
+
     return _Bar
 
 
 class TaskProgress:
-    """`total` tasks; `update(n)` when n more finished, `close()` (or leave the `with` block) when done."""
+    """`total` tasks; `update(n)` when n more finished, `close()` (or leave the `with` block) when done.
 
-    def __init__(self, total: int, description: str = "tasks", file: IO[str] | None = None) -> None:
+    `completed` tasks were already finished when the bar started. The rate shown is the average, since
+    the bar started, of the tasks finished while it ran (those finished before would inflate it).
+    """
+
+    def __init__(
+        self, total: int, description: str = "tasks", file: IO[str] | None = None, completed: int = 0
+    ) -> None:
         self._lock = threading.Lock()
         self._closed = False
-        self._completed = 0
+        self._completed = completed
         self._bar = _bar_class()(
-            total=total, desc=description, unit="task", file=file, mininterval=REFRESH_SECONDS, dynamic_ncols=True
+            total=total, initial=completed, desc=description, unit="task", file=file, mininterval=REFRESH_SECONDS,
+            dynamic_ncols=True, smoothing=0,
         )
 
     @property
@@ -81,7 +101,7 @@ def wait_with_progress(
     file: IO[str] | None = None,
 ) -> None:
     """Wait for `finished` while a bar shows `completed()` out of `total`, read every REFRESH_SECONDS."""
-    with TaskProgress(total, description, file) as progress:
+    with TaskProgress(total, description, file, completed=completed()) as progress:
         while not finished.wait(REFRESH_SECONDS):
             progress.set_completed(completed())
         progress.set_completed(completed())

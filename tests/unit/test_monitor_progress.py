@@ -88,3 +88,62 @@ def test_no_tqdm_monitor_thread_is_started() -> None:
     with TaskProgress(1, file=io.StringIO()) as progress:
         progress.update()
     assert monitors() == before
+
+
+class FakeClock:
+    """tqdm's clock, moved by hand: a rate is then a known number of tasks over a known time."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    import tqdm.std
+
+    fake = FakeClock()
+    monkeypatch.setattr(tqdm.std, "time", fake)
+    return fake
+
+
+def test_an_instant_map_shows_no_rate() -> None:
+    output = io.StringIO()
+    with TaskProgress(100_000, "map", file=output) as progress:
+        progress.set_completed(100_000)
+    line = final_line(output)
+    assert "100000/100000" in line
+    assert "task/s" not in line and "s/task" not in line, line
+
+
+def test_a_rate_is_shown_after_a_second_as_tasks_over_the_time_the_bar_ran(clock: FakeClock) -> None:
+    output = io.StringIO()
+    with TaskProgress(1000, "map", file=output) as progress:
+        clock.now += 0.5
+        progress.set_completed(200)
+        assert "200/1000" in final_line(output) and "task/s" not in final_line(output)
+        clock.now += 1.5
+        progress.set_completed(1000)
+    line = final_line(output)
+    assert "1000/1000" in line and "500.00task/s" in line, line
+
+
+def test_tasks_finished_before_the_bar_started_do_not_count_in_the_rate(clock: FakeClock) -> None:
+    output = io.StringIO()
+    with TaskProgress(1000, "map", file=output, completed=600) as progress:
+        assert progress.completed == 600
+        clock.now += 4
+        progress.set_completed(1000)
+    line = final_line(output)
+    assert "1000/1000" in line and "100.00task/s" in line, line
+
+
+def test_wait_with_progress_starts_from_what_already_finished(clock: FakeClock) -> None:
+    output = io.StringIO()
+    finished = threading.Event()
+    finished.set()
+    wait_with_progress(finished, 50, lambda: 50, "map", file=output)
+    first_drawn = output.getvalue().replace("\r", "\n").strip().splitlines()[0]
+    assert "50/50" in first_drawn, first_drawn
