@@ -138,7 +138,8 @@ def _panels(snapshot: MonitorSnapshot) -> list[str]:
         ]),
         _panel("task_manager", [
             ("unassigned", format_count(tasks.unassigned)),
-            ("running", format_count(tasks.running)),
+            # Sent to a worker and not finished: queued there or running. The scheduler cannot tell which.
+            ("assigned", format_count(tasks.running)),
             ("waiting", format_count(tasks.waiting_on_dependencies)),
             ("success", format_count(tasks.success)),
             ("failed", format_count(tasks.failed)),

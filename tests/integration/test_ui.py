@@ -167,6 +167,9 @@ def test_page_shows_live_workers_and_numbers_that_move(
     wait_until(lambda: len(worker_rows(browser)) == 2, "the two workers in the table")
     assert text_of(browser, "#status") == "live"
     assert text_of(browser, "#worker-count") == "2"
+    # Tasks held by workers may be queued there, not running: the page says "assigned".
+    wait_until(lambda: text_of(browser, "#count-running .label") == "assigned", "the assigned count's label")
+    assert text_of(browser, "#stream thead th:nth-child(6)") == "assigned"
     before = wait_until(lambda: count(browser, "success") is not None and (count(browser, "success"),), "counts")[0]
 
     errors: list[BaseException] = []

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from scaler.scheduler.monitor import ClientStatus, MonitorSnapshot, TaskCounts, WorkerStatus
@@ -66,7 +68,7 @@ def test_layout_follows_the_documents() -> None:
         assert title in header
     assert header.index("scheduler ") < header.index("task_manager") < header.index("scheduler_sent")
     text = "\n".join(lines)
-    for label in ("cpu", "rss", "unassigned", "running", "success", "failed", "canceled", "not_found"):
+    for label in ("cpu", "rss", "unassigned", "assigned", "success", "failed", "canceled", "not_found"):
         assert label in text
     assert "53,704" in text and "283,701" in text  # thousands separators, as the documents show
     assert "130.1m" in text
@@ -79,6 +81,26 @@ def test_layout_follows_the_documents() -> None:
     columns = table_header(lines).split()
     assert columns[:11] == ["worker", "agt_cpu", "agt_rss", "*cpu", "rss", "free", "sent", "queued", "lag", "ITL", "|"]
     assert "client_manager" in table_header(lines)
+
+
+def task_manager_rows(lines: list[str]) -> dict[str, str]:
+    start = lines[0].index("task_manager")
+    rows = {}
+    for line in lines[1:]:
+        if line.startswith("---"):
+            break
+        cells = line[start:].split("|")[0].split()
+        if len(cells) == 2:
+            rows[cells[0]] = cells[1]
+    return rows
+
+
+def test_tasks_held_by_workers_are_called_assigned_not_running() -> None:
+    # Two single-process workers can hold 30 tasks, queued or running: the scheduler cannot tell which.
+    held = dataclasses.replace(snapshot(), tasks=TaskCounts(unassigned=5, running=30, success=1))
+    rows = task_manager_rows(render(held, DEFAULT_SORT, ADDRESS, 0.5).lines)
+    assert rows["unassigned"] == "5" and rows["assigned"] == "30" and rows["success"] == "1"
+    assert "running" not in rows
 
 
 def test_panels_line_up_under_their_separators() -> None:
