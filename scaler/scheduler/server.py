@@ -14,6 +14,7 @@ import psutil
 import zmq
 
 from scaler.protocol import messages as m
+from scaler.scheduler.bad_frame_log import BadFrameLog, short_identity
 from scaler.scheduler.config import SchedulerConfig, default_monitor_address
 from scaler.scheduler.core.scheduler_core import CoreConfig, Outgoing, SchedulerCore
 from scaler.scheduler.monitor import MonitorPublisher
@@ -55,6 +56,7 @@ class SchedulerServer:
         self._process.cpu_percent()
         self.received: dict[str, int] = {}
         self.sent: dict[str, int] = {}
+        self._bad_frame_log = BadFrameLog()
 
     @property
     def core(self) -> SchedulerCore:
@@ -144,6 +146,8 @@ class SchedulerServer:
                 except Exception:
                     logger.exception("Scheduler: timer handling failed")
                 next_tick = now + _TICK_SECONDS
+                for line in self._bad_frame_log.on_tick(now):
+                    logger.warning(line)
                 if now >= next_monitor:
                     next_monitor = now + _MONITOR_SECONDS
                     monitor.publish(self.status_snapshot())
@@ -154,14 +158,14 @@ class SchedulerServer:
     def _handle(self, frames: list[m.Buffer]) -> list[Outgoing]:
         sender = bytes(frames[0])
         if len(frames) > 1 and len(frames[1]) > self._config.max_control_frame_bytes:
-            logger.warning(f"Scheduler: dropped a {len(frames[1]):,}-byte control frame from {sender!r}")
+            self._log_bad_frame(sender, f"a {len(frames[1]):,}-byte control frame")
             return self._core.on_bad_frame(
                 sender, f"control frame over {self._config.max_control_frame_bytes:,} bytes; submit in smaller batches"
             )
         try:
             message = m.decode(frames[1:])
         except m.ProtocolDecodeError as error:
-            logger.warning(f"Scheduler: dropped an undecodable message from {sender!r}: {error}")
+            self._log_bad_frame(sender, f"an undecodable message ({error})")
             return self._core.on_bad_frame(sender, str(error))
         name = type(message).__name__
         self.received[name] = self.received.get(name, 0) + 1
@@ -169,8 +173,12 @@ class SchedulerServer:
             return self._core.on_message(sender, message, time.monotonic())
         except Exception:
             # A bug triggered by one message must not take the whole cluster down with it.
-            logger.exception(f"Scheduler: failed to handle {name} from {sender!r}")
+            logger.exception(f"Scheduler: failed to handle {name} from {short_identity(sender)}")
             return self._core.on_bad_frame(sender, f"scheduler could not handle {name}", drop_sender=False)
+
+    def _log_bad_frame(self, sender: bytes, what: str) -> None:
+        for line in self._bad_frame_log.on_dropped(sender, what, time.monotonic()):
+            logger.warning(line)
 
     def _send(self, socket: zmq.Socket, outgoing: list[Outgoing]) -> None:
         for identity, message in outgoing:
@@ -179,7 +187,7 @@ class SchedulerServer:
             try:
                 send_frames(socket, [identity, *m.encode(message)])
             except zmq.ZMQError as error:
-                logger.warning(f"Scheduler: could not send {name} to {identity!r}: {error}")
+                logger.warning(f"Scheduler: could not send {name} to {short_identity(identity)}: {error}")
 
 
 def _warn_if_exposed(address: str) -> None:

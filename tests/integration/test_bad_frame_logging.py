@@ -1,0 +1,100 @@
+"""Random bytes written at a real scheduler's port: a log line per sender per interval, not one per frame.
+
+A peer that speaks no ZMTP greeting is read by ZeroMQ as ZMTP 1.0, so its bytes become a stream of
+messages the scheduler cannot decode (three to six per 4 KB write). The scheduler logs the first, counts
+the rest, and after its interval says how many more there were, naming the sender briefly.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from typing import Iterator
+
+import pytest
+
+from scaler.cluster.combo import free_local_address
+from scaler.scheduler.bad_frame_log import INTERVAL_SECONDS
+
+pytestmark = pytest.mark.timeout(120)
+
+STARTUP_SECONDS = 30.0
+FIRST_LINE = re.compile(r"Scheduler: dropped an undecodable message \(.*\) from (\S+(?: \(\d+ bytes\))?); more from it")
+SUMMARY_LINE = re.compile(r"Scheduler: dropped ([\d,]+) more bad frame\(s\) from (.+) in the ")
+
+
+class Scheduler:
+    def __init__(self, tmp_path) -> None:
+        self.address = free_local_address()
+        self.log_path = tmp_path / "scheduler.log"
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "scaler.cli.scheduler", self.address,
+             "--monitor-address", f"ipc://{tmp_path}/monitor", "--logging-paths", str(self.log_path)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+        )
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def wait_for(self, pattern: re.Pattern[str], count: int, timeout: float) -> list[re.Match[str]]:
+        deadline = time.monotonic() + timeout
+        while True:
+            found = list(pattern.finditer(self.log()))
+            if len(found) >= count:
+                return found
+            assert self.process.poll() is None, f"the scheduler exited:\n{self.log()}"
+            missing = f"{count} x {pattern.pattern!r} not logged in {timeout:g}s"
+            assert time.monotonic() < deadline, f"{missing}:\n{self.log()}"
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+@pytest.fixture
+def scheduler(tmp_path) -> Iterator[Scheduler]:
+    started = Scheduler(tmp_path)
+    try:
+        started.wait_for(re.compile("Scheduler: listening on"), 1, STARTUP_SECONDS)
+        yield started
+    finally:
+        started.stop()
+
+
+def write_random_bytes(address: str, seed: int, writes: int) -> None:
+    host, port = address.removeprefix("tcp://").rsplit(":", 1)
+    noise = random.Random(seed)
+    with socket.create_connection((host, int(port)), timeout=10) as raw:
+        for _ in range(writes):
+            chunk = bytearray(noise.randbytes(4096))
+            chunk[0] = 0x20  # not 0xFF: ZeroMQ then takes the peer for ZMTP 1.0 and reads messages
+            raw.sendall(chunk)
+        time.sleep(1)  # let the scheduler read it all before the connection goes
+
+
+def test_random_bytes_log_one_line_per_sender_then_a_count(scheduler: Scheduler) -> None:
+    for seed in (1, 2):
+        write_random_bytes(scheduler.address, seed, writes=2)
+
+    summaries = scheduler.wait_for(SUMMARY_LINE, 2, timeout=INTERVAL_SECONDS + 40)
+    firsts = list(FIRST_LINE.finditer(scheduler.log()))
+    senders = [match.group(1) for match in firsts]
+    assert len(senders) == 2 and len(set(senders)) == 2, scheduler.log()
+    assert {match.group(2) for match in summaries} == set(senders)
+    assert all(int(match.group(1).replace(",", "")) >= 1 for match in summaries)
+    undecodable_lines = [line for line in scheduler.log().splitlines() if "undecodable" in line]
+    assert len(undecodable_lines) == 2, "\n".join(undecodable_lines)
+    for sender in senders:  # short: the first bytes in hex and the length, not hundreds of escaped bytes
+        assert len(sender) <= 60 and "\\x" not in sender, sender
+    assert scheduler.process.poll() is None
