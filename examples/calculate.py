@@ -10,10 +10,10 @@ def calculate(sec: int):
 
 
 def main():
-    address = "tcp://127.0.0.1:2345"
-
-    cluster = SchedulerClusterCombo(address=address, n_workers=10, event_loop="uvloop")
-    client = Client(address=address)
+    # No address: the scheduler takes a free local port, so this runs beside any scheduler already
+    # listening (the README starts `scaler_scheduler` on port 2345).
+    cluster = SchedulerClusterCombo(n_workers=10)
+    client = Client(address=cluster.get_address())
 
     tasks = [random.randint(0, 100) for _ in range(100000)]
     futures = [client.submit(calculate, i) for i in tasks]
