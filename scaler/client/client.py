@@ -299,8 +299,12 @@ class Client:
 
         `graph` maps keys to literals, callables (returned as they are), aliases (another key) or tasks
         `(callable, arg, ...)` whose arguments may be keys, literals, nested tasks, or lists/tuples of
-        those. Returns `{key: value}`; with `block=False`, `{key: future}` instead. A missing key or a
-        cycle raises ValueError before anything runs; a failed task fails every key that needs it.
+        those. Returns `{key: value}`; with `block=False`, `{key: future}` instead.
+        An argument, or a value, is a key exactly when the graph has it (`arg in graph`, whatever its
+        type); anything else is a literal passed as it is, a string included: in `{"x": (inc, "y")}`
+        with no key "y", `inc` receives the string "y" and the task fails when it runs.
+        A requested key missing from the graph (a ValueError and a KeyError) or a cycle (a ValueError)
+        is raised here, before anything runs; a failed task fails every requested key that needs it.
         An argument object found in several tasks (the same object, `is`) is serialized once, and sent
         once if large (see `Client.map`).
         `order` picks the topological ordering (see `plan_graph`): None, the pure-Python depth-first

@@ -174,6 +174,20 @@ def test_cycles_and_missing_keys_fail_before_anything_runs(
     assert not os.path.exists(marker), "a task ran although the graph was refused"
 
 
+def test_a_string_that_is_no_key_is_a_literal_and_a_missing_requested_key_fails_at_get(client: Client) -> None:
+    # README, Graphs: "y" names a key only if the graph has one; otherwise the function receives "y".
+    assert client.get({"x": (str.upper, "y")}, keys=["x"]) == {"x": "Y"}
+    assert client.get({"y": "z", "x": (str.upper, "y")}, keys=["x"]) == {"x": "Z"}
+    # So a typo in an argument is found when the task runs, with the function's own error...
+    futures = client.get({"x": (inc, "y")}, keys=["x"], block=False)
+    with pytest.raises(TypeError, match="str"):
+        futures["x"].result(timeout=30)
+    # ...while a requested key that is missing is refused by get itself, before anything runs.
+    with pytest.raises(ValueError, match="'y' is not in the graph") as raised:
+        client.get({"x": (inc, 1)}, keys=["y"])
+    assert isinstance(raised.value, KeyError)
+
+
 def graphblas_available() -> bool:
     try:
         from scaler.client.graph_order_graphblas import graphblas_available as available

@@ -198,6 +198,20 @@ def test_aliases_are_followed() -> None:
     assert [call.key for call in plan.calls].count("x") == 1
 
 
+def test_an_argument_is_a_key_only_if_the_graph_has_it_else_a_literal_even_a_string() -> None:
+    # README, Graphs: `arg in graph` decides, whatever the type; anything else is passed as it is.
+    plan = plan_graph({"x": (inc, "y")}, ["x"])
+    (call,) = plan.calls
+    assert call.arguments == ["y"] and call.reference_slots == {}
+    assert plan_graph({"x": (str.upper, "y")}, ["x"]).calls[0].arguments == ["y"]
+    with_key = plan_graph({"y": (inc, 1), "x": (inc, "y")}, ["x"])
+    assert with_key.calls[-1].reference_slots == {0: "y"}
+    # Keys need not be strings: an argument equal to a key is that key, a number or a tuple too.
+    assert run_locally(plan_graph({1: 10, ("t", 0): 20, "x": (add, 1, ("t", 0))}, ["x"])) == {"x": 30}
+    # A value that is no key is a literal too, a string included.
+    assert plan_graph({"s": "y"}, ["s"]).literals == {"s": "y"}
+
+
 @pytest.mark.parametrize("order", ORDERS)
 def test_missing_requested_key_is_a_key_error_and_a_value_error(order: Any) -> None:
     with pytest.raises(GraphKeyError, match="'nope' is not in the graph") as raised:
