@@ -1,7 +1,7 @@
 """Random bytes written at a real scheduler's port: a log line per sender per interval, not one per frame.
 
 A peer that speaks no ZMTP greeting is read by ZeroMQ as ZMTP 1.0, so its bytes become a stream of
-messages the scheduler cannot decode (three to six per 4 KB write). The scheduler logs the first, counts
+messages the scheduler cannot decode (about sixteen per 4 KB write). The scheduler logs the first, counts
 the rest, and after its interval says how many more there were, naming the sender briefly.
 """
 
