@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import concurrent.futures
+import gc
 import os
 import pathlib
 import signal
 import threading
 import time
+import weakref
 from typing import Any, Iterator
 
 import psutil
@@ -35,6 +37,17 @@ def fail_on(value: int, bad: int) -> int:
     if value == bad:
         raise CustomError(f"bad value {value}")
     return value
+
+
+class Payload:
+    """A result that can be watched with a weak reference (an int or a tuple cannot)."""
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+
+def make_payload(value: int) -> Payload:
+    return Payload(value)
 
 
 def gated(gate: str, started_directory: str, name: Any) -> Any:
@@ -162,6 +175,21 @@ def test_map_raises_a_call_exception_when_its_result_is_reached(executor: Scaler
     assert [next(results) for _ in range(5)] == [0, 1, 2, 3, 4]
     with pytest.raises(CustomError, match="bad value 5"):
         next(results)
+
+
+@pytest.mark.parametrize("chunksize", [1, 2])
+def test_map_lets_go_of_each_result_once_handed_out(executor: ScalerExecutor, chunksize: int) -> None:
+    """As CPython's executors since 3.9: a streaming map over large results does not hold what it yielded."""
+    results = executor.map(make_payload, range(4), chunksize=chunksize)
+    handed_out = []
+    for expected in range(3):
+        payload = next(results)
+        assert payload.value == expected
+        handed_out.append(weakref.ref(payload))
+        del payload
+        gc.collect()
+        assert [ref() for ref in handed_out] == [None] * len(handed_out), "the iterator still holds a result"
+    assert [payload.value for payload in results] == [3]
 
 
 def test_map_chunksize_batches_calls_into_one_task_each(
