@@ -251,6 +251,15 @@ def test_map_rejects_what_cannot_be_sent_at_the_call(executor: ScalerExecutor) -
     assert list(executor.map(abs, [-3])) == [3]
 
 
+def test_calls_the_function_cannot_take_fail_at_submit_and_map(executor: ScalerExecutor) -> None:
+    with pytest.raises(TypeError, match="missing a required argument: 'a'"):
+        executor.submit(combine)
+    for chunksize in (1, 5):
+        with pytest.raises(TypeError, match="map\\(\\) with 3 iterables: .*too many positional arguments"):
+            executor.map(combine, [1], [2], [3], chunksize=chunksize)
+    assert list(executor.map(combine, [1, 2], [3, 4], chunksize=2)) == [(1, 3, 0), (2, 4, 0)]
+
+
 def test_wait_as_completed_and_callbacks_in_the_callers_process(executor: ScalerExecutor) -> None:
     futures = [executor.submit(pow, i, 2) for i in range(12)]
     done, not_done = concurrent.futures.wait(futures, timeout=30)

@@ -17,6 +17,7 @@ import time
 import weakref
 from typing import Any, Callable, Iterable, Iterator
 
+from scaler.client.call_check import call_shape
 from scaler.client.client import Client
 from scaler.client.serializer import Serializer
 from scaler.cluster.combo import SchedulerClusterCombo
@@ -134,6 +135,12 @@ class ScalerExecutor(concurrent.futures.Executor):
             raise ValueError(f"chunksize must be a positive integer, got {chunksize!r}")
         deadline = None if timeout is None else time.monotonic() + timeout
         argument_tuples = list(zip(*iterables))
+        # Every call takes one argument per iterable: one check before anything is sent, chunked or not.
+        shape = call_shape(fn) if argument_tuples else None
+        if shape is not None and not shape.fits(len(iterables)):
+            problem = shape.problem(argument_tuples[0], {})
+            if problem is not None:
+                raise TypeError(f"map() with {len(iterables)} iterables: {problem}")
         with self._submit_lock:
             self._check_usable()
             futures: list[concurrent.futures.Future] = []
