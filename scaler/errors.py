@@ -1,4 +1,9 @@
-"""Errors a Scaler user can meet, in one place so that every layer raises the same types."""
+"""Errors a Scaler user can meet, in one place so that every layer raises the same types.
+
+Each is also an instance of what code written for Scaler 1.9.x catches where 1.9.x raised a builtin
+error (a `ValueError` for a refused shutdown, a `TimeoutError` for a lost scheduler, ...), so that
+such code keeps working; the README's table lists them.
+"""
 
 from __future__ import annotations
 
@@ -13,12 +18,12 @@ class ConnectionFailedError(ScalerError, ConnectionError):
     """The scheduler could not be reached, refused us, or stopped answering."""
 
 
-class SchedulerLostError(ConnectionFailedError):
-    """The scheduler went silent or away while work was outstanding."""
+class SchedulerLostError(ConnectionFailedError, TimeoutError):
+    """The scheduler went silent or away while work was outstanding; a TimeoutError too, as in 1.9.x."""
 
 
-class ProtectedModeError(ScalerError):
-    """The scheduler runs in protected mode and refused to shut down."""
+class ProtectedModeError(ScalerError, ValueError):
+    """The scheduler runs in protected mode and refused to shut down; a ValueError too, as in 1.9.x."""
 
 
 class WorkerDiedError(ScalerError):
@@ -45,8 +50,15 @@ class PayloadTooLargeError(ScalerError, ValueError):
     """An argument, object, function or result is larger than the scheduler accepts (--max-message-size-bytes)."""
 
 
-class SerializationError(ScalerError):
-    """A function, argument or result could not be serialized or deserialized."""
+class SerializationError(ScalerError, TypeError):
+    """A function, argument or result could not be serialized or deserialized.
+
+    A TypeError too: pickle raises one for an object it cannot pickle, and code around a call catches that.
+    """
+
+
+class TaskNotDoneError(ScalerError, concurrent.futures.InvalidStateError, ValueError):
+    """Asked for what only a finished task has (`profiling_info()`); a ValueError too, as in 1.9.x."""
 
 
 class RemoteTaskError(ScalerError):

@@ -7,10 +7,11 @@ import concurrent.futures
 import threading
 import weakref
 from collections.abc import Hashable
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 import cloudpickle
 
+from scaler.client.call_check import CallShape, call_shape
 from scaler.client.connection import ClientConnection, MapCollector, Signature
 from scaler.client.future import ScalerFuture
 from scaler.client.graph import Order, PlannedCall, TemplateCall, plan_graph
@@ -23,7 +24,7 @@ from scaler.client.shared_arguments import (
     SharedArguments,
     repeated_argument_ids,
 )
-from scaler.errors import ProtectedModeError
+from scaler.errors import ProtectedModeError, ScalerError, SerializationError
 from scaler.protocol import messages as m
 from scaler.utility.blocking import client_nesting_depth, waiting_for_tasks
 from scaler.utility.curve import PeerKeys
@@ -71,6 +72,8 @@ class Client:
         self._serializer_id = b""
         self._sent_object_ids: set[bytes] = set()
         self._function_ids: collections.OrderedDict[int, tuple[Callable, bytes]] = collections.OrderedDict()
+        # Kept apart from _function_ids: checked before anything is serialized, and not dropped by clear().
+        self._call_shapes: dict[int, tuple[Callable, CallShape | None]] = {}
         self._template_calls: dict[int, TemplateCall] = {}
         self._lock = threading.Lock()
         curve_keys = PeerKeys.resolve(curve_server_key, curve_secret_key)
@@ -110,22 +113,35 @@ class Client:
         """Run `fn(*args, **kwargs)` on the cluster; returns a future of its result.
 
         `profiling=True` (or `Client(profiling=True)`) measures the call: see `future.profiling_info()`.
-        The keyword is taken by submit itself, so it never reaches `fn`.
+        The keyword is taken by submit itself, so it never reaches `fn`. Raises TypeError here when `fn`'s
+        signature cannot take the arguments, SerializationError when one of them (or `fn`) cannot be serialized.
         """
         self._connection.check_open()
         if not callable(fn):
             raise TypeError(f"submit() needs a callable as its first argument, got {type(fn).__name__}")
+        shape = self._call_shape(fn)
+        if shape is not None and not (shape.fits_call(len(args), kwargs) if kwargs else shape.fits(len(args))):
+            problem = shape.problem(args, kwargs)
+            if problem is not None:
+                raise TypeError(problem)
         object_positions: list[int] = []
         shared: list[SharedArgument] = []
         connection = self._connection
         try:
-            payloads = self._serialize_submit_arguments(args, object_positions, shared)
-            keywords: tuple[str, ...] = ()
-            if kwargs:
-                keywords = tuple(kwargs)
-                payloads.extend(
-                    self._serialize_submit_arguments(kwargs.values(), object_positions, shared, len(payloads))
+            try:
+                payloads = self._serialize_submit_arguments(args, object_positions, shared)
+                keywords: tuple[str, ...] = ()
+                if kwargs:
+                    keywords = tuple(kwargs)
+                    payloads.extend(
+                        self._serialize_submit_arguments(kwargs.values(), object_positions, shared, len(payloads))
+                    )
+            except _Unserializable as failure:
+                position = failure.position
+                what = f"positional argument {position}" if position < len(args) else (
+                    f"keyword argument {tuple(kwargs)[position - len(args)]!r}"
                 )
+                raise _serialization_error(f"{what} of {_function_name(fn)}", failure.__cause__) from failure.__cause__
             profiled = self._profiling if profiling is None else profiling
             signature = (
                 self._function_id(fn), len(payloads), keywords, self._serializer_id, client_nesting_depth(), profiled
@@ -145,7 +161,11 @@ class Client:
     def send_object(self, obj: Any, name: str | None = None) -> ObjectReference:
         """Send `obj` to the cluster once; pass the returned reference as a task argument to use it."""
         self._connection.check_open()
-        payload = self._serializer.serialize(obj)
+        try:
+            payload = self._serializer.serialize(obj)
+        except Exception as error:
+            named = f" (name {name!r})" if name else ""
+            raise _serialization_error(f"the object given to send_object{named}", error) from error
         reference = ObjectReference(name=name or "", object_id=random_object_id(), size=len(payload))
         self._serializer_object()
         self._connection.send_object(m.ObjectPayload(object_id=reference.object_id, payload=payload, name=name or ""))
@@ -159,18 +179,24 @@ class Client:
         another unfinished task, travels as its object id (noted in object_positions, and in `shared`)."""
         serialize = self._serializer.serialize
         payloads = []
-        for position, argument in enumerate(arguments, offset):
-            kind = type(argument)
-            if kind is ObjectReference:
-                payloads.append(argument.object_id)
-                object_positions.append(position)
-            elif kind in IMMUTABLE_SIZED_TYPES and len(argument) >= m.LARGE_PAYLOAD_BYTES:
-                entry = self._shared_arguments.claim(argument, serialize)
-                shared.append(entry)
-                payloads.append(entry.object_id)
-                object_positions.append(position)
-            else:
-                payloads.append(serialize(argument))
+        position = offset
+        try:
+            for position, argument in enumerate(arguments, offset):
+                kind = type(argument)
+                if kind is ObjectReference:
+                    payloads.append(argument.object_id)
+                    object_positions.append(position)
+                elif kind in IMMUTABLE_SIZED_TYPES and len(argument) >= m.LARGE_PAYLOAD_BYTES:
+                    entry = self._shared_arguments.claim(argument, serialize)
+                    shared.append(entry)
+                    payloads.append(entry.object_id)
+                    object_positions.append(position)
+                else:
+                    payloads.append(serialize(argument))
+        except ScalerError:
+            raise
+        except Exception as error:
+            raise _Unserializable(position) from error
         return payloads
 
     def _serialize_arguments(
@@ -182,30 +208,36 @@ class Client:
         a large payload becomes a hidden object (its id noted in `hidden`), a small one is reused as is."""
         serialize = self._serializer.serialize
         payloads = []
-        for position, argument in enumerate(arguments, offset):
-            if type(argument) is ObjectReference:
-                payloads.append(argument.object_id)
-                object_positions.append(position)
-            elif repeated and id(argument) in repeated:
-                known = repeated[id(argument)]
-                if known is None:
-                    payload = serialize(argument)
-                    if len(payload) >= m.LARGE_PAYLOAD_BYTES:
-                        known = ObjectReference(name="", object_id=random_object_id(), size=len(payload))
-                        self._connection.send_object(
-                            m.ObjectPayload(object_id=known.object_id, payload=payload, name="shared argument")
-                        )
-                        hidden.append(known.object_id)
-                    else:
-                        known = payload
-                    repeated[id(argument)] = known
-                if type(known) is ObjectReference:
-                    payloads.append(known.object_id)
+        position = offset
+        try:
+            for position, argument in enumerate(arguments, offset):
+                if type(argument) is ObjectReference:
+                    payloads.append(argument.object_id)
                     object_positions.append(position)
+                elif repeated and id(argument) in repeated:
+                    known = repeated[id(argument)]
+                    if known is None:
+                        payload = serialize(argument)
+                        if len(payload) >= m.LARGE_PAYLOAD_BYTES:
+                            known = ObjectReference(name="", object_id=random_object_id(), size=len(payload))
+                            self._connection.send_object(
+                                m.ObjectPayload(object_id=known.object_id, payload=payload, name="shared argument")
+                            )
+                            hidden.append(known.object_id)
+                        else:
+                            known = payload
+                        repeated[id(argument)] = known
+                    if type(known) is ObjectReference:
+                        payloads.append(known.object_id)
+                        object_positions.append(position)
+                    else:
+                        payloads.append(known)
                 else:
-                    payloads.append(known)
-            else:
-                payloads.append(serialize(argument))
+                    payloads.append(serialize(argument))
+        except ScalerError:
+            raise
+        except Exception as error:
+            raise _Unserializable(position - offset) from error
         return payloads
 
     def map(self, fn: Callable[..., Any], iterable: Iterable[tuple], *, progress: bool = False) -> list[Any]:
@@ -214,11 +246,13 @@ class Client:
         The function is serialized once for the whole call, and so is an argument object found in
         several tuples (the same object, `is`): sent once if large, and deleted when the map is over.
         If any call raises, the rest are canceled and the first failure (in argument order, among
-        those seen) is raised.
+        those seen) is raised. A tuple `fn` cannot take is a TypeError, an argument that cannot be
+        serialized a SerializationError, both naming the tuple, raised here.
         """
         self._connection.check_open()
         if not callable(fn):
             raise TypeError(f"map() needs a callable as its first argument, got {type(fn).__name__}")
+        shape = self._call_shape(fn)
         function_id = self._function_id(fn)
         argument_tuples = list(iterable)
         # Holding argument_tuples keeps every argument alive, so an id names one object for the whole call.
@@ -226,7 +260,7 @@ class Client:
         hidden: list[bytes] = []
         collector = MapCollector(len(argument_tuples))
         try:
-            all_task_ids = self._submit_map(function_id, argument_tuples, collector, repeated, hidden)
+            all_task_ids = self._submit_map(fn, shape, function_id, argument_tuples, collector, repeated, hidden)
             with waiting_for_tasks():
                 if progress:
                     total = len(argument_tuples)
@@ -245,13 +279,13 @@ class Client:
         return [deserialize(payload) for payload in collector.payloads]
 
     def _submit_map(
-        self, function_id: bytes, argument_tuples: list[tuple], collector: MapCollector, repeated: dict[int, Any],
-        hidden: list[bytes],
+        self, fn: Callable[..., Any], shape: CallShape | None, function_id: bytes, argument_tuples: list[tuple],
+        collector: MapCollector, repeated: dict[int, Any], hidden: list[bytes],
     ) -> list[int]:
         connection = self._connection
         all_task_ids: list[int] = []
         try:
-            self._submit_map_chunks(function_id, argument_tuples, collector, repeated, hidden, all_task_ids)
+            self._submit_map_chunks(fn, shape, function_id, argument_tuples, collector, repeated, hidden, all_task_ids)
         except BaseException:
             # A bad argument further on (too large, not a tuple): the tasks already queued are not wanted.
             connection.forget(all_task_ids)
@@ -260,8 +294,8 @@ class Client:
         return all_task_ids
 
     def _submit_map_chunks(
-        self, function_id: bytes, argument_tuples: list[tuple], collector: MapCollector, repeated: dict[int, Any],
-        hidden: list[bytes], all_task_ids: list[int],
+        self, fn: Callable[..., Any], shape: CallShape | None, function_id: bytes, argument_tuples: list[tuple],
+        collector: MapCollector, repeated: dict[int, Any], hidden: list[bytes], all_task_ids: list[int],
     ) -> None:
         connection = self._connection
         depth = client_nesting_depth()
@@ -280,11 +314,22 @@ class Client:
                     )
                 if width == -1:
                     width = len(arguments)
+                    # Every tuple of a chunk has its first one's width: one check per chunk covers them all.
+                    if shape is not None and not shape.fits(width):
+                        problem = shape.problem(arguments, {})
+                        if problem is not None:
+                            raise TypeError(f"map(): argument tuple {end} does not fit {problem}")
                 elif len(arguments) != width:
                     break  # a new group starts with the new number of arguments
-                chunk_args.extend(
-                    self._serialize_arguments(arguments, object_positions, len(chunk_args), repeated, hidden)
-                )
+                try:
+                    chunk_args.extend(
+                        self._serialize_arguments(arguments, object_positions, len(chunk_args), repeated, hidden)
+                    )
+                except _Unserializable as failure:
+                    raise _serialization_error(
+                        f"argument {failure.position} of argument tuple {end} of map({_function_name(fn)})",
+                        failure.__cause__,
+                    ) from failure.__cause__
                 end += 1
             task_ids = [connection.next_task_id() for _ in range(end - start)]
             signature: Signature = (function_id, width, (), self._serializer_id, depth, self._profiling)
@@ -303,8 +348,10 @@ class Client:
         An argument, or a value, is a key exactly when the graph has it (`arg in graph`, whatever its
         type); anything else is a literal passed as it is, a string included: in `{"x": (inc, "y")}`
         with no key "y", `inc` receives the string "y" and the task fails when it runs.
-        A requested key missing from the graph (a ValueError and a KeyError) or a cycle (a ValueError)
-        is raised here, before anything runs; a failed task fails every requested key that needs it.
+        Raised here, before anything runs: a requested key missing from the graph or requested twice
+        (a KeyError; a missing one is a ValueError too), a cycle (a ValueError and a
+        graphlib.CycleError), and a task whose callable cannot take its arguments (TypeError). A failed
+        task fails every requested key that needs it.
         An argument object found in several tasks (the same object, `is`) is serialized once, and sent
         once if large (see `Client.map`).
         `order` picks the topological ordering (see `plan_graph`): None, the pure-Python depth-first
@@ -360,10 +407,19 @@ class Client:
             function = call.function
             if isinstance(function, TemplateCall):
                 function = self._template_call(function)
+                # The template holds the task's own arguments, one per parameter of the user's function.
+                self._check_graph_call(call.key, function.function, call.arguments[0])
+            try:
+                function_id = self._function_id(function)
+            except SerializationError as error:
+                raise SerializationError(f"the task at key {call.key!r}: {error}") from error.__cause__
             signature: Signature = (
-                self._function_id(function), len(call.arguments), (), self._serializer_id, depth, self._profiling
+                function_id, len(call.arguments), (), self._serializer_id, depth, self._profiling
             )
             if signature != current_signature:
+                # The calls of a group share a function and a width: checking the first checks them all.
+                if not isinstance(function, TemplateCall):
+                    self._check_graph_call(call.key, function, call.arguments)
                 current_signature = signature
                 group = m.TaskGroup(
                     function_id=signature[0], args_per_task=signature[1], keywords=(), task_ids=[], args=[],
@@ -375,21 +431,32 @@ class Client:
             base = len(group.args)
             group.task_ids.append(task_id)
             slots = call.reference_slots
-            for position, argument in enumerate(call.arguments):
-                if position in slots:
-                    group.ref_arg_indices.append(base + position)
-                    group.ref_task_ids.append(task_ids[slots[position]])
-                    group.args.append(b"")
-                elif type(argument) is ObjectReference:
-                    group.object_arg_indices.append(base + position)
-                    group.args.append(argument.object_id)
-                elif repeated and id(argument) in repeated:
-                    object_positions: list[int] = []
-                    group.args.extend(self._serialize_arguments((argument,), object_positions, 0, repeated, hidden))
-                    if object_positions:
+            position = 0
+            try:
+                for position, argument in enumerate(call.arguments):
+                    if position in slots:
+                        group.ref_arg_indices.append(base + position)
+                        group.ref_task_ids.append(task_ids[slots[position]])
+                        group.args.append(b"")
+                    elif type(argument) is ObjectReference:
                         group.object_arg_indices.append(base + position)
-                else:
-                    group.args.append(serialize(argument))
+                        group.args.append(argument.object_id)
+                    elif repeated and id(argument) in repeated:
+                        object_positions: list[int] = []
+                        group.args.extend(
+                            self._serialize_arguments((argument,), object_positions, 0, repeated, hidden)
+                        )
+                        if object_positions:
+                            group.object_arg_indices.append(base + position)
+                    else:
+                        group.args.append(serialize(argument))
+            except ScalerError:
+                raise
+            except Exception as error:
+                cause = error.__cause__ if isinstance(error, _Unserializable) else error
+                # A wrapped call's single argument is its template, which holds all of the task's arguments.
+                what = "an argument" if isinstance(function, TemplateCall) else f"argument {position}"
+                raise _serialization_error(f"{what} of the task at key {call.key!r}", cause) from cause
             if call.key in wanted:
                 future = ScalerFuture(task_id, connection, self._serializer)
                 futures[task_id] = future
@@ -418,6 +485,24 @@ class Client:
             ))
             self._sent_object_ids.add(self._serializer_id)
 
+    def _call_shape(self, fn: Callable[..., Any]) -> CallShape | None:
+        """The signature bounds of a function, worked out once per function object (see call_check.py)."""
+        cached = self._call_shapes.get(id(fn))
+        if cached is not None and cached[0] is fn:
+            return cached[1]
+        shape = call_shape(fn)
+        if len(self._call_shapes) >= _FUNCTION_CACHE_SIZE:
+            self._call_shapes.clear()
+        self._call_shapes[id(fn)] = (fn, shape)
+        return shape
+
+    def _check_graph_call(self, key: Hashable, fn: Callable[..., Any], arguments: Sequence[Any]) -> None:
+        shape = self._call_shape(fn)
+        if shape is not None and not shape.fits(len(arguments)):
+            problem = shape.problem(arguments, {})
+            if problem is not None:
+                raise TypeError(f"the task at key {key!r} does not fit {problem}")
+
     def _function_id(self, fn: Callable[..., Any]) -> bytes:
         """Serialize a function once per call site and send it once; identity decides sameness."""
         key = id(fn)
@@ -426,7 +511,10 @@ class Client:
             if cached is not None and cached[0] is fn:
                 self._function_ids.move_to_end(key)
                 return cached[1]
-        payload = self._serializer.serialize(fn)
+        try:
+            payload = self._serializer.serialize(fn)
+        except Exception as error:
+            raise _serialization_error(f"the function {_function_name(fn)}", error) from error
         self._connection.check_payload(payload, f"function {getattr(fn, '__qualname__', '')!r}")
         function_id = content_object_id(payload)
         with self._lock:
@@ -464,6 +552,26 @@ class Client:
         assert isinstance(response, m.ShutdownResponse)
         if not response.accepted:
             raise ProtectedModeError(response.reason)
+
+
+class _Unserializable(Exception):
+    """An argument loop could not serialize the argument at `position` (the original error is the cause);
+    its caller, which knows whose arguments they are, raises the SerializationError the user sees."""
+
+    def __init__(self, position: int) -> None:
+        super().__init__(position)
+        self.position = position
+
+
+def _serialization_error(what: str, error: BaseException | None) -> SerializationError:
+    reason = f"{type(error).__name__}: {error}" if error is not None else "unknown error"
+    return SerializationError(f"cannot serialize {what}: {reason}")
+
+
+def _function_name(fn: Callable[..., Any]) -> str:
+    if isinstance(fn, TemplateCall):
+        return fn.name
+    return getattr(fn, "__qualname__", None) or type(fn).__name__
 
 
 def _delete_when_all_done(futures: list[ScalerFuture], object_ids: list[bytes], connection: ClientConnection) -> None:

@@ -13,6 +13,7 @@ from scaler.errors import (
     RemoteTaskError,
     RemoteTraceback,
     SerializationError,
+    TaskNotDoneError,
     TaskRejectedError,
     WorkerDiedError,
 )
@@ -62,7 +63,7 @@ class ScalerFuture(concurrent.futures.Future):
     def profiling_info(self) -> ProfilingInfo:
         """Duration, CPU time and peak memory of the task; needs `profiling=True` and a finished task."""
         if not self.done():
-            raise concurrent.futures.InvalidStateError("the task has not finished yet: call result() first")
+            raise TaskNotDoneError("the task has not finished yet: call result() first")
         if self._profile is None:
             raise ValueError("this task was not profiled: submit it with profiling=True")
         profile = self._profile

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import graphlib
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any, Callable, Union
 
 
 class GraphError(ValueError):
-    """The graph cannot be computed: a requested key is missing, or there is a cycle."""
+    """The graph cannot be computed: a requested key is missing or repeated, or there is a cycle."""
 
 
 class GraphKeyError(GraphError, KeyError):
@@ -31,6 +32,32 @@ class GraphKeyError(GraphError, KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0])  # not KeyError's repr of the message
+
+
+class DuplicateKeyError(GraphError, KeyError):
+    """A key is requested more than once; a KeyError too, as Scaler 1.9.x raised for it."""
+
+    def __init__(self, keys: list[Hashable]) -> None:
+        super().__init__(f"keys requested more than once: {keys!r}; ask for each key once")
+        self.keys = keys
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class GraphCycleError(GraphError, graphlib.CycleError):
+    """The graph has a cycle; also a `graphlib.CycleError`, which Scaler 1.9.x raised.
+
+    As graphlib does, `args[1]` lists the keys of one cycle, each one a dependency of the next, the
+    first repeated at the end.
+    """
+
+    def __init__(self, message: str, cycle: list[Hashable]) -> None:
+        super().__init__(message, cycle)
+        self.cycle = cycle
+
+    def __str__(self) -> str:
+        return str(self.args[0])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,6 +153,8 @@ def plan_graph(graph: Mapping, keys: Sequence[Hashable], order: Order = None) ->
     for key in keys:
         if not _is_key(key, graph):
             raise GraphKeyError(key)
+    if len(set(keys)) != len(keys):
+        raise DuplicateKeyError(_repeated(keys))
     # Planning allocates an object or three per task and frees none of them: cycle collections
     # triggered meanwhile would only rescan the growing plan, about half the time for a large graph.
     collecting = gc.isenabled()
@@ -155,12 +184,13 @@ def _plan(graph: Mapping, keys: Sequence[Hashable], order: Callable[[Mapping], l
         value = graph[key]
         if is_task(value) or not _is_key(value, graph):
             return key  # the common case: no alias
-        seen = {key}
+        chain = [key]
         target = key
         while not is_task(value) and _is_key(value, graph):
-            if value in seen:
-                raise GraphError(f"cycle of aliases through key {key!r}")
-            seen.add(value)
+            if value in chain:
+                loop = chain[chain.index(value):]
+                raise GraphCycleError(f"cycle of aliases through key {key!r}", [*reversed(loop), loop[-1]])
+            chain.append(value)
             target, value = value, graph[value]
         return target
 
@@ -224,7 +254,8 @@ def _walk_depth_first(
             if dependency in planned:
                 continue
             if dependency in started:
-                raise GraphError(f"the graph has a cycle through {dependency!r} and {key!r}")
+                cycle = _cycle_through(key, dependency, started)
+                raise GraphCycleError(f"the graph has a cycle through {dependency!r} and {key!r}", cycle)
             push(dependency)
             waits = True
         if not waits:
@@ -381,6 +412,54 @@ def topological_order(dependencies: Mapping[Hashable, Sequence[Hashable]]) -> li
             if remaining[dependent] == 0:
                 ready.append(dependent)
     if len(ordered) != len(dependencies):
-        stuck = sorted((repr(key) for key, count in remaining.items() if count > 0))[:5]
-        raise GraphError(f"the graph has a cycle involving {', '.join(stuck)}")
+        stuck = {key for key, count in remaining.items() if count > 0}
+        raise cycle_error(stuck, dependencies)
     return ordered
+
+
+def cycle_error(stuck: set[Hashable], dependencies: Mapping[Hashable, Sequence[Hashable]]) -> GraphCycleError:
+    """The error for an ordering that placed every key but `stuck`: each of those waits on another one."""
+    named = sorted(repr(key) for key in stuck)[:5]
+    # Walking from any stuck key to a stuck dependency of it must come back to a key already seen.
+    walked: list[Hashable] = []
+    seen: set[Hashable] = set()
+    key = next(iter(stuck))
+    while key not in seen:
+        seen.add(key)
+        walked.append(key)
+        key = next(dependency for dependency in dependencies[key] if dependency in stuck)
+    loop = walked[walked.index(key):]
+    return GraphCycleError(f"the graph has a cycle involving {', '.join(named)}", [*reversed(loop), loop[-1]])
+
+
+def _cycle_through(key: Hashable, dependency: Hashable, on_path: Mapping[Hashable, PlannedCall]) -> list[Hashable]:
+    """The cycle closed by `key` needing `dependency`, which needs `key` through tasks still on the walk's path.
+
+    Breadth first from `dependency` to `key`; returned in graphlib's order (each a dependency of the next).
+    """
+    came_from: dict[Hashable, Hashable | None] = {dependency: None}
+    frontier = [dependency]
+    while key not in came_from and frontier:
+        following = []
+        for current in frontier:
+            for needed in on_path[current].reference_slots.values() if current in on_path else ():
+                if needed not in came_from:
+                    came_from[needed] = current
+                    following.append(needed)
+        frontier = following
+    path: list[Hashable] = []
+    step: Hashable | None = key
+    while step is not None:  # key back to dependency: each one a dependency of the next
+        path.append(step)
+        step = came_from.get(step)
+    return [*path, key]
+
+
+def _repeated(keys: Sequence[Hashable]) -> list[Hashable]:
+    seen: set[Hashable] = set()
+    repeated: list[Hashable] = []
+    for key in keys:
+        if key in seen and key not in repeated:
+            repeated.append(key)
+        seen.add(key)
+    return repeated

@@ -14,7 +14,7 @@ import itertools
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
-from scaler.client.graph import GraphError
+from scaler.client.graph import cycle_error
 
 _graphblas: Any = None
 
@@ -31,7 +31,15 @@ def graphblas_available() -> bool:
 def _load() -> Any:
     global _graphblas
     if _graphblas is None:
-        import graphblas
+        try:
+            import graphblas
+        except ImportError as error:
+            missing = ModuleNotFoundError if isinstance(error, ModuleNotFoundError) else ImportError
+            raise missing(
+                f'order="graphblas" needs python-graphblas, the optional graphblas extra: '
+                f'pip install "scaler[graphblas]" ({error})',
+                name="graphblas",
+            ) from error
 
         _graphblas = graphblas
     return _graphblas
@@ -92,6 +100,5 @@ def graphblas_order(dependencies: Mapping[Hashable, Sequence[Hashable]]) -> list
             order_indices.append(frontier_indices)
             placed += len(frontier_indices)
     if placed != count:
-        stuck = sorted(repr(keys[index]) for index in numpy.flatnonzero(waiting > 0)[:5])
-        raise GraphError(f"the graph has a cycle involving {', '.join(stuck)}")
+        raise cycle_error({keys[index] for index in numpy.flatnonzero(waiting > 0).tolist()}, dependencies)
     return [keys[index] for index in numpy.concatenate(order_indices).tolist()]

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import concurrent.futures
+import gc
 import os
 import pathlib
 import signal
 import threading
 import time
+import weakref
 from typing import Any, Iterator
 
 import psutil
@@ -35,6 +37,17 @@ def fail_on(value: int, bad: int) -> int:
     if value == bad:
         raise CustomError(f"bad value {value}")
     return value
+
+
+class Payload:
+    """A result that can be watched with a weak reference (an int or a tuple cannot)."""
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+
+def make_payload(value: int) -> Payload:
+    return Payload(value)
 
 
 def gated(gate: str, started_directory: str, name: Any) -> Any:
@@ -164,6 +177,21 @@ def test_map_raises_a_call_exception_when_its_result_is_reached(executor: Scaler
         next(results)
 
 
+@pytest.mark.parametrize("chunksize", [1, 2])
+def test_map_lets_go_of_each_result_once_handed_out(executor: ScalerExecutor, chunksize: int) -> None:
+    """As CPython's executors since 3.9: a streaming map over large results does not hold what it yielded."""
+    results = executor.map(make_payload, range(4), chunksize=chunksize)
+    handed_out = []
+    for expected in range(3):
+        payload = next(results)
+        assert payload.value == expected
+        handed_out.append(weakref.ref(payload))
+        del payload
+        gc.collect()
+        assert [ref() for ref in handed_out] == [None] * len(handed_out), "the iterator still holds a result"
+    assert [payload.value for payload in results] == [3]
+
+
 def test_map_chunksize_batches_calls_into_one_task_each(
     executor: ScalerExecutor, client: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -221,6 +249,15 @@ def test_map_rejects_what_cannot_be_sent_at_the_call(executor: ScalerExecutor) -
     with pytest.raises(Exception):  # noqa: B017 - whatever the serializer raises for a lock
         executor.map(id, [1, threading.Lock()])
     assert list(executor.map(abs, [-3])) == [3]
+
+
+def test_calls_the_function_cannot_take_fail_at_submit_and_map(executor: ScalerExecutor) -> None:
+    with pytest.raises(TypeError, match="missing a required argument: 'a'"):
+        executor.submit(combine)
+    for chunksize in (1, 5):
+        with pytest.raises(TypeError, match="map\\(\\) with 3 iterables: .*too many positional arguments"):
+            executor.map(combine, [1], [2], [3], chunksize=chunksize)
+    assert list(executor.map(combine, [1, 2], [3, 4], chunksize=2)) == [(1, 3, 0), (2, 4, 0)]
 
 
 def test_wait_as_completed_and_callbacks_in_the_callers_process(executor: ScalerExecutor) -> None:

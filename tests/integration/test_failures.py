@@ -60,9 +60,12 @@ def test_futures_fail_when_the_scheduler_dies() -> None:
         future = client.submit(time.sleep, 60)
         os.kill(cluster.scheduler_pid, signal.SIGKILL)
         started = time.monotonic()
-        with pytest.raises(SchedulerLostError, match="scheduler"):
+        with pytest.raises(TimeoutError, match="scheduler") as raised:  # what code written for 1.9.x catches
             future.result(timeout=30)
         assert time.monotonic() - started < 15
+        lost = raised.value
+        assert isinstance(lost, SchedulerLostError) and isinstance(lost, ConnectionError)
+        assert lost.errno is None and len(lost.args) == 1  # an OSError built from its message alone
         with pytest.raises(SchedulerLostError):
             client.submit(abs, 1)
         client.disconnect()

@@ -7,6 +7,7 @@ after the calls whose results it takes), and comparing with a direct recursive e
 from __future__ import annotations
 
 import gc
+import graphlib
 import operator
 from collections.abc import Hashable
 from typing import Any
@@ -16,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scaler.client.graph import (
+    DuplicateKeyError,
     GraphError,
     GraphKeyError,
     GraphPlan,
@@ -232,8 +234,43 @@ def test_missing_requested_key_is_a_key_error_and_a_value_error(order: Any) -> N
     ids=["self", "two", "through-a-container", "through-an-alias", "aliases"],
 )
 def test_cycles_are_value_errors_before_anything_runs(graph: dict, order: Any) -> None:
-    with pytest.raises(GraphError, match="cycle"):
+    with pytest.raises(GraphError, match="cycle") as raised:
         plan_graph(graph, ["a"], order=order)
+    assert isinstance(raised.value, graphlib.CycleError)  # what code written for Scaler 1.9.x catches
+    assert_is_a_cycle_of(graph, raised.value.args[1])
+
+
+def assert_is_a_cycle_of(graph: dict, cycle: list) -> None:
+    """graphlib's form: each key a dependency (directly, or through aliases) of the next; first == last."""
+    assert len(cycle) >= 2 and cycle[0] == cycle[-1], cycle
+    for needed, needing in zip(cycle, cycle[1:]):
+        assert needed in _keys_needed(graph, needing), f"{needing!r} does not need {needed!r} in {cycle}"
+
+
+def _keys_needed(graph: dict, key: Hashable) -> set:
+    """The keys a key's value names, at any depth, and the keys those name when they are aliases."""
+    found: set = set()
+    stack = [graph[key]]
+    while stack:
+        item = stack.pop()
+        try:
+            named = item in graph
+        except TypeError:  # unhashable: a list, or a tuple holding one
+            named = False
+        if named:
+            if item not in found:
+                found.add(item)
+                if not is_task(graph[item]):
+                    stack.append(graph[item])  # an alias: what it names is needed too
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return found
+
+
+def test_a_key_requested_twice_is_a_key_error() -> None:
+    with pytest.raises(DuplicateKeyError, match=r"more than once: \['c'\]") as raised:
+        plan_graph(DOCUMENT_003_GRAPH, ["c", "d", "c", "c"])
+    assert isinstance(raised.value, KeyError) and isinstance(raised.value, ValueError)
 
 
 def test_bad_arguments() -> None:
@@ -311,8 +348,9 @@ def test_graphblas_and_python_orders_agree_on_validity() -> None:
         assert len(position) == len(dependencies)
         assert all(position[needed] < position[key] for key, needs in dependencies.items() for needed in needs)
     assert graphblas_order({}) == []
-    with pytest.raises(GraphError, match="cycle"):
+    with pytest.raises(GraphError, match="cycle") as raised:
         graphblas_order({"a": ["b"], "b": ["a"], "c": []})
+    assert isinstance(raised.value, graphlib.CycleError) and raised.value.args[1] in (["a", "b", "a"], ["b", "a", "b"])
 
 
 # ---------------------------------------------------------------------------------------------- properties
@@ -334,7 +372,7 @@ def random_graphs(draw: st.DrawFn) -> tuple[dict, list]:
         else:
             arguments = draw(st.lists(_argument(earlier), min_size=0, max_size=4))
             graph[key] = (total, *arguments)
-    requested = draw(st.lists(st.sampled_from(keys), min_size=1, max_size=4))
+    requested = draw(st.lists(st.sampled_from(keys), min_size=1, max_size=4, unique=True))
     return graph, requested
 
 
@@ -371,5 +409,6 @@ def test_a_reachable_back_edge_is_always_found(case: tuple[dict, list], data: st
     graph[keys[-1]] = (total, keys[first], 1)
     graph[keys[first]] = (total, keys[-1])
     for order in (None, "python"):
-        with pytest.raises(GraphError, match="cycle"):
+        with pytest.raises(GraphError, match="cycle") as raised:
             plan_graph(graph, [keys[first]], order=order)
+        assert_is_a_cycle_of(graph, raised.value.args[1])

@@ -28,7 +28,7 @@ from typing import Any
 from dask._task_spec import Alias, DataNode, GraphNode, Task, TaskRef, convert_legacy_task
 from dask.utils import ensure_dict
 
-from scaler.client.graph import GraphError, GraphKeyError, is_task
+from scaler.client.graph import GraphCycleError, GraphError, GraphKeyError, is_task
 
 # Tasks without dependencies are folded into their only dependent when the graph has at least this
 # many of them (a few expensive loads keep their parallelism), and at most this many per dependent.
@@ -307,9 +307,13 @@ def _fusion_groups(needed: _Needed, requested: set[Hashable]) -> dict[Hashable, 
             key = stack.pop()
             members.append(key)
             stack.extend(absorbed_by.get(key, ()))
-        if any(head in dependencies_of[key] for key in members[1:]):
+        looping = next((key for key in members[1:] if head in dependencies_of[key]), None)
+        if looping is not None:
             # A loop whose other members all run inside the head: plan_graph would not see it any more.
-            raise GraphError(f"the graph has a cycle through {head!r}")
+            cycle = [head, looping]
+            while cycle[-1] != head:
+                cycle.append(absorbed_into[cycle[-1]])
+            raise GraphCycleError(f"the graph has a cycle through {head!r}", cycle)
         members.reverse()  # dependencies first
         groups[head] = members
     return groups

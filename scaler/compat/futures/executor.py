@@ -17,6 +17,7 @@ import time
 import weakref
 from typing import Any, Callable, Iterable, Iterator
 
+from scaler.client.call_check import call_shape
 from scaler.client.client import Client
 from scaler.client.serializer import Serializer
 from scaler.cluster.combo import SchedulerClusterCombo
@@ -134,6 +135,12 @@ class ScalerExecutor(concurrent.futures.Executor):
             raise ValueError(f"chunksize must be a positive integer, got {chunksize!r}")
         deadline = None if timeout is None else time.monotonic() + timeout
         argument_tuples = list(zip(*iterables))
+        # Every call takes one argument per iterable: one check before anything is sent, chunked or not.
+        shape = call_shape(fn) if argument_tuples else None
+        if shape is not None and not shape.fits(len(iterables)):
+            problem = shape.problem(argument_tuples[0], {})
+            if problem is not None:
+                raise TypeError(f"map() with {len(iterables)} iterables: {problem}")
         with self._submit_lock:
             self._check_usable()
             futures: list[concurrent.futures.Future] = []
@@ -169,30 +176,41 @@ class ScalerExecutor(concurrent.futures.Executor):
         deadline: float | None,
         chunked: bool,
     ) -> Iterator[Any]:
-        # Popping from the end of a reversed list lets each result go as soon as it is yielded.
+        # No name here holds a result while it is handed out (popped from reversed lists, fetched by a
+        # helper), so a result the consumer dropped goes at once, as with CPython's executors since 3.9:
+        # a streaming map over large results does not grow.
         futures.reverse()
         try:
             while futures:
-                future = futures[-1]
-                remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-                try:
-                    value = future.result(remaining)
-                except BaseException as error:
-                    if not future.done() and isinstance(error, concurrent.futures.TimeoutError):
-                        # Ours, not a TimeoutError raised by the call itself (that one's future is done).
-                        raise concurrent.futures.TimeoutError(
-                            f"map() results did not all arrive within its timeout of {timeout:g}s"
-                        ) from None
-                    if is_cluster_lost(error):
-                        raise self._mark_broken(error) from error
-                    raise
-                futures.pop()
                 if chunked:
-                    yield from value
+                    chunk = self._next_result(futures, timeout, deadline)
+                    chunk.reverse()
+                    while chunk:
+                        yield chunk.pop()
                 else:
-                    yield value
+                    yield self._next_result(futures, timeout, deadline)
         finally:
             self._abandon(key, futures)
+
+    def _next_result(
+        self, futures: list[concurrent.futures.Future], timeout: float | None, deadline: float | None
+    ) -> Any:
+        """The result of the call at the end of `futures`, whose future is popped once it is there."""
+        future = futures[-1]
+        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+        try:
+            value = future.result(remaining)
+        except BaseException as error:
+            if not future.done() and isinstance(error, concurrent.futures.TimeoutError):
+                # Ours, not a TimeoutError raised by the call itself (that one's future is done).
+                raise concurrent.futures.TimeoutError(
+                    f"map() results did not all arrive within its timeout of {timeout:g}s"
+                ) from None
+            if is_cluster_lost(error):
+                raise self._mark_broken(error) from error
+            raise
+        futures.pop()
+        return value
 
     def _abandon(self, key: int, futures: list[concurrent.futures.Future]) -> None:
         """A map call is over: stop tracking it and cancel what it no longer needs, without waiting."""
