@@ -179,11 +179,26 @@ class TaskProfile:
 
 
 @dataclasses.dataclass(slots=True)
+class TaskWarning:
+    """A warning raised inside a task, for the client to issue again where the caller gets the result."""
+
+    task_id: int
+    category: str  # "module.QualName" of the warning class
+    message: str
+    filename: str
+    lineno: int
+    # The category's base warning classes, nearest first: the client falls back on one it can import.
+    category_bases: list[str] = dataclasses.field(default_factory=list)
+    module: str = ""
+
+
+@dataclasses.dataclass(slots=True)
 class TaskResults:
     succeeded_ids: list[int]
     payloads: list[Buffer]
     failures: list[TaskFailure]
     profiles: list[TaskProfile] = dataclasses.field(default_factory=list)
+    warnings: list[TaskWarning] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass(slots=True)
@@ -407,6 +422,17 @@ def _encode_results(builder, message: TaskResults, frames: list[Buffer]) -> None
             slot.durationUs = profile.duration_us
             slot.cpuTimeUs = profile.cpu_time_us
             slot.peakMemoryBytes = profile.peak_memory_bytes
+    if message.warnings:
+        warnings = results.init("warnings", len(message.warnings))
+        for slot, warning in zip(warnings, message.warnings):
+            slot.taskId = warning.task_id
+            slot.category = warning.category
+            if warning.category_bases:
+                slot.categoryBases = warning.category_bases
+            slot.message = warning.message
+            slot.filename = warning.filename
+            slot.lineno = warning.lineno
+            slot.module = warning.module
     if message.failures:
         failures = results.init("failures", len(message.failures))
         for slot, failure in zip(failures, message.failures):
@@ -594,7 +620,22 @@ def _decode_results(reader, frames: _FrameTable) -> TaskResults:
         )
         for profile in reader.profiles
     ]
-    return TaskResults(succeeded_ids=list(reader.succeededIds), payloads=payloads, failures=failures, profiles=profiles)
+    warnings = [
+        TaskWarning(
+            task_id=warning.taskId,
+            category=warning.category,
+            category_bases=list(warning.categoryBases),
+            message=warning.message,
+            filename=warning.filename,
+            lineno=warning.lineno,
+            module=warning.module,
+        )
+        for warning in reader.warnings
+    ]
+    return TaskResults(
+        succeeded_ids=list(reader.succeededIds), payloads=payloads, failures=failures, profiles=profiles,
+        warnings=warnings,
+    )
 
 
 _DECODERS: dict[str, Callable[[Any, _FrameTable], Any]] = {

@@ -146,6 +146,18 @@ struct TaskResults {
   payloadFrameIndices @3 :List(UInt32);
   payloadFrames @4 :List(UInt32);
   profiles @5 :List(TaskProfile);    # for tasks submitted with profiling, finished in this message
+  warnings @6 :List(TaskWarning);    # raised inside the tasks finished here; to a client also quiet ones'
+}
+
+# A warning the function raised (Python: warnings.warn), for the client to issue again to its caller.
+struct TaskWarning {
+  taskId @0 :UInt64;
+  category @1 :Text;             # "module.QualName" of the warning's class, e.g. "builtins.UserWarning"
+  categoryBases @2 :List(Text);  # the category's base warning classes, nearest first, same form
+  message @3 :Text;
+  filename @4 :Text;             # where the task raised it, as the warning records it
+  lineno @5 :UInt32;
+  module @6 :Text;               # the module it was raised in; empty: unknown
 }
 
 struct TaskProfile {
