@@ -212,6 +212,27 @@ def test_a_nested_tasks_warning_reaches_the_top_caller() -> None:
     assert records[0].filename == __file__ and records[0].lineno == WARN_LINE
 
 
+def warn_and_return_bytes(size: int) -> bytes:
+    warnings.warn(f"made {size} bytes", TaskWarning, stacklevel=1)
+    return b"w" * size
+
+
+def test_warnings_stay_with_their_results_when_the_worker_splits_them_under_the_size_limits() -> None:
+    """Results over the control frame limit go in several messages (and one over the frame limit fails):
+    each task's warning must travel with its own outcome."""
+    inline_result = 40 * 1024  # under 64 KiB: inside the control frame; 300 of them need many messages
+    with SchedulerClusterCombo(
+        n_workers=1, logging_level="WARNING", max_message_size_bytes=1024 * 1024, max_control_frame_bytes=512 * 1024,
+    ) as cluster, Client(address=cluster.get_address(), timeout_seconds=30) as limited:
+        results, records = caught(lambda: limited.map(warn_and_return_bytes, [(inline_result,)] * 300))
+        too_large = limited.submit(warn_and_return_bytes, 2 * 1024 * 1024)
+        concurrent.futures.wait([too_large], timeout=60)
+        _, from_failure = caught(too_large.exception)
+    assert results == [b"w" * inline_result] * 300
+    assert messages_of(records) == [f"made {inline_result} bytes"] * 300
+    assert messages_of(from_failure) == [f"made {2 * 1024 * 1024} bytes"]
+
+
 # ---------------------------------------------------------------------------------------------- adapters
 
 
