@@ -30,6 +30,8 @@ MAX_WARNINGS_PER_TASK = 32
 MAX_WARNING_TEXT = 4096
 # How far up the stack to look for the frame that raised a warning (warn's stacklevel is rarely over 5).
 _FRAMES_SEARCHED = 32
+# Warnings described (category names, module) and kept for the next task that raises them.
+_KNOWN_WARNINGS = 256
 
 # (category, text, filename, lineno); the category is a class, or its name for a forwarded record
 _WarningKey = tuple[object, str, str, int]
@@ -47,6 +49,7 @@ class WarningRecorder:
         self._first_left_out: m.TaskWarning | None = None
         self._stderr_showwarning = warnings.showwarning
         self._module_by_filename: dict[str, str] = {}
+        self._known: dict[_WarningKey, m.TaskWarning] = {}
 
     def install(self) -> None:
         warnings.resetwarnings()
@@ -99,7 +102,7 @@ class WarningRecorder:
         if self._first_left_out is not None:
             first = self._first_left_out
             self.current.append(m.TaskWarning(
-                task_id=first.task_id, category="builtins.RuntimeWarning", category_bases=["builtins.Warning"],
+                task_id=first.task_id, category="builtins.RuntimeWarning", category_bases=("builtins.Warning",),
                 message=(
                     f"scaler: this task raised {self._left_out} more warning(s) after {MAX_WARNINGS_PER_TASK} "
                     f"distinct ones, the most sent per task; the first left out: {first.category}: "
@@ -114,10 +117,19 @@ class WarningRecorder:
         self._first_left_out = None
 
     def _record(self, task_id: int, category: type[Warning], text: str, filename: str, lineno: int) -> m.TaskWarning:
+        # Tasks of one function tend to raise the same warnings: describe each once, reuse the description.
+        key = (category, text, filename, lineno)
+        known = self._known.get(key)
+        if known is None:
+            if len(self._known) >= _KNOWN_WARNINGS:
+                self._known.clear()
+            known = self._known[key] = m.TaskWarning(
+                task_id=task_id, category=_qualified_name(category), message=_wire_text(text[:MAX_WARNING_TEXT]),
+                filename=_wire_text(str(filename)), lineno=lineno if 0 <= lineno < 2**32 else 0,
+                category_bases=_base_names(category), module=_wire_text(self._module_of(filename, lineno)),
+            )
         return m.TaskWarning(
-            task_id=task_id, category=_qualified_name(category), message=_wire_text(text[:MAX_WARNING_TEXT]),
-            filename=_wire_text(str(filename)), lineno=lineno if 0 <= lineno < 2**32 else 0,
-            category_bases=_base_names(category), module=_wire_text(self._module_of(filename, lineno)),
+            task_id, known.category, known.message, known.filename, known.lineno, known.category_bases, known.module
         )
 
     def take_finished(self) -> list[m.TaskWarning]:
@@ -148,8 +160,8 @@ def _qualified_name(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-def _base_names(category: type[Warning]) -> list[str]:
-    return [_qualified_name(base) for base in category.__mro__[1:] if issubclass(base, Warning)]
+def _base_names(category: type[Warning]) -> tuple[str, ...]:
+    return tuple(_qualified_name(base) for base in category.__mro__[1:] if issubclass(base, Warning))
 
 
 def _wire_text(text: str) -> str:

@@ -139,7 +139,7 @@ def task_warnings(ids: st.SearchStrategy[int] = U64) -> st.SearchStrategy[m.Task
         m.TaskWarning,
         task_id=ids,
         category=TEXT,
-        category_bases=st.lists(TEXT, max_size=3),
+        category_bases=st.lists(TEXT, max_size=3).map(tuple),
         message=TEXT,
         filename=TEXT,
         lineno=U32,

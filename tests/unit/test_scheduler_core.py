@@ -1198,7 +1198,7 @@ def test_welcome_announces_the_size_limits_peers_must_respect():
 
 def warning_for(task_id: int, text: str = "careful") -> m.TaskWarning:
     return m.TaskWarning(
-        task_id=task_id, category="builtins.UserWarning", category_bases=["builtins.Warning"], message=text,
+        task_id=task_id, category="builtins.UserWarning", category_bases=("builtins.Warning",), message=text,
         filename="/src/tasks.py", lineno=7, module="tasks",
     )
 

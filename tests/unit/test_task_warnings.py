@@ -25,9 +25,9 @@ class NeedsTwoArguments(UserWarning):
         super().__init__(first, second)
 
 
-def record_for(category: str, message: str = "text", bases: list[str] | None = None, **fields) -> m.TaskWarning:
+def record_for(category: str, message: str = "text", bases: tuple[str, ...] = ("builtins.Warning",), **fields):
     values = dict(task_id=1, category=category, message=message, filename="/remote/tasks.py", lineno=12,
-                  category_bases=bases if bases is not None else ["builtins.Warning"], module="remote_tasks")
+                  category_bases=bases, module="remote_tasks")
     values.update(fields)
     return m.TaskWarning(**values)  # type: ignore[arg-type]
 
@@ -63,7 +63,7 @@ def test_the_recorder_keeps_category_text_place_and_module_for_the_running_task(
     recorder.end_task()
     first, second = recorder.take_finished()
     assert first.task_id == 5 and first.category == "builtins.UserWarning" and first.message == "look out"
-    assert first.category_bases == ["builtins.Warning"]
+    assert first.category_bases == ("builtins.Warning",)
     assert first.filename == __file__ and first.lineno == raise_user_warning.__code__.co_firstlineno + 1
     assert first.module == __name__
     assert second.category == "builtins.DeprecationWarning" and second.module == __name__
@@ -138,7 +138,7 @@ def test_outside_a_task_warnings_go_where_they_went_before() -> None:
 
 
 def test_a_nested_tasks_warning_issued_inside_a_task_passes_on_unchanged(recorder: WarningRecorder) -> None:
-    nested = record_for("some_library.LibraryWarning", "from below", bases=["builtins.UserWarning"], task_id=77)
+    nested = record_for("some_library.LibraryWarning", "from below", bases=("builtins.UserWarning",), task_id=77)
     recorder.task_id = 3
     issue_task_warnings([nested])
     recorder.end_task()
@@ -156,11 +156,36 @@ def vars_of(record: m.TaskWarning) -> dict:
 def test_warnings_travel_with_the_results_unchanged() -> None:
     records = [
         record_for("builtins.UserWarning", "héllo", task_id=2**64 - 1, lineno=2**32 - 1),
-        record_for("pkg.Deep.Nested", "", bases=["builtins.DeprecationWarning", "builtins.Warning"], module=""),
+        record_for("pkg.Deep.Nested", "", bases=("builtins.DeprecationWarning", "builtins.Warning"), module=""),
     ]
     results = m.TaskResults(succeeded_ids=[1], payloads=[b"r"], failures=[], warnings=records)
     assert m.decode(m.encode(results)) == results
 
+
+def test_a_warning_many_tasks_raised_travels_once() -> None:
+    """A deprecation every task of a map hits: one entry on the wire, a column of task ids."""
+    same = [record_for("builtins.DeprecationWarning", "old", task_id=task_id) for task_id in range(1000)]
+    alone = m.TaskResults(succeeded_ids=[], payloads=[], failures=[], warnings=same[:1])
+    many = m.TaskResults(succeeded_ids=[], payloads=[], failures=[], warnings=same)
+    assert m.decode(m.encode(many)) == many
+    extra_bytes_per_task = (len(m.encode(many)[0]) - len(m.encode(alone)[0])) / 999
+    assert extra_bytes_per_task <= 16  # a UInt64 task id and a UInt32 index, with rounding
+
+
+def forged_warning_columns(task_ids: list[int], indices: list[int]) -> bytes:
+    builder = m._schema.Message.new_message()
+    results = builder.init("taskResults")
+    results.init("warnings", 1)[0].category = "builtins.UserWarning"
+    results.warningTaskIds = task_ids
+    results.warningIndices = indices
+    return builder.to_bytes()
+
+
+def test_warning_columns_that_disagree_are_a_protocol_error() -> None:
+    with pytest.raises(m.ProtocolDecodeError, match="differ in length"):
+        m.decode([forged_warning_columns([1, 2], [0])])
+    with pytest.raises(m.ProtocolDecodeError, match="past the 1 warnings"):
+        m.decode([forged_warning_columns([1, 2], [0, 1])])
 
 # ---------------------------------------------------------------------------------------------- client side
 
@@ -172,19 +197,19 @@ def test_a_known_category_is_issued_as_itself_at_the_tasks_place() -> None:
 
 
 def test_an_unknown_category_falls_back_on_its_nearest_known_base_and_says_so() -> None:
-    unknown = record_for("not_loaded.Special", "hm", bases=["also_not_loaded.Base", "builtins.FutureWarning"])
+    unknown = record_for("not_loaded.Special", "hm", bases=("also_not_loaded.Base", "builtins.FutureWarning"))
     (record,) = issued(lambda: issue_task_warnings([unknown]))
     assert record.category is FutureWarning
     assert str(record.message) == "not_loaded.Special: hm"
-    (bare,) = issued(lambda: issue_task_warnings([record_for("nowhere.Thing", "x", bases=[])]))
+    (bare,) = issued(lambda: issue_task_warnings([record_for("nowhere.Thing", "x", bases=())]))
     assert bare.category is UserWarning and str(bare.message) == "nowhere.Thing: x"
     # A category the client has but cannot build from a text alone: its base, too.
     (odd,) = issued(lambda: issue_task_warnings([
-        record_for(f"{__name__}.NeedsTwoArguments", "y", bases=["builtins.UserWarning", "builtins.Warning"])
+        record_for(f"{__name__}.NeedsTwoArguments", "y", bases=("builtins.UserWarning", "builtins.Warning"))
     ]))
     assert odd.category is UserWarning and str(odd.message) == f"{__name__}.NeedsTwoArguments: y"
     # A name that is not a warning class is not used as one.
-    (not_a_warning,) = issued(lambda: issue_task_warnings([record_for("builtins.ValueError", "z", bases=[])]))
+    (not_a_warning,) = issued(lambda: issue_task_warnings([record_for("builtins.ValueError", "z", bases=())]))
     assert not_a_warning.category is UserWarning
 
 
