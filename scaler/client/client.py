@@ -24,6 +24,7 @@ from scaler.client.shared_arguments import (
     SharedArguments,
     repeated_argument_ids,
 )
+from scaler.client.task_warnings import issue_task_warnings
 from scaler.errors import ProtectedModeError, ScalerError, SerializationError
 from scaler.protocol import messages as m
 from scaler.utility.blocking import client_nesting_depth, waiting_for_tasks
@@ -270,6 +271,9 @@ class Client:
             if collector.errors:
                 self._connection.forget(all_task_ids)
                 self._connection.cancel_tasks(all_task_ids)
+            if collector.warnings:
+                issue_task_warnings(list(collector.warnings))
+            if collector.errors:
                 raise collector.errors[min(collector.errors)]
         finally:
             if hidden and self._connection.is_open:

@@ -8,6 +8,7 @@ a lone submit still leaves at once. Results come back on the same thread, which 
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import itertools
 import logging
 import os
@@ -44,6 +45,8 @@ class MapCollector:
         self.errors: dict[int, BaseException] = {}
         self.remaining = count
         self.finished = threading.Event()
+        # Warnings the tasks raised, in arrival order; map() issues them before it returns or raises.
+        self.warnings: list[m.TaskWarning] = []
         if count == 0:
             self.finished.set()
 
@@ -60,6 +63,20 @@ class MapCollector:
         self.remaining -= 1
         if self.remaining == 0:
             self.finished.set()
+
+
+class _QuietTasks:
+    """The quiet tasks of one graph and the warnings they raised, shared by the graph's futures."""
+
+    def __init__(self, task_ids: list[int]) -> None:
+        self._task_ids = task_ids
+        self._id_set: set[int] | None = None  # made at the first warning: most graphs never warn
+        self.warnings: list[m.TaskWarning] = []
+
+    def holds(self, task_id: int) -> bool:
+        if self._id_set is None:
+            self._id_set = set(self._task_ids)
+        return task_id in self._id_set
 
 
 _Pending = Union[ScalerFuture, tuple[MapCollector, int]]
@@ -87,6 +104,9 @@ class ClientConnection:
         self._identity = f"C|{socket_module.gethostname()}|{os.getpid()}|{uuid.uuid4().hex[:8]}".encode()
         self._outbox: collections.deque[tuple] = collections.deque()
         self._pending: dict[int, _Pending] = {}
+        # The quiet tasks of graphs whose futures are not all done, for their warnings.
+        self._quiet_graphs: dict[int, _QuietTasks] = {}
+        self._graph_counter = itertools.count()
         self._counter = itertools.count()
         self._id_prefix = 0
         self._wake_reader, self._wake_writer = os.pipe()
@@ -231,7 +251,34 @@ class ClientConnection:
                 "several get() calls, or send large literals with send_object()"
             )
         self._pending.update(futures)
+        if submission.quiet_task_ids and futures:
+            self._hold_quiet_warnings(submission.quiet_task_ids, list(futures.values()))
         self.send_message(submission)
+
+    def _hold_quiet_warnings(self, quiet_task_ids: list[int], futures: list[ScalerFuture]) -> None:
+        """The graph's futures share one list for the warnings of its quiet tasks, until every one is done.
+
+        Quiet tasks finish before the tasks that need them, so their warnings are there by the time a
+        future that depends on them is done, and the first result() that hands out an outcome issues them.
+        """
+        quiet = _QuietTasks(quiet_task_ids)
+        for future in futures:
+            future._graph_warnings = quiet.warnings
+        key = next(self._graph_counter)
+        graphs = self._quiet_graphs
+        graphs[key] = quiet
+        remaining = [len(futures)]
+        lock = threading.Lock()
+
+        def one_done(_: concurrent.futures.Future) -> None:
+            with lock:
+                remaining[0] -= 1
+                last = remaining[0] == 0
+            if last:
+                graphs.pop(key, None)
+
+        for future in futures:
+            future.add_done_callback(one_done)
 
     def send_message(self, message: m.Message) -> None:
         self._outbox.append((_MESSAGE, message))
@@ -453,6 +500,8 @@ class ClientConnection:
 
     def _on_results(self, results: m.TaskResults) -> None:
         pending = self._pending
+        if results.warnings:  # before the outcomes: whoever an outcome wakes finds its warnings there
+            self._hold_warnings(results.warnings)
         for profile in results.profiles:
             entry = pending.get(profile.task_id)
             if isinstance(entry, ScalerFuture):
@@ -482,6 +531,20 @@ class ClientConnection:
                 entry[0].fail(entry[1], error)
             else:
                 entry._fail(error)  # type: ignore[union-attr]
+
+    def _hold_warnings(self, task_warnings: list[m.TaskWarning]) -> None:
+        pending = self._pending
+        for warning in task_warnings:
+            entry = pending.get(warning.task_id)
+            if entry is None:
+                for quiet in list(self._quiet_graphs.values()):
+                    if quiet.holds(warning.task_id):
+                        quiet.warnings.append(warning)
+                        break
+            elif type(entry) is tuple:
+                entry[0].warnings.append(warning)
+            else:
+                entry._hold_warning(warning)  # type: ignore[union-attr]
 
     def _break(self, error: BaseException) -> None:
         """The link is unusable: every waiting caller gets `error` instead of waiting forever."""

@@ -9,6 +9,7 @@ import cloudpickle
 
 from scaler.client.profiling import ProfilingInfo
 from scaler.client.serializer import Serializer, loads
+from scaler.client.task_warnings import issue_task_warnings
 from scaler.errors import (
     RemoteTaskError,
     RemoteTraceback,
@@ -31,6 +32,8 @@ class ScalerFuture(concurrent.futures.Future):
     """Works with `concurrent.futures.wait`, `as_completed` and `add_done_callback` like any other future.
 
     Done-callbacks run on the client's I/O thread, as an executor's run on its management thread.
+    Warnings the task raised are issued again by the first `result()` or `exception()` that hands out
+    its outcome, in that caller's thread, so the caller's warning filters apply to them.
     """
 
     def __init__(self, task_id: int, connection: ClientConnection, serializer: Serializer) -> None:
@@ -42,23 +45,55 @@ class ScalerFuture(concurrent.futures.Future):
         self._value: Any = None
         self._profile: m.TaskProfile | None = None
         self._cancel_refused = False
+        # Warnings of the task, and of the quiet tasks of its graph (a list shared by the graph's
+        # futures), held until the outcome is handed out; see scaler/client/task_warnings.py.
+        self._warnings: list[m.TaskWarning] | None = None
+        self._graph_warnings: list[m.TaskWarning] | None = None
 
     @property
     def task_id(self) -> int:
         return self._task_id
 
     def result(self, timeout: float | None = None) -> Any:
-        if self.done():
-            payload = super().result(timeout)
-        else:
-            with waiting_for_tasks():
+        try:
+            if self.done():
                 payload = super().result(timeout)
+            else:
+                with waiting_for_tasks():
+                    payload = super().result(timeout)
+        except BaseException:
+            if self._warnings is not None or self._graph_warnings:
+                self.issue_task_warnings()
+            raise
+        if self._warnings is not None or self._graph_warnings:
+            self.issue_task_warnings()
         if not self._decoded:
             with self._condition:
                 if not self._decoded:
                     self._value = _deserialize_result(self._serializer, payload)
                     self._decoded = True
         return self._value
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        if self.done():
+            error = super().exception(timeout)
+        else:
+            with waiting_for_tasks():
+                error = super().exception(timeout)
+        if self._warnings is not None or self._graph_warnings:
+            self.issue_task_warnings()
+        return error
+
+    def issue_task_warnings(self) -> None:
+        """Issue here, once, the warnings the finished task raised (result() and exception() call this)."""
+        with self._condition:
+            if self._state != _FINISHED:
+                return
+            held, self._warnings = self._warnings or [], None
+            if self._graph_warnings:
+                held = [*self._graph_warnings, *held]
+                self._graph_warnings.clear()
+        issue_task_warnings(held)
 
     def profiling_info(self) -> ProfilingInfo:
         """Duration, CPU time and peak memory of the task; needs `profiling=True` and a finished task."""
@@ -85,6 +120,11 @@ class ScalerFuture(concurrent.futures.Future):
         return self._connection.cancel_future(self, force)
 
     # Called by the connection's I/O thread only.
+
+    def _hold_warning(self, warning: m.TaskWarning) -> None:
+        if self._warnings is None:
+            self._warnings = []
+        self._warnings.append(warning)
 
     def _deliver(self, payload: m.Buffer) -> None:
         if not self.done():

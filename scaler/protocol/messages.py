@@ -179,11 +179,29 @@ class TaskProfile:
 
 
 @dataclasses.dataclass(slots=True)
+class TaskWarning:
+    """A warning raised inside a task, for the client to issue again where the caller gets the result.
+
+    One per task that raised it; on the wire, tasks that raised the same warning share one entry.
+    """
+
+    task_id: int
+    category: str  # "module.QualName" of the warning class
+    message: str
+    filename: str
+    lineno: int
+    # The category's base warning classes, nearest first: the client falls back on one it can import.
+    category_bases: tuple[str, ...] = ()
+    module: str = ""
+
+
+@dataclasses.dataclass(slots=True)
 class TaskResults:
     succeeded_ids: list[int]
     payloads: list[Buffer]
     failures: list[TaskFailure]
     profiles: list[TaskProfile] = dataclasses.field(default_factory=list)
+    warnings: list[TaskWarning] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass(slots=True)
@@ -407,6 +425,8 @@ def _encode_results(builder, message: TaskResults, frames: list[Buffer]) -> None
             slot.durationUs = profile.duration_us
             slot.cpuTimeUs = profile.cpu_time_us
             slot.peakMemoryBytes = profile.peak_memory_bytes
+    if message.warnings:
+        _encode_warnings(results, message.warnings)
     if message.failures:
         failures = results.init("failures", len(message.failures))
         for slot, failure in zip(failures, message.failures):
@@ -416,6 +436,31 @@ def _encode_results(builder, message: TaskResults, frames: list[Buffer]) -> None
             slot.message = failure.message
             slot.traceback = failure.traceback
             slot.exception = failure.exception
+
+
+def _encode_warnings(results, warnings: list[TaskWarning]) -> None:
+    """One entry per distinct warning, and two columns naming the task and entry of each record."""
+    entry_indices: dict[tuple, int] = {}
+    indices = []
+    for warning in warnings:
+        key = (
+            warning.category, warning.message, warning.filename, warning.lineno, warning.category_bases, warning.module
+        )
+        index = entry_indices.get(key)
+        if index is None:
+            index = entry_indices[key] = len(entry_indices)
+        indices.append(index)
+    entries = results.init("warnings", len(entry_indices))
+    for slot, (category, text, filename, lineno, bases, module) in zip(entries, entry_indices):
+        slot.category = category
+        if bases:
+            slot.categoryBases = list(bases)
+        slot.message = text
+        slot.filename = filename
+        slot.lineno = lineno
+        slot.module = module
+    results.warningTaskIds = [warning.task_id for warning in warnings]
+    results.warningIndices = indices
 
 
 _ENCODERS: dict[type, Callable[[Any, Any, list[Buffer]], Any]] = {
@@ -594,7 +639,25 @@ def _decode_results(reader, frames: _FrameTable) -> TaskResults:
         )
         for profile in reader.profiles
     ]
-    return TaskResults(succeeded_ids=list(reader.succeededIds), payloads=payloads, failures=failures, profiles=profiles)
+    warnings = _decode_warnings(reader) if len(reader.warningTaskIds) or len(reader.warningIndices) else []
+    return TaskResults(
+        succeeded_ids=list(reader.succeededIds), payloads=payloads, failures=failures, profiles=profiles,
+        warnings=warnings,
+    )
+
+
+def _decode_warnings(reader) -> list[TaskWarning]:
+    task_ids = list(reader.warningTaskIds)
+    indices = list(reader.warningIndices)
+    if len(task_ids) != len(indices):
+        raise ProtocolDecodeError("warningTaskIds and warningIndices differ in length")
+    entries = [
+        (entry.category, entry.message, entry.filename, entry.lineno, tuple(entry.categoryBases), entry.module)
+        for entry in reader.warnings
+    ]
+    if indices and max(indices) >= len(entries):
+        raise ProtocolDecodeError(f"a warning index is past the {len(entries)} warnings")
+    return [TaskWarning(task_id, *entries[index]) for task_id, index in zip(task_ids, indices)]
 
 
 _DECODERS: dict[str, Callable[[Any, _FrameTable], Any]] = {

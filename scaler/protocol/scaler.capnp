@@ -146,6 +146,22 @@ struct TaskResults {
   payloadFrameIndices @3 :List(UInt32);
   payloadFrames @4 :List(UInt32);
   profiles @5 :List(TaskProfile);    # for tasks submitted with profiling, finished in this message
+  # Warnings the tasks raised: task warningTaskIds[k] raised warnings[warningIndices[k]]. A warning that
+  # many tasks raise (a deprecation in a library every task calls) is one entry. Sent with the task's
+  # outcome; to a client also for its quiet graph tasks, which have no outcome of their own.
+  warnings @6 :List(TaskWarning);
+  warningTaskIds @7 :List(UInt64);
+  warningIndices @8 :List(UInt32);
+}
+
+# A warning raised inside a task (Python: warnings.warn), for the client to issue again to its caller.
+struct TaskWarning {
+  category @0 :Text;             # "module.QualName" of the warning's class, e.g. "builtins.UserWarning"
+  categoryBases @1 :List(Text);  # the category's base warning classes, nearest first, same form
+  message @2 :Text;
+  filename @3 :Text;             # where the task raised it, as the warning records it
+  lineno @4 :UInt32;
+  module @5 :Text;               # the module it was raised in; empty: unknown
 }
 
 struct TaskProfile {

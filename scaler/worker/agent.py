@@ -294,6 +294,10 @@ class WorkerAgent:
         frame_limit = self._max_frame_bytes
         budget = self._max_control_frame_bytes // 2 if self._max_control_frame_bytes else sys.maxsize
         profiles = {profile.task_id: profile for profile in results.profiles}
+        # A task's warnings go in the message that carries its outcome.
+        warnings_by_task: dict[int, list[m.TaskWarning]] = {}
+        for warning in results.warnings:
+            warnings_by_task.setdefault(warning.task_id, []).append(warning)
         failures = list(results.failures)
         successes = []
         for task_id, payload in zip(results.succeeded_ids, results.payloads):
@@ -321,21 +325,29 @@ class WorkerAgent:
                 send_message(scheduler, batch)
             batch, inline = m.TaskResults(succeeded_ids=[], payloads=[], failures=[]), 0
 
+        def warnings_of(task_id: int) -> tuple[list[m.TaskWarning], int]:
+            task_warnings = warnings_by_task.pop(task_id, [])
+            return task_warnings, sum(len(w.message) + len(w.filename) + len(w.category) for w in task_warnings)
+
         for task_id, payload in successes:
-            size = m.inline_bytes((payload,))
+            task_warnings, warnings_size = warnings_of(task_id)
+            size = m.inline_bytes((payload,)) + warnings_size
             if inline + size > budget:
                 send_batch()
             inline += size
             batch.succeeded_ids.append(task_id)
             batch.payloads.append(payload)
+            batch.warnings.extend(task_warnings)
             if task_id in profiles:
                 batch.profiles.append(profiles[task_id])
         for failure in failures:
-            size = len(failure.message) + len(failure.traceback) + len(failure.exception)
+            task_warnings, warnings_size = warnings_of(failure.task_id)
+            size = len(failure.message) + len(failure.traceback) + len(failure.exception) + warnings_size
             if inline + size > budget:
                 send_batch()
             inline += size
             batch.failures.append(failure)
+            batch.warnings.extend(task_warnings)
         send_batch()
 
     def _on_processor_state(self, handle: ProcessorHandle, state: m.ProcessorState) -> None:

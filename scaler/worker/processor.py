@@ -32,6 +32,7 @@ from scaler.protocol.layout import slots_by_row
 from scaler.utility.blocking import install_hooks, set_task_depth
 from scaler.utility.zmq_util import has_input, receive_frames, send_message
 from scaler.worker.profiler import TaskProfiler
+from scaler.worker.warning_recorder import WarningRecorder
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +69,7 @@ class Processor:
         self._payloads: list[m.Buffer] = []
         self._profiles: list[m.TaskProfile] = []
         self._profiler = TaskProfiler()
+        self._warnings = WarningRecorder()
         self._depth = -1
         self._next_depth = 0
         self._failures: list[m.TaskFailure] = []
@@ -84,6 +86,7 @@ class Processor:
     def run(self, parent_pid: int) -> None:
         socket = self._socket
         install_hooks(self._before_waiting_on_tasks, self._after_waiting_on_tasks)
+        self._warnings.install()
         signal.signal(AGENT_SIGNAL, self._on_agent_signal)
         # Restart interrupted system calls in extension code; Python's own waits (sleep, select) still
         # return to run the handler and then carry on (PEP 475).
@@ -256,7 +259,9 @@ class Processor:
             return
         if group.profiling:
             self._profiler.start()
+        recorder = self._warnings
         self._signal_may_drain = True
+        recorder.task_id = task_id
         try:
             if group.keywords:
                 split = width - len(group.keywords)
@@ -265,11 +270,16 @@ class Processor:
                 result = function(*args)
         except BaseException as error:  # SystemExit from a task is the task's failure, not ours
             self._signal_may_drain = False
+            recorder.end_task()
             if group.profiling:
                 self._profiler.finish(task_id)
             self._fail(task_id, m.FailureKind.RAISED, error)
             return
         self._signal_may_drain = False
+        if recorder.current:
+            recorder.end_task()
+        else:
+            recorder.task_id = None
         if group.profiling:
             self._profiles.append(self._profiler.finish(task_id))
         try:
@@ -426,7 +436,8 @@ class Processor:
         if not self._succeeded_ids and not self._failures:
             return
         results = m.TaskResults(
-            succeeded_ids=self._succeeded_ids, payloads=self._payloads, failures=self._failures, profiles=self._profiles
+            succeeded_ids=self._succeeded_ids, payloads=self._payloads, failures=self._failures,
+            profiles=self._profiles, warnings=self._warnings.take_finished() if self._warnings.finished else [],
         )
         send_message(self._socket, results)
         self._profiles = []

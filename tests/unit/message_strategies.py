@@ -134,6 +134,19 @@ def task_failures(ids: st.SearchStrategy[int] = U64) -> st.SearchStrategy[m.Task
     )
 
 
+def task_warnings(ids: st.SearchStrategy[int] = U64) -> st.SearchStrategy[m.TaskWarning]:
+    return st.builds(
+        m.TaskWarning,
+        task_id=ids,
+        category=TEXT,
+        category_bases=st.lists(TEXT, max_size=3).map(tuple),
+        message=TEXT,
+        filename=TEXT,
+        lineno=U32,
+        module=TEXT,
+    )
+
+
 def task_results(ids: st.SearchStrategy[int] = U64, paired: bool = True) -> st.SearchStrategy[m.TaskResults]:
     @st.composite
     def build(draw: st.DrawFn) -> m.TaskResults:
@@ -145,6 +158,7 @@ def task_results(ids: st.SearchStrategy[int] = U64, paired: bool = True) -> st.S
             failures=draw(st.lists(task_failures(ids), max_size=4)),
             profiles=draw(st.lists(st.builds(m.TaskProfile, task_id=ids, duration_us=U64, cpu_time_us=U64,
                                              peak_memory_bytes=U64), max_size=2)),
+            warnings=draw(st.lists(task_warnings(ids), max_size=2)),
         )
 
     return build()

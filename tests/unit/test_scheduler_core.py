@@ -1191,3 +1191,75 @@ def test_welcome_announces_the_size_limits_peers_must_respect():
     for peer in (cluster.add_client(), cluster.add_worker()):
         (welcome,) = peer.received(m.Welcome)
         assert (welcome.max_frame_bytes, welcome.max_control_frame_bytes) == (1 << 20, 1 << 19)
+
+
+# ---------------------------------------------------------------------------------------------- task warnings
+
+
+def warning_for(task_id: int, text: str = "careful") -> m.TaskWarning:
+    return m.TaskWarning(
+        task_id=task_id, category="builtins.UserWarning", category_bases=("builtins.Warning",), message=text,
+        filename="/src/tasks.py", lineno=7, module="tasks",
+    )
+
+
+def test_warnings_reach_the_tasks_client_in_the_message_with_the_outcome():
+    cluster = SimulatedCluster()
+    worker = cluster.add_worker(capacity=10)
+    alice, bob = cluster.add_client(), cluster.add_client()
+    (ok_id,) = cluster.submit(alice, 1)
+    (failed_id,) = cluster.submit(bob, 1)
+    out = cluster.send(worker.identity, m.TaskResults(
+        succeeded_ids=[ok_id], payloads=[payload_for(ok_id)],
+        failures=[m.TaskFailure(task_id=failed_id, kind=m.FailureKind.RAISED, type_name="E", message="m")],
+        warnings=[warning_for(ok_id, "one"), warning_for(failed_id, "two"), warning_for(ok_id, "three")],
+    ))
+    to_alice = only(out, alice.identity, m.TaskResults)
+    assert to_alice.succeeded_ids == [ok_id]
+    assert [w.message for w in to_alice.warnings] == ["one", "three"]
+    assert to_alice.warnings[0] == warning_for(ok_id, "one"), "every field goes through unchanged"
+    to_bob = only(out, bob.identity, m.TaskResults)
+    assert [f.task_id for f in to_bob.failures] == [failed_id]
+    assert [w.message for w in to_bob.warnings] == ["two"]
+    assert_no_task_state(cluster.core)
+
+
+def test_warnings_of_a_task_the_worker_does_not_hold_are_dropped():
+    cluster = SimulatedCluster()
+    worker, other = cluster.add_worker(capacity=1), cluster.add_worker(capacity=1)
+    client = cluster.add_client()
+    cluster.submit(client, 2)
+    (theirs,) = list(other.pending)
+    out = cluster.send(worker.identity, m.TaskResults(
+        succeeded_ids=[], payloads=[], failures=[], warnings=[warning_for(theirs), warning_for(987654321)]
+    ))
+    assert out == []
+    cluster.run_to_completion()
+    assert all(not message.warnings for message in client.received(m.TaskResults))
+
+
+def test_warnings_of_a_quiet_graph_task_go_to_its_client_though_its_result_does_not():
+    """The caller of get() wants to hear about a warning deep inside the graph: the scheduler forwards it
+    at once, with the client's results of that event, and the client holds it for the graph's futures."""
+    cluster = SimulatedCluster()
+    worker = cluster.add_worker(capacity=10)
+    client = cluster.add_client()
+    (plain_id,) = cluster.submit(client, 1)  # sends the function
+    quiet_id, final_id = client.next_task_ids(2)
+    cluster.send(client.identity, m.TaskSubmission(objects=[], groups=[m.TaskGroup(
+        function_id=FUNCTION_ID, args_per_task=1, keywords=(), task_ids=[quiet_id, final_id], args=[b"x", b""],
+        ref_arg_indices=[1], ref_task_ids=[quiet_id],
+    )], quiet_task_ids=[quiet_id]))
+    cluster.complete(worker, task_ids=[plain_id])
+    assert list(worker.pending) == [quiet_id]
+    del worker.pending[quiet_id]
+    out = cluster.send(worker.identity, m.TaskResults(
+        succeeded_ids=[quiet_id], payloads=[b"intermediate"], failures=[], warnings=[warning_for(quiet_id)]
+    ))
+    forwarded = only(out, client.identity, m.TaskResults)
+    assert forwarded.succeeded_ids == [] and forwarded.warnings == [warning_for(quiet_id)]
+    assert list(worker.pending) == [final_id]
+    cluster.complete(worker)
+    assert client.outcomes[final_id] == [("ok", payload_for(final_id))]
+    assert quiet_id not in client.outcomes
+    assert_no_task_state(cluster.core)

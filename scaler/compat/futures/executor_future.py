@@ -10,6 +10,7 @@ from __future__ import annotations
 import concurrent.futures
 from typing import Any, Callable
 
+from scaler.client.future import ScalerFuture
 from scaler.compat.futures.broken import broken_from, is_cluster_lost
 
 _FINISHED = "FINISHED"
@@ -52,8 +53,22 @@ class ExecutorFuture(concurrent.futures.Future):
         return self.cancelled()
 
     def result(self, timeout: float | None = None) -> Any:
-        value = super().result(timeout)
+        try:
+            value = super().result(timeout)
+        except BaseException:
+            self._issue_task_warnings()
+            raise
         return self._source.result() if value is _IN_SOURCE else value
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        error = super().exception(timeout)
+        self._issue_task_warnings()
+        return error
+
+    def _issue_task_warnings(self) -> None:
+        """The call's warnings, issued by the caller who is handed its outcome (see ScalerFuture)."""
+        if self.done() and not self.cancelled() and isinstance(self._source, ScalerFuture):
+            self._source.issue_task_warnings()
 
     def _settle(self, source: concurrent.futures.Future) -> None:
         """Copy the followed future's outcome; runs on the client's I/O thread (or inline if it was done).
@@ -69,7 +84,8 @@ class ExecutorFuture(concurrent.futures.Future):
                     if self._state == "CANCELLED":
                         self.set_running_or_notify_cancel()
         else:
-            error = source.exception(timeout=0)
+            # The base class's: ScalerFuture.exception() would issue the task's warnings on this thread.
+            error = concurrent.futures.Future.exception(source, timeout=0)
             try:
                 if error is None:
                     self.set_result(_IN_SOURCE)

@@ -65,6 +65,12 @@ class ScalerBackend(AutoBatchingMixin, ParallelBackendBase):
     fits ran tens of times slower). loky does the same for its workers. It takes threadpoolctl
     (installed with scikit-learn), and applies to libraries loaded when the batch starts, so
     to numpy and whatever the batch's arguments needed.
+
+    Warnings the calls raise are issued again when joblib collects the batch's result, which joblib
+    does for this backend on the backend's callback thread, before the Parallel call can return that
+    result. Warning filters are process-wide in CPython (unless context-aware, as on free-threaded
+    builds), so the caller's filters apply: `catch_warnings` or `pytest.warns` around the Parallel
+    call sees them, and "error" makes the call raise the warning as a failed batch.
     """
 
     supports_retrieve_callback = True

@@ -69,6 +69,9 @@ class _ResultRouter:
     def profile(self, client: ClientPeer, profile: m.TaskProfile) -> None:
         self._results_for(client.identity).profiles.append(profile)
 
+    def warning(self, client: ClientPeer, warning: m.TaskWarning) -> None:
+        self._results_for(client.identity).warnings.append(warning)
+
     def flush(self, out: list[Outgoing]) -> None:
         out.extend(self._by_client.items())
         self._by_client.clear()
@@ -511,6 +514,8 @@ class SchedulerCore:
             return
         router = _ResultRouter()
         tasks = self._tasks
+        if message.warnings:
+            self._route_warnings(worker, message.warnings, router)
         profiles = {profile.task_id: profile for profile in message.profiles}
         for task_id, payload in zip(message.succeeded_ids, message.payloads):
             record = tasks.get(task_id)
@@ -540,6 +545,19 @@ class SchedulerCore:
         self._return_to_queue(list(back_to_queue.values()), router)
         router.flush(out)
         self._dispatch(out)
+
+    def _route_warnings(self, worker: WorkerPeer, warnings: list[m.TaskWarning], router: _ResultRouter) -> None:
+        """Warnings go to the task's client, in the same message as the outcome that comes with them.
+
+        Those of quiet graph tasks too: the client holds them for whoever gets the graph's results (a
+        warning deep inside a graph is still news to the caller of get()). Warnings of a task this
+        worker no longer holds are dropped with its late result.
+        """
+        tasks = self._tasks
+        for warning in warnings:
+            record = tasks.get(warning.task_id)
+            if record is not None and record.worker is worker:
+                router.warning(record.client, warning)
 
     def _complete(self, record: TaskRecord, payload: m.Buffer, router: _ResultRouter) -> None:
         dependents = self._forget(record)
