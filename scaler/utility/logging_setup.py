@@ -37,3 +37,8 @@ def setup_logging(
         root.addHandler(handler)
     root.setLevel(level.upper())
     logging.info(f"logging to {tuple(paths)}")
+
+
+def check_logging_level(level: str) -> None:
+    if not isinstance(level, str) or level.upper() not in LOGGING_LEVELS:
+        raise ValueError(f"logging_level must be one of {LOGGING_LEVELS}, got {level!r}")
