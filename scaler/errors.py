@@ -17,6 +17,10 @@ class SchedulerLostError(ConnectionFailedError):
     """The scheduler went silent or away while work was outstanding."""
 
 
+class ClusterStartError(ScalerError, RuntimeError):
+    """A local scheduler or workers did not come up (address taken, no scheduler answering, a process died)."""
+
+
 class ProtectedModeError(ScalerError):
     """The scheduler runs in protected mode and refused to shut down."""
 
