@@ -77,8 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     setting(
         "death_timeout_seconds", "--death-timeout-seconds", "-ds",
-        help="a worker that hears nothing from the scheduler this long (no welcome, or silence later) exits "
-        "with an error",
+        help="a worker that hears nothing from the scheduler this long exits: with an error if it never got "
+        "a welcome",
     )
     setting(
         "garbage_collect_interval_seconds", "--garbage-collect-interval-seconds", "-gc",

@@ -48,11 +48,13 @@ _SPARE_IDLE_SECONDS = 30.0
 
 
 class WorkerExit(Exception):
-    """Raised inside the loop to leave it with a reason for the log; `failed` exits non-zero with an ERROR."""
+    """Raised inside the loop to leave it with a reason for the log, at `level`; `failed` also makes the
+    process exit with status 1 (a worker that never got a word from its scheduler has not done its job)."""
 
-    def __init__(self, reason: str, failed: bool = False) -> None:
+    def __init__(self, reason: str, failed: bool = False, level: int = logging.INFO) -> None:
         super().__init__(reason)
         self.failed = failed
+        self.level = logging.ERROR if failed else level
 
 
 class ProcessorRole(enum.Enum):
@@ -130,7 +132,7 @@ class WorkerAgent:
         self._stop_requested.set()
 
     def run(self, exit_with_parent: int | None = None) -> int:
-        """Serve until stopped; returns the exit code: 1 if the scheduler never answered, or went silent."""
+        """Serve until stopped; returns the exit code: 1 if no scheduler ever welcomed us (or one refused us)."""
         config = self._config
         exit_code = 0
         remove_abandoned_work_directories()
@@ -160,11 +162,9 @@ class WorkerAgent:
             ))
             self._loop(scheduler, router, exit_with_parent)
         except WorkerExit as reason:
+            logger.log(reason.level, f"Worker[{self._name}]: {reason}")
             if reason.failed:
-                logger.error(f"Worker[{self._name}]: {reason}")
                 exit_code = 1
-            else:
-                logger.info(f"Worker[{self._name}]: {reason}")
             if not self._welcomed:
                 self._reporter.report(FAILED, f"Worker[{self._name}]: {reason}")
         except BaseException as error:
@@ -218,8 +218,8 @@ class WorkerAgent:
                             failed=True,
                         )
                     raise WorkerExit(
-                        f"no word from the scheduler at {config.address} for {config.death_timeout_seconds:g}s "
-                        "(--death-timeout-seconds), exiting", failed=True,
+                        f"no word from the scheduler for {config.death_timeout_seconds:g}s, exiting "
+                        f"(--death-timeout-seconds; the scheduler was at {config.address})", level=logging.WARNING,
                     )
                 if exit_with_parent is not None and os.getppid() != exit_with_parent:
                     raise WorkerExit("parent process is gone, exiting")
@@ -285,7 +285,9 @@ class WorkerAgent:
         elif isinstance(message, m.Disconnect):
             raise WorkerExit(f"scheduler asked us to leave: {message.reason}")
         elif isinstance(message, m.Refused):
-            raise WorkerExit(f"scheduler refused us: {message.reason}", failed=True)
+            # Before the welcome it is why we cannot work at all; after it, a restarted scheduler not knowing us.
+            raise WorkerExit(f"scheduler refused us: {message.reason}", failed=not self._welcomed,
+                             level=logging.WARNING)
         elif isinstance(message, m.ProtocolError):
             logger.warning(f"Worker[{self._name}]: scheduler reports a protocol error: {message.reason}")
 
