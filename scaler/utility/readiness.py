@@ -102,8 +102,10 @@ class ReadinessPipe:
             if timeout > 0:
                 time.sleep(timeout)
             return []
-        readable, _, _ = select.select([self._reader], [], [], max(0.0, timeout))
-        if not readable:
+        # poll, not select: a program holding over 1024 descriptors may well start a cluster.
+        poller = select.poll()
+        poller.register(self._reader, select.POLLIN)
+        if not poller.poll(max(0.0, timeout) * 1000):
             return []
         chunks = []
         while True:

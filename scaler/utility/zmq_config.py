@@ -56,7 +56,10 @@ def parse_zmq_address(text: object) -> ZMQConfig:
     kind = ZMQType(scheme)
     if kind is ZMQType.ipc:
         if len(rest.encode()) > _MAX_IPC_PATH_BYTES:
-            raise ValueError(f"{text!r}: an ipc path may have at most {_MAX_IPC_PATH_BYTES} bytes")
+            raise ValueError(
+                f"{text!r}: an ipc path may have at most {_MAX_IPC_PATH_BYTES} bytes (the OS limit); "
+                f"an address looks like {EXAMPLES}"
+            )
         return ZMQConfig(kind, rest)
     if kind is ZMQType.inproc:
         return ZMQConfig(kind, rest)
@@ -67,7 +70,7 @@ def parse_zmq_address(text: object) -> ZMQConfig:
         raise ValueError(f"{text!r}: the port must be a number from 1 to 65535, e.g. tcp://127.0.0.1:2345")
     if host.startswith("["):
         if not host.endswith("]") or len(host) < 3:
-            raise ValueError(f"{text!r}: an IPv6 host goes in brackets, e.g. tcp://[::1]:2345")
+            raise ValueError(f"{text!r}: an IPv6 host goes in brackets, e.g. tcp://[::1]:2345 (or tcp://127.0.0.1:2345)")
     elif any(character in host for character in "/[]:@ "):
         raise ValueError(f"{text!r}: {host!r} is not a host name or address, e.g. tcp://127.0.0.1:2345")
     return ZMQConfig(kind, host, int(port_text))
