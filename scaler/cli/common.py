@@ -14,15 +14,12 @@ from typing import Any, Sequence
 
 import zmq.auth
 
-from scaler.utility.logging_setup import DEFAULT_LOGGING_PATHS, LOGGING_LEVELS, setup_logging
+from scaler.utility.logging_setup import DEFAULT_LOGGING_PATHS, LOGGING_LEVELS, logging_path_problem, setup_logging
 from scaler.utility.setting_rules import EVENT_LOOPS, Rule, argument_type
 from scaler.utility.zmq_config import parse_zmq_address
 
 # Set by SchedulerClusterCombo and Cluster on the processes they start: exit when that parent is gone.
 EXIT_WITH_PARENT_ENV = "SCALER_EXIT_WITH_PARENT"
-
-_TERMINALS = ("/dev/stdout", "/dev/stderr")
-
 
 def exit_with_parent_pid() -> int | None:
     value = os.environ.get(EXIT_WITH_PARENT_ENV)
@@ -120,7 +117,7 @@ def parse_command_line(parser: argparse.ArgumentParser, argv: Sequence[str] | No
     if not paths:
         parser.error("argument --logging-paths/-lp: expected at least one path before the address")
     for path in paths:
-        problem = _logging_path_problem(path)
+        problem = logging_path_problem(path)
         if problem:
             parser.error(f"argument --logging-paths/-lp: {problem}")
     args.logging_paths = tuple(paths)
@@ -134,21 +131,6 @@ def start_logging(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
     except Exception as error:  # fileConfig raises KeyError, configparser errors, OSError...
         what = f"--logging-config-file {args.logging_config_file}" if args.logging_config_file else "logging"
         parser.error(f"{what}: cannot set up logging: {type(error).__name__}: {error}")
-
-
-def _logging_path_problem(path: str) -> str | None:
-    if path in _TERMINALS:
-        return None
-    if "://" in path:
-        return f"{path!r} looks like an address, not a file; put the address last, or end the paths with --"
-    directory = os.path.dirname(os.path.abspath(path)) or "."
-    if not os.path.isdir(directory):
-        return f"cannot write {path!r}: directory {directory!r} does not exist"
-    if os.path.isdir(path):
-        return f"cannot write {path!r}: it is a directory"
-    if not os.access(path if os.path.exists(path) else directory, os.W_OK):
-        return f"cannot write {path!r}: permission denied"
-    return None
 
 
 def existing_file(text: str) -> str:

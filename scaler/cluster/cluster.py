@@ -305,6 +305,8 @@ def _config_from_legacy_keywords(address: Any, settings: dict[str, Any]) -> Work
     for keyword, value in settings.items():
         if value is not None:
             fields[_LEGACY_KEYWORDS[keyword]] = value
+    if isinstance(fields.get("logging_paths"), str):
+        fields["logging_paths"] = (fields["logging_paths"],)
     if "logging_paths" in fields:
         fields["logging_paths"] = tuple(fields["logging_paths"])
     return WorkerConfig(**fields)

@@ -99,13 +99,13 @@ class SchedulerClusterCombo:
             max_task_crashes=max_task_crashes, protected=protected,
             monitor_address=None if monitor_address is None else zmq_address_text(monitor_address),
             max_message_size_bytes=max_message_size_bytes, max_control_frame_bytes=max_control_frame_bytes,
-            logging_paths=tuple(logging_paths), logging_level=logging_level.upper(),
+            logging_paths=tuple(logging_paths), logging_level=logging_level,
         )
         worker_config = WorkerConfig(
             address=first_address, task_queue_size=per_worker_queue_size, max_processors=max_processors,
             heartbeat_interval_seconds=heartbeat_interval_seconds, death_timeout_seconds=death_timeout_seconds,
             task_timeout_seconds=task_timeout_seconds, memory_limit_bytes=memory_limit_bytes,
-            io_threads=worker_io_threads, logging_paths=tuple(logging_paths), logging_level=logging_level.upper(),
+            io_threads=worker_io_threads, logging_paths=tuple(logging_paths), logging_level=logging_level,
         )
         self._address = first_address
         self._n_workers = n_workers
@@ -175,7 +175,10 @@ class SchedulerClusterCombo:
                         raise ClusterStartError(f"{prefix}: {report.detail}")
                     if report.state == ready_state:
                         return
-                code = process.wait(timeout=_STOP_GRACE_SECONDS)
+                try:
+                    code = process.wait(timeout=_STOP_GRACE_SECONDS)
+                except subprocess.TimeoutExpired:
+                    raise ClusterStartError(f"{prefix}: it stopped reporting before it was ready") from None
                 raise ClusterStartError(f"{prefix}: its process exited with code {code} before it was ready")
             if time.monotonic() >= deadline:
                 raise ClusterStartError(f"{prefix}: not ready within {timeout:g}s (start_timeout_seconds)")
@@ -218,7 +221,7 @@ class SchedulerClusterCombo:
 
     def _logging_args(self) -> list[str]:
         config = self._worker_config
-        return ["--logging-paths", *config.logging_paths, "--logging-level", config.logging_level]
+        return ["--logging-paths", *config.logging_paths, "--logging-level", config.logging_level.upper()]
 
     # ------------------------------------------------------------------------------------------ use
 

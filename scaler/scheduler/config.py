@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from scaler.utility.logging_setup import DEFAULT_LOGGING_PATHS, check_logging_level
+from scaler.utility.logging_setup import DEFAULT_LOGGING_PATHS, check_logging_level, check_logging_paths
 from scaler.utility.setting_rules import (
     AT_LEAST_ONE,
     FRAME_BYTES,
@@ -59,6 +59,8 @@ class SchedulerConfig:
         check_settings(self)
         check_event_loop(self.event_loop)
         check_logging_level(self.logging_level)
+        if self.logging_config_file is None:
+            check_logging_paths(self.logging_paths)
 
 
 # Where default monitor addresses live (the product documents show /tmp, whatever TMPDIR says).

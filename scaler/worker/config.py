@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from scaler.utility.logging_setup import DEFAULT_LOGGING_PATHS, check_logging_level
+from scaler.utility.logging_setup import DEFAULT_LOGGING_PATHS, check_logging_level, check_logging_paths
 from scaler.utility.setting_rules import (
     AT_LEAST_ONE,
     BYTES_OR_OFF,
@@ -55,3 +55,5 @@ class WorkerConfig:
         check_settings(self)
         check_event_loop(self.event_loop)
         check_logging_level(self.logging_level)
+        if self.logging_config_file is None:
+            check_logging_paths(self.logging_paths)

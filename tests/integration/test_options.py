@@ -192,6 +192,7 @@ COMBO_BAD_SETTINGS = [
     ({"address": "http://127.0.0.1:80"}, "not a ZeroMQ address"),
     ({"event_loop": "tokio"}, "event_loop"),
     ({"logging_level": "LOUD"}, "logging_level"),
+    ({"logging_paths": ["/nonexistent/dir/x.log"]}, "logging_paths"),
 ]
 
 
