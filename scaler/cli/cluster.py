@@ -144,7 +144,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         logging_config_file=args.logging_config_file,
     )
     start_logging(parser, args)
-    announce_event_loop(args)
+    announce_event_loop(parser, args)
     sys.exit(run_cluster(Cluster(template, names), reporter))
 
 

@@ -89,11 +89,12 @@ def add_event_loop_argument(parser: argparse.ArgumentParser, *flags: str) -> Non
     parser.set_defaults(event_loop_given=False)
 
 
-def announce_event_loop(args: argparse.Namespace) -> None:
+def announce_event_loop(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Say once, and only to whoever set it, that the option changes nothing (1.9.x chose asyncio's loop)."""
     if getattr(args, "event_loop_given", False):
         logging.info(
-            f"--event-loop {args.event_loop} is accepted for compatibility with Scaler 1.9.x and has no effect: "
-            "the I/O loop is a zmq poller"
+            f"{parser.prog}: --event-loop {args.event_loop} is accepted for compatibility with Scaler 1.9.x and "
+            "has no effect: the I/O loop is a zmq poller"
         )
 
 

@@ -134,7 +134,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         logging_config_file=args.logging_config_file,
     )
     start_logging(parser, args)
-    announce_event_loop(args)
+    announce_event_loop(parser, args)
     run_scheduler(config, exit_with_parent=exit_with_parent_pid(), reporter=reporter if reporter.active else None)
 
 
