@@ -35,7 +35,11 @@ from scaler.utility.readiness import FAILED, REGISTERED, ReadinessReporter
 from scaler.utility.zmq_util import has_input, receive_frames, send_frames, send_message
 from scaler.worker.config import WorkerConfig
 from scaler.worker.processor import AGENT_SIGNAL
-from scaler.worker.work_directory import make_work_directory, remove_abandoned_work_directories
+from scaler.worker.work_directory import (
+    PROCESSOR_SOCKET_NAME,
+    make_work_directory,
+    remove_abandoned_work_directories,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -152,7 +156,7 @@ class WorkerAgent:
                     secure_peer(scheduler, curve_keys)
             except ValueError as error:
                 raise WorkerExit(f"cannot start: {error}", failed=True) from None
-            self._processor_address = f"ipc://{os.path.join(self._work_dir, 'processors.sock')}"
+            self._processor_address = f"ipc://{os.path.join(self._work_dir, PROCESSOR_SOCKET_NAME)}"
             router.bind(self._processor_address)
             self._active = self._start_processor(ProcessorRole.ACTIVE)
             scheduler.connect(config.address)

@@ -3,6 +3,7 @@
 The agent removes its directory when it exits; one killed with SIGKILL cannot. So the directory's name
 says whose it is (`scaler-worker-PID-STARTTIME-random`), and every agent that starts removes the ones
 whose owner is gone. The start time tells a dead owner from a new process that got the same pid.
+Directories of earlier versions (no owner in the name) are stale when nobody listens on their socket.
 The directory is made by mkdtemp (mode 0700), so no other user can connect to the processors.
 """
 
@@ -13,11 +14,19 @@ import re
 import shutil
 import stat
 import tempfile
+import time
 
 import psutil
 
+from scaler.utility.ipc_sockets import is_listening
+
 _PREFIX = "scaler-worker-"
 _OWNED_NAME = re.compile(rf"^{_PREFIX}(\d+)-(\d+)-")
+# Made by earlier versions, without the owner in the name: stale when nobody listens on its socket.
+_UNNAMED = re.compile(rf"^{_PREFIX}[a-z0-9_]{{8}}$")
+PROCESSOR_SOCKET_NAME = "processors.sock"
+# An unnamed directory younger than this may belong to an agent that has not bound its socket yet.
+_UNNAMED_GRACE_SECONDS = 60.0
 
 
 def _start_stamp(process: psutil.Process) -> int:
@@ -49,7 +58,7 @@ def remove_abandoned_work_directories(directory: str | None = None) -> list[str]
         return []
     for entry in entries:
         match = _OWNED_NAME.match(entry.name)
-        if match is None:
+        if match is None and not _UNNAMED.match(entry.name):
             continue
         try:
             status = entry.stat(follow_symlinks=False)
@@ -57,7 +66,13 @@ def remove_abandoned_work_directories(directory: str | None = None) -> list[str]
             continue
         if not stat.S_ISDIR(status.st_mode) or status.st_uid != os.getuid():
             continue
-        if not _owner_is_alive(int(match.group(1)), int(match.group(2))):
+        if match is not None:
+            abandoned = not _owner_is_alive(int(match.group(1)), int(match.group(2)))
+        else:
+            abandoned = time.time() - status.st_mtime > _UNNAMED_GRACE_SECONDS and not is_listening(
+                os.path.join(entry.path, PROCESSOR_SOCKET_NAME)
+            )
+        if abandoned:
             shutil.rmtree(entry.path, ignore_errors=True)
             removed.append(entry.path)
     return removed
