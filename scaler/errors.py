@@ -22,6 +22,10 @@ class SchedulerLostError(ConnectionFailedError, TimeoutError):
     """The scheduler went silent or away while work was outstanding; a TimeoutError too, as in 1.9.x."""
 
 
+class ClusterStartError(ScalerError, RuntimeError):
+    """A local scheduler or workers did not come up (address taken, no scheduler answering, a process died)."""
+
+
 class ProtectedModeError(ScalerError, ValueError):
     """The scheduler runs in protected mode and refused to shut down; a ValueError too, as in 1.9.x."""
 

@@ -3,62 +3,89 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
+import sys
 import threading
 from typing import Sequence
 
-from scaler.cli.common import add_event_loop_argument, add_logging_arguments, exit_with_parent_pid, zmq_address
+from scaler.cli.common import (
+    add_address_argument,
+    add_event_loop_argument,
+    add_logging_arguments,
+    add_setting,
+    announce_event_loop,
+    curve_public_key_file,
+    curve_secret_key_file,
+    exit_with_parent_pid,
+    make_parser,
+    number_type,
+    parse_command_line,
+    start_logging,
+)
 from scaler.cluster.cluster import Cluster, default_worker_names
-from scaler.utility.logging_setup import setup_logging
+from scaler.utility.curve import PeerKeys
+from scaler.utility.readiness import FAILED, REGISTERED, ReadinessReporter
 from scaler.worker.config import WorkerConfig
 
+logger = logging.getLogger(__name__)
+
 _DEFAULTS = WorkerConfig(address="")
+# More workers than this on one machine is a typo, not a plan.
+_MAX_WORKERS = 4096
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        "scaler_cluster", description="Run Scaler workers on this machine.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    # Named as it was called: scaler_worker is the same command.
+    called = os.path.basename(sys.argv[0]) if sys.argv else ""
+    prog = called if called in ("scaler_cluster", "scaler_worker") else "scaler_cluster"
+    parser = make_parser(prog, "Run Scaler workers on this machine.")
+
+    def setting(field_name: str, *flags: str, help: str) -> None:
+        add_setting(parser, WorkerConfig, field_name, *flags, help=help)
+
+    parser.add_argument(
+        "--num-of-workers", "-n", type=number_type(int, 1, _MAX_WORKERS), default=os.cpu_count() or 1,
+        help="number of workers",
     )
-    parser.add_argument("--num-of-workers", "-n", type=int, default=os.cpu_count() or 1, help="number of workers")
     parser.add_argument(
         "--worker-names", "-wn", type=str, default=None,
         help="comma-separated worker names, one per worker; when not given, host name and index",
     )
-    parser.add_argument(
-        "--per-worker-task-queue-size", "-wtqs", type=int, default=_DEFAULTS.task_queue_size,
+    setting(
+        "task_queue_size", "--per-worker-task-queue-size", "-wtqs",
         help="how many tasks each worker accepts at once (shown as 'free' in scaler_top)",
     )
-    parser.add_argument(
-        "--max-processors", "-mp", type=int, default=_DEFAULTS.max_processors,
+    setting(
+        "max_processors", "--max-processors", "-mp",
         help="processes one worker may run: one serves while the others hold tasks waiting on nested tasks; "
         "a task that would need more fails with NestingLimitError instead of deadlocking",
     )
-    parser.add_argument(
-        "--heartbeat-interval", "-hi", type=float, default=_DEFAULTS.heartbeat_interval_seconds,
-        help="seconds between heartbeats to the scheduler",
+    setting(
+        "heartbeat_interval_seconds", "--heartbeat-interval", "-hi", help="seconds between heartbeats to the scheduler"
     )
-    parser.add_argument(
-        "--task-timeout-seconds", "-tts", type=float, default=_DEFAULTS.task_timeout_seconds,
+    setting(
+        "task_timeout_seconds", "--task-timeout-seconds", "-tts",
         help="a task running longer is stopped, its processor replaced, and it fails with TaskTimeoutError "
         "(0 = no limit)",
     )
-    parser.add_argument(
-        "--memory-limit-bytes", "-ml", type=int, default=_DEFAULTS.memory_limit_bytes,
+    setting(
+        "memory_limit_bytes", "--memory-limit-bytes", "-ml",
         help="a processor using more memory (RSS) is stopped before the OS kills it, and its task fails with "
         "MemoryLimitError (0 = no limit)",
     )
-    parser.add_argument(
-        "--death-timeout-seconds", "-ds", type=float, default=_DEFAULTS.death_timeout_seconds,
-        help="a worker exits after hearing nothing from the scheduler for this long",
+    setting(
+        "death_timeout_seconds", "--death-timeout-seconds", "-ds",
+        help="a worker that hears nothing from the scheduler this long exits: with an error if it never got "
+        "a welcome",
     )
-    parser.add_argument(
-        "--garbage-collect-interval-seconds", "-gc", type=float, default=_DEFAULTS.garbage_collect_interval_seconds,
+    setting(
+        "garbage_collect_interval_seconds", "--garbage-collect-interval-seconds", "-gc",
         help="accepted for compatibility; not active yet",
     )
-    parser.add_argument(
-        "--trim-memory-threshold-bytes", "-tm", type=int, default=_DEFAULTS.trim_memory_threshold_bytes,
+    setting(
+        "trim_memory_threshold_bytes", "--trim-memory-threshold-bytes", "-tm",
         help="accepted for compatibility; not active yet",
     )
     parser.add_argument(
@@ -66,35 +93,37 @@ def build_parser() -> argparse.ArgumentParser:
         help="accepted for compatibility; processor suspension is not active yet",
     )
     parser.add_argument(
-        "--curve-server-key", type=str, default=None,
+        "--curve-server-key", type=curve_public_key_file, default=None,
         help="CURVE: the scheduler's public .key file; or SCALER_CURVE_SERVER_KEY",
     )
     parser.add_argument(
-        "--curve-secret-key", type=str, default=None,
+        "--curve-secret-key", type=curve_secret_key_file, default=None,
         help="CURVE: this cluster's .key_secret file (its public key must be authorized by the scheduler); "
         "or SCALER_CURVE_SECRET_KEY",
     )
     add_event_loop_argument(parser, "--event-loop", "-el")
-    parser.add_argument("--io-threads", "-it", type=int, default=_DEFAULTS.io_threads, help="zmq io threads per worker")
+    setting("io_threads", "--io-threads", "-it", help="zmq io threads per worker")
     add_logging_arguments(parser)
-    parser.add_argument("address", type=zmq_address, help="scheduler address, e.g. tcp://127.0.0.1:2345")
+    add_address_argument(parser, "scheduler address, e.g. tcp://127.0.0.1:2345")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    reporter = ReadinessReporter.from_environment()
     parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.num_of_workers < 1:
-        parser.error("--num-of-workers must be at least 1")
-    if args.max_processors < 1:
-        parser.error("--max-processors must be at least 1")
+    args = parse_command_line(parser, argv)
     if args.worker_names is None:
         names = default_worker_names(args.num_of_workers)
     else:
         names = [name.strip() for name in args.worker_names.split(",")]
         if len(names) != args.num_of_workers:
             parser.error(f"{len(names)} worker names given for {args.num_of_workers} workers")
-    setup_logging(args.logging_paths, args.logging_level, args.logging_config_file)
+        if not all(names):
+            parser.error("argument --worker-names/-wn: a worker name is empty")
+    try:  # the environment may name the keys too
+        PeerKeys.resolve(args.curve_server_key, args.curve_secret_key)
+    except ValueError as error:
+        parser.error(str(error))
     template = WorkerConfig(
         address=args.address,
         task_queue_size=args.per_worker_task_queue_size,
@@ -114,22 +143,54 @@ def main(argv: Sequence[str] | None = None) -> None:
         logging_level=args.logging_level,
         logging_config_file=args.logging_config_file,
     )
-    run_cluster(Cluster(template, names))
+    start_logging(parser, args)
+    announce_event_loop(parser, args)
+    sys.exit(run_cluster(Cluster(template, names), reporter))
 
 
-def run_cluster(cluster: Cluster) -> None:
-    """Run until a signal, until every worker has exited, or until our parent (if we have one) is gone."""
+def run_cluster(cluster: Cluster, reporter: ReadinessReporter | None = None) -> int:
+    """Run until a signal, until every worker has exited, or until our parent (if we have one) is gone.
+
+    Returns the exit status: 1 if the workers all exited by themselves and one of them failed (say, no
+    scheduler answered within --death-timeout-seconds), else 0. A parent that started us with a
+    readiness pipe hears once that every worker registered, or why one could not.
+    """
+    reporter = reporter or ReadinessReporter(None)
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
     parent = exit_with_parent_pid()
-    cluster.start()
+    everyone = len(cluster.worker_names)
+    ended_by_itself = False
+    cluster.launch()
     try:
-        while not stop.wait(0.2):
-            if cluster.all_exited() or (parent is not None and os.getppid() != parent):
+        while not stop.is_set():
+            cluster.watch()
+            if reporter.active:
+                problem = cluster.startup_problem()
+                if cluster.registered_workers == everyone:
+                    reporter.report(REGISTERED, f"{everyone} workers")
+                    reporter.close()
+                elif problem is not None:
+                    reporter.report(FAILED, problem)
+                    reporter.close()
+            if cluster.all_exited():
+                ended_by_itself = True
+                break
+            if parent is not None and os.getppid() != parent:
                 break
     finally:
         cluster.shutdown()
+        reporter.close()
+    if ended_by_itself and cluster.exitcode:
+        logger.error(
+            f"Cluster: every worker has exited, {cluster.failed_workers} of them with an error (see above); "
+            "exiting with status 1"
+        )
+        return 1
+    if ended_by_itself:
+        logger.info("Cluster: every worker has exited")
+    return 0
 
 
 if __name__ == "__main__":

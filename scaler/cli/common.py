@@ -1,48 +1,174 @@
-"""Pieces shared by the console scripts."""
+"""Pieces shared by the console scripts: the parser every one of them uses, and the checks of its values.
+
+Every value is checked by the parser, so that a bad one ends in argparse's short message and exit
+status 2, before anything starts: never a traceback, never a value that fails later on the wire.
+"""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import logging
 import os
+from typing import Any, Sequence
 
-from scaler.utility.logging_setup import DEFAULT_LOGGING_PATHS, LOGGING_LEVELS
+import zmq.auth
+
+from scaler.utility.logging_setup import DEFAULT_LOGGING_PATHS, LOGGING_LEVELS, logging_path_problem, setup_logging
+from scaler.utility.setting_rules import EVENT_LOOPS, Rule, argument_type
+from scaler.utility.zmq_config import parse_zmq_address
 
 # Set by SchedulerClusterCombo and Cluster on the processes they start: exit when that parent is gone.
 EXIT_WITH_PARENT_ENV = "SCALER_EXIT_WITH_PARENT"
-
 
 def exit_with_parent_pid() -> int | None:
     value = os.environ.get(EXIT_WITH_PARENT_ENV)
     return int(value) if value else None
 
 
+def make_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    # The usage line is written out: the address is optional to argparse only so that
+    # `--logging-paths x.log ADDRESS` can be read (see parse_command_line).
+    return argparse.ArgumentParser(
+        prog, description=description, usage=f"{prog} [options] address",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+
+
 def zmq_address(text: str) -> str:
-    scheme, separator, rest = text.partition("://")
-    if not separator or scheme not in ("tcp", "ipc", "inproc") or not rest:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a ZeroMQ address such as tcp://127.0.0.1:2345 or ipc:///tmp/s")
-    if scheme == "tcp":
-        host, colon, port = rest.rpartition(":")
-        if not colon or not host or not port.isdigit():
-            raise argparse.ArgumentTypeError(f"{text!r}: a tcp address needs a host and a port, e.g. tcp://127.0.0.1:2345")
-    return text
+    """argparse type: a ZeroMQ address, checked by the same parser Client uses."""
+    try:
+        return parse_zmq_address(text).to_address()
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def add_setting(
+    parser: argparse.ArgumentParser, config_class: type, field_name: str, *flags: str, help: str
+) -> None:
+    """An option that sets a config field: its default is the field's, and its values are held to the
+    field's rule by the parser."""
+    field = next(field for field in dataclasses.fields(config_class) if field.name == field_name)
+    parser.add_argument(*flags, type=argument_type(field.metadata["rule"]), default=field.default, help=help)
+
+
+def add_address_argument(parser: argparse.ArgumentParser, help_text: str) -> None:
+    parser.add_argument("address", nargs="?", type=zmq_address, default=None, help=help_text)
 
 
 def add_logging_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--logging-paths", "-lp", nargs="*", type=str, default=DEFAULT_LOGGING_PATHS,
-        help="where to write the log; several paths allowed; /dev/stdout and /dev/stderr are the terminal",
+        "--logging-paths", "-lp", nargs="+", type=str, default=DEFAULT_LOGGING_PATHS, metavar="PATH",
+        help="where to write the log, one or more paths; /dev/stdout and /dev/stderr are the terminal. "
+        "Given before the address, the last value is taken as the address if it is one "
+        "(or end the list with --)",
     )
     parser.add_argument(
         "--logging-level", "-ll", type=str.upper, choices=LOGGING_LEVELS, default="INFO", help="logging level"
     )
     parser.add_argument(
-        "--logging-config-file", "-lc", type=str, default=None,
+        "--logging-config-file", "-lc", type=existing_file, default=None,
         help="a Python logging .conf file (logging.config.fileConfig format); overrides the two options above",
     )
 
 
+class _StoreEventLoop(argparse.Action):
+    """Stores the value and notes that the user gave it: only then is its (lack of) effect worth a line."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, values)
+        namespace.event_loop_given = True
+
+
 def add_event_loop_argument(parser: argparse.ArgumentParser, *flags: str) -> None:
     parser.add_argument(
-        *flags, default="builtin", choices=("builtin", "uvloop"),
+        *flags, dest="event_loop", default="builtin", choices=EVENT_LOOPS, action=_StoreEventLoop,
         help="accepted for compatibility with Scaler 1.9.x; the I/O loop is a zmq poller either way",
     )
+    parser.set_defaults(event_loop_given=False)
+
+
+def announce_event_loop(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Say once, and only to whoever set it, that the option changes nothing (1.9.x chose asyncio's loop)."""
+    if getattr(args, "event_loop_given", False):
+        logging.info(
+            f"{parser.prog}: --event-loop {args.event_loop} is accepted for compatibility with Scaler 1.9.x and "
+            "has no effect: the I/O loop is a zmq poller"
+        )
+
+
+def parse_command_line(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """parse_args, then the checks that need several values: the address (which `--logging-paths a.log
+    ADDRESS` hands to the paths, as a list option before a positional does in argparse) and the paths."""
+    args = parser.parse_args(argv)
+    if not hasattr(args, "logging_paths"):
+        if args.address is None:
+            parser.error("the following arguments are required: address")
+        return args
+    paths = list(args.logging_paths)
+    if args.address is None:
+        if paths and tuple(paths) != DEFAULT_LOGGING_PATHS and "://" in paths[-1]:
+            try:
+                args.address = zmq_address(paths.pop())
+            except argparse.ArgumentTypeError as error:
+                parser.error(f"argument address: {error}")
+        else:
+            parser.error("the following arguments are required: address")
+    if not paths:
+        parser.error("argument --logging-paths/-lp: expected at least one path before the address")
+    for path in paths:
+        problem = logging_path_problem(path)
+        if problem:
+            parser.error(f"argument --logging-paths/-lp: {problem}")
+    args.logging_paths = tuple(paths)
+    return args
+
+
+def start_logging(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """setup_logging, with what can still go wrong (a malformed config file, a disk gone) as a parser error."""
+    try:
+        setup_logging(args.logging_paths, args.logging_level, args.logging_config_file)
+    except Exception as error:  # fileConfig raises KeyError, configparser errors, OSError...
+        what = f"--logging-config-file {args.logging_config_file}" if args.logging_config_file else "logging"
+        parser.error(f"{what}: cannot set up logging: {type(error).__name__}: {error}")
+
+
+def existing_file(text: str) -> str:
+    if not os.path.isfile(text):
+        raise argparse.ArgumentTypeError(f"no such file: {text!r}")
+    if not os.access(text, os.R_OK):
+        raise argparse.ArgumentTypeError(f"cannot read {text!r}: permission denied")
+    return text
+
+
+def existing_directory(text: str) -> str:
+    if not os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"no such directory: {text!r}")
+    return text
+
+
+def curve_public_key_file(text: str) -> str:
+    """argparse type: a CURVE certificate file holding a public key (NAME.key, from scaler_keygen)."""
+    _load_certificate(existing_file(text))
+    return text
+
+
+def curve_secret_key_file(text: str) -> str:
+    """argparse type: a CURVE certificate file holding a secret key (NAME.key_secret, from scaler_keygen)."""
+    _, secret = _load_certificate(existing_file(text))
+    if secret is None:
+        raise argparse.ArgumentTypeError(f"{text!r} holds no secret key; give the .key_secret file")
+    return text
+
+
+def _load_certificate(path: str) -> tuple[bytes, bytes | None]:
+    try:
+        return zmq.auth.load_certificate(path)
+    except (OSError, ValueError, UnicodeDecodeError) as error:
+        raise argparse.ArgumentTypeError(f"{path!r} is not a key file made by scaler_keygen: {error}") from None
+
+
+def number_type(kind: type, minimum: float, maximum: float) -> Any:
+    """argparse type for a number that sets no config field (a count, a port)."""
+    return argument_type(Rule(kind, minimum, maximum))

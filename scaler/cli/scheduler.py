@@ -6,59 +6,68 @@ import argparse
 from typing import Sequence
 
 from scaler.cli.common import (
+    add_address_argument,
     add_event_loop_argument,
     add_logging_arguments,
+    add_setting,
+    announce_event_loop,
+    curve_secret_key_file,
+    existing_directory,
     exit_with_parent_pid,
+    make_parser,
+    parse_command_line,
+    start_logging,
     zmq_address,
 )
 from scaler.scheduler.config import SchedulerConfig
 from scaler.scheduler.server import run_scheduler
-from scaler.utility.logging_setup import setup_logging
+from scaler.utility.curve import ServerKeys
+from scaler.utility.readiness import ReadinessReporter
 
 _DEFAULTS = SchedulerConfig(address="")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        "scaler_scheduler",
-        description="Run a Scaler scheduler.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
-    parser.add_argument("--io-threads", "-it", type=int, default=_DEFAULTS.io_threads, help="number of zmq io threads")
-    parser.add_argument(
-        "--max-number-of-tasks-waiting", "-mt", type=int, default=_DEFAULTS.max_number_of_tasks_waiting,
+    parser = make_parser("scaler_scheduler", "Run a Scaler scheduler.")
+
+    def setting(field_name: str, *flags: str, help: str) -> None:
+        add_setting(parser, SchedulerConfig, field_name, *flags, help=help)
+
+    setting("io_threads", "--io-threads", "-it", help="number of zmq io threads")
+    setting(
+        "max_number_of_tasks_waiting", "--max-number-of-tasks-waiting", "-mt",
         help="tasks allowed to wait for a worker; beyond it new tasks are rejected; -1 means no limit",
     )
-    parser.add_argument(
-        "--client-timeout-seconds", "-ct", type=float, default=_DEFAULTS.client_timeout_seconds,
+    setting(
+        "client_timeout_seconds", "--client-timeout-seconds", "-ct",
         help="drop a client (cancel its tasks, free its objects) after this long without hearing from it",
     )
-    parser.add_argument(
-        "--worker-timeout-seconds", "-wt", type=float, default=_DEFAULTS.worker_timeout_seconds,
+    setting(
+        "worker_timeout_seconds", "--worker-timeout-seconds", "-wt",
         help="drop a worker and reschedule its tasks after this long without a heartbeat",
     )
-    parser.add_argument(
-        "--heartbeat-interval-seconds", "-hi", type=float, default=_DEFAULTS.heartbeat_interval_seconds,
+    setting(
+        "heartbeat_interval_seconds", "--heartbeat-interval-seconds", "-hi",
         help="heartbeat interval the scheduler asks its peers for",
     )
-    parser.add_argument(
-        "--object-retention-seconds", "-ot", type=float, default=_DEFAULTS.object_retention_seconds,
+    setting(
+        "object_retention_seconds", "--object-retention-seconds", "-ot",
         help="accepted for compatibility; objects are freed when their last owning client leaves or clears",
     )
-    parser.add_argument(
-        "--load-balance-seconds", "-ls", type=float, default=_DEFAULTS.load_balance_seconds,
+    setting(
+        "load_balance_seconds", "--load-balance-seconds", "-ls",
         help="how often to look for workers running dry while others hold queued tasks (0 turns balancing off)",
     )
-    parser.add_argument(
-        "--load-balance-trigger-times", "-lbt", type=int, default=_DEFAULTS.load_balance_trigger_times,
+    setting(
+        "load_balance_trigger_times", "--load-balance-trigger-times", "-lbt",
         help="how many looks in a row must see the imbalance before queued tasks are moved",
     )
-    parser.add_argument(
-        "--per-worker-queue-size", "-qs", type=int, default=_DEFAULTS.per_worker_queue_size,
+    setting(
+        "per_worker_queue_size", "--per-worker-queue-size", "-qs",
         help="most tasks a worker is given at once (caps what the worker offers); 0 trusts the worker",
     )
-    parser.add_argument(
-        "--max-task-crashes", type=int, default=_DEFAULTS.max_task_crashes,
+    setting(
+        "max_task_crashes", "--max-task-crashes",
         help="a task whose processor or worker died under it this many times fails with WorkerDiedError "
         "instead of being retried",
     )
@@ -71,31 +80,36 @@ def build_parser() -> argparse.ArgumentParser:
         "--monitor-address", "-ma", type=zmq_address, default=None,
         help="monitor address; default derived from the address, e.g. ipc:///tmp/127.0.0.1_2345_monitor",
     )
-    parser.add_argument(
-        "--max-message-size-bytes", type=int, default=_DEFAULTS.max_message_size_bytes,
+    setting(
+        "max_message_size_bytes", "--max-message-size-bytes",
         help="a peer sending a larger frame is disconnected before it is read (-1: no limit)",
     )
-    parser.add_argument(
-        "--max-control-frame-bytes", type=int, default=_DEFAULTS.max_control_frame_bytes,
+    setting(
+        "max_control_frame_bytes", "--max-control-frame-bytes",
         help="largest Cap'n Proto frame accepted (large payloads travel in frames of their own)",
     )
     parser.add_argument(
-        "--curve-secret-key", type=str, default=None,
+        "--curve-secret-key", type=curve_secret_key_file, default=None,
         help="CURVE: this scheduler's .key_secret file (see scaler_keygen); or SCALER_CURVE_SCHEDULER_SECRET_KEY",
     )
     parser.add_argument(
-        "--curve-authorized-keys", type=str, default=None,
+        "--curve-authorized-keys", type=existing_directory, default=None,
         help="CURVE: directory of the public .key files of clients and workers to accept; "
         "or SCALER_CURVE_AUTHORIZED_KEYS",
     )
     add_logging_arguments(parser)
-    parser.add_argument("address", type=zmq_address, help="address to listen on, e.g. tcp://127.0.0.1:2345")
+    add_address_argument(parser, "address to listen on, e.g. tcp://127.0.0.1:2345")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
-    setup_logging(args.logging_paths, args.logging_level, args.logging_config_file)
+    reporter = ReadinessReporter.from_environment()
+    parser = build_parser()
+    args = parse_command_line(parser, argv)
+    try:  # the environment may name the keys too
+        ServerKeys.resolve(args.curve_secret_key, args.curve_authorized_keys)
+    except ValueError as error:
+        parser.error(str(error))
     config = SchedulerConfig(
         address=args.address,
         io_threads=args.io_threads,
@@ -119,7 +133,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         logging_level=args.logging_level,
         logging_config_file=args.logging_config_file,
     )
-    run_scheduler(config, exit_with_parent=exit_with_parent_pid())
+    start_logging(parser, args)
+    announce_event_loop(parser, args)
+    run_scheduler(config, exit_with_parent=exit_with_parent_pid(), reporter=reporter if reporter.active else None)
 
 
 if __name__ == "__main__":

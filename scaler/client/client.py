@@ -30,6 +30,8 @@ from scaler.protocol import messages as m
 from scaler.utility.blocking import client_nesting_depth, waiting_for_tasks
 from scaler.utility.curve import PeerKeys
 from scaler.utility.identifiers import content_object_id, random_object_id
+from scaler.utility.setting_rules import POSITIVE_SECONDS
+from scaler.utility.zmq_config import zmq_address_text
 
 DEFAULT_TIMEOUT_SECONDS = 60.0
 DEFAULT_HEARTBEAT_INTERVAL_SECONDS = 2.0
@@ -59,12 +61,16 @@ class Client:
         curve_server_key: str | None = None,
         curve_secret_key: str | None = None,
     ) -> None:
-        if not isinstance(address, str) or "://" not in address:
-            raise ValueError(f"address must look like tcp://host:port or ipc:///path, got {address!r}")
+        address = zmq_address_text(address)  # ValueError, here, for anything but tcp://, ipc:// or inproc://
         if serializer is not None and not isinstance(serializer, Serializer):
             raise TypeError("serializer must be an instance of scaler.Serializer")
-        if timeout_seconds <= 0 or heartbeat_interval_seconds <= 0:
-            raise ValueError("timeout_seconds and heartbeat_interval_seconds must be positive")
+        for setting_name, value in (
+            ("timeout_seconds", timeout_seconds), ("heartbeat_interval_seconds", heartbeat_interval_seconds)
+        ):
+            try:
+                POSITIVE_SECONDS.check(value)
+            except (TypeError, ValueError) as error:
+                raise ValueError(f"{setting_name} {error}") from None
         self._address = address
         self._serializer: Serializer = serializer if serializer is not None else DefaultSerializer()
         self._timeout_seconds = timeout_seconds

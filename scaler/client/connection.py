@@ -26,12 +26,16 @@ from scaler.protocol import messages as m
 from scaler.utility.blocking import client_nesting_depth
 from scaler.utility.curve import PeerKeys, secure_peer
 from scaler.utility.identifiers import TASK_COUNTER_BITS
-from scaler.utility.zmq_util import has_input, receive_frames, send_message
+from scaler.utility.zmq_util import has_input, receive_frames, send_frames, send_message
 
 logger = logging.getLogger(__name__)
 
 _MAX_TASKS_PER_MESSAGE = 2000
 _IDLE_POLL_SECONDS = 0.25
+# What a graceful close gives queued messages to leave, and what close() waits for the I/O thread:
+# the thread never blocks on a send, so only this linger can hold it.
+_CLOSE_LINGER_SECONDS = 2.0
+_CLOSE_WAIT_SECONDS = _CLOSE_LINGER_SECONDS + 3.0
 
 # A group signature: function id, arguments per task, keyword names, serializer id, nesting depth, profiling.
 Signature = tuple[bytes, int, tuple[str, ...], bytes, int, bool]
@@ -121,6 +125,8 @@ class ClientConnection:
         self._stopped = threading.Event()
         self._broken: BaseException | None = None
         self._replies: dict[type, tuple[threading.Event, list[m.Message]]] = {}
+        # I/O thread only: messages zmq could not take yet (no usable connection), sent in order when it can.
+        self._unsent: collections.deque[list[m.Buffer]] = collections.deque()
         self._reply_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="scaler-client-io", daemon=True)
 
@@ -140,7 +146,7 @@ class ClientConnection:
         self._stopping = True
         self._wake()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
-            self._thread.join(timeout=10)
+            self._thread.join(timeout=_CLOSE_WAIT_SECONDS)
         self._cancel_everything_pending()
         if not self._thread.is_alive():
             for descriptor in (self._wake_reader, self._wake_writer):
@@ -352,7 +358,7 @@ class ClientConnection:
             if self._curve_keys is not None:
                 secure_peer(socket, self._curve_keys)
             socket.connect(self.address)
-            send_message(socket, m.Hello(
+            self._send(socket, m.Hello(
                 role=m.Role.CLIENT, name=self._name, hostname=socket_module.gethostname(), pid=os.getpid(),
                 nesting_depth=client_nesting_depth(),
             ))
@@ -361,7 +367,7 @@ class ClientConnection:
             logger.exception("Client: I/O thread failed")
             self._break(SchedulerLostError(f"client I/O thread failed: {error!r}"))
         finally:
-            socket.close(linger=2000 if self._broken is None else 0)
+            socket.close(linger=int(_CLOSE_LINGER_SECONDS * 1000) if self._broken is None else 0)
             context.term()
             self._stopped.set()
 
@@ -369,13 +375,20 @@ class ClientConnection:
         poller = zmq.Poller()
         poller.register(socket, zmq.POLLIN)
         poller.register(self._wake_reader, zmq.POLLIN)
+        socket_events = zmq.POLLIN
         started = last_heard = time.monotonic()
         last_heartbeat = started  # not a deadline: the interval can shrink when the welcome comes
         while True:
+            wanted = zmq.POLLIN | (zmq.POLLOUT if self._unsent else 0)
+            if wanted != socket_events:
+                poller.register(socket, wanted)
+                socket_events = wanted
             events = dict(poller.poll(int(_IDLE_POLL_SECONDS * 1000)))
+            if self._unsent:
+                self._send_unsent(socket)
             if self._wake_reader in events:
                 self._consume_wake()
-            if socket in events:
+            if events.get(socket, 0) & zmq.POLLIN:
                 last_heard = time.monotonic()
                 while has_input(socket):
                     self._on_frames(receive_frames(socket))
@@ -396,7 +409,35 @@ class ClientConnection:
                 return
             if now - last_heartbeat >= self._heartbeat_interval_seconds:
                 last_heartbeat = now
-                send_message(socket, m.Heartbeat())
+                if not self._unsent:  # a heartbeat that cannot leave now is not worth keeping
+                    try:
+                        send_message(socket, m.Heartbeat(), zmq.NOBLOCK)
+                    except zmq.Again:
+                        pass
+
+    def _send(self, socket: zmq.Socket, message: m.Message) -> None:
+        """I/O thread: send now, or keep it (after those kept before it) while zmq has no connection to take it.
+
+        A blocking send would stop the thread, its timeouts with it, until a connection comes; against a
+        scheduler whose handshake always fails (CURVE keys missing) that is forever.
+        """
+        frames = m.encode(message)
+        if not self._unsent:
+            try:
+                send_frames(socket, frames, zmq.NOBLOCK)
+                return
+            except zmq.Again:
+                pass
+        self._unsent.append(frames)
+
+    def _send_unsent(self, socket: zmq.Socket) -> None:
+        unsent = self._unsent
+        while unsent:
+            try:
+                send_frames(socket, unsent[0], zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            unsent.popleft()
 
     def _flush_outbox(self, socket: zmq.Socket) -> None:
         outbox = self._outbox
@@ -412,7 +453,7 @@ class ClientConnection:
         def send_batch() -> None:
             nonlocal objects, groups, current, current_signature, count, inline
             if objects or groups:
-                send_message(socket, m.TaskSubmission(objects=objects, groups=groups))
+                self._send(socket, m.TaskSubmission(objects=objects, groups=groups))
             objects, groups, current, current_signature, count, inline = [], [], None, None, 0, 0
 
         while outbox:
@@ -451,7 +492,7 @@ class ClientConnection:
                 objects.append(item[1])
             else:
                 send_batch()
-                send_message(socket, item[1])
+                self._send(socket, item[1])
         send_batch()
 
     def _on_frames(self, frames: list[m.Buffer]) -> None:

@@ -14,11 +14,20 @@ import time
 from typing import Sequence
 
 from scaler.cli.common import EXIT_WITH_PARENT_ENV
+from scaler.errors import ClusterStartError
+from scaler.scheduler.config import SchedulerConfig
 from scaler.utility.logging_setup import DEFAULT_LOGGING_PATHS
+from scaler.utility.readiness import FAILED, LISTENING, REGISTERED, ReadinessPipe
+from scaler.utility.setting_rules import AT_LEAST_ONE, POSITIVE_SECONDS, check_event_loop
+from scaler.utility.zmq_config import zmq_address_text
+from scaler.worker.config import WorkerConfig
 
 logger = logging.getLogger(__name__)
 
 _STOP_GRACE_SECONDS = 10.0
+DEFAULT_START_TIMEOUT_SECONDS = 60.0
+# A free port found by free_local_address can be taken by someone else before the scheduler binds it.
+_FREE_PORT_ATTEMPTS = 3
 
 
 def free_local_address() -> str:
@@ -31,7 +40,11 @@ def free_local_address() -> str:
 class SchedulerClusterCombo:
     """Starts `scaler_scheduler` and `scaler_cluster` as child processes; `shutdown()` stops both.
 
-    The children also exit on their own if this process dies, so nothing outlives its owner.
+    The constructor returns once the scheduler listens and every worker has registered with it. If
+    either cannot happen (the address is taken, a process dies, `start_timeout_seconds` pass), it
+    raises ClusterStartError naming the address and the cause, having stopped every process it started.
+    The children log at WARNING unless told otherwise, so that a program using the combo is not
+    flooded; they also exit on their own if this process dies, so nothing outlives its owner.
     """
 
     def __init__(
@@ -60,58 +73,157 @@ class SchedulerClusterCombo:
         scheduler_io_threads: int = 1,
         worker_io_threads: int = 1,
         logging_paths: Sequence[str] = DEFAULT_LOGGING_PATHS,
-        logging_level: str = "INFO",
+        logging_level: str = "WARNING",
+        start_timeout_seconds: float = DEFAULT_START_TIMEOUT_SECONDS,
     ) -> None:
-        if n_workers < 1:
-            raise ValueError("n_workers must be at least 1")
-        if event_loop not in ("builtin", "uvloop"):
-            raise ValueError(f"event_loop must be 'builtin' or 'uvloop', got {event_loop!r}")
-        self._address = address or free_local_address()
-        logging_args = ["--logging-paths", *logging_paths, "--logging-level", logging_level]
-        scheduler_args = [
-            "--io-threads", str(scheduler_io_threads),
-            "--max-number-of-tasks-waiting", str(max_number_of_tasks_waiting),
-            "--client-timeout-seconds", str(client_timeout_seconds),
-            "--worker-timeout-seconds", str(worker_timeout_seconds),
-            "--heartbeat-interval-seconds", str(heartbeat_interval_seconds),
-            "--object-retention-seconds", str(object_retention_seconds),
-            "--load-balance-seconds", str(load_balance_seconds),
-            "--load-balance-trigger-times", str(load_balance_trigger_times),
-            "--per-worker-queue-size", str(per_worker_queue_size),
-            "--max-task-crashes", str(max_task_crashes),
-            "--max-message-size-bytes", str(max_message_size_bytes),
-            "--max-control-frame-bytes", str(max_control_frame_bytes),
-            "--event-loop", event_loop,
-            "--protected" if protected else "--no-protected",
-            *(["--monitor-address", monitor_address] if monitor_address else []),
-            *logging_args,
-            self._address,
-        ]
-        cluster_args = [
-            "--num-of-workers", str(n_workers),
-            "--per-worker-task-queue-size", str(per_worker_queue_size),
-            "--max-processors", str(max_processors),
-            "--heartbeat-interval", str(heartbeat_interval_seconds),
-            "--death-timeout-seconds", str(death_timeout_seconds),
-            "--task-timeout-seconds", str(task_timeout_seconds),
-            "--memory-limit-bytes", str(memory_limit_bytes),
-            "--io-threads", str(worker_io_threads),
-            "--event-loop", event_loop,
-            *logging_args,
-            self._address,
-        ]
-        environment = dict(os.environ, **{EXIT_WITH_PARENT_ENV: str(os.getpid())})
+        for name, value, rule in (
+            ("n_workers", n_workers, AT_LEAST_ONE), ("start_timeout_seconds", start_timeout_seconds, POSITIVE_SECONDS)
+        ):
+            try:
+                rule.check(value)
+            except (TypeError, ValueError) as error:
+                raise type(error)(f"{name} {error}") from None
+        # The event loop is accepted for 1.9.x code and changes nothing: the children are not told.
+        check_event_loop(event_loop)
+        if isinstance(logging_paths, str):
+            logging_paths = (logging_paths,)
+        self._chosen_address = address is None
+        first_address = free_local_address() if address is None else zmq_address_text(address)
+        # Every value is checked here, where it was given, before any process starts.
+        scheduler_config = SchedulerConfig(
+            address=first_address, io_threads=scheduler_io_threads,
+            max_number_of_tasks_waiting=max_number_of_tasks_waiting, client_timeout_seconds=client_timeout_seconds,
+            worker_timeout_seconds=worker_timeout_seconds, heartbeat_interval_seconds=heartbeat_interval_seconds,
+            object_retention_seconds=object_retention_seconds, load_balance_seconds=load_balance_seconds,
+            load_balance_trigger_times=load_balance_trigger_times, per_worker_queue_size=per_worker_queue_size,
+            max_task_crashes=max_task_crashes, protected=protected,
+            monitor_address=None if monitor_address is None else zmq_address_text(monitor_address),
+            max_message_size_bytes=max_message_size_bytes, max_control_frame_bytes=max_control_frame_bytes,
+            logging_paths=tuple(logging_paths), logging_level=logging_level,
+        )
+        worker_config = WorkerConfig(
+            address=first_address, task_queue_size=per_worker_queue_size, max_processors=max_processors,
+            heartbeat_interval_seconds=heartbeat_interval_seconds, death_timeout_seconds=death_timeout_seconds,
+            task_timeout_seconds=task_timeout_seconds, memory_limit_bytes=memory_limit_bytes,
+            io_threads=worker_io_threads, logging_paths=tuple(logging_paths), logging_level=logging_level,
+        )
+        self._address = first_address
+        self._n_workers = n_workers
+        self._scheduler_config = scheduler_config
+        self._worker_config = worker_config
+        self._start_timeout_seconds = start_timeout_seconds
         self._lock = threading.Lock()
         self._processes: list[subprocess.Popen] = []
+        self._environment = dict(os.environ, **{EXIT_WITH_PARENT_ENV: str(os.getpid())})
+        atexit.register(self.shutdown)
         try:
-            for module, args in (("scaler.cli.scheduler", scheduler_args), ("scaler.cli.cluster", cluster_args)):
-                self._processes.append(subprocess.Popen(
-                    [sys.executable, "-m", module, *args], env=environment, stdin=subprocess.DEVNULL
-                ))
+            self._start_scheduler()
+            self._start_cluster()
         except BaseException:
             self.shutdown()
             raise
-        atexit.register(self.shutdown)
+
+    # ------------------------------------------------------------------------------------------ start
+
+    def _start_scheduler(self) -> None:
+        for attempt in range(1, _FREE_PORT_ATTEMPTS + 1):
+            try:
+                self._spawn_and_wait("scaler.cli.scheduler", self._scheduler_args(), LISTENING, "the scheduler")
+                return
+            except ClusterStartError as error:
+                taken = "in use" in str(error).lower()
+                if taken and not self._chosen_address:
+                    raise ClusterStartError(
+                        f"{error}; is another scheduler running there? Give another address, or none for a free port"
+                    ) from None
+                if not (self._chosen_address and taken and attempt < _FREE_PORT_ATTEMPTS):
+                    raise
+                # We chose that port and somebody took it meanwhile: choose again.
+                self._reap(self._processes.pop())
+                self._address = free_local_address()
+
+    def _start_cluster(self) -> None:
+        self._spawn_and_wait("scaler.cli.cluster", self._cluster_args(), REGISTERED, f"{self._n_workers} workers")
+
+    def _spawn_and_wait(self, module: str, args: list[str], ready_state: str, what: str) -> None:
+        pipe = ReadinessPipe()
+        try:
+            with self._lock:
+                process = subprocess.Popen(
+                    [sys.executable, "-m", module, *args], env=pipe.child_environment(self._environment),
+                    stdin=subprocess.DEVNULL, pass_fds=pipe.pass_fds,
+                )
+                self._processes.append(process)
+            pipe.children_started()
+            self._wait_for(pipe, process, ready_state, what)
+        finally:
+            pipe.close()
+
+    def _wait_for(self, pipe: ReadinessPipe, process: subprocess.Popen, ready_state: str, what: str) -> None:
+        timeout = self._start_timeout_seconds
+        deadline = time.monotonic() + timeout
+        prefix = f"SchedulerClusterCombo: {what} at {self._address} did not start"
+        while True:
+            for report in pipe.read(min(0.2, max(0.0, deadline - time.monotonic()))):
+                if report.state == ready_state:
+                    return
+                if report.state == FAILED:
+                    raise ClusterStartError(f"{prefix}: {report.detail}")
+            if pipe.closed_by_all or process.poll() is not None:
+                for report in pipe.read(0.5):  # its last words, if they are still on the way
+                    if report.state == FAILED:
+                        raise ClusterStartError(f"{prefix}: {report.detail}")
+                    if report.state == ready_state:
+                        return
+                try:
+                    code = process.wait(timeout=_STOP_GRACE_SECONDS)
+                except subprocess.TimeoutExpired:
+                    raise ClusterStartError(f"{prefix}: it stopped reporting before it was ready") from None
+                raise ClusterStartError(f"{prefix}: its process exited with code {code} before it was ready")
+            if time.monotonic() >= deadline:
+                raise ClusterStartError(f"{prefix}: not ready within {timeout:g}s (start_timeout_seconds)")
+
+    def _scheduler_args(self) -> list[str]:
+        config = self._scheduler_config
+        return [
+            "--io-threads", str(config.io_threads),
+            "--max-number-of-tasks-waiting", str(config.max_number_of_tasks_waiting),
+            "--client-timeout-seconds", repr(config.client_timeout_seconds),
+            "--worker-timeout-seconds", repr(config.worker_timeout_seconds),
+            "--heartbeat-interval-seconds", repr(config.heartbeat_interval_seconds),
+            "--object-retention-seconds", repr(config.object_retention_seconds),
+            "--load-balance-seconds", repr(config.load_balance_seconds),
+            "--load-balance-trigger-times", str(config.load_balance_trigger_times),
+            "--per-worker-queue-size", str(config.per_worker_queue_size),
+            "--max-task-crashes", str(config.max_task_crashes),
+            "--max-message-size-bytes", str(config.max_message_size_bytes),
+            "--max-control-frame-bytes", str(config.max_control_frame_bytes),
+            "--protected" if config.protected else "--no-protected",
+            *(["--monitor-address", config.monitor_address] if config.monitor_address else []),
+            *self._logging_args(),
+            "--", self._address,
+        ]
+
+    def _cluster_args(self) -> list[str]:
+        config = self._worker_config
+        return [
+            "--num-of-workers", str(self._n_workers),
+            "--per-worker-task-queue-size", str(config.task_queue_size),
+            "--max-processors", str(config.max_processors),
+            "--heartbeat-interval", repr(config.heartbeat_interval_seconds),
+            "--death-timeout-seconds", repr(config.death_timeout_seconds),
+            "--task-timeout-seconds", repr(config.task_timeout_seconds),
+            "--memory-limit-bytes", str(config.memory_limit_bytes),
+            "--io-threads", str(config.io_threads),
+            *self._logging_args(),
+            "--", self._address,
+        ]
+
+    def _logging_args(self) -> list[str]:
+        config = self._worker_config
+        return ["--logging-paths", *config.logging_paths, "--logging-level", config.logging_level.upper()]
+
+    # ------------------------------------------------------------------------------------------ use
 
     def get_address(self) -> str:
         return self._address
@@ -140,9 +252,17 @@ class SchedulerClusterCombo:
                 process.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + _STOP_GRACE_SECONDS
         for process in reversed(processes):
-            try:
-                process.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                logger.warning(f"SchedulerClusterCombo: process {process.pid} did not stop in time, killing it")
-                process.kill()
-                process.wait()
+            self._reap(process, deadline)
+
+    @staticmethod
+    def _reap(process: subprocess.Popen, deadline: float | None = None) -> None:
+        if deadline is None:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + _STOP_GRACE_SECONDS
+        try:
+            process.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            logger.warning(f"SchedulerClusterCombo: process {process.pid} did not stop in time, killing it")
+            process.kill()
+            process.wait()

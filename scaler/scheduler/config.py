@@ -1,37 +1,70 @@
-"""Everything a scheduler can be told, with the option names of released Scaler 1.9.x."""
+"""Everything a scheduler can be told, with the option names of released Scaler 1.9.x.
+
+Each number is held to its rule (scaler/utility/setting_rules.py) when the config is made, so a value
+that cannot work, or cannot be sent to peers, is a ValueError where it was given.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 
-from scaler.utility.logging_setup import DEFAULT_LOGGING_PATHS
+from scaler.utility.logging_setup import DEFAULT_LOGGING_PATHS, check_logging_level, check_logging_paths
+from scaler.utility.setting_rules import (
+    AT_LEAST_ONE,
+    FRAME_BYTES,
+    FRAME_BYTES_OR_UNLIMITED,
+    IO_THREADS,
+    POSITIVE_SECONDS,
+    SECONDS_OR_OFF,
+    TASK_SLOTS_OR_ANY,
+    TASKS_WAITING,
+    check_event_loop,
+    check_settings,
+    setting,
+)
+from scaler.utility.zmq_config import parse_zmq_address
 
 
 @dataclasses.dataclass
 class SchedulerConfig:
     address: str
-    io_threads: int = 1
-    max_number_of_tasks_waiting: int = -1
-    client_timeout_seconds: float = 60.0
-    worker_timeout_seconds: float = 60.0
-    heartbeat_interval_seconds: float = 2.0
-    object_retention_seconds: float = 3600.0
-    load_balance_seconds: float = 1.0
-    load_balance_trigger_times: int = 2
-    per_worker_queue_size: int = 1000
-    max_task_crashes: int = 3
+    io_threads: int = setting(1, IO_THREADS)
+    max_number_of_tasks_waiting: int = setting(-1, TASKS_WAITING)
+    client_timeout_seconds: float = setting(60.0, POSITIVE_SECONDS)
+    worker_timeout_seconds: float = setting(60.0, POSITIVE_SECONDS)
+    heartbeat_interval_seconds: float = setting(2.0, POSITIVE_SECONDS)
+    object_retention_seconds: float = setting(3600.0, POSITIVE_SECONDS)
+    load_balance_seconds: float = setting(1.0, SECONDS_OR_OFF)
+    load_balance_trigger_times: int = setting(2, AT_LEAST_ONE)
+    per_worker_queue_size: int = setting(1000, TASK_SLOTS_OR_ANY)
+    max_task_crashes: int = setting(3, AT_LEAST_ONE)
     event_loop: str = "builtin"
     protected: bool = True
     monitor_address: str | None = None
     # A peer sending a larger frame is disconnected by zmq before the scheduler allocates it; -1: no limit.
-    max_message_size_bytes: int = 4 * 1024**3
+    max_message_size_bytes: int = setting(4 * 1024**3, FRAME_BYTES_OR_UNLIMITED)
     # The Cap'n Proto frame of a message (payloads travel in frames of their own) is refused above this.
-    max_control_frame_bytes: int = 256 * 1024**2
+    max_control_frame_bytes: int = setting(256 * 1024**2, FRAME_BYTES)
     curve_secret_key: str | None = None
     curve_authorized_keys: str | None = None
     logging_paths: tuple[str, ...] = DEFAULT_LOGGING_PATHS
     logging_level: str = "INFO"
     logging_config_file: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.address:  # empty only for the template that holds the defaults the command line shows
+            parse_zmq_address(self.address)
+        if self.monitor_address is not None:
+            parse_zmq_address(self.monitor_address)
+        check_settings(self)
+        check_event_loop(self.event_loop)
+        check_logging_level(self.logging_level)
+        if self.logging_config_file is None:
+            check_logging_paths(self.logging_paths)
+
+
+# Where default monitor addresses live (the product documents show /tmp, whatever TMPDIR says).
+MONITOR_DIRECTORY = "/tmp"
 
 
 def default_monitor_address(address: str) -> str:
@@ -39,5 +72,5 @@ def default_monitor_address(address: str) -> str:
     scheme, _, rest = address.partition("://")
     if scheme == "tcp":
         host, _, port = rest.rpartition(":")
-        return f"ipc:///tmp/{host}_{port}_monitor"
+        return f"ipc://{MONITOR_DIRECTORY}/{host}_{port}_monitor"
     return f"{address}_monitor"

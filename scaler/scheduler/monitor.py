@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import stat
 import time
 from typing import Any
 
@@ -18,6 +17,7 @@ import capnp
 import zmq
 
 from scaler.protocol import messages as m
+from scaler.utility.ipc_sockets import file_identity, ipc_path, is_listening, remove_if_same
 
 capnp.remove_import_hook()
 _schema = capnp.load(os.path.join(os.path.dirname(m.__file__), "monitor.capnp"))
@@ -241,14 +241,24 @@ class MonitorPublisher:
     """A PUB socket bound at the monitor address; the scheduler loop calls `publish` about once a second.
 
     It never raises into the loop: a monitor address that cannot be bound is logged and the feed is
-    off, and a snapshot that cannot be encoded is logged (once) and skipped.
+    off, and a snapshot that cannot be encoded is logged (once) and skipped. It never takes an ipc
+    address another process listens on (libzmq would unlink that process's socket file to bind), and it
+    removes only the socket file it bound itself.
     """
 
     def __init__(self, context: zmq.Context, address: str) -> None:
         self._address = address
         self._sequence = 0
         self._reported_failure = False
-        self._ipc_path = _ipc_path(address)
+        self._ipc_path = ipc_path(address)
+        self._socket: zmq.Socket | None = None
+        self._file_identity: tuple[int, int] | None = None
+        if self._ipc_path is not None and os.path.exists(self._ipc_path) and is_listening(self._ipc_path):
+            logger.error(
+                f"Scheduler: monitor feed is off, another process (a running scheduler?) serves {address}; "
+                "choose another address with --monitor-address"
+            )
+            return
         socket = context.socket(zmq.PUB)
         socket.setsockopt(zmq.LINGER, 0)
         socket.setsockopt(zmq.SNDHWM, _SEND_HIGH_WATER_MARK)
@@ -256,13 +266,14 @@ class MonitorPublisher:
             socket.bind(address)
         except zmq.ZMQError as error:
             socket.close(linger=0)
-            self._socket: zmq.Socket | None = None
             logger.error(
                 f"Scheduler: monitor feed is off, cannot bind {address}: {error}; "
                 "choose another address with --monitor-address"
             )
             return
         self._socket = socket
+        if self._ipc_path is not None:
+            self._file_identity = file_identity(self._ipc_path)
 
     @property
     def address(self) -> str:
@@ -291,22 +302,10 @@ class MonitorPublisher:
         self._sequence += 1
 
     def close(self) -> None:
-        """Close the socket and remove its ipc:// file, so no stale socket is left in /tmp. Safe to call twice."""
+        """Close the socket and remove the ipc:// file we bound, so no stale socket is left. Safe to call twice."""
         socket, self._socket = self._socket, None
         if socket is None:
             return
         socket.close(linger=0)
         if self._ipc_path is not None:
-            try:
-                if stat.S_ISSOCK(os.stat(self._ipc_path).st_mode):
-                    os.unlink(self._ipc_path)
-            except OSError:
-                pass  # already gone
-
-
-def _ipc_path(address: str) -> str | None:
-    """The file behind an ipc:// address; None for other transports and Linux abstract sockets."""
-    scheme, _, path = address.partition("://")
-    if scheme != "ipc" or not path or path.startswith("@"):
-        return None
-    return path
+            remove_if_same(self._ipc_path, self._file_identity)

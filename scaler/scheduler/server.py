@@ -8,6 +8,7 @@ import os
 import signal
 import threading
 import time
+from typing import Callable
 from urllib.parse import urlsplit
 
 import psutil
@@ -15,10 +16,12 @@ import zmq
 
 from scaler.protocol import messages as m
 from scaler.scheduler.bad_frame_log import BadFrameLog, short_identity
-from scaler.scheduler.config import SchedulerConfig, default_monitor_address
+from scaler.scheduler.config import MONITOR_DIRECTORY, SchedulerConfig, default_monitor_address
 from scaler.scheduler.core.scheduler_core import CoreConfig, Outgoing, SchedulerCore
 from scaler.scheduler.monitor import MonitorPublisher
 from scaler.utility.curve import ServerKeys, secure_server
+from scaler.utility.ipc_sockets import remove_stale_monitor_sockets
+from scaler.utility.readiness import FAILED, LISTENING, ReadinessReporter
 from scaler.utility.zmq_util import receive_frames, send_frames
 
 logger = logging.getLogger(__name__)
@@ -77,15 +80,18 @@ class SchedulerServer:
         """Ask the loop to finish; safe from any thread or a signal handler."""
         self._stop_requested.set()
 
-    def run(self, exit_with_parent: int | None = None) -> None:
+    def run(self, exit_with_parent: int | None = None, on_listening: Callable[[], None] | None = None) -> None:
+        """Serve until stopped. Raises SchedulerStartError, having touched nothing, if it cannot listen.
+
+        The main address is bound first: a scheduler that cannot have it stops before it binds the
+        monitor address, which is derived from it and belongs to whoever holds it.
+        """
         config = self._config
         monitor_address = config.monitor_address or default_monitor_address(config.address)
-        logger.info(f"use event loop: {config.event_loop}")
-        if config.event_loop != "builtin":
-            logger.info("Scheduler: the I/O loop is a plain zmq poller; the event loop choice does not change it")
-        logger.info(f"Scheduler: monitor address is {monitor_address}")
-
-        curve_keys = ServerKeys.resolve(config.curve_secret_key, config.curve_authorized_keys)
+        try:
+            curve_keys = ServerKeys.resolve(config.curve_secret_key, config.curve_authorized_keys)
+        except ValueError as error:
+            raise SchedulerStartError(f"Scheduler: cannot start: {error}") from None
         context = zmq.Context(io_threads=config.io_threads)
         socket = context.socket(zmq.ROUTER)
         # Never drop a message silently: a ROUTER drops on a full queue unless the limit is lifted.
@@ -101,10 +107,13 @@ class SchedulerServer:
             max(config.worker_timeout_seconds, config.client_timeout_seconds) * 1000
         )))
         authenticator = None
-        monitor = MonitorPublisher(context, monitor_address)
+        monitor: MonitorPublisher | None = None
         try:
             if curve_keys is not None:
-                authenticator = secure_server(context, socket, curve_keys)
+                try:
+                    authenticator = secure_server(context, socket, curve_keys)
+                except ValueError as error:
+                    raise SchedulerStartError(f"Scheduler: cannot start: {error}") from None
                 logger.info(f"Scheduler: CURVE on, accepting the keys in {curve_keys.authorized_keys_dir}")
             else:
                 _warn_if_exposed(config.address)
@@ -112,17 +121,27 @@ class SchedulerServer:
                 socket.bind(config.address)
             except zmq.ZMQError as error:
                 raise SchedulerStartError(f"Scheduler: cannot listen on {config.address}: {error}") from None
+            monitor = MonitorPublisher(context, monitor_address)
+            if monitor.is_bound:
+                logger.info(f"Scheduler: monitor address is {monitor_address}")
             logger.info(f"Scheduler: listening on {config.address}")
             for component in ("TaskManager", "ObjectManager", "WorkerManager", "ClientManager"):
                 logger.info(f"{component}: started")
+            if on_listening is not None:
+                on_listening()
+            removed = remove_stale_monitor_sockets(MONITOR_DIRECTORY)
+            if removed:
+                logger.info(f"Scheduler: removed {len(removed)} monitor socket(s) left by schedulers that died")
             self._loop(socket, monitor, exit_with_parent)
         finally:
-            monitor.close()
+            if monitor is not None:
+                monitor.close()
             socket.close(linger=0)
             if authenticator is not None:
                 authenticator.stop()
             context.term()
-            logger.info("Scheduler: stopped")
+            if monitor is not None:
+                logger.info("Scheduler: stopped")
 
     def _loop(self, socket: zmq.Socket, monitor: MonitorPublisher, exit_with_parent: int | None) -> None:
         core = self._core
@@ -206,13 +225,22 @@ def _warn_if_exposed(address: str) -> None:
         )
 
 
-def run_scheduler(config: SchedulerConfig, exit_with_parent: int | None = None) -> None:
-    """Run until SIGINT/SIGTERM or an accepted shutdown request."""
+def run_scheduler(
+    config: SchedulerConfig, exit_with_parent: int | None = None, reporter: ReadinessReporter | None = None
+) -> None:
+    """Run until SIGINT/SIGTERM or an accepted shutdown request; tell `reporter` (our parent) once we listen."""
     server = SchedulerServer(config)
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: server.stop())
+    on_listening = None
+    if reporter is not None:
+        def on_listening() -> None:
+            reporter.report(LISTENING, config.address)
+            reporter.close()
     try:
-        server.run(exit_with_parent=exit_with_parent)
+        server.run(exit_with_parent=exit_with_parent, on_listening=on_listening)
     except SchedulerStartError as error:
         logger.error(str(error))
+        if reporter is not None:
+            reporter.report(FAILED, str(error))
         raise SystemExit(1) from None

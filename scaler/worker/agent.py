@@ -20,7 +20,6 @@ import socket as socket_module
 import struct
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -32,9 +31,15 @@ import zmq
 from scaler.errors import MemoryLimitError, PayloadTooLargeError, TaskTimeoutError
 from scaler.protocol import messages as m
 from scaler.utility.curve import PeerKeys, secure_peer
+from scaler.utility.readiness import FAILED, REGISTERED, ReadinessReporter
 from scaler.utility.zmq_util import has_input, receive_frames, send_frames, send_message
 from scaler.worker.config import WorkerConfig
 from scaler.worker.processor import AGENT_SIGNAL
+from scaler.worker.work_directory import (
+    PROCESSOR_SOCKET_NAME,
+    make_work_directory,
+    remove_abandoned_work_directories,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +52,13 @@ _SPARE_IDLE_SECONDS = 30.0
 
 
 class WorkerExit(Exception):
-    """Raised inside the loop to leave it with a reason for the log."""
+    """Raised inside the loop to leave it with a reason for the log, at `level`; `failed` also makes the
+    process exit with status 1 (a worker that never got a word from its scheduler has not done its job)."""
+
+    def __init__(self, reason: str, failed: bool = False, level: int = logging.INFO) -> None:
+        super().__init__(reason)
+        self.failed = failed
+        self.level = logging.ERROR if failed else level
 
 
 class ProcessorRole(enum.Enum):
@@ -94,8 +105,11 @@ class ProcessorHandle:
 
 
 class WorkerAgent:
-    def __init__(self, config: WorkerConfig) -> None:
+    def __init__(self, config: WorkerConfig, reporter: ReadinessReporter | None = None) -> None:
         self._config = config
+        # Our parent (a Cluster) hears "registered" at the welcome, or why we gave up before it.
+        self._reporter = reporter or ReadinessReporter(None)
+        self._welcomed = False
         self._name = config.name or f"{socket_module.gethostname()}|{os.getpid()}"
         self._identity = f"W|{self._name}|{uuid.uuid4().hex[:8]}".encode()
         self._processors: dict[bytes, ProcessorHandle] = {}
@@ -121,9 +135,12 @@ class WorkerAgent:
     def stop(self) -> None:
         self._stop_requested.set()
 
-    def run(self, exit_with_parent: int | None = None) -> None:
+    def run(self, exit_with_parent: int | None = None) -> int:
+        """Serve until stopped; returns the exit code: 1 if no scheduler ever welcomed us (or one refused us)."""
         config = self._config
-        self._work_dir = tempfile.mkdtemp(prefix="scaler-worker-")
+        exit_code = 0
+        remove_abandoned_work_directories()
+        self._work_dir = make_work_directory()
         context = zmq.Context(io_threads=config.io_threads)
         scheduler = self._scheduler = context.socket(zmq.DEALER)
         router = self._router = context.socket(zmq.ROUTER)
@@ -132,11 +149,14 @@ class WorkerAgent:
             socket.setsockopt(zmq.RCVHWM, 0)
             socket.setsockopt(zmq.LINGER, 0)
         scheduler.setsockopt(zmq.IDENTITY, self._identity)
-        curve_keys = PeerKeys.resolve(config.curve_server_key, config.curve_secret_key)
-        if curve_keys is not None:
-            secure_peer(scheduler, curve_keys)
         try:
-            self._processor_address = f"ipc://{os.path.join(self._work_dir, 'processors.sock')}"
+            try:
+                curve_keys = PeerKeys.resolve(config.curve_server_key, config.curve_secret_key)
+                if curve_keys is not None:
+                    secure_peer(scheduler, curve_keys)
+            except ValueError as error:
+                raise WorkerExit(f"cannot start: {error}", failed=True) from None
+            self._processor_address = f"ipc://{os.path.join(self._work_dir, PROCESSOR_SOCKET_NAME)}"
             router.bind(self._processor_address)
             self._active = self._start_processor(ProcessorRole.ACTIVE)
             scheduler.connect(config.address)
@@ -146,8 +166,17 @@ class WorkerAgent:
             ))
             self._loop(scheduler, router, exit_with_parent)
         except WorkerExit as reason:
-            logger.info(f"Worker[{self._name}]: {reason}")
+            logger.log(reason.level, f"Worker[{self._name}]: {reason}")
+            if reason.failed:
+                exit_code = 1
+            if not self._welcomed:
+                self._reporter.report(FAILED, f"Worker[{self._name}]: {reason}")
+        except BaseException as error:
+            if not self._welcomed:
+                self._reporter.report(FAILED, f"Worker[{self._name}]: {error!r}")
+            raise
         finally:
+            self._reporter.close()
             try:
                 send_message(scheduler, m.Disconnect(reason="worker exiting"), zmq.NOBLOCK)
             except zmq.ZMQError:
@@ -159,6 +188,7 @@ class WorkerAgent:
             scheduler.close(linger=100)
             context.term()
             shutil.rmtree(self._work_dir, ignore_errors=True)
+        return exit_code
 
     # ------------------------------------------------------------------------------------------ loop
 
@@ -185,13 +215,27 @@ class WorkerAgent:
                 next_check = now + _PROCESSOR_CHECK_SECONDS
                 self._check_processors(scheduler)
                 if now - last_heard > config.death_timeout_seconds:
-                    raise WorkerExit(f"no word from the scheduler for {config.death_timeout_seconds:g}s, exiting")
+                    if not self._welcomed:
+                        raise WorkerExit(
+                            f"no scheduler answered at {config.address} within {config.death_timeout_seconds:g}s "
+                            "(--death-timeout-seconds), exiting: is a scheduler running there, and reachable?",
+                            failed=True,
+                        )
+                    raise WorkerExit(
+                        f"no word from the scheduler for {config.death_timeout_seconds:g}s, exiting "
+                        f"(--death-timeout-seconds; the scheduler was at {config.address})", level=logging.WARNING,
+                    )
                 if exit_with_parent is not None and os.getppid() != exit_with_parent:
                     raise WorkerExit("parent process is gone, exiting")
             if now - last_heartbeat >= self._heartbeat_interval:
                 last_heartbeat = now
-                send_message(scheduler, self._heartbeat())
-                self._heartbeat_sent_at = now
+                try:
+                    # Never block the loop on it: with no usable connection (one whose handshake fails, say
+                    # a CURVE mismatch) zmq would wait for one, and the death timeout could never fire.
+                    send_message(scheduler, self._heartbeat(), zmq.NOBLOCK)
+                    self._heartbeat_sent_at = now
+                except zmq.Again:
+                    pass
 
     # ------------------------------------------------------------------------------------------ scheduler side
 
@@ -234,6 +278,10 @@ class WorkerAgent:
             self._max_frame_bytes = message.max_frame_bytes
             self._max_control_frame_bytes = message.max_control_frame_bytes
             logger.info(f"Worker[{self._name}]: connected to the scheduler")
+            if not self._welcomed:
+                self._welcomed = True
+                self._reporter.report(REGISTERED, self._name)
+                self._reporter.close()
         elif isinstance(message, m.HeartbeatEcho):
             if self._heartbeat_sent_at is not None:
                 self._latency_us = int((time.monotonic() - self._heartbeat_sent_at) * 1e6)
@@ -241,7 +289,9 @@ class WorkerAgent:
         elif isinstance(message, m.Disconnect):
             raise WorkerExit(f"scheduler asked us to leave: {message.reason}")
         elif isinstance(message, m.Refused):
-            raise WorkerExit(f"scheduler refused us: {message.reason}")
+            # Before the welcome it is why we cannot work at all; after it, a restarted scheduler not knowing us.
+            raise WorkerExit(f"scheduler refused us: {message.reason}", failed=not self._welcomed,
+                             level=logging.WARNING)
         elif isinstance(message, m.ProtocolError):
             logger.warning(f"Worker[{self._name}]: scheduler reports a protocol error: {message.reason}")
 
@@ -576,11 +626,13 @@ class WorkerAgent:
         )
 
 
-def run_worker(config: WorkerConfig, exit_with_parent: int | None = None) -> None:
-    agent = WorkerAgent(config)
+def run_worker(
+    config: WorkerConfig, exit_with_parent: int | None = None, reporter: ReadinessReporter | None = None
+) -> int:
+    agent = WorkerAgent(config, reporter)
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: agent.stop())
-    agent.run(exit_with_parent=exit_with_parent)
+    return agent.run(exit_with_parent=exit_with_parent)
 
 
 def main() -> None:
@@ -590,11 +642,12 @@ def main() -> None:
     from scaler.cli.common import exit_with_parent_pid
     from scaler.utility.logging_setup import setup_logging
 
+    reporter = ReadinessReporter.from_environment()
     fields = json.loads(sys.argv[1])
     fields["logging_paths"] = tuple(fields["logging_paths"])
     config = WorkerConfig(**{field.name: fields[field.name] for field in dataclasses.fields(WorkerConfig)})
     setup_logging(config.logging_paths, config.logging_level, config.logging_config_file)
-    run_worker(config, exit_with_parent=exit_with_parent_pid())
+    sys.exit(run_worker(config, exit_with_parent=exit_with_parent_pid(), reporter=reporter))
 
 
 if __name__ == "__main__":

@@ -1,34 +1,59 @@
-"""Everything a worker can be told, with the option names of released Scaler 1.9.x."""
+"""Everything a worker can be told, with the option names of released Scaler 1.9.x.
+
+Each number is held to its rule (scaler/utility/setting_rules.py) when the config is made.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 
-from scaler.utility.logging_setup import DEFAULT_LOGGING_PATHS
+from scaler.utility.logging_setup import DEFAULT_LOGGING_PATHS, check_logging_level, check_logging_paths
+from scaler.utility.setting_rules import (
+    AT_LEAST_ONE,
+    BYTES_OR_OFF,
+    IO_THREADS,
+    POSITIVE_SECONDS,
+    SECONDS_OR_OFF,
+    TASK_SLOTS,
+    check_event_loop,
+    check_settings,
+    setting,
+)
+from scaler.utility.zmq_config import parse_zmq_address
 
 
 @dataclasses.dataclass
 class WorkerConfig:
     address: str
     name: str = ""
-    task_queue_size: int = 1000
-    heartbeat_interval_seconds: float = 2.0
-    death_timeout_seconds: float = 300.0
+    task_queue_size: int = setting(1000, TASK_SLOTS)
+    heartbeat_interval_seconds: float = setting(2.0, POSITIVE_SECONDS)
+    death_timeout_seconds: float = setting(300.0, POSITIVE_SECONDS)
     # Processors one worker may run: one serves, the others hold tasks waiting on nested tasks.
-    max_processors: int = 64
+    max_processors: int = setting(64, AT_LEAST_ONE)
     # A task running longer is stopped (its processor replaced) and fails with TaskTimeoutError; 0: no limit.
-    task_timeout_seconds: float = 0.0
+    task_timeout_seconds: float = setting(0.0, SECONDS_OR_OFF)
     # A processor whose RSS goes over this is stopped and its task fails with MemoryLimitError; 0: no limit.
-    memory_limit_bytes: int = 0
+    memory_limit_bytes: int = setting(0, BYTES_OR_OFF)
     # CURVE: the scheduler's public key file and this worker's secret key file (or the environment).
     curve_server_key: str | None = None
     curve_secret_key: str | None = None
     # Accepted for compatibility; see docs/configuration.md for what each does today.
-    garbage_collect_interval_seconds: float = 30.0
-    trim_memory_threshold_bytes: int = 1024 * 1024 * 1024
+    garbage_collect_interval_seconds: float = setting(30.0, POSITIVE_SECONDS)
+    trim_memory_threshold_bytes: int = setting(1024 * 1024 * 1024, BYTES_OR_OFF)
     hard_processor_suspend: bool = False
     event_loop: str = "builtin"
-    io_threads: int = 1
+    io_threads: int = setting(1, IO_THREADS)
     logging_paths: tuple[str, ...] = DEFAULT_LOGGING_PATHS
-    logging_level: str = "INFO"
+    # A library default: a program that starts workers from Python is not flooded (the command line says INFO).
+    logging_level: str = "WARNING"
     logging_config_file: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.address:  # empty only for the template that holds the defaults the command line shows
+            parse_zmq_address(self.address)
+        check_settings(self)
+        check_event_loop(self.event_loop)
+        check_logging_level(self.logging_level)
+        if self.logging_config_file is None:
+            check_logging_paths(self.logging_paths)

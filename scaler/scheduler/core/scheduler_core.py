@@ -22,6 +22,8 @@ Outgoing = tuple[bytes, m.Message]
 
 logger = logging.getLogger(__name__)
 
+_MAX_WIRE_MILLISECONDS = 2**32 - 1
+
 
 @dataclasses.dataclass(frozen=True)
 class CoreConfig:
@@ -43,6 +45,14 @@ class CoreConfig:
     # Announced in Welcome so that peers never send what the I/O shell would not read (0: no limit).
     max_frame_bytes: int = 0
     max_control_frame_bytes: int = 0
+
+
+def _wire_milliseconds(seconds: float) -> int:
+    """Seconds as the UInt32 milliseconds of Welcome. SchedulerConfig already holds every timeout to what
+    fits; this keeps a core made some other way from ever failing to encode (and so from dying) on one."""
+    if not math.isfinite(seconds):
+        return _MAX_WIRE_MILLISECONDS
+    return min(max(int(seconds * 1000), 1), _MAX_WIRE_MILLISECONDS)
 
 
 @dataclasses.dataclass
@@ -329,10 +339,10 @@ class SchedulerCore:
             )))
             return
         welcome = m.Welcome(
-            heartbeat_interval_ms=int(self._config.heartbeat_interval_seconds * 1000),
-            peer_timeout_ms=int(
-                (self._config.client_timeout_seconds if hello.role == m.Role.CLIENT
-                 else self._config.worker_timeout_seconds) * 1000
+            heartbeat_interval_ms=_wire_milliseconds(self._config.heartbeat_interval_seconds),
+            peer_timeout_ms=_wire_milliseconds(
+                self._config.client_timeout_seconds if hello.role == m.Role.CLIENT
+                else self._config.worker_timeout_seconds
             ),
             max_frame_bytes=self._config.max_frame_bytes,
             max_control_frame_bytes=self._config.max_control_frame_bytes,
