@@ -196,6 +196,32 @@ def test_return_as_generator_and_generator_unordered(chosen: Client) -> None:
         assert received == list(range(len(received))) and len(received) <= 3  # joblib raises as soon as it knows
 
 
+def slow_at(index: int, slow_index: int, gate: str, marks_directory: str) -> int:
+    """The call at `slow_index` waits for the gate; every other call returns at once."""
+    if index == slow_index:
+        return gated(gate, marks_directory, index)
+    return index
+
+
+@pytest.mark.parametrize("n_jobs", [2, 4])
+def test_generator_unordered_hands_back_the_fast_results_before_a_slow_one(
+    chosen: Client, gate: tuple[str, pathlib.Path], n_jobs: int
+) -> None:
+    path, marks = gate
+    count = 10
+    with parallel_config(backend="scaler"):
+        results = Parallel(n_jobs=n_jobs, return_as="generator_unordered")(
+            delayed(slow_at)(i, 1, path, str(marks)) for i in range(count)
+        )
+        # The slow call runs on one worker until the gate opens; calls queued behind it there must
+        # move to the other worker, or they come out only after it (when the gate gives up waiting).
+        fast = [next(results) for _ in range(count - 1)]
+        assert not os.listdir(marks), "the slow call ended before the fast results were all handed back"
+        pathlib.Path(path).touch()
+        assert sorted(fast) == [i for i in range(count) if i != 1]
+        assert list(results) == [1]
+
+
 def test_timeout(chosen: Client, gate: tuple[str, pathlib.Path]) -> None:
     path, marks = gate
     with parallel_config(backend="scaler"):
