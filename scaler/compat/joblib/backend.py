@@ -28,6 +28,7 @@ from scaler.client.client import Client
 from scaler.compat import cluster_choice
 from scaler.compat.futures.cancelling import cancel_without_waiting
 from scaler.compat.joblib.callback_thread import CallbackThread
+from scaler.utility.fork_safety import fix_after_fork
 
 BACKEND_NAME = "scaler"
 # Long enough for a callback that serializes a large batch, short enough that a stuck one is reported.
@@ -86,6 +87,7 @@ class ScalerBackend(AutoBatchingMixin, ParallelBackendBase):
         self._callbacks = CallbackThread("scaler-joblib-callbacks")
         # How many tasks this backend submitted, each one batch of calls; lets tests see the batching.
         self.tasks_submitted = 0
+        fix_after_fork(self)
 
     # ------------------------------------------------------------------------------------------ sizing
 
@@ -172,6 +174,12 @@ class ScalerBackend(AutoBatchingMixin, ParallelBackendBase):
 
     def terminate(self) -> None:
         self.stop_call()
+
+    def _after_fork_in_child(self) -> None:
+        """In a forked child, the next call starts from nothing: the parent's futures stay the parent's."""
+        self._lock = threading.Lock()
+        self._outstanding = set()
+        self._client = None
 
 
 def _run_batch(batch: Callable[[], list], inner_threads: int) -> list:
