@@ -316,6 +316,51 @@ def test_nested_parallel_inside_tasks_runs_there_without_deadlock(chosen: Client
         assert no_cluster_started
 
 
+LOKY_NESTING_SCRIPT = """
+import scaler.compat.joblib
+from joblib import Parallel, delayed, parallel_config
+
+
+def nested(size):
+    return sum(Parallel(n_jobs=2, backend="scaler")(delayed(abs)(-i) for i in range(size)))
+
+
+def nested_after_registering(size):
+    scaler.compat.joblib.register()
+    return nested(size)
+
+
+if __name__ == "__main__":
+    try:
+        Parallel(n_jobs=2, backend="loky")(delayed(nested)(size) for size in (5, 10))
+    except ValueError as error:
+        print("nothing done:", error)
+    # Each way below starts loky workers of its own: loky reuses workers only for the same settings.
+    with parallel_config(backend="loky", initializer=scaler.compat.joblib.register):
+        print("initializer:", Parallel(n_jobs=2)(delayed(nested)(size) for size in (5, 10)))
+    print("registered in the call:", Parallel(n_jobs=2, backend="loky")(
+        delayed(nested_after_registering)(size) for size in (5, 10)
+    ))
+"""
+
+
+def test_scaler_inside_loky_workers_needs_registering_there(
+    combo: SchedulerClusterCombo, tmp_path: pathlib.Path, python_env: dict[str, str]
+) -> None:
+    """loky's workers are new interpreters that never imported scaler: the README's two ways, and the error without."""
+    script = tmp_path / "nested_in_loky.py"
+    script.write_text(LOKY_NESTING_SCRIPT)
+    # The workers inherit the environment, so SCALER_ADDRESS leads them to the same cluster.
+    environment = dict(python_env, SCALER_ADDRESS=combo.get_address())
+    completed = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=100, env=environment, check=False
+    )
+    assert completed.returncode == 0, completed.stderr
+    lines = completed.stdout.splitlines()
+    assert lines[0].startswith("nothing done: Invalid backend: scaler"), completed.stdout
+    assert lines[1:] == ["initializer: [10, 45]", "registered in the call: [10, 45]"]
+
+
 def test_verbose_prints_progress(chosen: Client, capsys: pytest.CaptureFixture[str]) -> None:
     with parallel_config(backend="scaler"):
         assert Parallel(n_jobs=2, verbose=10)(delayed(abs)(-i) for i in range(50)) == list(range(50))

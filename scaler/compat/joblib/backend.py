@@ -59,6 +59,18 @@ class ScalerBackend(AutoBatchingMixin, ParallelBackendBase):
     Inside a task, a nested Parallel call runs on threads in that worker (joblib's usual nested
     backend), even when it names "scaler": see `_running_batches`.
 
+    In a child forked from a process that used the backend (joblib's "multiprocessing" backend, a
+    multiprocessing pool), a Parallel call connects anew to the cluster chosen for the parent; a
+    Client given to `use(...)` is the user's own and raises at once there (make a new one in the
+    child). joblib's loky workers are new interpreters instead, and joblib registers no backend
+    there but its own (and dask's): a `Parallel(backend="scaler")` in a function running on loky
+    raises `ValueError: Invalid backend: scaler` unless scaler is registered in that worker, with
+    `parallel_config(backend="loky", initializer=scaler.compat.joblib.register)` or by calling
+    `scaler.compat.joblib.register()` in the function (importing scaler in the module that defines
+    the function does it too, unless that module is the main script). Those workers find the
+    cluster through `SCALER_ADDRESS`, which they inherit; without it each would start an embedded
+    cluster of its own.
+
     While a batch runs, the BLAS and OpenMP thread pools of its worker process are limited to
     `inner_max_num_threads` threads, 1 unless set with
     `parallel_config(backend="scaler", inner_max_num_threads=N)`. A worker runs one task per core
