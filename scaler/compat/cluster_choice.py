@@ -5,10 +5,11 @@
 3. else an embedded local cluster (a scheduler and one worker per core), started on first use and
    shut down at interpreter exit.
 
-In a forked child (multiprocessing's "fork" start method, a pool of a web server), the clients the
-adapters made themselves, for an address or for the embedded cluster, are made anew, since the
-parent's cannot be used there (see scaler/utility/fork_safety.py). A Client given to `use(...)` is
-the user's: it fails at once in the child, saying to create a new Client there.
+In a forked child (multiprocessing's "fork" start method, a web server's forked workers), the
+clients the adapters made themselves, for an address or for the embedded cluster, are made anew,
+since the parent's cannot be used there (see scaler/utility/fork_safety.py); so is one that lost
+its scheduler. A Client given to `use(...)` is the user's: it fails at once in the child, saying to
+create a new Client there.
 """
 
 from __future__ import annotations
