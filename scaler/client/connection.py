@@ -25,6 +25,7 @@ from scaler.errors import ConnectionFailedError, PayloadTooLargeError, Scheduler
 from scaler.protocol import messages as m
 from scaler.utility.blocking import client_nesting_depth
 from scaler.utility.curve import PeerKeys, secure_peer
+from scaler.utility.fork_safety import fix_after_fork
 from scaler.utility.identifiers import TASK_COUNTER_BITS
 from scaler.utility.zmq_util import has_input, receive_frames, send_frames, send_message
 
@@ -129,6 +130,8 @@ class ClientConnection:
         self._unsent: collections.deque[list[m.Buffer]] = collections.deque()
         self._reply_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="scaler-client-io", daemon=True)
+        self._owner_pid = os.getpid()
+        fix_after_fork(self)
 
     # ------------------------------------------------------------------------------------------ life
 
@@ -154,6 +157,15 @@ class ClientConnection:
                     os.close(descriptor)
                 except OSError:
                     pass
+
+    def _after_fork_in_child(self) -> None:
+        """The socket and the I/O thread stayed with the parent: every call here fails at once from now on."""
+        self._broken = ConnectionFailedError(
+            f"this Client was created in process {self._owner_pid} and cannot be used in a forked child "
+            f"(process {os.getpid()}): create a new Client in the child"
+        )
+        self._pending = {}  # the parent's futures, which only the parent's I/O thread can settle
+        self._wake_pending = True  # the wake-up pipe is shared with the parent: never write to it
 
     @property
     def is_open(self) -> bool:

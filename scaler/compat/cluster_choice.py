@@ -4,6 +4,12 @@
 2. else the address in the `SCALER_ADDRESS` environment variable;
 3. else an embedded local cluster (a scheduler and one worker per core), started on first use and
    shut down at interpreter exit.
+
+In a forked child (multiprocessing's "fork" start method, a web server's forked workers), the
+clients the adapters made themselves, for an address or for the embedded cluster, are made anew,
+since the parent's cannot be used there (see scaler/utility/fork_safety.py); so is one that lost
+its scheduler. A Client given to `use(...)` is the user's: it fails at once in the child, saying to
+create a new Client there.
 """
 
 from __future__ import annotations
@@ -19,9 +25,11 @@ from scaler.cluster.combo import SchedulerClusterCombo
 ADDRESS_ENVIRONMENT_VARIABLE = "SCALER_ADDRESS"
 
 _lock = threading.RLock()
-_used: list[Client] = []
+_used: list[use] = []
 _by_address: dict[str, Client] = {}
 _embedded: SchedulerClusterCombo | None = None
+# The process that started `_embedded`: a forked child uses that cluster but never stops it.
+_embedded_owner_pid = 0
 
 
 class use:  # noqa: N801 - reads as a verb at the call site: `with use(client):`
@@ -38,17 +46,23 @@ class use:  # noqa: N801 - reads as a verb at the call site: `with use(client):`
         else:
             raise TypeError("use() takes a scaler.Client or a scheduler address such as tcp://127.0.0.1:2345")
         with _lock:
-            _used.append(self._client)
+            _used.append(self)
 
     def __enter__(self) -> Client:
         return self._client
 
     def __exit__(self, *exc_info: object) -> None:
         with _lock:
-            if self._client in _used:
-                _used.remove(self._client)
+            if self in _used:
+                _used.remove(self)
         if self._owned:
             self._client.disconnect()
+
+    def client(self) -> Client:
+        """The chosen client; for an address, one connected from this process (a forked child connects anew)."""
+        if self._owned and not self._client._connection.is_open:
+            self._client = Client(address=self._client.address)
+        return self._client
 
     @staticmethod
     def reset() -> None:
@@ -61,7 +75,7 @@ def current_client() -> Client:
     """The client the adapters should submit to now (see the module docstring for the order)."""
     with _lock:
         if _used:
-            return _used[-1]
+            return _used[-1].client()
         address = os.environ.get(ADDRESS_ENVIRONMENT_VARIABLE)
         if address:
             return _client_for(address)
@@ -76,9 +90,10 @@ def _client_for(address: str) -> Client:
 
 
 def _embedded_cluster() -> SchedulerClusterCombo:
-    global _embedded
+    global _embedded, _embedded_owner_pid
     if _embedded is None:
         _embedded = SchedulerClusterCombo(n_workers=os.cpu_count() or 1, logging_level="WARNING")
+        _embedded_owner_pid = os.getpid()
         atexit.register(_shutdown_embedded)
     return _embedded
 
@@ -92,5 +107,14 @@ def _shutdown_embedded() -> None:
         cluster, _embedded = _embedded, None
     for client in clients:
         client.disconnect()
-    if cluster is not None:
+    if cluster is not None and _embedded_owner_pid == os.getpid():
         cluster.shutdown()
+
+
+def _after_fork_in_child() -> None:
+    global _lock
+    _lock = threading.RLock()  # it may have been held by a thread that stayed with the parent
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -94,7 +94,13 @@ class ProcessorHandle:
             return struct.unpack(_RUNNING_TASK_FORMAT, slot.read(struct.calcsize(_RUNNING_TASK_FORMAT)))[0]
 
     def stop(self) -> None:
+        """Stop the processor and every process its tasks started (a pool's workers, say): orphaned,
+        those would outlive the worker, loky's for the five minutes of its idle timeout."""
         process = self.process
+        try:
+            descendants = self.psutil_process.children(recursive=True)  # once orphaned they cannot be found
+        except psutil.Error:
+            descendants = []
         if process.poll() is None:
             process.terminate()
             try:
@@ -102,6 +108,21 @@ class ProcessorHandle:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+        _stop_processes(descendants)
+
+
+def _stop_processes(processes: list[psutil.Process]) -> None:
+    for process in processes:
+        try:
+            process.terminate()  # psutil checks it is still the same process, not a reused pid
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(processes, timeout=_PROCESSOR_STOP_SECONDS)
+    for process in alive:
+        try:
+            process.kill()
+        except psutil.Error:
+            pass
 
 
 class WorkerAgent:

@@ -36,9 +36,9 @@ def fail_on(value: int, bad: int) -> int:
     return value
 
 
-def gated(gate: str, marks_directory: str, name: Any) -> Any:
+def gated(gate: str, marks_directory: str, name: Any, limit_seconds: float = GATE_LIMIT_SECONDS) -> Any:
     """Wait until the test opens the gate, then leave a mark (a mark means the call ran)."""
-    deadline = time.monotonic() + GATE_LIMIT_SECONDS
+    deadline = time.monotonic() + limit_seconds
     while not os.path.exists(gate) and time.monotonic() < deadline:
         time.sleep(0.01)
     pathlib.Path(marks_directory, str(name)).touch()
@@ -196,6 +196,33 @@ def test_return_as_generator_and_generator_unordered(chosen: Client) -> None:
         assert received == list(range(len(received))) and len(received) <= 3  # joblib raises as soon as it knows
 
 
+def slow_at(index: int, slow_index: int, gate: str, marks_directory: str) -> int:
+    """The call at `slow_index` waits for the gate; every other call returns at once."""
+    if index == slow_index:
+        # Long enough for a loaded machine to hand back the fast results, which takes seconds.
+        return gated(gate, marks_directory, index, limit_seconds=60)
+    return index
+
+
+@pytest.mark.parametrize("n_jobs", [2, 4])
+def test_generator_unordered_hands_back_the_fast_results_before_a_slow_one(
+    chosen: Client, gate: tuple[str, pathlib.Path], n_jobs: int
+) -> None:
+    path, marks = gate
+    count = 10
+    with parallel_config(backend="scaler"):
+        results = Parallel(n_jobs=n_jobs, return_as="generator_unordered")(
+            delayed(slow_at)(i, 1, path, str(marks)) for i in range(count)
+        )
+        # The slow call runs on one worker until the gate opens; calls queued behind it there must
+        # move to the other worker, or they come out only after it (when the gate gives up waiting).
+        fast = [next(results) for _ in range(count - 1)]
+        assert not os.listdir(marks), "the slow call ended before the fast results were all handed back"
+        pathlib.Path(path).touch()
+        assert sorted(fast) == [i for i in range(count) if i != 1]
+        assert list(results) == [1]
+
+
 def test_timeout(chosen: Client, gate: tuple[str, pathlib.Path]) -> None:
     path, marks = gate
     with parallel_config(backend="scaler"):
@@ -288,6 +315,51 @@ def test_nested_parallel_inside_tasks_runs_there_without_deadlock(chosen: Client
         assert default_nested == named == sum(range(size))
         assert active_backend == "ThreadingBackend"
         assert no_cluster_started
+
+
+LOKY_NESTING_SCRIPT = """
+import scaler.compat.joblib
+from joblib import Parallel, delayed, parallel_config
+
+
+def nested(size):
+    return sum(Parallel(n_jobs=2, backend="scaler")(delayed(abs)(-i) for i in range(size)))
+
+
+def nested_after_registering(size):
+    scaler.compat.joblib.register()
+    return nested(size)
+
+
+if __name__ == "__main__":
+    try:
+        Parallel(n_jobs=2, backend="loky")(delayed(nested)(size) for size in (5, 10))
+    except ValueError as error:
+        print("nothing done:", error)
+    # Each way below starts loky workers of its own: loky reuses workers only for the same settings.
+    with parallel_config(backend="loky", initializer=scaler.compat.joblib.register):
+        print("initializer:", Parallel(n_jobs=2)(delayed(nested)(size) for size in (5, 10)))
+    print("registered in the call:", Parallel(n_jobs=2, backend="loky")(
+        delayed(nested_after_registering)(size) for size in (5, 10)
+    ))
+"""
+
+
+def test_scaler_inside_loky_workers_needs_registering_there(
+    combo: SchedulerClusterCombo, tmp_path: pathlib.Path, python_env: dict[str, str]
+) -> None:
+    """loky's workers are new interpreters that never imported scaler: the README's two ways, and the error without."""
+    script = tmp_path / "nested_in_loky.py"
+    script.write_text(LOKY_NESTING_SCRIPT)
+    # The workers inherit the environment, so SCALER_ADDRESS leads them to the same cluster.
+    environment = dict(python_env, SCALER_ADDRESS=combo.get_address())
+    completed = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=100, env=environment, check=False
+    )
+    assert completed.returncode == 0, completed.stderr
+    lines = completed.stdout.splitlines()
+    assert lines[0].startswith("nothing done: Invalid backend: scaler"), completed.stdout
+    assert lines[1:] == ["initializer: [10, 45]", "registered in the call: [10, 45]"]
 
 
 def test_verbose_prints_progress(chosen: Client, capsys: pytest.CaptureFixture[str]) -> None:

@@ -758,6 +758,35 @@ def test_several_returned_tasks_keep_their_order():
     assert_exactly_once(client, ids)
 
 
+@pytest.mark.parametrize("queued_on_one", [2, 3])
+def test_a_worker_gives_its_queued_tasks_to_a_worker_that_has_none(queued_on_one):
+    """Even one task queued behind a running one moves to an idle worker; else it waits for that task to end."""
+    cluster = SimulatedCluster(CoreConfig(load_balance_seconds=1.0, load_balance_trigger_times=2))
+    busy = cluster.add_worker(capacity=10)
+    client = cluster.add_client()
+    ids = cluster.submit(client, queued_on_one)
+    assert list(busy.pending) == ids
+    idle = cluster.add_worker(capacity=10)
+    for _ in range(3):
+        cluster.tick(1.0)
+    (release,) = busy.received(m.ReleaseTasks)
+    assert release.task_ids == ids[-1:], "the newest task, down to the mean rounded up"
+    cluster.complete(busy, task_ids=release.task_ids, failure_kind=m.FailureKind.RETURNED)
+    assert list(idle.pending) == ids[-1:]
+    cluster.run_to_completion(batch=1)
+    assert_exactly_once(client, ids)
+
+
+def test_balanced_enough_workers_keep_their_tasks():
+    cluster = SimulatedCluster(CoreConfig(load_balance_seconds=1.0, load_balance_trigger_times=1))
+    workers = [cluster.add_worker(capacity=10) for _ in range(2)]
+    client = cluster.add_client()
+    cluster.submit(client, 3)  # two on one worker, one on the other
+    for _ in range(5):
+        cluster.tick(1.0)
+    assert all(not worker.received(m.ReleaseTasks) for worker in workers)
+
+
 # ---------------------------------------------------------------------------------------------- 7. cancel
 
 

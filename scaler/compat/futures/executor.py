@@ -26,6 +26,7 @@ from scaler.compat.futures.broken import BrokenScalerExecutor, broken_from, is_c
 from scaler.compat.futures.cancelling import cancel_without_waiting
 from scaler.compat.futures.executor_future import ExecutorFuture
 from scaler.errors import ConnectionFailedError
+from scaler.utility.fork_safety import fix_after_fork
 
 
 class ScalerExecutor(concurrent.futures.Executor):
@@ -50,7 +51,8 @@ class ScalerExecutor(concurrent.futures.Executor):
     Differences from `ProcessPoolExecutor`: futures never report `running()` (the client is not
     told when a task starts); a worker that dies is replaced by another and its task retried, so
     only that call fails (`WorkerDiedError`) and the executor stays usable; a call that cannot be
-    serialized fails at `submit`/`map` rather than at `result()`.
+    serialized fails at `submit`/`map` rather than at `result()`; in a forked child, an executor made
+    in the parent raises `BrokenScalerExecutor` at once (create a new one in the child).
     """
 
     def __init__(
@@ -96,6 +98,10 @@ class ScalerExecutor(concurrent.futures.Executor):
         self._map_keys = itertools.count()
         self._closer: threading.Thread | None = None
         self._finished = threading.Event()
+        # In a forked child, `_forked_from` names the process that made this executor (see _after_fork_in_child).
+        self._owner_pid = os.getpid()
+        self._forked_from: int | None = None
+        fix_after_fork(self)
 
     @property
     def address(self) -> str:
@@ -227,6 +233,11 @@ class ScalerExecutor(concurrent.futures.Executor):
             self._submitted.discard(future)
 
     def _check_usable(self) -> None:
+        if self._forked_from is not None:
+            raise BrokenScalerExecutor(
+                f"this ScalerExecutor was created in process {self._forked_from} and cannot be used in a forked "
+                f"child (process {os.getpid()}): create a new ScalerExecutor in the child"
+            )
         if self._shut_down:
             raise RuntimeError("cannot schedule new futures after shutdown")
         if self._broken is not None:
@@ -280,6 +291,20 @@ class ScalerExecutor(concurrent.futures.Executor):
                     self._cluster.shutdown()
             finally:
                 self._finished.set()
+
+    def _after_fork_in_child(self) -> None:
+        """In a forked child: calls fail at once; shutdown() returns at once, leaving the parent's client,
+        cluster and calls alone (only the parent can wait for those, or stop them)."""
+        self._forked_from = self._owner_pid
+        self._submit_lock = threading.Lock()
+        self._tracking_lock = threading.Lock()
+        self._submitted = set()
+        self._mapped = {}
+        self._owns_client = False
+        self._cluster = None
+        self._closer = None
+        self._finished = threading.Event()
+        self._finished.set()
 
     def __repr__(self) -> str:
         state = "shut down" if self._shut_down else "broken" if self._broken else "running"

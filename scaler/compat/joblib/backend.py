@@ -28,6 +28,7 @@ from scaler.client.client import Client
 from scaler.compat import cluster_choice
 from scaler.compat.futures.cancelling import cancel_without_waiting
 from scaler.compat.joblib.callback_thread import CallbackThread
+from scaler.utility.fork_safety import fix_after_fork
 
 BACKEND_NAME = "scaler"
 # Long enough for a callback that serializes a large batch, short enough that a stuck one is reported.
@@ -57,6 +58,18 @@ class ScalerBackend(AutoBatchingMixin, ParallelBackendBase):
 
     Inside a task, a nested Parallel call runs on threads in that worker (joblib's usual nested
     backend), even when it names "scaler": see `_running_batches`.
+
+    In a child forked from a process that used the backend (joblib's "multiprocessing" backend, a
+    multiprocessing pool), a Parallel call connects anew to the cluster chosen for the parent; a
+    Client given to `use(...)` is the user's own and raises at once there (make a new one in the
+    child). joblib's loky workers are new interpreters instead, and joblib registers no backend
+    there but its own (and dask's): a `Parallel(backend="scaler")` in a function running on loky
+    raises `ValueError: Invalid backend: scaler` unless scaler is registered in that worker, with
+    `parallel_config(backend="loky", initializer=scaler.compat.joblib.register)` or by calling
+    `scaler.compat.joblib.register()` in the function (importing scaler in the module that defines
+    the function does it too, unless that module is the main script). Those workers find the
+    cluster through `SCALER_ADDRESS`, which they inherit; without it each would start an embedded
+    cluster of its own.
 
     While a batch runs, the BLAS and OpenMP thread pools of its worker process are limited to
     `inner_max_num_threads` threads, 1 unless set with
@@ -92,6 +105,7 @@ class ScalerBackend(AutoBatchingMixin, ParallelBackendBase):
         self._callbacks = CallbackThread("scaler-joblib-callbacks")
         # How many tasks this backend submitted, each one batch of calls; lets tests see the batching.
         self.tasks_submitted = 0
+        fix_after_fork(self)
 
     # ------------------------------------------------------------------------------------------ sizing
 
@@ -178,6 +192,12 @@ class ScalerBackend(AutoBatchingMixin, ParallelBackendBase):
 
     def terminate(self) -> None:
         self.stop_call()
+
+    def _after_fork_in_child(self) -> None:
+        """In a forked child, the next call starts from nothing: the parent's futures stay the parent's."""
+        self._lock = threading.Lock()
+        self._outstanding = set()
+        self._client = None
 
 
 def _run_batch(batch: Callable[[], list], inner_threads: int) -> list:

@@ -14,6 +14,8 @@ import queue
 import threading
 from typing import Callable
 
+from scaler.utility.fork_safety import fix_after_fork
+
 logger = logging.getLogger(__name__)
 
 _Callback = Callable[[concurrent.futures.Future], object]
@@ -25,6 +27,7 @@ class CallbackThread:
         self._queue: queue.SimpleQueue[tuple[_Callback, concurrent.futures.Future] | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        fix_after_fork(self)
 
     def start(self) -> None:
         with self._lock:
@@ -51,6 +54,11 @@ class CallbackThread:
             thread.join(timeout)
             if thread.is_alive():
                 logger.warning(f"{self._name}: a joblib callback did not finish within {timeout:g}s")
+
+    def _after_fork_in_child(self) -> None:
+        """The thread stayed with the parent: the next start() starts one in this process."""
+        self._lock = threading.Lock()
+        self._thread = None
 
     def _run(self, work: queue.SimpleQueue) -> None:
         while True:

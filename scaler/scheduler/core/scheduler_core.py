@@ -246,9 +246,11 @@ class SchedulerCore:
         if self._imbalanced_checks < self._config.load_balance_trigger_times:
             return
         self._imbalanced_checks = 0
+        # Down to the mean rounded up, and not one above it: a worker running one task with one more
+        # queued, next to an idle worker, would otherwise keep that task until the running one ends.
         target = math.ceil(mean)
         for worker, load in zip(workers, loads):
-            if load > target + 1:
+            if load > target:
                 newest = list(worker.assigned)[target - load:]
                 out.append((worker.identity, m.ReleaseTasks(task_ids=newest)))
                 self.counters["balance_requests"] += 1
