@@ -13,6 +13,17 @@ import pytest
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def console_script(name: str) -> str:
+    """The installed console script `name` (e.g. "scaler_ui") in the interpreter's bin directory.
+
+    Tests start it by this path, as a user does, so its entry point runs, not `python -m`.
+    """
+    path = os.path.join(os.path.dirname(sys.executable), name)
+    if not os.access(path, os.X_OK):
+        raise FileNotFoundError(f"{name} is not installed next to {sys.executable} (pip install -e '.[dev]')")
+    return path
+
+
 @pytest.fixture(autouse=True, scope="module")
 def no_leftover_processes() -> Iterator[None]:
     """Every test module must reap what it started; a survivor fails the module's last test and is killed."""
