@@ -1,4 +1,5 @@
-"""Fixtures shared by the integration tests: real schedulers and workers, and a check that none leak."""
+"""Fixtures shared by the tests: child environments, console scripts, a check that no process leaks, and
+under .ci/run the check that the installed wheel, not the source tree, is what the tests import."""
 
 from __future__ import annotations
 
