@@ -1,8 +1,10 @@
-"""Fixtures shared by the integration tests: real schedulers and workers, and a check that none leak."""
+"""Fixtures shared by the tests: child environments, console scripts, a check that no process leaks, and
+under .ci/run the check that the installed wheel, not the source tree, is what the tests import."""
 
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from typing import Iterator
 
@@ -10,7 +12,46 @@ import cloudpickle
 import psutil
 import pytest
 
+from tests import installed_scaler
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Under .ci/run, stop before the first test unless every `scaler` the tests import is the installed wheel."""
+    if not installed_scaler.install_required():
+        return
+    import scaler
+
+    try:
+        installed_scaler.installed_init_file()
+        problems = [installed_scaler.import_problem(scaler.__file__ or "", "the test process")]
+        environment = child_python_environment()
+        child_file = installed_scaler.init_file_of_child_python(environment, cwd=REPO_ROOT)
+        problems.append(installed_scaler.import_problem(child_file, "a child python started by the tests"))
+        script = console_script("scaler_keygen")
+        script_file = installed_scaler.init_file_of_console_script(script, ["-h"], environment, cwd=REPO_ROOT)
+        problems.append(installed_scaler.import_problem(script_file, script))
+    except (installed_scaler.NotInstalledError, RuntimeError, OSError, subprocess.SubprocessError) as error:
+        problems = [str(error)]
+    found = [problem for problem in problems if problem is not None]
+    if found:
+        pytest.exit(
+            f"{installed_scaler.REQUIRE_INSTALL_VARIABLE} is set but the tests would not test the installed "
+            "scaler:\n  " + "\n  ".join(found),
+            returncode=pytest.ExitCode.USAGE_ERROR,
+        )
+
+
+def console_script(name: str) -> str:
+    """The installed console script `name` (e.g. "scaler_ui") in the interpreter's bin directory.
+
+    Tests start it by this path, as a user does, so its entry point runs, not `python -m`.
+    """
+    path = os.path.join(os.path.dirname(sys.executable), name)
+    if not os.access(path, os.X_OK):
+        raise FileNotFoundError(f"{name} is not installed next to {sys.executable} (pip install -e '.[dev]')")
+    return path
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -36,12 +77,19 @@ def no_leftover_processes() -> Iterator[None]:
     assert not leftovers, f"processes left behind: {[(c.pid, c.cmdline()) for c in leftovers if c.is_running()]}"
 
 
-@pytest.fixture
-def python_env() -> dict[str, str]:
-    """Environment for child Pythons that must import this checkout."""
+def child_python_environment() -> dict[str, str]:
+    """Environment for child Pythons: they can import `tests`, and this checkout's `scaler` if it has one.
+
+    Under .ci/run REPO_ROOT is a copy of the repository without `scaler/`, so children import the install.
+    """
     environment = dict(os.environ)
     environment["PYTHONPATH"] = REPO_ROOT + os.pathsep + environment.get("PYTHONPATH", "")
     return environment
+
+
+@pytest.fixture
+def python_env() -> dict[str, str]:
+    return child_python_environment()
 
 
 PYTHON = sys.executable

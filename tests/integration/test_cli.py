@@ -12,7 +12,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from typing import Callable, Iterator
 
@@ -22,10 +21,10 @@ import pytest
 from scaler import Client
 from scaler.cluster.combo import free_local_address
 from scaler.errors import ProtectedModeError
+from tests.conftest import console_script
 
-SCRIPTS_DIR = os.path.dirname(sys.executable)
-SCHEDULER = [sys.executable, "-m", "scaler.cli.scheduler"]
-CLUSTER = [sys.executable, "-m", "scaler.cli.cluster"]
+SCHEDULER = [console_script("scaler_scheduler")]
+CLUSTER = [console_script("scaler_cluster")]
 
 STARTUP_SECONDS = 30.0
 EXIT_SECONDS = 10.0  # "within a few seconds": generous for a loaded machine, still bounded
@@ -189,13 +188,6 @@ def option_blocks(help_text: str) -> dict[str, str]:
 # ---------------------------------------------------------------------------------------------- console scripts
 
 
-@pytest.mark.parametrize("script", ["scaler_scheduler", "scaler_cluster", "scaler_worker"])
-def test_console_script_is_installed_next_to_the_interpreter(script: str) -> None:
-    path = os.path.join(SCRIPTS_DIR, script)
-    assert os.path.isfile(path), f"{path} is missing"
-    assert os.access(path, os.X_OK), f"{path} is not executable"
-
-
 SCHEDULER_OPTIONS = [
     "--io-threads", "--max-number-of-tasks-waiting", "--client-timeout-seconds", "--worker-timeout-seconds",
     "--object-retention-seconds", "--load-balance-seconds", "--per-worker-queue-size", "--event-loop",
@@ -214,7 +206,7 @@ CLUSTER_OPTIONS = [
 )
 def test_help_lists_every_option_with_its_default(script: str, options: list[str], python_env) -> None:
     done = subprocess.run(
-        [os.path.join(SCRIPTS_DIR, script), "-h"], capture_output=True, text=True, timeout=60, env=python_env
+        [console_script(script), "-h"], capture_output=True, text=True, timeout=60, env=python_env
     )
     assert done.returncode == 0, done.stderr
     assert "usage:" in done.stdout and "address" in done.stdout
@@ -230,7 +222,7 @@ def test_help_lists_every_option_with_its_default(script: str, options: list[str
 def test_help_shows_one_default_per_option(script: str, python_env) -> None:
     """Two "(default: ...)" in one entry contradict each other, e.g. "(default: X) (default: None)"."""
     done = subprocess.run(
-        [os.path.join(SCRIPTS_DIR, script), "-h"], capture_output=True, text=True, timeout=60, env=python_env
+        [console_script(script), "-h"], capture_output=True, text=True, timeout=60, env=python_env
     )
     doubled = {option: text for option, text in option_blocks(done.stdout).items() if text.count("(default:") > 1}
     assert not doubled, f"{script} -h shows two defaults for: {doubled}"
@@ -299,6 +291,19 @@ def test_scheduler_and_cluster_from_the_command_line(spawn: Spawner) -> None:
     assert scheduler.wait_exit() == 0, scheduler.log()
     assert_all_gone(workers, address)
     assert "Scheduler: stopped" in scheduler.log()
+
+
+@pytest.mark.timeout(60)
+def test_scaler_worker_serves_a_scheduler_like_scaler_cluster(spawn: Spawner) -> None:
+    """The README's alias: `scaler_worker -n N ADDRESS` starts workers that run a client's tasks."""
+    address = free_local_address()
+    start_scheduler(spawn, address)
+    workers = spawn("workers", [console_script("scaler_worker"), "-n", "1", address])
+    workers.wait_for_log("Worker[0] started")
+    with Client(address=address, timeout_seconds=30) as client:
+        assert client.submit(square, 7).result(timeout=30) == 49
+    workers.process.send_signal(signal.SIGTERM)
+    assert workers.wait_exit() == 0, workers.log()
 
 
 @pytest.mark.timeout(60)

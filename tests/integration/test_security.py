@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 
 import pytest
 import zmq
@@ -14,6 +13,7 @@ from scaler.cluster.combo import free_local_address
 from scaler.errors import ConnectionFailedError
 from scaler.protocol import messages as m
 from scaler.utility import curve
+from tests.conftest import console_script
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.timeout(120)
 def keys(tmp_path) -> dict[str, str]:
     directory = tmp_path / "keys"
     subprocess.run(
-        [sys.executable, "-m", "scaler.cli.keygen", str(directory), "scheduler", "worker", "client", "intruder"],
+        [console_script("scaler_keygen"), str(directory), "scheduler", "worker", "client", "intruder"],
         check=True, capture_output=True, timeout=60,
     )
     authorized = tmp_path / "authorized"
@@ -71,7 +71,7 @@ def test_a_plain_socket_gets_no_answer_from_a_curve_scheduler(keys: dict[str, st
     environment[curve.SCHEDULER_SECRET_KEY_ENV] = keys["scheduler_secret"]
     environment[curve.AUTHORIZED_KEYS_ENV] = keys["authorized"]
     scheduler = subprocess.Popen(
-        [sys.executable, "-m", "scaler.cli.scheduler", address], env=environment,
+        [console_script("scaler_scheduler"), address], env=environment,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     context = zmq.Context()
@@ -92,7 +92,7 @@ def test_a_plain_socket_gets_no_answer_from_a_curve_scheduler(keys: dict[str, st
 def test_listening_beyond_loopback_without_keys_warns() -> None:
     port = free_local_address().rsplit(":", 1)[1]
     scheduler = subprocess.Popen(
-        [sys.executable, "-m", "scaler.cli.scheduler", f"tcp://0.0.0.0:{port}"],
+        [console_script("scaler_scheduler"), f"tcp://0.0.0.0:{port}"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     try:

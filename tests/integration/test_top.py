@@ -9,7 +9,6 @@ from __future__ import annotations
 import shlex
 import shutil
 import subprocess
-import sys
 import time
 from typing import Callable, Iterator
 
@@ -17,6 +16,7 @@ import pytest
 
 from scaler import Client, SchedulerClusterCombo
 from scaler.scheduler.config import default_monitor_address
+from tests.conftest import console_script
 
 TMUX = shutil.which("tmux")
 
@@ -82,7 +82,7 @@ def run_in_terminal(terminal_environment: dict[str, str], tmp_path) -> Iterator[
         exit_file = tmp_path / f"exit-{len(terminals)}"
         # After scaler_top ends the pane shows its exit code and stays open, so the test can read it.
         command = (
-            f"{shlex.quote(sys.executable)} -m scaler.cli.top {shlex.quote(address)}; "
+            f"{shlex.quote(console_script('scaler_top'))} {shlex.quote(address)}; "
             f"code=$?; echo $code > {shlex.quote(str(exit_file))}; echo \"scaler_top exited with $code\"; sleep 60"
         )
         terminal = Terminal(command, terminal_environment, str(tmp_path / f"tmux-{len(terminals)}.sock"))

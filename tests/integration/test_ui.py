@@ -13,7 +13,6 @@ import selectors
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from typing import Any, Callable, Iterator
@@ -22,6 +21,7 @@ import pytest
 
 from scaler import Client, SchedulerClusterCombo
 from scaler.scheduler.config import default_monitor_address
+from tests.conftest import console_script
 
 CHROMIUM = shutil.which("chromium")
 CHROMEDRIVER = shutil.which("chromedriver")
@@ -65,7 +65,7 @@ def wait_until(condition: Callable[[], Any], what: str, seconds: float = 30.0) -
 def ui_url(combo: SchedulerClusterCombo, python_env: dict[str, str]) -> Iterator[str]:
     """scaler_ui on a free port (--port 0); its URL is read from its first log lines."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "scaler.cli.ui", default_monitor_address(combo.get_address()), "--port", "0"],
+        [console_script("scaler_ui"), default_monitor_address(combo.get_address()), "--port", "0"],
         env=python_env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )
     assert process.stdout is not None
