@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterable, Sequence
 import cloudpickle
 
 from scaler.client.call_check import CallShape, call_shape
-from scaler.client.connection import ClientConnection, MapCollector, Signature
+from scaler.client.connection import ClientConnection, MapCollector
 from scaler.client.future import ScalerFuture
 from scaler.client.graph import Order, PlannedCall, TemplateCall, plan_graph
 from scaler.client.object_reference import ObjectReference
@@ -27,6 +27,7 @@ from scaler.client.shared_arguments import (
 from scaler.client.task_warnings import issue_task_warnings
 from scaler.errors import ProtectedModeError, ScalerError, SerializationError
 from scaler.protocol import messages as m
+from scaler.protocol.task_signature import TaskSignature
 from scaler.utility.blocking import client_nesting_depth, waiting_for_tasks
 from scaler.utility.curve import PeerKeys
 from scaler.utility.identifiers import content_object_id, random_object_id
@@ -82,6 +83,7 @@ class Client:
         # Kept apart from _function_ids: checked before anything is serialized, and not dropped by clear().
         self._call_shapes: dict[int, tuple[Callable, CallShape | None]] = {}
         self._template_calls: dict[int, TemplateCall] = {}
+        self._signatures: dict[tuple, TaskSignature] = {}
         self._lock = threading.Lock()
         curve_keys = PeerKeys.resolve(curve_server_key, curve_secret_key)
         self._connection = ClientConnection(address, name, timeout_seconds, heartbeat_interval_seconds, curve_keys)
@@ -150,9 +152,8 @@ class Client:
                 )
                 raise _serialization_error(f"{what} of {_function_name(fn)}", failure.__cause__) from failure.__cause__
             profiled = self._profiling if profiling is None else profiling
-            signature = (
-                self._function_id(fn), len(payloads), keywords, self._serializer_id, client_nesting_depth(), profiled
-            )
+            function_id = self._function_id(fn)
+            signature = self._signature(function_id, len(payloads), keywords, client_nesting_depth(), profiled)
             task_id = connection.next_task_id()
             future = ScalerFuture(task_id, connection, self._serializer)
             connection.submit_task(signature, task_id, payloads, future, object_positions)
@@ -342,7 +343,7 @@ class Client:
                     ) from failure.__cause__
                 end += 1
             task_ids = [connection.next_task_id() for _ in range(end - start)]
-            signature: Signature = (function_id, width, (), self._serializer_id, depth, self._profiling)
+            signature = self._signature(function_id, width, (), depth, self._profiling)
             connection.submit_tasks(signature, task_ids, chunk_args, collector, start, object_positions)
             all_task_ids.extend(task_ids)
             start = end
@@ -406,7 +407,7 @@ class Client:
         task_ids = {call.key: connection.next_task_id() for call in calls}
         depth = client_nesting_depth()
         groups: list[m.TaskGroup] = []
-        current_signature: Signature | None = None
+        current_signature: TaskSignature | None = None
         group: m.TaskGroup | None = None
         quiet: list[int] = []
         futures: dict[int, ScalerFuture] = {}
@@ -423,18 +424,13 @@ class Client:
                 function_id = self._function_id(function)
             except SerializationError as error:
                 raise SerializationError(f"the task at key {call.key!r}: {error}") from error.__cause__
-            signature: Signature = (
-                function_id, len(call.arguments), (), self._serializer_id, depth, self._profiling
-            )
-            if signature != current_signature:
+            signature = self._signature(function_id, len(call.arguments), (), depth, self._profiling)
+            if signature is not current_signature:
                 # The calls of a group share a function and a width: checking the first checks them all.
                 if not isinstance(function, TemplateCall):
                     self._check_graph_call(call.key, function, call.arguments)
                 current_signature = signature
-                group = m.TaskGroup(
-                    function_id=signature[0], args_per_task=signature[1], keywords=(), task_ids=[], args=[],
-                    serializer_id=self._serializer_id, nesting_depth=depth, profiling=self._profiling,
-                )
+                group = signature.new_group()
                 groups.append(group)
             assert group is not None
             task_id = task_ids[call.key]
@@ -477,6 +473,21 @@ class Client:
         if hidden:
             _delete_when_all_done(list(futures.values()), hidden, connection)
         return by_key
+
+    def _signature(
+        self, function_id: bytes, width: int, keywords: tuple[str, ...], depth: int, profiling: bool
+    ) -> TaskSignature:
+        """One TaskSignature object per distinct signature, so that grouping compares identities."""
+        key = (function_id, width, keywords, depth, profiling)
+        signature = self._signatures.get(key)
+        if signature is None:
+            if len(self._signatures) >= _FUNCTION_CACHE_SIZE:
+                self._signatures.clear()
+            signature = self._signatures[key] = TaskSignature(
+                function_id=function_id, args_per_task=width, keywords=keywords, serializer_id=self._serializer_id,
+                nesting_depth=depth, profiling=profiling,
+            )
+        return signature
 
     def _template_call(self, wrapper: TemplateCall) -> TemplateCall:
         """One wrapper per user function, so it is serialized and sent once like the function itself."""

@@ -23,6 +23,7 @@ import zmq
 from scaler.client.future import ScalerFuture, exception_from_failure
 from scaler.errors import ConnectionFailedError, PayloadTooLargeError, SchedulerLostError
 from scaler.protocol import messages as m
+from scaler.protocol.task_signature import TaskSignature
 from scaler.utility.blocking import client_nesting_depth
 from scaler.utility.curve import PeerKeys, secure_peer
 from scaler.utility.fork_safety import fix_after_fork
@@ -38,8 +39,6 @@ _IDLE_POLL_SECONDS = 0.25
 _CLOSE_LINGER_SECONDS = 2.0
 _CLOSE_WAIT_SECONDS = _CLOSE_LINGER_SECONDS + 3.0
 
-# A group signature: function id, arguments per task, keyword names, serializer id, nesting depth, profiling.
-Signature = tuple[bytes, int, tuple[str, ...], bytes, int, bool]
 
 
 class MapCollector:
@@ -221,16 +220,21 @@ class ClientConnection:
         self._outbox.append((_OBJECT, payload))
 
     def submit_task(
-        self, signature: Signature, task_id: int, args: list[bytes], future: ScalerFuture, object_positions: list[int]
+        self,
+        signature: TaskSignature,
+        task_id: int,
+        args: list[bytes],
+        future: ScalerFuture,
+        object_positions: list[int],
     ) -> None:
-        inline = self._check_arguments(args, signature[1])
+        inline = self._check_arguments(args, signature.args_per_task)
         self._pending[task_id] = future
         self._outbox.append((_TASK, signature, task_id, args, object_positions, inline))
         self._wake()
 
     def submit_tasks(
         self,
-        signature: Signature,
+        signature: TaskSignature,
         task_ids: list[int],
         args: list[bytes],
         collector: MapCollector,
@@ -238,7 +242,7 @@ class ClientConnection:
         object_positions: list[int],
     ) -> None:
         """`object_positions` index into `args` of this chunk: those hold object ids."""
-        width = signature[1]
+        width = signature.args_per_task
         inline = self._check_arguments(args, width)
         if self._inline_budget and len(task_ids) > 1 and inline > self._inline_budget:
             # Too much for one message: in halves, each its own outbox item (the I/O thread sends
@@ -456,7 +460,7 @@ class ClientConnection:
         objects: list[m.ObjectPayload] = []
         groups: list[m.TaskGroup] = []
         current: m.TaskGroup | None = None
-        current_signature: Signature | None = None
+        current_signature: TaskSignature | None = None
         count = 0
         # Bytes of small payloads in this message so far: kept under the scheduler's control-frame limit.
         inline = 0
@@ -476,12 +480,8 @@ class ClientConnection:
                     send_batch()
                 inline += item[5]
                 signature = item[1]
-                if current is None or signature != current_signature:
-                    current = m.TaskGroup(
-                        function_id=signature[0], args_per_task=signature[1], keywords=signature[2],
-                        task_ids=[], args=[], serializer_id=signature[3], nesting_depth=signature[4],
-                        profiling=signature[5],
-                    )
+                if current is None or (signature is not current_signature and signature != current_signature):
+                    current = signature.new_group()
                     current_signature = signature
                     groups.append(current)
                 if kind == _TASK:

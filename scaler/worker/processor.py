@@ -29,6 +29,7 @@ from scaler.client.serializer import DefaultSerializer, Serializer, loads
 from scaler.errors import NestingLimitError
 from scaler.protocol import messages as m
 from scaler.protocol.layout import slots_by_row
+from scaler.protocol.task_signature import TaskSignature
 from scaler.utility.blocking import install_hooks, set_task_depth
 from scaler.utility.zmq_util import has_input, receive_frames, send_message
 from scaler.worker.profiler import TaskProfiler
@@ -356,11 +357,7 @@ class Processor:
             for task_id, group, row, object_slots in queue:
                 handed = groups.get(id(group))
                 if handed is None:
-                    handed = groups[id(group)] = m.TaskGroup(
-                        function_id=group.function_id, args_per_task=group.args_per_task, keywords=group.keywords,
-                        task_ids=[], args=[], serializer_id=group.serializer_id, nesting_depth=group.nesting_depth,
-                        profiling=group.profiling, report_start=group.report_start,
-                    )
+                    handed = groups[id(group)] = TaskSignature.of_group(group).new_group(group.report_start)
                 width = group.args_per_task
                 base = len(handed.args)
                 handed.task_ids.append(task_id)

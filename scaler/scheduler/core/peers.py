@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from scaler.protocol.messages import Buffer, Heartbeat, Role
+from scaler.protocol.task_signature import TaskSignature
 
 
 @dataclasses.dataclass(eq=False, slots=True)
@@ -37,19 +38,6 @@ class WorkerPeer:
     @property
     def free(self) -> int:
         return self.capacity - len(self.assigned)
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class TaskSignature:
-    """What the tasks of one group share; one instance is shared by every task of a submitted group."""
-
-    function_id: bytes
-    args_per_task: int
-    keywords: tuple[str, ...]
-    serializer_id: bytes
-    # > 0: submitted from inside a task; such tasks jump the queue, and workers run the deepest first.
-    nesting_depth: int = 0
-    profiling: bool = False
 
 
 @dataclasses.dataclass(eq=False, slots=True)

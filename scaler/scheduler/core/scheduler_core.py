@@ -15,7 +15,8 @@ from typing import Callable, Iterable
 
 from scaler.protocol import messages as m
 from scaler.protocol.layout import slots_by_row
-from scaler.scheduler.core.peers import ClientPeer, TaskRecord, TaskSignature, WorkerPeer
+from scaler.protocol.task_signature import TaskSignature
+from scaler.scheduler.core.peers import ClientPeer, TaskRecord, WorkerPeer
 from scaler.utility.identifiers import OBJECT_ID_BYTES, TASK_COUNTER_BITS
 
 Outgoing = tuple[bytes, m.Message]
@@ -414,14 +415,7 @@ class SchedulerCore:
                         task_id=task_id, kind=m.FailureKind.REJECTED, type_name="TaskRejectedError", message=problem
                     ))
                 continue
-            signature = TaskSignature(
-                function_id=group.function_id,
-                args_per_task=group.args_per_task,
-                keywords=group.keywords,
-                serializer_id=group.serializer_id,
-                nesting_depth=group.nesting_depth,
-                profiling=group.profiling,
-            )
+            signature = TaskSignature.of_group(group)
             width = group.args_per_task
             args = group.args
             refs_by_row = _refs_by_row(group) if group.ref_task_ids else {}
@@ -761,17 +755,7 @@ class SchedulerCore:
             key = (signature, True) if record.suspect else signature
             group = groups.get(key)
             if group is None:
-                group = groups[key] = m.TaskGroup(
-                    function_id=signature.function_id,
-                    args_per_task=signature.args_per_task,
-                    keywords=signature.keywords,
-                    task_ids=[],
-                    args=[],
-                    serializer_id=signature.serializer_id,
-                    nesting_depth=signature.nesting_depth,
-                    profiling=signature.profiling,
-                    report_start=record.suspect,
-                )
+                group = groups[key] = signature.new_group(report_start=record.suspect)
                 for object_id in (signature.serializer_id, signature.function_id):
                     if object_id and object_id not in worker.known_object_ids:
                         stored = self._objects[object_id]

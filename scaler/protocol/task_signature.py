@@ -1,0 +1,52 @@
+"""TaskSignature: what the tasks of one TaskGroup share, typed once for every role that builds groups."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from scaler.protocol.messages import TaskGroup
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TaskSignature:
+    """The function, argument layout and options common to the tasks of a group.
+
+    Clients group consecutive tasks of one signature into one TaskGroup; the scheduler keeps one
+    instance per submitted group, shared by its tasks, and regroups by it when it dispatches.
+    """
+
+    function_id: bytes
+    args_per_task: int
+    # The last len(keywords) arguments of each task are passed by these names.
+    keywords: tuple[str, ...] = ()
+    # Object holding the serializer of the arguments and results; empty means the default one.
+    serializer_id: bytes = b""
+    # > 0: submitted from inside a task (set by the submitting client); such tasks jump the queue, and
+    # workers run the deepest first.
+    nesting_depth: int = 0
+    profiling: bool = False
+
+    @classmethod
+    def of_group(cls, group: TaskGroup) -> TaskSignature:
+        return cls(
+            function_id=group.function_id,
+            args_per_task=group.args_per_task,
+            keywords=tuple(group.keywords),
+            serializer_id=group.serializer_id,
+            nesting_depth=group.nesting_depth,
+            profiling=group.profiling,
+        )
+
+    def new_group(self, report_start: bool = False) -> TaskGroup:
+        """An empty group of this signature, for the caller to append task ids and arguments to."""
+        return TaskGroup(
+            function_id=self.function_id,
+            args_per_task=self.args_per_task,
+            keywords=self.keywords,
+            task_ids=[],
+            args=[],
+            serializer_id=self.serializer_id,
+            nesting_depth=self.nesting_depth,
+            profiling=self.profiling,
+            report_start=report_start,
+        )
