@@ -30,6 +30,7 @@ from scaler.adapters.symphony import task_call
 from scaler.adapters.symphony.forwarding import ForwardingQueue, Stage
 from scaler.adapters.symphony.sdk import SymphonySession
 from scaler.client.serializer import DefaultSerializer, Serializer, loads
+from scaler.errors import PayloadTooLargeError
 from scaler.protocol import messages as m
 from scaler.utility.curve import PeerKeys, secure_peer
 from scaler.utility.setting_rules import AT_LEAST_ONE, POSITIVE_SECONDS, TASK_SLOTS, check_settings, setting
@@ -106,6 +107,7 @@ class SymphonyWorker:
         self._stop_requested = threading.Event()
         self._welcomed = False
         self._heartbeat_interval = config.heartbeat_interval_seconds
+        self._max_frame_bytes = 0  # the scheduler's limit on one frame (Welcome; 0: none)
         self._heartbeat_sent_at: float | None = None
         self._latency_us = 0
         self._process = psutil.Process()
@@ -249,6 +251,7 @@ class SymphonyWorker:
                     del self._functions[key]
         elif isinstance(message, m.Welcome):
             self._heartbeat_interval = message.heartbeat_interval_for(self._config.heartbeat_interval_seconds)
+            self._max_frame_bytes = message.max_frame_bytes
             if not self._welcomed:
                 self._welcomed = True
                 logger.info(f"SymphonyWorker[{self._name}]: connected to the scheduler at {self._config.address}")
@@ -358,10 +361,17 @@ class SymphonyWorker:
                 self._fail(task_id, m.FailureKind.SERIALIZATION, load_error, "could not read what Symphony returned")
                 continue
             try:
-                self._payloads.append(serializer.serialize(result))
+                result_payload = serializer.serialize(result)
             except Exception as serialize_error:
                 self._fail(task_id, m.FailureKind.SERIALIZATION, serialize_error, "the result could not be serialized")
                 continue
+            if self._max_frame_bytes and len(result_payload) > self._max_frame_bytes:
+                self._fail(task_id, m.FailureKind.RAISED, PayloadTooLargeError(
+                    f"the result is {len(result_payload):,} bytes, over the scheduler's limit of "
+                    f"{self._max_frame_bytes:,} bytes per frame (--max-message-size-bytes)"
+                ))
+                continue
+            self._payloads.append(result_payload)
             self._succeeded.append(task_id)
 
     def _on_outcome(self, symphony_id: str, payload: bytes | None, error: BaseException | None) -> None:
