@@ -41,7 +41,7 @@ def _non_negative(kind: type) -> Callable[[str], Any]:
         try:
             value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a {kind.__name__}") from None
+            raise argparse.ArgumentTypeError(f"{text!r} is not a {'whole ' if kind is int else ''}number") from None
         if value < 0:
             raise argparse.ArgumentTypeError(f"{text!r} is negative")
         return value

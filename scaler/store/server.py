@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import resource
 import shutil
 import signal
 import tempfile
@@ -66,11 +67,11 @@ class StoreServerConfig:
 
 def tcp_bind_address(data_address: str) -> str:
     """What to bind for a data address: tcp://HOST means a free port. ValueError for anything else."""
-    if data_address.startswith("tcp://") and ":" not in data_address[len("tcp://"):].strip("[]"):
-        host = data_address[len("tcp://"):]
-        if not host:
+    rest = data_address[len("tcp://"):] if data_address.startswith("tcp://") else None
+    if rest is not None and (":" not in rest or rest.endswith("]")):  # no port
+        if not rest:
             raise ValueError("a data address needs a host, e.g. tcp://192.168.1.10")
-        parse_zmq_address(f"{data_address}:1")
+        host = parse_zmq_address(f"{data_address}:1").host
         bind = f"{data_address}:*"
     else:
         parsed = parse_zmq_address(data_address)
@@ -125,6 +126,7 @@ class StoreServer:
             bind_address = tcp_bind_address(config.data_address)
         except Exception as error:
             raise StoreStartError(f"Store: cannot start: {error}") from None
+        _raise_open_file_limit()
         removed = remove_abandoned_directories(WORK_DIRECTORY_PREFIX, config.work_directory_parent)
         if removed:
             logger.info(f"Store: removed {len(removed)} work directories of stores that died")
@@ -135,6 +137,8 @@ class StoreServer:
         self._routers = [local, remote]
         try:
             ipc_address = f"ipc://{os.path.join(work_directory, DATA_SOCKET_NAME)}"
+            if "[" in bind_address:
+                remote.setsockopt(zmq.IPV6, 1)
             try:
                 local.bind(ipc_address)
                 remote.bind(bind_address)
@@ -471,6 +475,17 @@ class StoreServer:
             spill_file.close()
         self._spill_files.clear()
         self._watch.close()
+
+
+def _raise_open_file_limit() -> None:
+    """Every segment and every spill file is a descriptor: a store of thousands of objects needs them."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = hard if hard != resource.RLIM_INFINITY else 1 << 20
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+        except (ValueError, OSError):
+            logger.warning(f"Store: cannot raise the open file limit from {soft}: it holds one file per object")
 
 
 def _status_message(request_id: int, core: c.StoreCore) -> d.StoreStatus:

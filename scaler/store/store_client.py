@@ -153,7 +153,8 @@ class StoreClient:
         except OSError:
             _on_unmapped(self._releases, located.object_id, self._flush_method)
             raise
-        weakref.finalize(mapping, _on_unmapped, self._releases, located.object_id, self._flush_method)
+        unmapped = weakref.finalize(mapping, _on_unmapped, self._releases, located.object_id, self._flush_method)
+        unmapped.atexit = False  # at exit the store takes the pins back itself; no I/O while Python shuts down
         return stored_payload.read(mapping, self._serializer)
 
     # ------------------------------------------------------------------------------------------ other
