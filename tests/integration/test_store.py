@@ -158,10 +158,14 @@ def test_bytes_round_trip_through_shared_memory_and_over_tcp(store) -> None:
 
 def test_remote_put_and_get_over_tcp_carry_arrays_and_structures(store) -> None:
     value = {"weights": np.linspace(0, 1, 3 * MB), "labels": [np.arange(10), "x"], "blob": os.urandom(100_000)}
-    with StoreClient(store.address, local=False) as remote:
+    with StoreClient(store.address, local=False) as remote, StoreClient(store.address) as local:
         size = remote.put(object_id("structure"), value)
         assert size > 24 * MB
         got = remote.get(object_id("structure"))
+        remote.put(object_id("small"), "tiny")
+        assert remote.get(object_id("small")) == "tiny"
+        # The segments are pinned only while zmq sends from them.
+        wait_until(lambda: local.status().pinned_bytes == 0, "sends finished")
     np.testing.assert_array_equal(got["weights"], value["weights"])
     np.testing.assert_array_equal(got["labels"][0], value["labels"][0])
     assert got["labels"][1] == "x" and got["blob"] == value["blob"]
@@ -175,7 +179,12 @@ def test_a_get_waits_for_an_object_being_put_and_a_missing_one_is_missing_after_
         with pytest.raises(ObjectMissing, match="not here in time"):
             client.get(object_id("never"), timeout=0.3)
         results = []
-        reader = threading.Thread(target=lambda: results.append(StoreClient(store.address).get(object_id("later"))))
+
+        def read_when_it_comes() -> None:
+            with StoreClient(store.address) as reader_client:
+                results.append(reader_client.get(object_id("later")))
+
+        reader = threading.Thread(target=read_when_it_comes)
         reader.start()
         time.sleep(0.3)
         client.put(object_id("later"), "arrived")
