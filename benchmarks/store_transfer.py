@@ -127,15 +127,23 @@ def main() -> None:
                                      statistics.median(total for _, total in reads)))
                         admin.delete([object_id(prefix, index) for index in range(count)])
                         time.sleep(0.5)  # the reader's releases and the deletes are one-way messages
+    headers = ["kind", "path", "write ms", "write MB/s", "get ms", "get+touch ms", "read MB/s", "write+read MB/s"]
+    table = [
+        [kind, phase, f"{write_s * 1e3:.1f}", f"{megabytes_per_second(size, write_s):,.0f}", f"{get_s * 1e3:.2f}",
+         f"{read_s * 1e3:.1f}", f"{megabytes_per_second(size, read_s):,.0f}",
+         f"{megabytes_per_second(size, write_s + read_s):,.0f}"]
+        for kind, phase, write_s, get_s, read_s in rows
+    ]
+    widths = [max(len(headers[column]), *(len(row[column]) for row in table)) for column in range(len(headers))]
     print()
-    print(f"| {'kind':5} | {'path':22} | {'write ms':>8} | {'write MB/s':>10} | {'get ms':>7} | "
-          f"{'get+touch ms':>12} | {'read MB/s':>9} |")
-    print(f"| {'-' * 5} | {'-' * 22} | {'-' * 8}: | {'-' * 10}: | {'-' * 7}: | {'-' * 12}: | {'-' * 9}: |")
-    for kind, phase, write_s, get_s, read_s in rows:
-        print(f"| {kind:5} | {phase:22} | {write_s * 1e3:8.1f} | {megabytes_per_second(size, write_s):10,.0f} | "
-              f"{get_s * 1e3:7.2f} | {read_s * 1e3:12.1f} | {megabytes_per_second(size, read_s):9,.0f} |")
+    print("| " + " | ".join(header.ljust(width) for header, width in zip(headers, widths)) + " |")
+    print("| " + " | ".join("-" * width if column < 2 else "-" * (width - 1) + ":"
+                            for column, width in enumerate(widths)) + " |")
+    for row in table:
+        print("| " + " | ".join(cell.ljust(width) if column < 2 else cell.rjust(width)
+                                for column, (cell, width) in enumerate(zip(row, widths))) + " |")
     print()
-    print("medians per object; read MB/s counts get + touching every page")
+    print("medians per object; read counts get + touching every page; write+read: one object from writer to reader")
     print(f"load average after: {' '.join(f'{load:.2f}' for load in os.getloadavg())}")
 
 

@@ -63,7 +63,8 @@ struct Stored {
   objectId @1 :Data;
 }
 
-# Remote writer -> store: the object comes as the payload frames. Answer: stored, or failed.
+# Remote writer -> store: the object comes as the payload frames (best at most COPIED_FRAME_BYTES each,
+# see Get.maxFrameBytes: the store copies them into a segment). Answer: stored, or failed.
 struct Put {
   requestId @0 :UInt64;
   objectId @1 :Data;
@@ -83,6 +84,10 @@ struct Get {
   waitMs @3 :UInt32;
   pid @4 :UInt32;          # local gets: the reader's pid
   holder @5 :Text;         # the data address (tcp://) of a store that holds the object, or empty
+  # Remote gets: 0 for the payload in as few frames as it has pieces (a reader that keeps the frames and
+  # views them, as a client does); else no frame larger than this (a reader that copies them out, as a
+  # store does: small frames reuse the receiver's memory instead of faulting in a fresh payload-sized one).
+  maxFrameBytes @6 :UInt64;
 }
 
 # Store -> local reader: map `size` bytes of `path` privately (copy-on-write); release when unmapped.

@@ -18,6 +18,11 @@ from scaler.protocol.messages import Buffer, ProtocolDecodeError
 capnp.remove_import_hook()
 _schema = capnp.load(os.path.join(os.path.dirname(__file__), "data.capnp"))
 
+# Frames that their receiver copies out (into a segment) are sent at most this large: the receiver's
+# allocator then reuses the memory of the previous frame instead of faulting in fresh pages for the whole
+# payload. Measured, 50 MB over tcp loopback and copied out: 120-260 ms in one frame, 60-80 ms in 2-4 MiB.
+COPIED_FRAME_BYTES = 4 << 20
+
 # As in messages.py: a reader visits each word a few times at most, whatever counts a frame claims.
 _TRAVERSAL_WORDS_PER_FRAME_WORD = 4
 _TRAVERSAL_SLACK_WORDS = 4096
@@ -78,6 +83,7 @@ class Get:
     wait_ms: int = 0
     pid: int = 0
     holder: str = ""
+    max_frame_bytes: int = 0
 
 
 @dataclasses.dataclass(slots=True)
@@ -176,7 +182,7 @@ _ENCODERS: dict[type, Callable[[Any, Any], None]] = {
     }),
     Get: lambda b, m: _fields(b, "get", {
         "requestId": m.request_id, "objectId": m.object_id, "local": m.local, "waitMs": m.wait_ms, "pid": m.pid,
-        "holder": m.holder,
+        "holder": m.holder, "maxFrameBytes": m.max_frame_bytes,
     }),
     Located: lambda b, m: _fields(b, "located", {
         "requestId": m.request_id, "objectId": m.object_id, "path": m.path, "size": m.size,
@@ -263,7 +269,8 @@ _DECODERS: dict[str, Callable[[Any, Sequence[Buffer]], Any]] = {
     "stored": lambda r, f: Stored(request_id=r.requestId, object_id=_object_id(r)),
     "put": lambda r, f: Put(request_id=r.requestId, object_id=_object_id(r), payload=_payload(r, f), name=r.name),
     "get": lambda r, f: Get(
-        request_id=r.requestId, object_id=_object_id(r), local=r.local, wait_ms=r.waitMs, pid=r.pid, holder=r.holder
+        request_id=r.requestId, object_id=_object_id(r), local=r.local, wait_ms=r.waitMs, pid=r.pid, holder=r.holder,
+        max_frame_bytes=r.maxFrameBytes,
     ),
     "located": lambda r, f: Located(request_id=r.requestId, object_id=_object_id(r), path=r.path, size=r.size),
     "object": lambda r, f: ObjectData(request_id=r.requestId, object_id=_object_id(r), payload=_payload(r, f)),

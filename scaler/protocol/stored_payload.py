@@ -113,8 +113,10 @@ class PreparedPayload:
             view[offset: offset + length] = buffer
         return self.size
 
-    def pieces(self) -> list[Buffer]:
-        """Consecutive pieces whose concatenation is the payload; the buffers are not copied (for zmq frames)."""
+    def pieces(self, max_piece_bytes: int = 0) -> list[Buffer]:
+        """Consecutive pieces whose concatenation is the payload; the buffers are not copied (for zmq frames).
+
+        With `max_piece_bytes`, no piece is larger (see split_frames)."""
         pieces: list[Buffer] = [self.layout.header_bytes()]
         if self.main:
             pieces.append(self.main)
@@ -125,12 +127,24 @@ class PreparedPayload:
             if length:
                 pieces.append(buffer)
             end = offset + length
-        return pieces
+        return split_frames(pieces, max_piece_bytes) if max_piece_bytes else pieces
 
     def to_bytes(self) -> bytes:
         target = bytearray(self.size)
         self.write_into(target)
         return bytes(target)
+
+
+def split_frames(pieces: list[Buffer], max_frame_bytes: int) -> list[Buffer]:
+    """The same bytes, with no piece over `max_frame_bytes` (views: nothing is copied)."""
+    frames: list[Buffer] = []
+    for piece in pieces:
+        if len(piece) <= max_frame_bytes:
+            frames.append(piece)
+            continue
+        view = memoryview(piece).cast("B")
+        frames.extend(view[start: start + max_frame_bytes] for start in range(0, len(view), max_frame_bytes))
+    return frames
 
 
 def _bytes_from_buffer(buffer: Any) -> bytes:

@@ -27,6 +27,7 @@ import zmq
 
 from scaler.protocol import data_messages as d
 from scaler.protocol.messages import Buffer
+from scaler.protocol.stored_payload import split_frames
 from scaler.scheduler.bad_frame_log import BadFrameLog, short_identity
 from scaler.store import store_core as c
 from scaler.store.process_watch import ProcessWatch
@@ -267,7 +268,7 @@ class StoreServer:
             elif isinstance(message, d.Get) and (is_local or not message.local):
                 actions = core.on_get(
                     c.Requester(peer, message.request_id), message.object_id, message.local, message.pid,
-                    message.wait_ms / 1000, message.holder, now,
+                    message.wait_ms / 1000, message.holder, now, message.max_frame_bytes,
                 )
             elif not is_local and isinstance(message, (d.Allocate, d.Seal, d.Get)):
                 reason = "local requests (allocate, seal, a local get) come over the store's ipc address"
@@ -378,18 +379,21 @@ class StoreServer:
             logger.warning(f"Store: could not answer {short_identity(identity)}: {error}")
 
     def _send_object(self, action: c.SendObject) -> None:
-        """The object's bytes leave as a frame that zmq reads from the segment: pinned until zmq is done."""
+        """The object's bytes leave as frames that zmq reads from the segment: pinned until zmq is done."""
         socket, identity = self._routers[action.to.peer[0]], action.to.peer[1:]
-        view = memoryview(self._segments[action.segment_id].mapping())[: action.size]
-        frames = [identity, *d.encode(d.ObjectData(action.to.request_id, action.object_id, [view]))]
+        payload: list[Buffer] = [memoryview(self._segments[action.segment_id].mapping())[: action.size]]
+        if action.max_frame_bytes:
+            payload = split_frames(payload, action.max_frame_bytes)
+        frames = [identity, *d.encode(d.ObjectData(action.to.request_id, action.object_id, payload))]
+        trackers = []
         try:
-            tracker = socket.send_multipart(frames, copy=False, track=True)
-            assert tracker is not None
+            for frame in frames[:-1]:
+                trackers.append(socket.send(frame, zmq.SNDMORE, copy=False, track=True))
+            trackers.append(socket.send(frames[-1], copy=False, track=True))
         except zmq.ZMQError as error:
             logger.warning(f"Store: could not send an object to {short_identity(identity)}: {error}")
-            self._execute(self.core.on_transfer_done(action.transfer, time.monotonic()))
-            return
-        self._transfers.append((tracker, action.transfer))
+        # Each frame is released on its own: the segment stays pinned until zmq has let go of all of them.
+        self._transfers.append((zmq.MessageTracker(*[tracker for tracker in trackers if tracker]), action.transfer))
 
     def _finish_transfers(self) -> None:
         if not self._transfers:
@@ -430,7 +434,9 @@ class StoreServer:
         request_id = self._next_fetch_request
         self._next_fetch_request += 1
         self._fetches[(action.holder, request_id)] = (action.object_id, now)
-        dealer.send_multipart(d.encode(d.Get(request_id, action.object_id, local=False, wait_ms=action.wait_ms)))
+        get = d.Get(request_id, action.object_id, local=False, wait_ms=action.wait_ms,
+                    max_frame_bytes=d.COPIED_FRAME_BYTES)
+        dealer.send_multipart(d.encode(get))
 
     def _drain_fetch_replies(self, dealer: zmq.Socket) -> None:
         holder = self._holders_by_socket[dealer]

@@ -123,7 +123,8 @@ class StoreClient:
                 lambda rid: d.Seal(rid, object_id, segment.path, payload.size, self._pid, name), deadline, d.Stored
             )
         else:
-            self._request(lambda rid: d.Put(rid, object_id, payload.pieces(), name), deadline, d.Stored)
+            pieces = payload.pieces(d.COPIED_FRAME_BYTES)  # the store copies them into a segment
+            self._request(lambda rid: d.Put(rid, object_id, pieces, name), deadline, d.Stored)
         return payload.size
 
     # ------------------------------------------------------------------------------------------ reading

@@ -131,6 +131,7 @@ class SendObject:
     segment_id: int
     size: int
     transfer: int
+    max_frame_bytes: int = 0  # 0: one frame
 
 
 @dataclasses.dataclass(frozen=True)
@@ -215,6 +216,7 @@ class PendingGet:
     local: bool
     pid: int
     deadline: float
+    max_frame_bytes: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -314,12 +316,12 @@ class StoreCore:
 
     def on_get(
         self, requester: Requester, object_id: bytes, local: bool, pid: int, wait_seconds: float, holder: str,
-        now: float,
+        now: float, max_frame_bytes: int = 0,
     ) -> list[Action]:
         """Someone wants an object: mapped (local) or sent (remote); from `holder` if this store lacks it."""
         if local and pid <= 0:
             return [self._failed(requester, "a local get needs the reader's pid")]
-        pending = PendingGet(requester, object_id, local, pid, now + max(0.0, wait_seconds))
+        pending = PendingGet(requester, object_id, local, pid, now + max(0.0, wait_seconds), max_frame_bytes)
         actions: list[Action] = []
         record = self.objects.get(object_id)
         if record is None:
@@ -665,7 +667,9 @@ class StoreCore:
             transfer = self._next_transfer
             self._next_transfer += 1
             self._pin(transfer_reader(transfer), record.object_id, segment_id)
-            actions.append(SendObject(pending.requester, record.object_id, segment_id, record.size, transfer))
+            actions.append(SendObject(
+                pending.requester, record.object_id, segment_id, record.size, transfer, pending.max_frame_bytes
+            ))
 
     def _answer_missing(self, object_id: bytes, reason: str, actions: list[Action]) -> None:
         for pending in self._pending.pop(object_id, []):

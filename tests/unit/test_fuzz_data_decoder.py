@@ -30,7 +30,8 @@ STRATEGIES = {
     d.Stored: st.builds(d.Stored, request_id=U64, object_id=OBJECT_IDS),
     d.Put: st.builds(d.Put, request_id=U64, object_id=OBJECT_IDS, payload=PIECES, name=TEXT),
     d.Get: st.builds(
-        d.Get, request_id=U64, object_id=OBJECT_IDS, local=st.booleans(), wait_ms=U32, pid=U32, holder=TEXT
+        d.Get, request_id=U64, object_id=OBJECT_IDS, local=st.booleans(), wait_ms=U32, pid=U32, holder=TEXT,
+        max_frame_bytes=U64,
     ),
     d.Located: st.builds(d.Located, request_id=U64, object_id=OBJECT_IDS, path=TEXT, size=U64),
     d.ObjectData: st.builds(d.ObjectData, request_id=U64, object_id=OBJECT_IDS, payload=PIECES),

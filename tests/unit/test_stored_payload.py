@@ -152,6 +152,15 @@ def test_pieces_concatenate_to_the_written_payload() -> None:
     assert any(isinstance(piece, memoryview) for piece in payload.pieces())  # the buffers, uncopied
 
 
+def test_pieces_can_be_capped_in_size_without_copying() -> None:
+    array = np.arange(1_000_000, dtype=np.uint8)
+    payload = sp.prepare([array, os.urandom(100)])
+    pieces = payload.pieces(max_piece_bytes=65_536)
+    assert max(map(len, pieces)) == 65_536
+    assert b"".join(bytes(piece) for piece in pieces) == payload.to_bytes()
+    assert sum(np.shares_memory(np.frombuffer(piece, np.uint8), array) for piece in pieces) == 16  # views
+
+
 def test_writing_into_a_buffer_too_small_or_read_only_is_refused() -> None:
     payload = sp.prepare(np.arange(1000))
     with pytest.raises(ValueError, match="does not fit"):
