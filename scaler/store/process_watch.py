@@ -53,7 +53,9 @@ class ProcessWatch:
             gone.extend(by_fd[fd] for fd, _ in poller.poll(0))
         for pid, started in self._start_times.items():
             try:
-                if psutil.Process(pid).create_time() != started:
+                process = psutil.Process(pid)
+                # An exited process its parent has not reaped yet maps nothing any more.
+                if process.create_time() != started or process.status() == psutil.STATUS_ZOMBIE:
                     gone.append(pid)
             except psutil.NoSuchProcess:
                 gone.append(pid)
