@@ -1,0 +1,256 @@
+"""The layout of a stored payload: the same bytes in a shared-memory segment, in a spill file and on the wire.
+
+    header   magic, version, format, buffer count, main length, total length      (32 bytes)
+    table    (offset, length) of each out-of-band buffer                          (16 bytes each)
+    main     the serializer's bytes
+    buffers  each at an offset that is a multiple of 64 from the start
+
+With the default serializer the main part is a pickle protocol 5 stream and the buffers are its
+out-of-band buffers, so a reader that maps a segment gets NumPy arrays that are views of the mapping
+(no copy; writable, copy-on-write, when the mapping is private) and a large `bytes` object costs one
+copy out of it (a `bytes` object owns its memory). A custom `Serializer`'s bytes are the main part.
+
+Large `bytes` go out-of-band only at the top of the object and one level into an exact tuple, list or
+dict: the C pickler never calls `reducer_override` (nor a dispatch table) for exact `bytes`, and a
+`persistent_id` hook, which it does call, costs a Python call per pickled object (measured: 2 to 4
+times slower on a list of a million ints). Deeper `bytes` stay in the main part: one more copy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import io
+import pickle
+import struct
+from typing import Any, Union
+
+import cloudpickle
+
+from scaler.client.serializer import DefaultSerializer, Serializer
+
+MAGIC = b"SCLRPAY\x00"
+VERSION = 1
+BUFFER_ALIGNMENT = 64
+# A `bytes` this large goes out-of-band: below a page the table entry and the padding cost more than
+# the copy into the pickle stream saves.
+OUT_OF_BAND_BYTES_MIN = 4096
+
+_HEADER = struct.Struct("<8sHHIQQ")  # magic, version, format, buffer count, main length, total length
+_BUFFER_ENTRY = struct.Struct("<QQ")  # offset, length
+HEADER_BYTES = _HEADER.size
+
+Buffer = Union[bytes, memoryview]
+
+
+class PayloadFormat(enum.IntEnum):
+    PICKLE = 1  # the default serializer: pickle protocol 5, buffers out-of-band
+    SERIALIZER = 2  # a custom Serializer's bytes, no buffers
+
+
+class StoredPayloadError(ValueError):
+    """Bytes that are not a stored payload (corrupted, truncated, or another version's), or the wrong reader."""
+
+
+def _align(offset: int) -> int:
+    return -(-offset // BUFFER_ALIGNMENT) * BUFFER_ALIGNMENT
+
+
+@dataclasses.dataclass(frozen=True)
+class PayloadLayout:
+    """Where the parts of one payload are, relative to its first byte."""
+
+    format: PayloadFormat
+    main_offset: int
+    main_length: int
+    buffers: tuple[tuple[int, int], ...]  # (offset, length)
+    total_length: int
+
+    @staticmethod
+    def plan(format: PayloadFormat, main_length: int, buffer_lengths: list[int]) -> PayloadLayout:
+        main_offset = HEADER_BYTES + _BUFFER_ENTRY.size * len(buffer_lengths)
+        end = main_offset + main_length
+        buffers = []
+        for length in buffer_lengths:
+            offset = _align(end)
+            buffers.append((offset, length))
+            end = offset + length
+        return PayloadLayout(format, main_offset, main_length, tuple(buffers), end)
+
+    def header_bytes(self) -> bytes:
+        header = _HEADER.pack(MAGIC, VERSION, self.format, len(self.buffers), self.main_length, self.total_length)
+        return header + b"".join(_BUFFER_ENTRY.pack(offset, length) for offset, length in self.buffers)
+
+
+class PreparedPayload:
+    """An object serialized once, ready to be written into a segment or sent as frames.
+
+    It holds the main part and views of the object's own buffers (nothing copied yet), so the object
+    must not change until the payload is written or sent.
+    """
+
+    def __init__(self, format: PayloadFormat, main: bytes, buffers: list[memoryview]) -> None:
+        self.main = main
+        self.buffers = buffers
+        self.layout = PayloadLayout.plan(format, len(main), [buffer.nbytes for buffer in buffers])
+
+    @property
+    def size(self) -> int:
+        return self.layout.total_length
+
+    def write_into(self, target: Any) -> int:
+        """Write the payload at the start of `target` (a writable buffer: an mmap, a bytearray); returns its size."""
+        view = memoryview(target).cast("B")
+        if view.readonly:
+            raise ValueError("stored payload: the target buffer is read-only")
+        if view.nbytes < self.size:
+            raise ValueError(f"stored payload: a {self.size:,}-byte payload does not fit {view.nbytes:,} bytes")
+        header = self.layout.header_bytes()
+        view[: len(header)] = header
+        start = self.layout.main_offset
+        view[start: start + len(self.main)] = self.main
+        for (offset, length), buffer in zip(self.layout.buffers, self.buffers):
+            view[offset: offset + length] = buffer
+        return self.size
+
+    def pieces(self, max_piece_bytes: int = 0) -> list[Buffer]:
+        """Consecutive pieces whose concatenation is the payload; the buffers are not copied (for zmq frames).
+
+        With `max_piece_bytes`, no piece is larger (see split_frames)."""
+        pieces: list[Buffer] = [self.layout.header_bytes()]
+        if self.main:
+            pieces.append(self.main)
+        end = self.layout.main_offset + len(self.main)
+        for (offset, length), buffer in zip(self.layout.buffers, self.buffers):
+            if offset > end:
+                pieces.append(bytes(offset - end))
+            if length:
+                pieces.append(buffer)
+            end = offset + length
+        return split_frames(pieces, max_piece_bytes) if max_piece_bytes else pieces
+
+    def to_bytes(self) -> bytes:
+        target = bytearray(self.size)
+        self.write_into(target)
+        return bytes(target)
+
+
+def split_frames(pieces: list[Buffer], max_frame_bytes: int) -> list[Buffer]:
+    """The same bytes, with no piece over `max_frame_bytes` (views: nothing is copied)."""
+    frames: list[Buffer] = []
+    for piece in pieces:
+        if len(piece) <= max_frame_bytes:
+            frames.append(piece)
+            continue
+        view = memoryview(piece).cast("B")
+        frames.extend(view[start: start + max_frame_bytes] for start in range(0, len(view), max_frame_bytes))
+    return frames
+
+
+def _bytes_from_buffer(buffer: Any) -> bytes:
+    """Unpickling half of an out-of-band `bytes`: the one copy that gives the `bytes` object its own memory."""
+    return bytes(buffer)
+
+
+class _OutOfBandBytes:
+    """Stands in for a large `bytes` while pickling, so that it goes out-of-band (see the module docstring)."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        return _bytes_from_buffer, (pickle.PickleBuffer(self.data),)
+
+
+def _is_large_bytes(value: Any) -> bool:
+    return type(value) is bytes and len(value) >= OUT_OF_BAND_BYTES_MIN
+
+
+def _with_bytes_out_of_band(obj: Any) -> Any:
+    """`obj`, with its large `bytes` (at the top, or one level into an exact tuple, list or dict) wrapped."""
+    if _is_large_bytes(obj):
+        return _OutOfBandBytes(obj)
+    kind = type(obj)
+    if kind is tuple or kind is list:
+        if any(map(_is_large_bytes, obj)):
+            return kind(_OutOfBandBytes(item) if _is_large_bytes(item) else item for item in obj)
+    elif kind is dict:
+        if any(map(_is_large_bytes, obj.values())):
+            return {key: _OutOfBandBytes(value) if _is_large_bytes(value) else value for key, value in obj.items()}
+    return obj
+
+
+def _is_default(serializer: Serializer | None) -> bool:
+    return serializer is None or type(serializer) is DefaultSerializer
+
+
+def prepare(obj: Any, serializer: Serializer | None = None) -> PreparedPayload:
+    """Serialize `obj` once: the main part, and views of its out-of-band buffers (not copied)."""
+    if not _is_default(serializer):
+        assert serializer is not None
+        main = serializer.serialize(obj)
+        if not isinstance(main, (bytes, bytearray)):
+            raise TypeError(f"{type(serializer).__name__}.serialize returned {type(main).__name__}, not bytes")
+        return PreparedPayload(PayloadFormat.SERIALIZER, bytes(main), [])
+    buffers: list[memoryview] = []
+
+    def keep(buffer: pickle.PickleBuffer) -> bool:
+        buffers.append(buffer.raw())
+        return False  # out-of-band
+
+    stream = io.BytesIO()
+    cloudpickle.Pickler(stream, protocol=5, buffer_callback=keep).dump(_with_bytes_out_of_band(obj))
+    return PreparedPayload(PayloadFormat.PICKLE, stream.getvalue(), buffers)
+
+
+def read_layout(buffer: Any) -> PayloadLayout:
+    """The checked layout of the payload at the start of `buffer`; StoredPayloadError if it is not one."""
+    view = memoryview(buffer).cast("B")
+    size = view.nbytes
+    if size < HEADER_BYTES:
+        raise StoredPayloadError(f"stored payload: {size} bytes is shorter than the {HEADER_BYTES}-byte header")
+    magic, version, format_number, buffer_count, main_length, total_length = _HEADER.unpack_from(view, 0)
+    if magic != MAGIC:
+        raise StoredPayloadError("stored payload: bad magic (not a Scaler stored payload, or corrupted)")
+    if version != VERSION:
+        raise StoredPayloadError(f"stored payload: version {version}, this Scaler reads version {VERSION}")
+    try:
+        format = PayloadFormat(format_number)
+    except ValueError:
+        raise StoredPayloadError(f"stored payload: unknown format {format_number}") from None
+    if total_length > size:
+        raise StoredPayloadError(f"stored payload: claims {total_length:,} bytes, only {size:,} are there")
+    main_offset = HEADER_BYTES + _BUFFER_ENTRY.size * buffer_count
+    if main_offset + main_length > total_length:
+        raise StoredPayloadError("stored payload: the header's lengths overrun the payload (corrupted)")
+    if format is PayloadFormat.SERIALIZER and buffer_count:
+        raise StoredPayloadError("stored payload: a custom serializer's payload has out-of-band buffers (corrupted)")
+    buffers = []
+    end = main_offset + main_length
+    for index in range(buffer_count):
+        offset, length = _BUFFER_ENTRY.unpack_from(view, HEADER_BYTES + _BUFFER_ENTRY.size * index)
+        if offset % BUFFER_ALIGNMENT or offset < end or offset + length > total_length:
+            raise StoredPayloadError(f"stored payload: buffer {index} at {offset:,} (+{length:,}) is misplaced")
+        buffers.append((offset, length))
+        end = offset + length
+    return PayloadLayout(format, main_offset, main_length, tuple(buffers), total_length)
+
+
+def read(buffer: Any, serializer: Serializer | None = None) -> Any:
+    """The object stored in `buffer`. With the default serializer, its out-of-band buffers (NumPy arrays)
+    are views of `buffer`, which they keep alive; the caller must not reuse `buffer` while they live."""
+    layout = read_layout(buffer)
+    view = memoryview(buffer).cast("B")
+    main = view[layout.main_offset: layout.main_offset + layout.main_length]
+    if layout.format is PayloadFormat.SERIALIZER:
+        if _is_default(serializer):
+            raise StoredPayloadError("stored payload: made by a custom serializer; read it with that serializer")
+        assert serializer is not None
+        return serializer.deserialize(bytes(main))
+    if not _is_default(serializer):
+        raise StoredPayloadError(
+            f"stored payload: made by the default serializer (pickle), not {type(serializer).__name__}"
+        )
+    return pickle.loads(main, buffers=[view[offset: offset + length] for offset, length in layout.buffers])

@@ -1,0 +1,129 @@
+"""Shared-memory segments: memfds owned by the store, reached by other local processes through /proc.
+
+A memfd has no name in any file system: it lives as long as a descriptor or a mapping of it does, so
+a store killed with SIGKILL leaves nothing in /dev/shm; a reader's mapping stays valid until the reader
+unmaps it. Another process of the same user opens the store's descriptor as `/proc/<pid>/fd/<n>`.
+
+Readers map privately and writable: a task that changes its input array changes only its own pages
+(copy-on-write). They do not ask for MAP_POPULATE: on a private writable mapping the kernel populates
+by write faults, which copies every page (measured: 200 MB mapped in 130 ms, all of it copied).
+Writers map shared with MAP_POPULATE: they write every page anyway, and faulting fresh pages in bulk
+is cheaper than one by one.
+"""
+
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+import sys
+from typing import Any
+
+PAGE_BYTES = mmap.PAGESIZE
+
+_AVAILABLE = sys.platform.startswith("linux") and hasattr(os, "memfd_create")
+# Python 3.13 can map without keeping a duplicate of the descriptor open for as long as the mapping lives.
+_MAP_KEYWORDS: dict[str, Any] = {"trackfd": False} if sys.version_info >= (3, 13) else {}
+
+
+class SharedMemoryUnavailable(RuntimeError):
+    """This platform has no memfd shared memory (Linux only); objects must travel by the network path."""
+
+
+class SegmentUnavailable(OSError):
+    """A segment path that cannot be opened: its store is gone, or it was freed."""
+
+
+def check_available() -> None:
+    if not _AVAILABLE:
+        raise SharedMemoryUnavailable(
+            f"shared-memory segments need Linux (memfd_create); this is {sys.platform}: use the network path"
+        )
+
+
+def capacity_for(size: int) -> int:
+    """The capacity of a segment that holds `size` bytes: whole pages, at least one."""
+    return max(PAGE_BYTES, -(-size // PAGE_BYTES) * PAGE_BYTES)
+
+
+class Segment:
+    """A memfd of a fixed capacity, owned by this process."""
+
+    def __init__(self, fd: int, capacity: int) -> None:
+        self.fd = fd
+        self.capacity = capacity
+        self._mapping: mmap.mmap | None = None
+
+    @staticmethod
+    def create(capacity: int, name: str = "scaler-segment") -> Segment:
+        check_available()
+        if capacity <= 0:
+            raise ValueError(f"a segment needs a positive capacity, got {capacity}")
+        fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        try:
+            os.ftruncate(fd, capacity)
+            # Nobody may change its size: a reader's mapping beyond a shrunk end would fault (SIGBUS).
+            import fcntl
+
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
+        except BaseException:
+            os.close(fd)
+            raise
+        return Segment(fd, capacity)
+
+    @property
+    def path(self) -> str:
+        """The path another process of this user opens to reach the segment."""
+        return f"/proc/{os.getpid()}/fd/{self.fd}"
+
+    def mapping(self) -> mmap.mmap:
+        """This process's own shared mapping of the whole segment (made once, kept until close)."""
+        if self._mapping is None:
+            self._mapping = mmap.mmap(
+                self.fd, self.capacity, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE, **_MAP_KEYWORDS
+            )
+        return self._mapping
+
+    def close(self) -> None:
+        """Give the segment up; its memory is freed once no other process has it open or mapped."""
+        mapping, self._mapping = self._mapping, None
+        if mapping is not None:
+            try:
+                mapping.close()
+            except BufferError:
+                pass  # a view is still out (zmq finishing a send): the mapping goes with the last view
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def _open(path: str, flags: int) -> int:
+    check_available()
+    try:
+        return os.open(path, flags | os.O_CLOEXEC)
+    except OSError as error:
+        if error.errno in (errno.ENOENT, errno.ESRCH):
+            raise SegmentUnavailable(
+                error.errno, f"segment {path} is gone (its store exited, or it was freed)"
+            ) from None
+        raise SegmentUnavailable(error.errno, f"cannot open segment {path}: {error.strerror}") from None
+
+
+def map_for_writing(path: str, size: int) -> mmap.mmap:
+    """A shared, writable mapping of the first `size` bytes of the segment at `path`, faulted in at once."""
+    fd = _open(path, os.O_RDWR)
+    try:
+        return mmap.mmap(
+            fd, size, flags=mmap.MAP_SHARED | mmap.MAP_POPULATE, prot=mmap.PROT_READ | mmap.PROT_WRITE, **_MAP_KEYWORDS
+        )
+    finally:
+        os.close(fd)
+
+
+def map_for_reading(path: str, size: int) -> mmap.mmap:
+    """A private, writable (copy-on-write) mapping of the first `size` bytes of the segment at `path`."""
+    fd = _open(path, os.O_RDONLY)
+    try:
+        return mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE, **_MAP_KEYWORDS)
+    finally:
+        os.close(fd)

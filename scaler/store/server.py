@@ -1,0 +1,519 @@
+"""The store process's I/O shell: two ROUTER sockets, one thread, feeding the core and doing what it says.
+
+The local socket (ipc://, in a work directory of mode 0700 that the store owns and removes) serves the
+processes of this host: allocate and seal (a writer hands over a segment it wrote), a local get (the
+reader maps the segment through /proc), release. The remote socket (tcp://) serves everyone: put (the
+payload comes as frames and is copied into a segment) and get (the payload leaves as a frame read by
+zmq straight from the segment's mapping). To fetch an object from another store, this store is a
+remote reader of it, through one DEALER per store.
+
+The core decides; this shell owns the segments, the spill files and the sockets, and reports back.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import resource
+import shutil
+import signal
+import tempfile
+import threading
+import time
+from typing import Callable
+
+import zmq
+
+from scaler.protocol import data_messages as d
+from scaler.protocol.messages import Buffer
+from scaler.protocol.stored_payload import split_frames
+from scaler.scheduler.bad_frame_log import BadFrameLog, short_identity
+from scaler.store import store_core as c
+from scaler.store.process_watch import ProcessWatch
+from scaler.store.scheduler_link import DeleteOrder, SchedulerLink, StopStore, StoreIdentity
+from scaler.store.segment import Segment, check_available
+from scaler.store.spill import SpillError, SpillFile
+from scaler.utility.host_key import this_host_key
+from scaler.utility.owned_directory import make_owned_directory, remove_abandoned_directories
+from scaler.utility.zmq_config import parse_zmq_address
+
+logger = logging.getLogger(__name__)
+
+WORK_DIRECTORY_PREFIX = "scaler-store-"
+DATA_SOCKET_NAME = "data.sock"
+# Data protocol control frames are small (a release of many ids is the largest): a bigger one is not ours.
+MAX_CONTROL_FRAME_BYTES = 1 << 20
+_TICK_SECONDS = 0.25
+# Receive at most this many messages per socket before looking at timers and the other sockets.
+_MAX_MESSAGES_PER_WAKE = 64
+# How long a fetch may go unanswered before its record is dropped (its readers are answered by then).
+_FETCH_RECORD_SECONDS = 3600.0
+
+
+class StoreStartError(RuntimeError):
+    """The store could not start serving (its address is taken, no shared memory here, ...)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class StoreServerConfig:
+    capacity_bytes: int
+    # tcp://HOST (a free port) or tcp://HOST:PORT; HOST is what peers connect to, so not a wildcard.
+    data_address: str = "tcp://127.0.0.1"
+    spill_directory: str = ""  # empty: the system's temporary directory
+    host_key: str = ""  # empty: this host's (see scaler/utility/host_key.py)
+    pool_idle_seconds: float = 30.0
+    work_directory_parent: str | None = None
+
+
+def tcp_bind_address(data_address: str) -> str:
+    """What to bind for a data address: tcp://HOST means a free port. ValueError for anything else."""
+    rest = data_address[len("tcp://"):] if data_address.startswith("tcp://") else None
+    if rest is not None and (":" not in rest or rest.endswith("]")):  # no port
+        if not rest:
+            raise ValueError("a data address needs a host, e.g. tcp://192.168.1.10")
+        host = parse_zmq_address(f"{data_address}:1").host
+        bind = f"{data_address}:*"
+    else:
+        parsed = parse_zmq_address(data_address)
+        if parsed.type.value != "tcp":
+            raise ValueError(f"{data_address!r}: a data address is tcp://HOST or tcp://HOST:PORT")
+        bind = parsed.to_address()
+        host = parsed.host
+    if host in ("*", "0.0.0.0", "[::]"):
+        raise ValueError(f"{data_address!r}: give the address other hosts reach this store at, not a wildcard")
+    return bind
+
+
+class StoreServer:
+    def __init__(self, config: StoreServerConfig, link: SchedulerLink | None = None) -> None:
+        self._config = config
+        self._link = link
+        self._stop_requested = threading.Event()
+        self._core: c.StoreCore | None = None
+        self._context: zmq.Context | None = None
+        self._routers: list[zmq.Socket] = []  # [local (ipc), remote (tcp)]: a routing key's first byte
+        self._segments: dict[int, Segment] = {}
+        self._segment_ids_by_path: dict[str, int] = {}
+        self._spill_files: dict[bytes, SpillFile] = {}
+        self._spill_directory = config.spill_directory or tempfile.gettempdir()
+        self._watch = ProcessWatch()
+        self._poller = zmq.Poller()
+        self._dealers: dict[str, zmq.Socket] = {}  # holder's data address -> our DEALER to it
+        self._holders_by_socket: dict[zmq.Socket, str] = {}
+        self._fetches: dict[tuple[str, int], tuple[bytes, float]] = {}  # (holder, request id) -> object, started
+        self._next_fetch_request = 1
+        self._transfers: list[tuple[zmq.MessageTracker, int]] = []
+        self._bad_frame_log = BadFrameLog()
+        self._link_sockets: list[zmq.Socket] = []
+        self.identity: StoreIdentity | None = None
+
+    @property
+    def core(self) -> c.StoreCore:
+        assert self._core is not None
+        return self._core
+
+    def stop(self) -> None:
+        """Ask the loop to finish; safe from any thread or a signal handler."""
+        self._stop_requested.set()
+
+    def run(
+        self, exit_with_parent: int | None = None, on_listening: Callable[[StoreIdentity], None] | None = None
+    ) -> None:
+        """Serve until stopped; removes everything it made when it returns. StoreStartError if it cannot start."""
+        config = self._config
+        try:
+            check_available()
+            bind_address = tcp_bind_address(config.data_address)
+        except Exception as error:
+            raise StoreStartError(f"Store: cannot start: {error}") from None
+        _raise_open_file_limit()
+        removed = remove_abandoned_directories(WORK_DIRECTORY_PREFIX, config.work_directory_parent)
+        if removed:
+            logger.info(f"Store: removed {len(removed)} work directories of stores that died")
+        work_directory = make_owned_directory(WORK_DIRECTORY_PREFIX, config.work_directory_parent)
+        self._context = zmq.Context(io_threads=1)
+        local = self._router()
+        remote = self._router()
+        self._routers = [local, remote]
+        try:
+            ipc_address = f"ipc://{os.path.join(work_directory, DATA_SOCKET_NAME)}"
+            if "[" in bind_address:
+                remote.setsockopt(zmq.IPV6, 1)
+            try:
+                local.bind(ipc_address)
+                remote.bind(bind_address)
+            except zmq.ZMQError as error:
+                raise StoreStartError(f"Store: cannot listen on {config.data_address}: {error}") from None
+            data_address = remote.getsockopt_string(zmq.LAST_ENDPOINT)
+            self.identity = StoreIdentity(
+                data_address=data_address,
+                ipc_address=ipc_address,
+                host_key=config.host_key or this_host_key(),
+                capacity_bytes=config.capacity_bytes,
+                pid=os.getpid(),
+            )
+            self._core = c.StoreCore(c.StoreConfig(
+                config.capacity_bytes, own_address=data_address, pool_idle_seconds=config.pool_idle_seconds
+            ))
+            if self._link is not None:
+                self._link_sockets = self._link.start(self._context, self.identity, time.monotonic())
+            logger.info(
+                f"Store: listening on {data_address} and {ipc_address}, capacity {config.capacity_bytes:,} bytes, "
+                f"spilling to {self._spill_directory}"
+            )
+            if on_listening is not None:
+                on_listening(self.identity)
+            self._loop(exit_with_parent)
+        finally:
+            self._close()
+            shutil.rmtree(work_directory, ignore_errors=True)
+            logger.info("Store: stopped")
+
+    # ------------------------------------------------------------------------------------------ loop
+
+    def _router(self) -> zmq.Socket:
+        assert self._context is not None
+        socket = self._context.socket(zmq.ROUTER)
+        # Never drop a message silently: a ROUTER drops on a full queue unless the limit is lifted.
+        socket.setsockopt(zmq.SNDHWM, 0)
+        socket.setsockopt(zmq.RCVHWM, 0)
+        socket.setsockopt(zmq.LINGER, 0)
+        return socket
+
+    def _loop(self, exit_with_parent: int | None) -> None:
+        local, remote = self._routers
+        for socket in (local, remote, *self._link_sockets):
+            self._poller.register(socket, zmq.POLLIN)
+        next_tick = time.monotonic() + _TICK_SECONDS
+        while not self._stop_requested.is_set():
+            deadline = next_tick
+            core_deadline = self.core.next_deadline()
+            if core_deadline is not None:
+                deadline = min(deadline, core_deadline)
+            if self._transfers:
+                # zmq says nothing when it is done with a send: look again soon, its segment is pinned till then.
+                deadline = min(deadline, time.monotonic() + 0.005)
+            for socket, _ in self._poller.poll(max(0, int((deadline - time.monotonic()) * 1000))):
+                if socket is local or socket is remote:
+                    self._drain(socket)
+                elif socket in self._holders_by_socket:
+                    self._drain_fetch_replies(socket)
+                elif self._link is not None:
+                    self._on_link_events(self._link.on_readable(socket, time.monotonic()))
+            self._finish_transfers()
+            now = time.monotonic()
+            if core_deadline is not None and now >= core_deadline:
+                self._execute(self.core.on_tick(now))
+            if now >= next_tick:
+                next_tick = now + _TICK_SECONDS
+                self._on_tick(now)
+                if exit_with_parent is not None and os.getppid() != exit_with_parent:
+                    logger.warning("Store: parent process is gone, exiting")
+                    return
+
+    def _on_tick(self, now: float) -> None:
+        self._execute(self.core.on_tick(now))
+        for pid in self._watch.gone():
+            self._execute(self.core.on_process_gone(pid, now))
+        for key, (_, started) in list(self._fetches.items()):
+            if now - started > _FETCH_RECORD_SECONDS:
+                del self._fetches[key]
+        for line in self._bad_frame_log.on_tick(now):
+            logger.warning(_as_store_line(line))
+        if self._link is not None:
+            self._on_link_events(self._link.on_tick(self.core.status(), now))
+
+    def _on_link_events(self, events: list) -> None:
+        for event in events:
+            if isinstance(event, DeleteOrder):
+                self._execute(self.core.on_delete(list(event.object_ids), time.monotonic()))
+            elif isinstance(event, StopStore):
+                logger.warning(f"Store: stopping: {event.reason}")
+                self.stop()
+
+    def _drain(self, socket: zmq.Socket) -> None:
+        is_local = socket is self._routers[0]
+        for _ in range(_MAX_MESSAGES_PER_WAKE):
+            try:
+                frames: list[Buffer] = [part.buffer for part in socket.recv_multipart(zmq.NOBLOCK, copy=False)]
+            except zmq.Again:
+                return
+            self._handle(frames, is_local)
+
+    def _bad_frame(self, sender: bytes, what: str) -> None:
+        for line in self._bad_frame_log.on_dropped(sender, what, time.monotonic()):
+            logger.warning(_as_store_line(line))
+
+    def _handle(self, frames: list[Buffer], is_local: bool) -> None:
+        identity = bytes(frames[0])
+        if len(frames) < 2 or len(frames[1]) > MAX_CONTROL_FRAME_BYTES:
+            self._bad_frame(identity, "a message without a data protocol frame")
+            return
+        try:
+            message = d.decode(frames[1:])
+        except d.ProtocolDecodeError as error:
+            self._bad_frame(identity, f"an undecodable message ({error})")
+            return
+        # The answer's routing key: which socket (local 0, remote 1), then the peer's identity on it.
+        peer = (b"\x00" if is_local else b"\x01") + identity
+        now = time.monotonic()
+        core = self.core
+        payload: list[Buffer] | None = None
+        try:
+            if isinstance(message, d.Put):
+                payload = message.payload
+                actions = core.on_put(c.Requester(peer, message.request_id), message.object_id, message.size,
+                                      message.name, now)
+            elif isinstance(message, d.Get) and (is_local or not message.local):
+                actions = core.on_get(
+                    c.Requester(peer, message.request_id), message.object_id, message.local, message.pid,
+                    message.wait_ms / 1000, message.holder, now, message.max_frame_bytes,
+                )
+            elif not is_local and isinstance(message, (d.Allocate, d.Seal, d.Get)):
+                reason = "local requests (allocate, seal, a local get) come over the store's ipc address"
+                actions = [c.Reply(c.Requester(peer, message.request_id), d.Failed(message.request_id, reason))]
+            elif isinstance(message, d.Allocate) and is_local:
+                actions = core.on_allocate(c.Requester(peer, message.request_id), message.size, message.pid, now)
+            elif isinstance(message, d.Seal) and is_local:
+                actions = core.on_seal(
+                    c.Requester(peer, message.request_id), self._segment_ids_by_path.get(message.path),
+                    message.object_id, message.size, message.name, message.pid, now,
+                )
+            elif isinstance(message, d.Release) and is_local:
+                actions = core.on_release(message.pid, message.object_ids, now)
+            elif isinstance(message, d.Delete) and is_local and self._link is None:
+                actions = core.on_delete(message.object_ids, now)
+            elif isinstance(message, d.StatusRequest) and is_local:
+                actions = [c.Reply(c.Requester(peer, message.request_id), _status_message(message.request_id, core))]
+            else:
+                where = "ipc" if is_local else "tcp"
+                self._bad_frame(identity, f"a {type(message).__name__}, which the store does not take over {where}")
+                return
+        except Exception:
+            # A bug triggered by one message must not take the store, and every object in it, down.
+            logger.exception(f"Store: failed to handle {type(message).__name__} from {short_identity(identity)}")
+            return
+        self._execute(actions, payload)
+
+    # ------------------------------------------------------------------------------------------ actions
+
+    def _execute(self, actions: list[c.Action], payload: list[Buffer] | None = None) -> None:
+        """Do what the core decided, in order, then what the core says to what was reported back."""
+        follow_ups: list[c.Action] = []
+        now = time.monotonic()
+        for action in actions:
+            try:
+                follow_ups += self._do(action, payload, now)
+            except Exception:
+                logger.exception(f"Store: could not {type(action).__name__}")
+        if follow_ups:
+            self._execute(follow_ups)
+
+    def _do(self, action: c.Action, payload: list[Buffer] | None, now: float) -> list[c.Action]:
+        core = self.core
+        if isinstance(action, c.CreateSegment):
+            segment = Segment.create(action.capacity)
+            self._segments[action.segment_id] = segment
+            self._segment_ids_by_path[segment.path] = action.segment_id
+        elif isinstance(action, c.DestroySegment):
+            self._destroy(action.segment_id)
+        elif isinstance(action, c.SpillObject):
+            segment = self._segments[action.segment_id]
+            try:
+                self._spill_files[action.object_id] = SpillFile.write(segment, action.size, self._spill_directory)
+            except SpillError as error:
+                logger.warning(f"Store: cannot spill, running over capacity for now: {error}")
+                return core.on_spill_failed(action.object_id, action.segment_id, segment.capacity, now)
+            self._destroy(action.segment_id)
+        elif isinstance(action, c.ReadBack):
+            spill_file = self._spill_files.pop(action.object_id)
+            try:
+                spill_file.read_into(self._segments[action.segment_id])
+            except SpillError as error:
+                logger.error(f"Store: lost object {action.object_id.hex()}: {error}")
+                return core.on_read_back_done(action.object_id, False, str(error), now)
+            finally:
+                spill_file.close()
+            return core.on_read_back_done(action.object_id, True, "", now)
+        elif isinstance(action, c.DropSpill):
+            dropped = self._spill_files.pop(action.object_id, None)
+            if dropped is not None:
+                dropped.close()
+        elif isinstance(action, c.WritePayload):
+            assert payload is not None
+            with memoryview(self._segments[action.segment_id].mapping()) as view:
+                offset = 0
+                for piece in payload:
+                    view[offset: offset + len(piece)] = piece
+                    offset += len(piece)
+        elif isinstance(action, c.Fetch):
+            self._fetch(action, now)
+        elif isinstance(action, c.GrantSegment):
+            path = self._segments[action.segment_id].path
+            self._reply(action.to.peer, d.Segment(action.to.request_id, path, action.size))
+        elif isinstance(action, c.Locate):
+            path = self._segments[action.segment_id].path
+            self._reply(action.to.peer, d.Located(action.to.request_id, action.object_id, path, action.size))
+        elif isinstance(action, c.SendObject):
+            self._send_object(action)
+        elif isinstance(action, c.Reply):
+            self._reply(action.to.peer, action.message)
+        elif isinstance(action, c.WatchProcess):
+            self._watch.watch(action.pid)
+        elif isinstance(action, c.UnwatchProcess):
+            self._watch.unwatch(action.pid)
+        elif isinstance(action, c.ReportHeld):
+            if self._link is not None:
+                self._link.objects_held(action.objects)
+        elif isinstance(action, c.ReportLost):
+            if self._link is not None:
+                self._link.objects_lost(action.object_ids)
+        return []
+
+    def _reply(self, peer: bytes, message: d.DataMessage) -> None:
+        socket, identity = self._routers[peer[0]], peer[1:]
+        try:
+            socket.send_multipart([identity, *d.encode(message)], copy=False)
+        except zmq.ZMQError as error:
+            logger.warning(f"Store: could not answer {short_identity(identity)}: {error}")
+
+    def _send_object(self, action: c.SendObject) -> None:
+        """The object's bytes leave as frames that zmq reads from the segment: pinned until zmq is done."""
+        socket, identity = self._routers[action.to.peer[0]], action.to.peer[1:]
+        payload: list[Buffer] = [memoryview(self._segments[action.segment_id].mapping())[: action.size]]
+        if action.max_frame_bytes:
+            payload = split_frames(payload, action.max_frame_bytes)
+        frames = [identity, *d.encode(d.ObjectData(action.to.request_id, action.object_id, payload))]
+        trackers = []
+        try:
+            for frame in frames[:-1]:
+                trackers.append(socket.send(frame, zmq.SNDMORE, copy=False, track=True))
+            trackers.append(socket.send(frames[-1], copy=False, track=True))
+        except zmq.ZMQError as error:
+            logger.warning(f"Store: could not send an object to {short_identity(identity)}: {error}")
+        # Each frame is released on its own: the segment stays pinned until zmq has let go of all of them.
+        self._transfers.append((zmq.MessageTracker(*[tracker for tracker in trackers if tracker]), action.transfer))
+
+    def _finish_transfers(self) -> None:
+        if not self._transfers:
+            return
+        done = [transfer for tracker, transfer in self._transfers if tracker.done]
+        if not done:
+            return
+        self._transfers = [(tracker, transfer) for tracker, transfer in self._transfers if not tracker.done]
+        now = time.monotonic()
+        for transfer in done:
+            self._execute(self.core.on_transfer_done(transfer, now))
+
+    def _destroy(self, segment_id: int) -> None:
+        segment = self._segments.pop(segment_id)
+        self._segment_ids_by_path.pop(segment.path, None)
+        segment.close()
+
+    # ------------------------------------------------------------------------------------------ fetching
+
+    def _fetch(self, action: c.Fetch, now: float) -> None:
+        """Get the object from the store holding it, as any remote reader does."""
+        dealer = self._dealers.get(action.holder)
+        if dealer is None:
+            assert self._context is not None
+            dealer = self._context.socket(zmq.DEALER)
+            dealer.setsockopt(zmq.SNDHWM, 0)
+            dealer.setsockopt(zmq.RCVHWM, 0)
+            dealer.setsockopt(zmq.LINGER, 0)
+            try:
+                dealer.connect(action.holder)
+            except zmq.ZMQError as error:
+                dealer.close()
+                self._execute(self.core.on_fetch_failed(action.object_id, f"{action.holder}: {error}", now))
+                return
+            self._dealers[action.holder] = dealer
+            self._holders_by_socket[dealer] = action.holder
+            self._poller.register(dealer, zmq.POLLIN)
+        request_id = self._next_fetch_request
+        self._next_fetch_request += 1
+        self._fetches[(action.holder, request_id)] = (action.object_id, now)
+        get = d.Get(request_id, action.object_id, local=False, wait_ms=action.wait_ms,
+                    max_frame_bytes=d.COPIED_FRAME_BYTES)
+        dealer.send_multipart(d.encode(get))
+
+    def _drain_fetch_replies(self, dealer: zmq.Socket) -> None:
+        holder = self._holders_by_socket[dealer]
+        for _ in range(_MAX_MESSAGES_PER_WAKE):
+            try:
+                frames = [part.buffer for part in dealer.recv_multipart(zmq.NOBLOCK, copy=False)]
+            except zmq.Again:
+                return
+            try:
+                message = d.decode(frames)
+            except d.ProtocolDecodeError as error:
+                self._bad_frame(holder.encode(), f"an undecodable answer to a fetch ({error})")
+                continue
+            request_id = getattr(message, "request_id", None)
+            fetch = self._fetches.pop((holder, request_id), None) if isinstance(request_id, int) else None
+            if fetch is None:
+                continue  # the answer to a fetch given up on
+            object_id, _ = fetch
+            now = time.monotonic()
+            if isinstance(message, d.ObjectData) and message.object_id == object_id:
+                self._execute(self.core.on_fetched(object_id, message.size, now), message.payload)
+            else:
+                reason = getattr(message, "reason", "") or f"it answered {type(message).__name__}"
+                self._execute(self.core.on_fetch_failed(object_id, f"{holder}: {reason}", now))
+
+    # ------------------------------------------------------------------------------------------ exit
+
+    def _close(self) -> None:
+        for socket in [*self._routers, *self._dealers.values(), *self._link_sockets]:
+            socket.close(linger=0)
+        if self._link is not None:
+            try:
+                self._link.close()
+            except Exception:
+                logger.exception("Store: closing the scheduler link failed")
+        if self._context is not None:
+            self._context.term()
+        for segment in self._segments.values():
+            segment.close()
+        self._segments.clear()
+        for spill_file in self._spill_files.values():
+            spill_file.close()
+        self._spill_files.clear()
+        self._watch.close()
+
+
+def _raise_open_file_limit() -> None:
+    """Every segment and every spill file is a descriptor: a store of thousands of objects needs them."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = hard if hard != resource.RLIM_INFINITY else 1 << 20
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+        except (ValueError, OSError):
+            logger.warning(f"Store: cannot raise the open file limit from {soft}: it holds one file per object")
+
+
+def _status_message(request_id: int, core: c.StoreCore) -> d.StoreStatus:
+    status = core.status()
+    return d.StoreStatus(
+        request_id=request_id, capacity_bytes=status.capacity_bytes, resident_bytes=status.resident_bytes,
+        held_bytes=status.held_bytes, spilled_bytes=status.spilled_bytes, pinned_bytes=status.pinned_bytes,
+        pooled_bytes=status.pooled_bytes, object_count=status.object_count,
+    )
+
+
+def _as_store_line(line: str) -> str:
+    # BadFrameLog writes the scheduler's lines; the same wording serves the store.
+    return line.replace("Scheduler:", "Store:", 1)
+
+
+def run_store(
+    config: StoreServerConfig, exit_with_parent: int | None = None,
+    on_listening: Callable[[StoreIdentity], None] | None = None, link: SchedulerLink | None = None,
+) -> None:
+    """Run until SIGINT/SIGTERM (or the parent, if given, is gone)."""
+    server = StoreServer(config, link)
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: server.stop())
+    server.run(exit_with_parent=exit_with_parent, on_listening=on_listening)

@@ -1,0 +1,247 @@
+"""Putting objects into a store and getting them out: what clients, processors and tests call.
+
+On the store's host (same host key) objects go through shared memory: `put` asks for a segment, writes
+the payload into it in place and seals it; `get` maps the object's segment privately, so NumPy arrays
+come back as views of the mapping, and tells the store when the mapping is gone (its finalizer), so the
+store may recycle the segment. From another host, `put` sends the payload as frames (the object's
+buffers uncopied) and `get` receives it as one frame that the arrays then view.
+
+One StoreClient talks to one store, from any thread (one request at a time); every wait has a timeout.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+import threading
+import time
+import weakref
+from typing import Any, Callable
+
+import zmq
+
+from scaler.client.serializer import Serializer
+from scaler.protocol import data_messages as d
+from scaler.protocol import stored_payload
+from scaler.protocol.messages import Buffer
+from scaler.store.segment import map_for_reading, map_for_writing
+from scaler.utility.host_key import this_host_key
+
+# A store answers a get that waits at the end of its wait; this much later, its silence is an error.
+_ANSWER_GRACE_SECONDS = 5.0
+
+
+class StoreError(RuntimeError):
+    """The store refused a request, or answered something that makes no sense."""
+
+
+class StoreTimeout(StoreError, TimeoutError):
+    """The store did not answer in time (it may be gone)."""
+
+
+class ObjectMissing(StoreError):
+    """The store does not have the object (and could not fetch it in time); `reason` says why."""
+
+    def __init__(self, object_id: bytes, reason: str) -> None:
+        super().__init__(f"object {object_id.hex()} is missing: {reason}")
+        self.object_id = object_id
+        self.reason = reason
+
+
+@dataclasses.dataclass(frozen=True)
+class StoreAddress:
+    """How to reach a store: its data address (tcp), its local address (ipc) and its host key."""
+
+    data_address: str
+    ipc_address: str = ""
+    host_key: str = ""
+
+    @staticmethod
+    def from_listening_report(detail: str) -> StoreAddress:
+        """From the store's readiness report: `DATA_ADDRESS IPC_ADDRESS HOST_KEY`."""
+        parts = detail.split()
+        if len(parts) != 3:
+            raise ValueError(f"not a store's listening report: {detail!r}")
+        return StoreAddress(*parts)
+
+    def is_local(self) -> bool:
+        return bool(self.ipc_address) and self.host_key == this_host_key()
+
+
+def _on_unmapped(releases: collections.deque, object_id: bytes, flush: weakref.WeakMethod) -> None:
+    """A reader's mapping is gone: the store may recycle the segment once it hears of it."""
+    releases.append(object_id)
+    method = flush()
+    if method is not None:
+        method()
+
+
+class StoreClient:
+    def __init__(
+        self, store: StoreAddress, serializer: Serializer | None = None, timeout_seconds: float = 60.0,
+        context: zmq.Context | None = None, local: bool | None = None,
+    ) -> None:
+        self.store = store
+        self.local = store.is_local() if local is None else local
+        if self.local and not store.ipc_address:
+            raise ValueError(f"the store at {store.data_address} has no local (ipc) address")
+        self._serializer = serializer
+        self._timeout = timeout_seconds
+        self._own_context = context is None
+        self._context = context if context is not None else zmq.Context(io_threads=1)
+        self._socket = self._context.socket(zmq.DEALER)
+        self._socket.setsockopt(zmq.LINGER, 0)
+        self._socket.setsockopt(zmq.SNDHWM, 0)
+        self._socket.setsockopt(zmq.RCVHWM, 0)
+        self._socket.connect(store.ipc_address if self.local else store.data_address)
+        self._lock = threading.Lock()
+        self._next_request = 1
+        self._releases: collections.deque[bytes] = collections.deque()
+        self._flush_method = weakref.WeakMethod(self.flush_releases)
+        self._pid = os.getpid()
+        self._closed = False
+
+    # ------------------------------------------------------------------------------------------ writing
+
+    def put(self, object_id: bytes, obj: Any, name: str = "", timeout: float | None = None) -> int:
+        """Store `obj` under `object_id`; returns once the store holds it, with its stored size in bytes."""
+        return self.put_prepared(object_id, stored_payload.prepare(obj, self._serializer), name, timeout)
+
+    def put_prepared(
+        self, object_id: bytes, payload: stored_payload.PreparedPayload, name: str = "", timeout: float | None = None
+    ) -> int:
+        deadline = self._deadline(timeout)
+        if self.local:
+            segment = self._request(lambda rid: d.Allocate(rid, payload.size, self._pid), deadline, d.Segment)
+            mapping = map_for_writing(segment.path, payload.size)
+            try:
+                payload.write_into(mapping)
+            finally:
+                mapping.close()
+            self._request(
+                lambda rid: d.Seal(rid, object_id, segment.path, payload.size, self._pid, name), deadline, d.Stored
+            )
+        else:
+            pieces = payload.pieces(d.COPIED_FRAME_BYTES)  # the store copies them into a segment
+            self._request(lambda rid: d.Put(rid, object_id, pieces, name), deadline, d.Stored)
+        return payload.size
+
+    # ------------------------------------------------------------------------------------------ reading
+
+    def get(self, object_id: bytes, holder: str = "", timeout: float | None = None) -> Any:
+        """The object, from this store; from `holder` (another store's data address) through it if need be.
+
+        Waits up to `timeout` for an object that is being put or fetched, then raises ObjectMissing.
+        """
+        wait = self._timeout if timeout is None else timeout
+        deadline = time.monotonic() + wait + _ANSWER_GRACE_SECONDS
+        wait_ms = int(wait * 1000)
+        if self.local:
+            located = self._request(
+                lambda rid: d.Get(rid, object_id, local=True, wait_ms=wait_ms, pid=self._pid, holder=holder),
+                deadline, d.Located,
+            )
+            return self._read_mapped(located)
+        answer = self._request(lambda rid: d.Get(rid, object_id, local=False, wait_ms=wait_ms, holder=holder),
+                               deadline, d.ObjectData)
+        payload = answer.payload[0] if len(answer.payload) == 1 else b"".join(answer.payload)
+        return stored_payload.read(payload, self._serializer)
+
+    def _read_mapped(self, located: d.Located) -> Any:
+        try:
+            mapping = map_for_reading(located.path, located.size)
+        except OSError:
+            _on_unmapped(self._releases, located.object_id, self._flush_method)
+            raise
+        unmapped = weakref.finalize(mapping, _on_unmapped, self._releases, located.object_id, self._flush_method)
+        unmapped.atexit = False  # at exit the store takes the pins back itself; no I/O while Python shuts down
+        return stored_payload.read(mapping, self._serializer)
+
+    # ------------------------------------------------------------------------------------------ other
+
+    def status(self, timeout: float | None = None) -> d.StoreStatus:
+        """What the store holds (local stores only): the numbers its heartbeats report."""
+        return self._request(lambda rid: d.StatusRequest(rid), self._deadline(timeout), d.StoreStatus)
+
+    def delete(self, object_ids: list[bytes]) -> None:
+        """Standalone stores only (no scheduler link): nobody needs these objects any more."""
+        with self._lock:
+            self._send(d.Delete(list(object_ids)))
+
+    def flush_releases(self) -> None:
+        """Tell the store about mappings that are gone, unless a request is under way (it will, at its end)."""
+        if self._closed or not self._lock.acquire(blocking=False):
+            return
+        try:
+            self._send_releases()
+        finally:
+            self._lock.release()
+
+    def close(self) -> None:
+        """Close the socket. Objects still mapped stay valid; the store takes their pins back when we exit."""
+        with self._lock:
+            if self._closed:
+                return
+            self._send_releases()
+            self._closed = True
+            self._socket.close(linger=100)
+            if self._own_context:
+                self._context.term()
+
+    def __enter__(self) -> StoreClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------------------------------ wire
+
+    def _deadline(self, timeout: float | None) -> float:
+        return time.monotonic() + (self._timeout if timeout is None else timeout)
+
+    def _send(self, message: d.DataMessage) -> None:
+        if self._closed:
+            raise StoreError("this StoreClient is closed")
+        self._socket.send_multipart(d.encode(message), copy=False)
+
+    def _send_releases(self) -> None:
+        object_ids = []
+        while self._releases:
+            object_ids.append(self._releases.popleft())
+        if object_ids and not self._closed:
+            self._send(d.Release(object_ids, self._pid))
+
+    def _request(self, make: Callable[[int], d.DataMessage], deadline: float, expected: type) -> Any:
+        with self._lock:
+            request_id = self._next_request
+            self._next_request += 1
+            message = make(request_id)
+            self._send_releases()
+            self._send(message)
+            try:
+                answer = self._answer_to(request_id, deadline, type(message).__name__)
+            finally:
+                self._send_releases()
+        if isinstance(answer, expected):
+            return answer
+        if isinstance(answer, d.Missing):
+            raise ObjectMissing(answer.object_id, answer.reason)
+        if isinstance(answer, d.Failed):
+            raise StoreError(f"the store at {self.store.data_address} refused: {answer.reason}")
+        raise StoreError(f"the store answered {type(answer).__name__} to {type(message).__name__}")
+
+    def _answer_to(self, request_id: int, deadline: float, what: str) -> d.DataMessage:
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not self._socket.poll(max(1, int(remaining * 1000))):
+                raise StoreTimeout(f"the store at {self.store.data_address} did not answer {what} in time")
+            frames: list[Buffer] = [part.buffer for part in self._socket.recv_multipart(copy=False)]
+            try:
+                answer = d.decode(frames)
+            except d.ProtocolDecodeError as error:
+                raise StoreError(f"the store at {self.store.data_address} sent a bad answer: {error}") from None
+            if getattr(answer, "request_id", None) == request_id:
+                return answer
+            if isinstance(answer, d.Located):
+                self._releases.append(answer.object_id)  # a late answer to a get we gave up on: it pinned the object

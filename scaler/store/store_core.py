@@ -1,0 +1,694 @@
+"""The store's decisions, as a state machine: events in (each with `now`), actions out; no I/O, no clock.
+
+The store holds objects in shared-memory segments. This core decides which segment each object gets
+(a new one, or a recycled one of the same size from the pool), which objects go to disk when the
+resident bytes pass the capacity (least recently used first, never one that a reader has mapped), when
+a waiting `get` is answered, and when a segment may be reused: only once no reader has it mapped.
+
+The I/O shell (server.py) owns the real segments, spill files and sockets, executes the actions in the
+order given, and reports back what it was asked to report (`on_read_back_done`, `on_fetched`, ...).
+Segments are named by ids that this core hands out; readers are processes (pinning what they map) or
+transfers (a remote send in flight, pinning the segment zmq reads from).
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import enum
+from collections import OrderedDict
+from typing import Union
+
+from scaler.protocol import data_messages as d
+from scaler.store.segment import capacity_for
+
+# How long spilling rests after the spill directory failed (full disk): the store runs over capacity
+# meanwhile rather than retrying the disk at every request.
+SPILL_RETRY_SECONDS = 10.0
+# A pooled segment serves a request up to this fraction larger than needed; beyond, it wastes memory.
+POOL_FIT_SLACK = 0.25
+
+
+@dataclasses.dataclass(frozen=True)
+class Requester:
+    """Who asked: where the answer goes (a routing key the shell chose, opaque here) and the request id."""
+
+    peer: bytes
+    request_id: int
+
+
+ReaderId = tuple[str, int]  # ("process", pid): a local reader's mapping; ("transfer", n): a send in flight
+
+
+def process_reader(pid: int) -> ReaderId:
+    return ("process", pid)
+
+
+def transfer_reader(transfer: int) -> ReaderId:
+    return ("transfer", transfer)
+
+
+# ---------------------------------------------------------------------------------------------- actions
+
+
+@dataclasses.dataclass(frozen=True)
+class CreateSegment:
+    segment_id: int
+    capacity: int
+
+
+@dataclasses.dataclass(frozen=True)
+class DestroySegment:
+    segment_id: int
+
+
+@dataclasses.dataclass(frozen=True)
+class SpillObject:
+    """Write the segment's first `size` bytes to a spill file kept for the object, then free the segment.
+    If that fails: keep the segment and report `on_spill_failed`."""
+
+    object_id: bytes
+    segment_id: int
+    size: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadBack:
+    """Copy the object's spill file into the segment and drop the file; then report `on_read_back_done`."""
+
+    object_id: bytes
+    segment_id: int
+
+
+@dataclasses.dataclass(frozen=True)
+class DropSpill:
+    object_id: bytes
+
+
+@dataclasses.dataclass(frozen=True)
+class WritePayload:
+    """Copy the payload of the message being handled (a put, or a fetched object) into the segment."""
+
+    segment_id: int
+    size: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Fetch:
+    """Ask the store at `holder` for the object; then report `on_fetched` or `on_fetch_failed`."""
+
+    object_id: bytes
+    holder: str
+    wait_ms: int
+
+
+@dataclasses.dataclass(frozen=True)
+class GrantSegment:
+    """Reply `segment` with the segment's path: the writer maps it and seals it."""
+
+    to: Requester
+    segment_id: int
+    size: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Locate:
+    """Reply `located` with the segment's path (the reader has it pinned)."""
+
+    to: Requester
+    object_id: bytes
+    segment_id: int
+    size: int
+
+
+@dataclasses.dataclass(frozen=True)
+class SendObject:
+    """Reply `object` with the segment's first `size` bytes as a payload frame; report `on_transfer_done`
+    once zmq no longer reads the segment."""
+
+    to: Requester
+    object_id: bytes
+    segment_id: int
+    size: int
+    transfer: int
+    max_frame_bytes: int = 0  # 0: one frame
+
+
+@dataclasses.dataclass(frozen=True)
+class Reply:
+    to: Requester
+    message: d.DataMessage
+
+
+@dataclasses.dataclass(frozen=True)
+class WatchProcess:
+    """Report `on_process_gone` when this local process exits."""
+
+    pid: int
+
+
+@dataclasses.dataclass(frozen=True)
+class UnwatchProcess:
+    pid: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ReportHeld:
+    """For the scheduler: this store now holds these objects (object id, size)."""
+
+    objects: tuple[tuple[bytes, int], ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class ReportLost:
+    """For the scheduler: this store no longer has these objects, though it was not told to delete them."""
+
+    object_ids: tuple[bytes, ...]
+
+
+Action = Union[
+    CreateSegment, DestroySegment, SpillObject, ReadBack, DropSpill, WritePayload, Fetch, GrantSegment, Locate,
+    SendObject, Reply, WatchProcess, UnwatchProcess, ReportHeld, ReportLost,
+]
+
+
+# ---------------------------------------------------------------------------------------------- state
+
+
+class SegmentUse(enum.Enum):
+    HOLDS = "holds"  # an object's bytes (resident, or being read back from disk)
+    LENT = "lent"  # to a local writer, until it seals it
+    POOLED = "pooled"  # free, kept for reuse
+    ORPHANED = "orphaned"  # its object was deleted while readers had it mapped: pooled once they release it
+
+
+class ObjectState(enum.Enum):
+    RESIDENT = "resident"
+    SPILLED = "spilled"
+    READING_BACK = "reading back"
+    FETCHING = "fetching"
+
+
+@dataclasses.dataclass
+class SegmentRecord:
+    segment_id: int
+    capacity: int
+    use: SegmentUse
+    object_id: bytes = b""
+    pins: int = 0
+    lent_to: int = 0
+    pooled_at: float = 0.0
+
+
+@dataclasses.dataclass
+class ObjectRecord:
+    object_id: bytes
+    size: int
+    state: ObjectState
+    name: str = ""
+    segment_id: int | None = None
+
+
+@dataclasses.dataclass
+class PendingGet:
+    requester: Requester
+    object_id: bytes
+    local: bool
+    pid: int
+    deadline: float
+    max_frame_bytes: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class StoreConfig:
+    capacity_bytes: int
+    own_address: str = ""  # this store's data address: a get naming it as holder is not fetched
+    pool_idle_seconds: float = 30.0
+
+
+@dataclasses.dataclass(frozen=True)
+class StoreStatus:
+    """What a heartbeat reports; every byte count is of this store's memory unless it says otherwise."""
+
+    capacity_bytes: int
+    resident_bytes: int  # all segments: objects', lent, pooled, orphaned
+    held_bytes: int  # payload bytes of the objects held, in memory or on disk
+    spilled_bytes: int  # payload bytes on disk
+    pinned_bytes: int  # segments some reader has mapped (or a send reads)
+    pooled_bytes: int
+    lent_bytes: int
+    object_count: int
+    waiting_gets: int
+
+
+class StoreCore:
+    def __init__(self, config: StoreConfig) -> None:
+        self.config = config
+        self.segments: dict[int, SegmentRecord] = {}
+        self.objects: dict[bytes, ObjectRecord] = {}
+        self.resident_bytes = 0  # sum of the capacities of self.segments
+        self._next_segment_id = 1
+        self._next_transfer = 1
+        self._lru: OrderedDict[bytes, None] = OrderedDict()  # resident objects, least recently used first
+        self._pool: OrderedDict[int, None] = OrderedDict()  # pooled segment ids, longest pooled first
+        self._pool_by_capacity: dict[int, list[int]] = {}
+        self._pool_capacities: list[int] = []  # sorted keys of _pool_by_capacity
+        self._pins: dict[ReaderId, dict[bytes, list[int]]] = {}  # reader -> object id -> pinned segment ids
+        self._pending: dict[bytes, list[PendingGet]] = {}
+        self._loans: dict[int, int] = {}  # pid -> segments it borrowed and has not sealed
+        self._spill_resumes_at = 0.0
+
+    # ------------------------------------------------------------------------------------------ events
+
+    def on_allocate(self, requester: Requester, size: int, pid: int, now: float) -> list[Action]:
+        """A local writer wants a segment of at least `size` bytes to write an object into."""
+        if pid <= 0:
+            return [self._failed(requester, "allocate needs the writer's pid (local writers only)")]
+        if size <= 0:
+            return [self._failed(requester, f"cannot allocate {size} bytes")]
+        actions: list[Action] = []
+        segment = self._take_segment(size, now, actions)
+        segment.use = SegmentUse.LENT
+        segment.lent_to = pid
+        if not self._holds_anything(pid):
+            actions.append(WatchProcess(pid))
+        self._loans[pid] = self._loans.get(pid, 0) + 1
+        actions.append(GrantSegment(requester, segment.segment_id, size))
+        self._enforce_capacity(now, actions)
+        return actions
+
+    def on_seal(
+        self, requester: Requester, segment_id: int | None, object_id: bytes, size: int, name: str, pid: int,
+        now: float,
+    ) -> list[Action]:
+        """A local writer hands over the segment it wrote (`segment_id` None: the path named no segment)."""
+        segment = self.segments.get(segment_id) if segment_id is not None else None
+        if segment is None or segment.use is not SegmentUse.LENT or segment.lent_to != pid:
+            return [self._failed(requester, "seal: that segment was not allocated to this process (or is sealed)")]
+        if not 0 < size <= segment.capacity:
+            return [self._failed(requester, f"seal: {size:,} bytes do not fit the {segment.capacity:,}-byte segment")]
+        if not object_id:
+            return [self._failed(requester, "seal: an object needs an id")]
+        actions: list[Action] = []
+        self._end_loan(pid, actions)
+        existing = self.objects.get(object_id)
+        if existing is not None and existing.state is not ObjectState.FETCHING:
+            self._to_pool(segment, now)  # a second copy of an object we hold: keep the first
+        else:
+            segment.use = SegmentUse.HOLDS
+            self._make_resident(object_id, size, name, segment, now, actions)
+            actions.append(ReportHeld(((object_id, size),)))
+        actions.append(Reply(requester, d.Stored(requester.request_id, object_id)))
+        self._enforce_capacity(now, actions)
+        return actions
+
+    def on_put(self, requester: Requester, object_id: bytes, size: int, name: str, now: float) -> list[Action]:
+        """A remote writer sends an object; its payload (`size` bytes) comes with the message."""
+        if not object_id or size <= 0:
+            return [self._failed(requester, "put: an object needs an id and a payload")]
+        actions: list[Action] = []
+        existing = self.objects.get(object_id)
+        if existing is None or existing.state is ObjectState.FETCHING:
+            self._receive(object_id, size, name, now, actions)
+        actions.append(Reply(requester, d.Stored(requester.request_id, object_id)))
+        self._enforce_capacity(now, actions)
+        return actions
+
+    def on_get(
+        self, requester: Requester, object_id: bytes, local: bool, pid: int, wait_seconds: float, holder: str,
+        now: float, max_frame_bytes: int = 0,
+    ) -> list[Action]:
+        """Someone wants an object: mapped (local) or sent (remote); from `holder` if this store lacks it."""
+        if local and pid <= 0:
+            return [self._failed(requester, "a local get needs the reader's pid")]
+        pending = PendingGet(requester, object_id, local, pid, now + max(0.0, wait_seconds), max_frame_bytes)
+        actions: list[Action] = []
+        record = self.objects.get(object_id)
+        if record is None:
+            if holder and holder != self.config.own_address:
+                self.objects[object_id] = ObjectRecord(object_id, 0, ObjectState.FETCHING)
+                actions.append(Fetch(object_id, holder, int(max(0.0, wait_seconds) * 1000)))
+            elif wait_seconds <= 0:
+                return [Reply(requester, d.Missing(requester.request_id, object_id, "not held by this store"))]
+            self._pending.setdefault(object_id, []).append(pending)
+        elif record.state is ObjectState.RESIDENT:
+            self._answer(pending, record, actions)
+        elif record.state is ObjectState.SPILLED:
+            self._pending.setdefault(object_id, []).append(pending)
+            self._start_read_back(record, now, actions)
+        else:  # being read back or fetched
+            self._pending.setdefault(object_id, []).append(pending)
+        self._enforce_capacity(now, actions)
+        return actions
+
+    def on_release(self, pid: int, object_ids: list[bytes], now: float) -> list[Action]:
+        """A local reader unmapped these objects (one mapping each; an id twice for two mappings)."""
+        actions: list[Action] = []
+        held_before = self._holds_anything(pid)
+        reader = process_reader(pid)
+        for object_id in object_ids:
+            self._unpin(reader, object_id, now)
+        if held_before and not self._holds_anything(pid):
+            actions.append(UnwatchProcess(pid))
+        self._enforce_capacity(now, actions)
+        return actions
+
+    def on_process_gone(self, pid: int, now: float) -> list[Action]:
+        """A local process exited: its mappings are gone, and so is whatever it was writing."""
+        actions: list[Action] = []
+        reader = process_reader(pid)
+        for object_id, segment_ids in list(self._pins.get(reader, {}).items()):
+            for _ in range(len(segment_ids)):
+                self._unpin(reader, object_id, now)
+        for segment in list(self.segments.values()):
+            if segment.use is SegmentUse.LENT and segment.lent_to == pid:
+                self._to_pool(segment, now)
+        self._loans.pop(pid, None)
+        self._enforce_capacity(now, actions)
+        return actions
+
+    def on_transfer_done(self, transfer: int, now: float) -> list[Action]:
+        """zmq no longer reads the segment of this send."""
+        reader = transfer_reader(transfer)
+        for object_id in list(self._pins.get(reader, {})):
+            self._unpin(reader, object_id, now)
+        actions: list[Action] = []
+        self._enforce_capacity(now, actions)
+        return actions
+
+    def on_fetched(self, object_id: bytes, size: int, now: float) -> list[Action]:
+        """The holder sent the object we fetch; its payload comes with the message. Ignored if nobody waits."""
+        record = self.objects.get(object_id)
+        if record is None or record.state is not ObjectState.FETCHING or size <= 0:
+            return []
+        actions: list[Action] = []
+        self._receive(object_id, size, "", now, actions)
+        self._enforce_capacity(now, actions)
+        return actions
+
+    def on_fetch_failed(self, object_id: bytes, reason: str, now: float) -> list[Action]:
+        record = self.objects.get(object_id)
+        if record is None or record.state is not ObjectState.FETCHING:
+            return []
+        del self.objects[object_id]
+        actions: list[Action] = []
+        self._answer_missing(object_id, f"fetch failed: {reason}", actions)
+        return actions
+
+    def on_spill_failed(self, object_id: bytes, segment_id: int, capacity: int, now: float) -> list[Action]:
+        """The spill file could not be written: the segment still holds the object; spilling rests a while."""
+        self._spill_resumes_at = now + SPILL_RETRY_SECONDS
+        record = self.objects.get(object_id)
+        segment = SegmentRecord(segment_id, capacity, SegmentUse.HOLDS, object_id=object_id)
+        self._add_segment(segment)
+        if record is None or record.state is not ObjectState.SPILLED:
+            self._to_pool(segment, now)  # deleted meanwhile
+            return []
+        record.state = ObjectState.RESIDENT
+        record.segment_id = segment_id
+        self._lru[object_id] = None
+        self._lru.move_to_end(object_id, last=False)  # still the first to go when spilling resumes
+        return []
+
+    def on_read_back_done(self, object_id: bytes, ok: bool, reason: str, now: float) -> list[Action]:
+        """The ReadBack of this object finished (or failed: the object is lost)."""
+        record = self.objects.get(object_id)
+        if record is None or record.state is not ObjectState.READING_BACK or record.segment_id is None:
+            return []
+        actions: list[Action] = []
+        segment = self.segments[record.segment_id]
+        if not ok:
+            del self.objects[object_id]
+            self._to_pool(segment, now)
+            self._answer_missing(object_id, f"lost: its spill file could not be read ({reason})", actions)
+            actions.append(ReportLost((object_id,)))
+            self._enforce_capacity(now, actions)
+            return actions
+        record.state = ObjectState.RESIDENT
+        self._lru[object_id] = None
+        self._answer_waiting(record, actions)
+        self._enforce_capacity(now, actions)
+        return actions
+
+    def on_delete(self, object_ids: list[bytes], now: float) -> list[Action]:
+        """Nobody needs these objects any more (the scheduler's order)."""
+        actions: list[Action] = []
+        for object_id in object_ids:
+            record = self.objects.pop(object_id, None)
+            if record is None:
+                continue
+            self._answer_missing(object_id, "deleted", actions)
+            if record.state is ObjectState.SPILLED:
+                actions.append(DropSpill(object_id))
+                continue
+            if record.segment_id is None:
+                continue  # was being fetched: the late answer is ignored
+            if record.state is ObjectState.READING_BACK:
+                actions.append(DropSpill(object_id))  # the shell has not read it back yet: drop the file too
+            self._lru.pop(object_id, None)
+            segment = self.segments[record.segment_id]
+            if segment.pins:
+                segment.use = SegmentUse.ORPHANED
+            else:
+                self._to_pool(segment, now)
+        self._enforce_capacity(now, actions)
+        return actions
+
+    def on_tick(self, now: float) -> list[Action]:
+        """Answer the gets whose wait is over; free segments pooled for too long; spill if spilling rested."""
+        actions: list[Action] = []
+        for object_id, waiting in list(self._pending.items()):
+            expired = [get for get in waiting if get.deadline <= now]
+            if not expired:
+                continue
+            kept = [get for get in waiting if get.deadline > now]
+            if kept:
+                self._pending[object_id] = kept
+            else:
+                del self._pending[object_id]
+            for get in expired:
+                reason = "not here in time" if object_id not in self.objects else "still being fetched"
+                actions.append(Reply(get.requester, d.Missing(get.requester.request_id, object_id, reason)))
+            record = self.objects.get(object_id)
+            if not kept and record is not None and record.state is ObjectState.FETCHING:
+                del self.objects[object_id]  # nobody waits any more: the late answer is ignored
+        idle_limit = now - self.config.pool_idle_seconds
+        while self._pool:
+            segment = self.segments[next(iter(self._pool))]
+            if segment.pooled_at > idle_limit:
+                break
+            self._destroy(segment, actions)
+        self._enforce_capacity(now, actions)
+        return actions
+
+    # ------------------------------------------------------------------------------------------ views
+
+    def next_deadline(self) -> float | None:
+        """When on_tick next has something to do (a wait ends, a pooled segment idles out), if ever."""
+        deadlines = [get.deadline for waiting in self._pending.values() for get in waiting]
+        if self._pool:
+            deadlines.append(self.segments[next(iter(self._pool))].pooled_at + self.config.pool_idle_seconds)
+        return min(deadlines) if deadlines else None
+
+    def status(self) -> StoreStatus:
+        held = spilled = 0
+        count = 0
+        for record in self.objects.values():
+            if record.state is ObjectState.FETCHING:
+                continue
+            count += 1
+            held += record.size
+            if record.state is ObjectState.SPILLED:
+                spilled += record.size
+        by_use = {use: 0 for use in SegmentUse}
+        pinned = 0
+        for segment in self.segments.values():
+            by_use[segment.use] += segment.capacity
+            if segment.pins:
+                pinned += segment.capacity
+        return StoreStatus(
+            capacity_bytes=self.config.capacity_bytes,
+            resident_bytes=self.resident_bytes,
+            held_bytes=held,
+            spilled_bytes=spilled,
+            pinned_bytes=pinned,
+            pooled_bytes=by_use[SegmentUse.POOLED],
+            lent_bytes=by_use[SegmentUse.LENT],
+            object_count=count,
+            waiting_gets=sum(map(len, self._pending.values())),
+        )
+
+    def spillable(self) -> list[bytes]:
+        """Resident objects that may go to disk now (nobody has them mapped), least recently used first."""
+        return [object_id for object_id in self._lru if not self._segment_of(object_id).pins]
+
+    def pooled_segment_ids(self) -> list[int]:
+        return list(self._pool)
+
+    def spilling_rests(self, now: float) -> bool:
+        return now < self._spill_resumes_at
+
+    # ------------------------------------------------------------------------------------------ internals
+
+    def _holds_anything(self, pid: int) -> bool:
+        return bool(self._pins.get(process_reader(pid))) or bool(self._loans.get(pid))
+
+    def _end_loan(self, pid: int, actions: list[Action]) -> None:
+        left = self._loans.get(pid, 0) - 1
+        if left > 0:
+            self._loans[pid] = left
+        else:
+            self._loans.pop(pid, None)
+            if not self._holds_anything(pid):
+                actions.append(UnwatchProcess(pid))
+
+    @staticmethod
+    def _failed(requester: Requester, reason: str) -> Reply:
+        return Reply(requester, d.Failed(requester.request_id, reason))
+
+    def _segment_of(self, object_id: bytes) -> SegmentRecord:
+        segment_id = self.objects[object_id].segment_id
+        assert segment_id is not None
+        return self.segments[segment_id]
+
+    def _add_segment(self, segment: SegmentRecord) -> None:
+        self.segments[segment.segment_id] = segment
+        self.resident_bytes += segment.capacity
+
+    def _take_segment(self, size: int, now: float, actions: list[Action]) -> SegmentRecord:
+        """A segment for `size` bytes: a pooled one that fits, else a new one (making room for it first)."""
+        capacity = capacity_for(size)
+        index = bisect.bisect_left(self._pool_capacities, capacity)
+        if index < len(self._pool_capacities) and self._pool_capacities[index] <= capacity * (1 + POOL_FIT_SLACK):
+            segment = self.segments[self._pool_by_capacity[self._pool_capacities[index]][-1]]
+            self._leave_pool(segment)
+            return segment
+        self._make_room(capacity, now, actions)
+        segment = SegmentRecord(self._next_segment_id, capacity, SegmentUse.LENT)
+        self._next_segment_id += 1
+        self._add_segment(segment)
+        actions.append(CreateSegment(segment.segment_id, capacity))
+        return segment
+
+    def _to_pool(self, segment: SegmentRecord, now: float) -> None:
+        assert segment.pins == 0, "a pinned segment is never pooled"
+        segment.use = SegmentUse.POOLED
+        segment.object_id = b""
+        segment.lent_to = 0
+        segment.pooled_at = now
+        self._pool[segment.segment_id] = None
+        same_size = self._pool_by_capacity.get(segment.capacity)
+        if same_size is None:
+            same_size = self._pool_by_capacity[segment.capacity] = []
+            bisect.insort(self._pool_capacities, segment.capacity)
+        same_size.append(segment.segment_id)
+
+    def _leave_pool(self, segment: SegmentRecord) -> None:
+        del self._pool[segment.segment_id]
+        same_size = self._pool_by_capacity[segment.capacity]
+        same_size.remove(segment.segment_id)
+        if not same_size:
+            del self._pool_by_capacity[segment.capacity]
+            self._pool_capacities.remove(segment.capacity)
+
+    def _destroy(self, segment: SegmentRecord, actions: list[Action]) -> None:
+        if segment.use is SegmentUse.POOLED:
+            self._leave_pool(segment)
+        del self.segments[segment.segment_id]
+        self.resident_bytes -= segment.capacity
+        actions.append(DestroySegment(segment.segment_id))
+
+    def _make_room(self, extra: int, now: float, actions: list[Action]) -> None:
+        """Free memory until `extra` more bytes fit the capacity: pooled segments first, then LRU spilling."""
+        while self.resident_bytes + extra > self.config.capacity_bytes:
+            if self._pool:
+                self._destroy(self.segments[next(iter(self._pool))], actions)
+                continue
+            if self.spilling_rests(now) or not self._spill_one(actions):
+                return  # everything left is mapped by readers (or lent to writers): over capacity until released
+
+    def _enforce_capacity(self, now: float, actions: list[Action]) -> None:
+        self._make_room(0, now, actions)
+
+    def _spill_one(self, actions: list[Action]) -> bool:
+        for object_id in self._lru:
+            segment = self._segment_of(object_id)
+            if segment.pins:
+                continue
+            record = self.objects[object_id]
+            del self._lru[object_id]
+            record.state = ObjectState.SPILLED
+            record.segment_id = None
+            del self.segments[segment.segment_id]
+            self.resident_bytes -= segment.capacity
+            actions.append(SpillObject(object_id, segment.segment_id, record.size))
+            return True
+        return False
+
+    def _start_read_back(self, record: ObjectRecord, now: float, actions: list[Action]) -> None:
+        segment = self._take_segment(record.size, now, actions)
+        segment.use = SegmentUse.HOLDS
+        segment.object_id = record.object_id
+        record.state = ObjectState.READING_BACK
+        record.segment_id = segment.segment_id
+        actions.append(ReadBack(record.object_id, segment.segment_id))
+
+    def _receive(self, object_id: bytes, size: int, name: str, now: float, actions: list[Action]) -> None:
+        """An object arrives with a message (a put, a fetched object): into a segment, and answer its waiters."""
+        segment = self._take_segment(size, now, actions)
+        segment.use = SegmentUse.HOLDS
+        actions.append(WritePayload(segment.segment_id, size))
+        self._make_resident(object_id, size, name, segment, now, actions)
+        actions.append(ReportHeld(((object_id, size),)))
+
+    def _make_resident(
+        self, object_id: bytes, size: int, name: str, segment: SegmentRecord, now: float, actions: list[Action]
+    ) -> None:
+        segment.object_id = object_id
+        record = ObjectRecord(object_id, size, ObjectState.RESIDENT, name, segment.segment_id)
+        self.objects[object_id] = record
+        self._lru[object_id] = None
+        self._answer_waiting(record, actions)
+
+    def _answer_waiting(self, record: ObjectRecord, actions: list[Action]) -> None:
+        for pending in self._pending.pop(record.object_id, []):
+            self._answer(pending, record, actions)
+
+    def _answer(self, pending: PendingGet, record: ObjectRecord, actions: list[Action]) -> None:
+        segment_id = record.segment_id
+        assert segment_id is not None and record.state is ObjectState.RESIDENT
+        self._lru.move_to_end(record.object_id)
+        if pending.local:
+            if not self._holds_anything(pending.pid):
+                actions.append(WatchProcess(pending.pid))
+            self._pin(process_reader(pending.pid), record.object_id, segment_id)
+            actions.append(Locate(pending.requester, record.object_id, segment_id, record.size))
+        else:
+            transfer = self._next_transfer
+            self._next_transfer += 1
+            self._pin(transfer_reader(transfer), record.object_id, segment_id)
+            actions.append(SendObject(
+                pending.requester, record.object_id, segment_id, record.size, transfer, pending.max_frame_bytes
+            ))
+
+    def _answer_missing(self, object_id: bytes, reason: str, actions: list[Action]) -> None:
+        for pending in self._pending.pop(object_id, []):
+            actions.append(Reply(pending.requester, d.Missing(pending.requester.request_id, object_id, reason)))
+
+    def _pin(self, reader: ReaderId, object_id: bytes, segment_id: int) -> None:
+        self.segments[segment_id].pins += 1
+        self._pins.setdefault(reader, {}).setdefault(object_id, []).append(segment_id)
+
+    def _unpin(self, reader: ReaderId, object_id: bytes, now: float) -> None:
+        by_object = self._pins.get(reader)
+        if not by_object or object_id not in by_object:
+            return  # a release we cannot match (sent twice, or after its process was reported gone)
+        segment_ids = by_object[object_id]
+        segment = self.segments[segment_ids.pop()]
+        if not segment_ids:
+            del by_object[object_id]
+            if not by_object:
+                del self._pins[reader]
+        segment.pins -= 1
+        if segment.pins == 0 and segment.use is SegmentUse.ORPHANED:
+            self._to_pool(segment, now)
