@@ -26,8 +26,8 @@ from tests.dask_suite.expected_failures import EXPECTED_FAILURES, WAITING_FOR_WA
 from tests.dask_suite.selection import DESELECTED, MODULES  # noqa: E402
 
 # Upper bounds against a hang, not expectations: the child's own tests time out after 120 s each.
-SESSION_TIMEOUT_SECONDS = 1200
-pytestmark = pytest.mark.timeout(SESSION_TIMEOUT_SECONDS + 300)
+SESSION_TIMEOUT_SECONDS = 900
+pytestmark = pytest.mark.timeout(SESSION_TIMEOUT_SECONDS + 60)  # a test runs at most one session
 
 DASK_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(dask.__file__)))  # holds the `dask` package
 FAILING = ("failed", "error")
@@ -56,7 +56,8 @@ def run_dask_tests(node_ids: list[str], scheduler: str, directory: str, environm
     except subprocess.TimeoutExpired:
         os.killpg(session.pid, signal.SIGKILL)
         output, _ = session.communicate()
-        pytest.fail(f"pytest over dask's tests still ran after {SESSION_TIMEOUT_SECONDS} s:\n{output[-5000:]!r}")
+        text = output.decode(errors="replace")
+        pytest.fail(f"pytest over dask's tests still ran after {SESSION_TIMEOUT_SECONDS} s:\n{text[-5000:]}")
     text = output.decode(errors="replace")
     assert session.returncode in (0, 1), f"pytest over dask's tests did not finish its session:\n{text[-5000:]}"
     with open(report_path, encoding="utf-8") as report_file:
@@ -64,7 +65,7 @@ def run_dask_tests(node_ids: list[str], scheduler: str, directory: str, environm
 
 
 @pytest.fixture(scope="module")
-def dask_environment(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+def dask_environment() -> dict[str, str]:
     environment = dict(os.environ)
     environment["PYTHONPATH"] = REPO_ROOT + os.pathsep + environment.get("PYTHONPATH", "")
     environment.pop("SCALER_ADDRESS", None)  # the plugin's own cluster, never one from outside
