@@ -6,6 +6,8 @@ At session start it starts a SchedulerClusterCombo (2 workers) and points dask's
 its collections' default getters at `scaler.get` (see `routing.py`), through a counter of the graphs
 that went that way; at the end it stops the cluster and writes, for each test, its outcome, the first
 line of its failure and the graphs it sent. A run whose computes bypassed Scaler shows few graphs.
+Graphs that tests hand to dask's own schedulers themselves (`dask.get(graph, keys)`,
+`scheduler=dask.threaded.get`) are counted apart, as `local_graphs`.
 
 `--dask-suite-scheduler=multiprocessing` routes the same computes to `dask.multiprocessing.get`
 instead, and starts no cluster: a failure that also happens there comes from running tasks in other
@@ -43,7 +45,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 class CountingGet:
-    """A dask get function that counts, per test, the graphs it passes on to `target`."""
+    """A dask get function (or dask's `get_async`) that counts, per test, the graphs it passes on to `target`."""
 
     def __init__(self, target: Callable) -> None:
         self.target = target
@@ -51,10 +53,10 @@ class CountingGet:
         self.graphs_by_test: dict[str, int] = {}
         self._lock = threading.Lock()  # tests compute from threads of their own too
 
-    def __call__(self, dsk: Any, keys: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         with self._lock:
             self.graphs_by_test[self.current_test] = self.graphs_by_test.get(self.current_test, 0) + 1
-        return self.target(dsk, keys, **kwargs)
+        return self.target(*args, **kwargs)
 
     def __repr__(self) -> str:
         return f"CountingGet({getattr(self.target, '__module__', '?')}.{getattr(self.target, '__name__', '?')})"
@@ -67,6 +69,7 @@ class DaskSuiteSession:
         self.cluster: Any = None
         self.client: Any = None
         self.counting_get: CountingGet | None = None
+        self.local_runs: CountingGet | None = None  # graphs run by dask's own schedulers meanwhile
         self.routing = Routing()
         self.results: dict[str, dict[str, Any]] = {}
         self.started = time.monotonic()
@@ -75,6 +78,19 @@ class DaskSuiteSession:
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         self.counting_get = CountingGet(self._start_target())
         route_dask_to(self.counting_get, self.routing)
+        if self.scheduler == "scaler":
+            self._count_local_runs()
+
+    def _count_local_runs(self) -> None:
+        """Every local dask scheduler runs a graph through `get_async`, bound by name in these modules."""
+        import dask.local
+        import dask.multiprocessing
+        import dask.threaded
+
+        self.local_runs = CountingGet(dask.local.get_async)
+        for module in (dask.local, dask.threaded, dask.multiprocessing):
+            self.routing.replaced.append((module, "get_async", module.get_async))
+            module.get_async = self.local_runs  # type: ignore[attr-defined,assignment]
 
     def _start_target(self) -> Callable:
         if self.scheduler == "multiprocessing":
@@ -98,11 +114,13 @@ class DaskSuiteSession:
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
-        assert self.counting_get is not None
-        self.counting_get.current_test = item.nodeid
+        counters = [counter for counter in (self.counting_get, self.local_runs) if counter is not None]
+        for counter in counters:
+            counter.current_test = item.nodeid
         self.results.setdefault(item.nodeid, {"outcome": "passed", "message": "", "seconds": 0.0})
         yield
-        self.counting_get.current_test = OUTSIDE_TESTS
+        for counter in counters:
+            counter.current_test = OUTSIDE_TESTS
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         result = self.results.setdefault(report.nodeid, {"outcome": "passed", "message": "", "seconds": 0.0})
@@ -130,8 +148,10 @@ class DaskSuiteSession:
     def _write_report(self) -> None:
         assert self.counting_get is not None
         graphs = dict(self.counting_get.graphs_by_test)
+        local_graphs = dict(self.local_runs.graphs_by_test) if self.local_runs is not None else {}
         tests = {
-            node_id: {**result, "graphs": graphs.pop(node_id, 0)} for node_id, result in sorted(self.results.items())
+            node_id: {**result, "graphs": graphs.pop(node_id, 0), "local_graphs": local_graphs.get(node_id, 0)}
+            for node_id, result in sorted(self.results.items())
         }
         report = {
             "scheduler": self.scheduler,
