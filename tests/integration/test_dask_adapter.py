@@ -264,6 +264,18 @@ def test_legacy_tasks_keep_dask_meaning() -> None:
     assert scaler.get(graph, list(graph)) == dask.get(graph, list(graph))
 
 
+def test_fused_chains_with_array_and_frame_arguments() -> None:
+    """A chain link fused into a task that also takes a numpy array or a pandas object, whose `==` is
+    element-wise or raises (dask's test_map.py::test_series_map2 and test_categorical.py)."""
+    for literal in (np.arange(3), pd.Series([10, 20, 30])):
+        graph = {"a": (inc, 1), "b": (operator.add, "a", literal)}
+        np.testing.assert_array_equal(scaler.get(graph, "b"), dask.get(graph, "b"))
+
+    frame = pd.DataFrame({"a": range(9)}, index=pd.Index([0, 1, 3, 5, 6, 8, 9, 9, 9], name="position"))
+    lookup = pd.Series({value: value + 1 for value in range(9)})
+    same_as_sync(dd.from_pandas(frame, npartitions=3).a.map(lookup, meta=("a", "int64")))
+
+
 # ---------------------------------------------------------------------------------------------- errors
 
 

@@ -21,6 +21,7 @@ inside their only dependent (see `_fusion_groups`), as nested tasks when they ar
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from collections.abc import Hashable, Mapping
 from typing import Any
@@ -334,9 +335,14 @@ def _nested(needed: _Needed, key: Hashable, members: set[Hashable], depth: int) 
         return None
     task = needed.values[key]
     arguments = list(task[1:])
+    # Counted by hash among the members only: `==` against every argument would also compare keys with
+    # literals such as numpy arrays or pandas objects, whose `==` is element-wise or raises.
+    member_uses = collections.Counter(
+        argument for argument in arguments if type(argument) in _KEY_TYPES and argument in members
+    )
     for position, argument in enumerate(arguments):
         if type(argument) in _KEY_TYPES and argument in members and argument != key:
-            if arguments.count(argument) > 1:
+            if member_uses[argument] > 1:
                 return None  # in place twice would compute it twice
             inner = _nested(needed, argument, members, depth + 1)
             if inner is None:
