@@ -1215,6 +1215,23 @@ def test_a_client_deletes_a_shared_argument_object_once_no_live_task_names_it():
     assert cluster.core.object_count == 1
 
 
+def test_a_client_cannot_delete_the_function_of_its_own_unfinished_task():
+    """PROTOCOL.md §9: an object an unfinished task of the client names stays. The function was freed all the
+    same, and dispatching the task to a worker that joined later raised KeyError."""
+    cluster = SimulatedCluster()
+    client = cluster.add_client()
+    (task_id,) = cluster.submit(client, 1)  # no worker yet: it waits in the queue
+    assert cluster.send(client.identity, m.DeleteObjects(object_ids=[FUNCTION_ID])) == []
+    assert cluster.core.object_count == 1
+    worker = cluster.add_worker()
+    assert list(worker.pending) == [task_id]
+    cluster.run_to_completion()
+    assert_exactly_once(client, [task_id])
+    assert cluster.send(client.identity, m.DeleteObjects(object_ids=[FUNCTION_ID])) == [
+        (worker.identity, m.DeleteObjects(object_ids=[FUNCTION_ID]))
+    ]
+
+
 def test_welcome_announces_the_size_limits_peers_must_respect():
     cluster = SimulatedCluster(CoreConfig(max_frame_bytes=1 << 20, max_control_frame_bytes=1 << 19))
     for peer in (cluster.add_client(), cluster.add_worker()):

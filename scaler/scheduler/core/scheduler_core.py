@@ -816,6 +816,8 @@ class SchedulerCore:
             # An object a live task still names stays until clear() or disconnect: dispatch must find it.
             for task_id in client.task_ids:
                 record = self._tasks[task_id]
+                doomed.discard(record.signature.function_id)
+                doomed.discard(record.signature.serializer_id)
                 if record.object_slots:
                     doomed.difference_update(bytes(record.args[slot]) for slot in record.object_slots)
         if doomed:
