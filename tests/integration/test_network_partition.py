@@ -36,7 +36,7 @@ import pytest
 from scaler import Client
 from scaler.cli.common import EXIT_WITH_PARENT_ENV
 from scaler.protocol import messages as m
-from scaler.scheduler.monitor import MonitorSnapshot
+from scaler.protocol.monitor_messages import MonitorSnapshot
 from scaler.ui.feed import MonitorSubscriber
 
 HEARTBEAT_SECONDS = 0.5
