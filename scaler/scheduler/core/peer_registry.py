@@ -67,9 +67,6 @@ class PeerRegistry:
         # Task id prefixes are never reused within one scheduler process, so a task id names one client.
         self.next_id_prefix = 1
 
-    def is_registered(self, identity: bytes) -> bool:
-        return identity in self.clients or identity in self.workers
-
     def on_hello(self, sender: bytes, hello: m.Hello, now: float) -> tuple[m.Message, WorkerPeer | None]:
         """Register an unknown sender: the reply (welcome or refused), and the worker if one joined.
 
