@@ -25,7 +25,7 @@ from scaler.scheduler.monitor import MonitorPublisher
 from scaler.utility.curve import ServerKeys, secure_server
 from scaler.utility.ipc_sockets import remove_stale_monitor_sockets
 from scaler.utility.readiness import FAILED, LISTENING, ReadinessReporter
-from scaler.utility.zmq_util import receive_frames, send_frames
+from scaler.utility.zmq_util import configure_socket, receive_frames, send_frames
 
 logger = logging.getLogger(__name__)
 
@@ -98,10 +98,7 @@ class SchedulerServer:
             raise SchedulerStartError(f"Scheduler: cannot start: {error}") from None
         context = zmq.Context(io_threads=config.io_threads)
         socket = context.socket(zmq.ROUTER)
-        # Never drop a message silently: a ROUTER drops on a full queue unless the limit is lifted.
-        socket.setsockopt(zmq.SNDHWM, 0)
-        socket.setsockopt(zmq.RCVHWM, 0)
-        socket.setsockopt(zmq.LINGER, 0)
+        configure_socket(socket)
         socket.setsockopt(zmq.MAXMSGSIZE, config.max_message_size_bytes)
         # ZeroMQ pings each connection, so that the TCP connection of a peer whose machine vanished is
         # closed instead of kept open with its queued messages. Only after the longest peer timeout: by
