@@ -15,6 +15,7 @@ from core_harness import (
 
 from scaler.protocol import messages as m
 from scaler.scheduler.core.core_config import CoreConfig
+from scaler.scheduler.core.invariants import CoreInvariantError
 from scaler.scheduler.core.scheduler_core import SchedulerCore
 from scaler.utility.identifiers import TASK_COUNTER_BITS, content_object_id
 
@@ -1310,3 +1311,25 @@ def test_warnings_of_a_quiet_graph_task_go_to_its_client_though_its_result_does_
     assert client.outcomes[final_id] == [("ok", payload_for(final_id))]
     assert quiet_id not in client.outcomes
     assert_no_task_state(cluster.core)
+
+
+# ---------------------------------------------------------------------------------------------- invariants
+
+
+@pytest.mark.parametrize("break_it", [
+    pytest.param(lambda core, task_id: core.tasks.records[task_id].client.task_ids.discard(task_id), id="client"),
+    pytest.param(lambda core, task_id: setattr(core.tasks, "waiting", core.tasks.waiting + 1), id="queue-count"),
+    pytest.param(lambda core, task_id: core.tasks.queue.append(core.tasks.records[task_id]), id="queued-twice"),
+    pytest.param(lambda core, task_id: core.objects.stored.clear(), id="objects"),
+    pytest.param(lambda core, task_id: setattr(core.tasks.records[task_id], "blame_pending", True), id="blame"),
+])
+def test_check_invariants_notices_a_core_whose_parts_disagree(break_it):
+    """The harness relies on it after every message: it must fail on a broken core, not only pass on a good one."""
+    cluster = SimulatedCluster()
+    cluster.add_worker(capacity=1)
+    client = cluster.add_client()
+    _, queued = cluster.submit(client, 2)
+    cluster.core.check_invariants()
+    break_it(cluster.core, queued)
+    with pytest.raises(CoreInvariantError):
+        cluster.core.check_invariants()
