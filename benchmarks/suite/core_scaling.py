@@ -20,7 +20,8 @@ import time
 from workloads import Runner, current_rss_mb
 
 from scaler.protocol import messages as m
-from scaler.scheduler.core.scheduler_core import CoreConfig, SchedulerCore
+from scaler.scheduler.core.core_config import CoreConfig
+from scaler.scheduler.core.scheduler_core import SchedulerCore
 from scaler.utility.identifiers import TASK_COUNTER_BITS, content_object_id
 
 FUNCTION_PAYLOAD = b"a serialized no-op function"
@@ -96,11 +97,11 @@ class Simulation:
     def leftovers(self) -> dict:
         core = self.core
         return {
-            "task_records": len(core._tasks),
-            "unassigned_queue_entries": len(core._unassigned),
-            "dependency_entries": len(core._dependents),
+            "task_records": len(core.tasks.records),
+            "unassigned_queue_entries": len(core.tasks.queue),
+            "dependency_entries": len(core.graph.dependents),
             "assigned_on_workers": sum(len(worker.assigned) for worker in core.workers()),
-            "client_task_ids": sum(len(client.task_ids) for client in core._clients.values()),
+            "client_task_ids": sum(len(client.task_ids) for client in core.peers.clients.values()),
         }
 
 

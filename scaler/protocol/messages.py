@@ -1,7 +1,8 @@
 """The Python view of the wire protocol: plain objects in, one Cap'n Proto frame out, and back.
 
-This is the only module that imports capnp. Everything above it handles the dataclasses below, so the
-scheduler core, the worker and the client never see a capnp reader or builder.
+This module and its sibling for the monitor feed, monitor_messages.py, are the only ones that import
+capnp. Everything above them handles dataclasses, so the scheduler core, the worker, the client and
+the monitor views never see a capnp reader or builder.
 """
 
 from __future__ import annotations

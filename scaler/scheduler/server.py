@@ -15,14 +15,17 @@ import psutil
 import zmq
 
 from scaler.protocol import messages as m
+from scaler.protocol.monitor_messages import MonitorSnapshot
 from scaler.scheduler.bad_frame_log import BadFrameLog, short_identity
 from scaler.scheduler.config import MONITOR_DIRECTORY, SchedulerConfig, default_monitor_address
-from scaler.scheduler.core.scheduler_core import CoreConfig, Outgoing, SchedulerCore
+from scaler.scheduler.core.core_config import CoreConfig
+from scaler.scheduler.core.outgoing import Outgoing
+from scaler.scheduler.core.scheduler_core import SchedulerCore
 from scaler.scheduler.monitor import MonitorPublisher
 from scaler.utility.curve import ServerKeys, secure_server
 from scaler.utility.ipc_sockets import remove_stale_monitor_sockets
 from scaler.utility.readiness import FAILED, LISTENING, ReadinessReporter
-from scaler.utility.zmq_util import receive_frames, send_frames
+from scaler.utility.zmq_util import configure_socket, receive_frames, send_frames
 
 logger = logging.getLogger(__name__)
 
@@ -57,24 +60,25 @@ class SchedulerServer:
         self._stop_requested = threading.Event()
         self._process = psutil.Process()
         self._process.cpu_percent()
-        self.received: dict[str, int] = {}
-        self.sent: dict[str, int] = {}
+        # Messages by class name since start, for the monitor feed.
+        self._received: dict[str, int] = {}
+        self._sent: dict[str, int] = {}
         self._bad_frame_log = BadFrameLog()
 
-    @property
-    def core(self) -> SchedulerCore:
-        return self._core
-
-    def status_snapshot(self) -> dict:
-        """What the monitor feed publishes: the core's view plus this process's own usage and counters."""
-        snapshot = self._core.status(time.monotonic())
-        snapshot["scheduler"] = {
-            "cpu_percent": self._process.cpu_percent(),
-            "rss_bytes": self._process.memory_info().rss,
-        }
-        snapshot["sent"] = dict(self.sent)
-        snapshot["received"] = dict(self.received)
-        return snapshot
+    def _monitor_snapshot(self) -> MonitorSnapshot:
+        """What the monitor feed publishes: the core's status plus this process's own usage and counters."""
+        status = self._core.status(time.monotonic())
+        return MonitorSnapshot(
+            scheduler_cpu_percent=self._process.cpu_percent(),
+            scheduler_rss_bytes=self._process.memory_info().rss,
+            tasks=status.tasks,
+            sent=dict(self._sent),
+            received=dict(self._received),
+            clients=status.clients,
+            object_count=status.object_count,
+            object_bytes=status.object_bytes,
+            workers=status.workers,
+        )
 
     def stop(self) -> None:
         """Ask the loop to finish; safe from any thread or a signal handler."""
@@ -94,10 +98,7 @@ class SchedulerServer:
             raise SchedulerStartError(f"Scheduler: cannot start: {error}") from None
         context = zmq.Context(io_threads=config.io_threads)
         socket = context.socket(zmq.ROUTER)
-        # Never drop a message silently: a ROUTER drops on a full queue unless the limit is lifted.
-        socket.setsockopt(zmq.SNDHWM, 0)
-        socket.setsockopt(zmq.RCVHWM, 0)
-        socket.setsockopt(zmq.LINGER, 0)
+        configure_socket(socket)
         socket.setsockopt(zmq.MAXMSGSIZE, config.max_message_size_bytes)
         # ZeroMQ pings each connection, so that the TCP connection of a peer whose machine vanished is
         # closed instead of kept open with its queued messages. Only after the longest peer timeout: by
@@ -125,8 +126,6 @@ class SchedulerServer:
             if monitor.is_bound:
                 logger.info(f"Scheduler: monitor address is {monitor_address}")
             logger.info(f"Scheduler: listening on {config.address}")
-            for component in ("TaskManager", "ObjectManager", "WorkerManager", "ClientManager"):
-                logger.info(f"{component}: started")
             if on_listening is not None:
                 on_listening()
             removed = remove_stale_monitor_sockets(MONITOR_DIRECTORY)
@@ -169,7 +168,7 @@ class SchedulerServer:
                     logger.warning(line)
                 if now >= next_monitor:
                     next_monitor = now + _MONITOR_SECONDS
-                    monitor.publish(self.status_snapshot())
+                    monitor.publish(self._monitor_snapshot())
                 if exit_with_parent is not None and os.getppid() != exit_with_parent:
                     logger.warning("Scheduler: parent process is gone, exiting")
                     return
@@ -187,7 +186,7 @@ class SchedulerServer:
             self._log_bad_frame(sender, f"an undecodable message ({error})")
             return self._core.on_bad_frame(sender, str(error))
         name = type(message).__name__
-        self.received[name] = self.received.get(name, 0) + 1
+        self._received[name] = self._received.get(name, 0) + 1
         try:
             return self._core.on_message(sender, message, time.monotonic())
         except Exception:
@@ -202,7 +201,7 @@ class SchedulerServer:
     def _send(self, socket: zmq.Socket, outgoing: list[Outgoing]) -> None:
         for identity, message in outgoing:
             name = type(message).__name__
-            self.sent[name] = self.sent.get(name, 0) + 1
+            self._sent[name] = self._sent.get(name, 0) + 1
             try:
                 send_frames(socket, [identity, *m.encode(message)])
             except zmq.ZMQError as error:

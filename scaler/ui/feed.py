@@ -10,7 +10,7 @@ import time
 
 import zmq
 
-from scaler.scheduler.monitor import MonitorDecodeError, MonitorSnapshot, decode_snapshot
+from scaler.protocol.monitor_messages import MonitorDecodeError, MonitorSnapshot, decode_snapshot
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ import collections
 import dataclasses
 from typing import Any
 
-from scaler.scheduler.monitor import MonitorSnapshot, TaskCounts
+from scaler.protocol.monitor_messages import MonitorSnapshot, TaskCounts
 
 # About five minutes of one-second snapshots.
 DEFAULT_KEEP_POINTS = 300

@@ -12,7 +12,7 @@ import signal
 import time
 from types import FrameType
 
-from scaler.scheduler.monitor import MonitorSnapshot
+from scaler.protocol.monitor_messages import MonitorSnapshot
 from scaler.ui.feed import MonitorSubscriber
 from scaler.ui.top_screen import DEFAULT_SORT, SORT_SHORTCUTS, render
 

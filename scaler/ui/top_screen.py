@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
-from scaler.scheduler.monitor import ClientStatus, MonitorSnapshot, WorkerStatus
+from scaler.protocol.monitor_messages import ClientStatus, MonitorSnapshot, WorkerStatus
 
 # Seconds without a snapshot before the screen says the scheduler may be gone (it publishes every second).
 STALE_AFTER_SECONDS = 3.0

@@ -290,15 +290,17 @@ def case_worker_sends_client_messages(peers: PeerFactory) -> None:
     peer.hello(role=m.Role.WORKER, capacity=1)
     try:
         # No client work is in flight at this point, so this fake worker is never handed a real task.
-        peer.send(m.TaskSubmission(objects=[], groups=[]))
-        assert peer.expect(m.ProtocolError).reason
-        peer.send(m.CancelTasks(task_ids=[1, 2, 3]))  # ignored
-        peer.send(m.ClearRequest())  # ignored
-        peer.send(m.ShutdownRequest())
-        assert peer.expect(m.ProtocolError).reason
-        peer.send(m.DeleteObjects(object_ids=[b"x" * 16]))  # clients delete their objects; workers may not
-        assert "only clients" in peer.expect(m.ProtocolError).reason
-        peer.assert_still_registered()  # the two ignored messages produced no reply
+        for message in (
+            m.TaskSubmission(objects=[], groups=[]),
+            m.CancelTasks(task_ids=[1, 2, 3]),
+            m.ClearRequest(),
+            m.ShutdownRequest(),
+            m.DeleteObjects(object_ids=[b"x" * 16]),  # clients delete their objects; workers may not
+        ):
+            peer.send(message)
+            reason = peer.expect(m.ProtocolError).reason
+            assert f"a worker may not send {type(message).__name__}; only clients do" == reason, reason
+        peer.assert_still_registered()  # told, not dropped
     finally:
         peer.send(m.Disconnect(reason="test over"))
     peer.assert_unknown()  # the scheduler processed the disconnect before any client work follows

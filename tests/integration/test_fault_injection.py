@@ -27,8 +27,8 @@ import pytest
 from scaler import Client, SchedulerClusterCombo
 from scaler.errors import MemoryLimitError, SchedulerLostError, TaskTimeoutError, WorkerDiedError
 from scaler.protocol import messages as m
+from scaler.protocol.monitor_messages import MonitorSnapshot
 from scaler.scheduler.config import default_monitor_address
-from scaler.scheduler.monitor import MonitorSnapshot
 from scaler.ui.feed import MonitorSubscriber
 
 TASKS = 4000

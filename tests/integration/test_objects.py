@@ -14,8 +14,8 @@ import pytest
 from scaler import Client, SchedulerClusterCombo, Serializer
 from scaler.client.object_reference import ObjectReference
 from scaler.errors import TaskRejectedError
+from scaler.protocol.monitor_messages import ClientStatus, MonitorSnapshot
 from scaler.scheduler.config import default_monitor_address
-from scaler.scheduler.monitor import ClientStatus, MonitorSnapshot
 from scaler.ui.feed import MonitorSubscriber
 
 LARGE = 150 * 1024 * 1024

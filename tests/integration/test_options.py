@@ -22,7 +22,8 @@ from scaler.cluster.combo import free_local_address
 from scaler.errors import ConnectionFailedError
 from scaler.protocol import messages as m
 from scaler.scheduler.config import SchedulerConfig
-from scaler.scheduler.core.scheduler_core import CoreConfig, SchedulerCore
+from scaler.scheduler.core.core_config import CoreConfig
+from scaler.scheduler.core.scheduler_core import SchedulerCore
 from scaler.worker.config import WorkerConfig
 
 SCRIPTS_DIR = os.path.dirname(sys.executable)

@@ -124,7 +124,7 @@ def monitor_path(address: str) -> str:
 
 
 def workers_registered(scheduler_log: str) -> int:
-    return len(re.findall(r"WorkerManager: worker .* connected", scheduler_log))
+    return len(re.findall(r"PeerRegistry: worker .* connected", scheduler_log))
 
 
 def wait_until(predicate: Callable[[], bool], what: str, timeout: float = WAIT_SECONDS) -> None:

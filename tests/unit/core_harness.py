@@ -3,7 +3,9 @@
 The harness plays every client and worker: it feeds the core `(identity, message, now)`, and routes
 whatever the core returns into the inbox of the peer it is addressed to. Simulated workers remember the
 tasks they were handed and answer them on request; simulated clients remember every result they got,
-so a test can check that each task was answered exactly once, to the client that submitted it.
+so a test can check that each task was answered exactly once, to the client that submitted it. After
+every message and tick the core checks its own invariants (SchedulerCore.check_invariants), unless a
+test of scale turns that off.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ import dataclasses
 from typing import Iterable
 
 from scaler.protocol import messages as m
-from scaler.scheduler.core.scheduler_core import CoreConfig, SchedulerCore
+from scaler.scheduler.core.core_config import CoreConfig
+from scaler.scheduler.core.scheduler_core import SchedulerCore
 from scaler.utility.identifiers import TASK_COUNTER_BITS, content_object_id
 
 FUNCTION_PAYLOAD = b"cloudpickled function: lambda x: x + 1"
@@ -78,9 +81,12 @@ class SimWorker:
 
 
 class SimulatedCluster:
-    def __init__(self, config: CoreConfig | None = None, *, now: float = 1000.0) -> None:
+    def __init__(
+        self, config: CoreConfig | None = None, *, now: float = 1000.0, check_invariants: bool = True
+    ) -> None:
         self.core = SchedulerCore(config or CoreConfig())
         self.now = now
+        self.check_invariants = check_invariants
         self.clients: dict[bytes, SimClient] = {}
         self.workers: dict[bytes, SimWorker] = {}
         # Messages the core addressed to identities the harness does not (or no longer) play.
@@ -91,12 +97,16 @@ class SimulatedCluster:
 
     def send(self, identity: bytes, message: m.Message) -> list[tuple[bytes, m.Message]]:
         out = self.core.on_message(identity, message, self.now)
+        if self.check_invariants:
+            self.core.check_invariants()
         self._route(out)
         return out
 
     def tick(self, advance: float = 0.0) -> list[tuple[bytes, m.Message]]:
         self.now += advance
         out = self.core.on_tick(self.now)
+        if self.check_invariants:
+            self.core.check_invariants()
         self._route(out)
         return out
 
@@ -235,9 +245,10 @@ class SimulatedCluster:
 def assert_no_task_state(core: SchedulerCore) -> None:
     """Every finished task is forgotten: nothing about it stays in the core."""
     assert core.task_count == 0
-    assert core._tasks == {}
+    assert core.tasks.records == {}
     assert core.unassigned_count == 0
+    assert core.graph.dependents == {}
     for worker in core.workers():
         assert worker.assigned == {}, f"worker {worker.name} still holds {len(worker.assigned)} tasks"
-    for client in core._clients.values():
+    for client in core.peers.clients.values():
         assert client.task_ids == set(), f"client {client.name} still has {len(client.task_ids)} tasks"

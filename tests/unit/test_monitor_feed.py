@@ -13,19 +13,29 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scaler.protocol import messages as m
-from scaler.scheduler.monitor import (
+from scaler.protocol.monitor_messages import (
     FEED_VERSION,
     MonitorDecodeError,
-    MonitorPublisher,
+    MonitorSnapshot,
+    WorkerStatus,
     decode_snapshot,
     encode_snapshot,
 )
+from scaler.scheduler.monitor import MonitorPublisher
 from scaler.ui.feed import MonitorSubscriber
 
 pytestmark = pytest.mark.timeout(30)
 
 
-def status_of_busy_cluster() -> dict:
+def snapshot_of(status, **server_figures) -> MonitorSnapshot:
+    """The snapshot the server makes of a core's status (SchedulerServer._monitor_snapshot)."""
+    return MonitorSnapshot(
+        tasks=status.tasks, clients=status.clients, object_count=status.object_count,
+        object_bytes=status.object_bytes, workers=status.workers, **server_figures,
+    )
+
+
+def status_of_busy_cluster() -> MonitorSnapshot:
     """A real core's status (plus what the server adds) with tasks in several states."""
     cluster = SimulatedCluster()
     client = cluster.add_client()
@@ -37,45 +47,44 @@ def status_of_busy_cluster() -> dict:
         cpu_percent=12.5, rss_bytes=50 << 20, queued_tasks=1,
         processor_cpu_percent=99.0, processor_rss_bytes=60 << 20, latency_us=700,
     ))
-    status = cluster.core.status(cluster.now + 0.5)
-    status["scheduler"] = {"cpu_percent": 3.5, "rss_bytes": 40 << 20}
-    status["sent"] = {"Welcome": 3, "TaskSubmission": 2}
-    status["received"] = {"Hello": 3, "Heartbeat": 1}
-    return status
+    return snapshot_of(
+        cluster.core.status(cluster.now + 0.5),
+        scheduler_cpu_percent=3.5,
+        scheduler_rss_bytes=40 << 20,
+        sent={"Welcome": 3, "TaskSubmission": 2},
+        received={"Hello": 3, "Heartbeat": 1},
+    )
 
 
 def test_a_core_status_round_trips_through_the_feed() -> None:
     status = status_of_busy_cluster()
-    snapshot = decode_snapshot(encode_snapshot(status, sequence=7, published_at=1_700_000_000.25))
+    status.sequence, status.published_at = 7, 1_700_000_000.25
+    snapshot = decode_snapshot(encode_snapshot(status))
 
     assert snapshot.feed_version == FEED_VERSION
     assert snapshot.sequence == 7
     assert snapshot.published_at == pytest.approx(1_700_000_000.25)
     assert snapshot.scheduler_cpu_percent == pytest.approx(3.5)
     assert snapshot.scheduler_rss_bytes == 40 << 20
-    tasks = status["tasks"]
-    assert (snapshot.tasks.unassigned, snapshot.tasks.running, snapshot.tasks.success) == (
-        tasks["unassigned"], tasks["running"], tasks["success"]
-    )
+    assert snapshot.tasks == status.tasks
     assert snapshot.tasks.success == 2 and snapshot.tasks.running + snapshot.tasks.unassigned == 4
-    assert snapshot.sent == status["sent"] and snapshot.received == status["received"]
-    assert [(c.name, c.tasks) for c in snapshot.clients] == [(c["name"], c["tasks"]) for c in status["clients"]]
-    assert snapshot.object_count == status["objects"]["count"] and snapshot.object_bytes == status["objects"]["bytes"]
+    assert snapshot.sent == status.sent and snapshot.received == status.received
+    assert snapshot.clients == status.clients
+    assert (snapshot.object_count, snapshot.object_bytes) == (status.object_count, status.object_bytes)
     by_name = {worker.name: worker for worker in snapshot.workers}
-    assert set(by_name) == {worker["name"] for worker in status["workers"]}
-    for expected in status["workers"]:
-        worker = by_name[expected["name"]]
+    assert set(by_name) == {worker.name for worker in status.workers}
+    for expected in status.workers:
+        worker = by_name[expected.name]
         assert (worker.capacity, worker.free, worker.sent, worker.assigned, worker.queued) == (
-            expected["capacity"], expected["free"], expected["sent"], expected["assigned"], expected["queued"]
+            expected.capacity, expected.free, expected.sent, expected.assigned, expected.queued
         )
-        assert worker.processor_rss_bytes == expected["processor_rss_bytes"]
-        assert worker.latency_us == expected["latency_us"]
-        assert worker.seconds_since_heard == pytest.approx(expected["seconds_since_heard"], abs=1e-3)
+        assert worker.processor_rss_bytes == expected.processor_rss_bytes
+        assert worker.latency_us == expected.latency_us
+        assert worker.seconds_since_heard == pytest.approx(expected.seconds_since_heard, abs=1e-3)
 
 
 def test_itl_flags_restate_the_snapshot() -> None:
-    status = status_of_busy_cluster()
-    snapshot = decode_snapshot(encode_snapshot(status, 0, 0.0))
+    snapshot = decode_snapshot(encode_snapshot(status_of_busy_cluster()))
     heartbeat_sender = next(w for w in snapshot.workers if w.processor_rss_bytes > 0)
     assert heartbeat_sender.processor_initialized
     assert heartbeat_sender.has_task == (heartbeat_sender.assigned > 0)
@@ -87,17 +96,15 @@ def test_itl_flags_restate_the_snapshot() -> None:
 
 def test_negative_or_fractional_counts_do_not_break_encoding() -> None:
     status = status_of_busy_cluster()
-    status["tasks"]["running"] = -1
-    status["workers"][0]["seconds_since_heard"] = -0.5
-    snapshot = decode_snapshot(encode_snapshot(status, 0, 0.0))
+    status.tasks.running = -1
+    status.workers[0].seconds_since_heard = -0.5
+    snapshot = decode_snapshot(encode_snapshot(status))
     assert snapshot.tasks.running == 0
     assert snapshot.workers[0].seconds_since_heard == 0.0
 
 
 def test_an_empty_scheduler_encodes() -> None:
-    status = SimulatedCluster().core.status(0.0)
-    status.update(scheduler={"cpu_percent": 0.0, "rss_bytes": 0}, sent={}, received={})
-    snapshot = decode_snapshot(encode_snapshot(status, 0, 0.0))
+    snapshot = decode_snapshot(encode_snapshot(snapshot_of(SimulatedCluster().core.status(0.0))))
     assert snapshot.workers == [] and snapshot.clients == [] and snapshot.tasks.finished == 0
 
 
@@ -128,7 +135,9 @@ def ipc_address(tmp_path) -> str:
     return f"ipc://{tmp_path}/monitor"
 
 
-def receive_within(subscriber: MonitorSubscriber, publisher: MonitorPublisher, status: dict, seconds: float = 10.0):
+def receive_within(
+    subscriber: MonitorSubscriber, publisher: MonitorPublisher, status: MonitorSnapshot, seconds: float = 10.0
+) -> MonitorSnapshot:
     """PUB/SUB drops what is sent before the subscription lands, so publish until one arrives."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -193,8 +202,9 @@ def test_a_bad_snapshot_is_logged_once_and_skipped(ipc_address: str, caplog) -> 
     publisher = MonitorPublisher(context, ipc_address)
     caplog.set_level(logging.ERROR)
     try:
-        publisher.publish({"tasks": {}})
-        publisher.publish({"tasks": {}})
+        unencodable = MonitorSnapshot(workers=[WorkerStatus(name="w", capacity=1 << 40)])  # capacity is UInt32
+        publisher.publish(unencodable)
+        publisher.publish(unencodable)
         assert caplog.text.count("could not encode a monitor snapshot") == 1
     finally:
         publisher.close()

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from scaler.scheduler.monitor import MonitorSnapshot, TaskCounts, WorkerStatus
+from scaler.protocol.monitor_messages import MonitorSnapshot, TaskCounts, WorkerStatus
 from scaler.ui.history import MonitorHistory
 
 pytestmark = pytest.mark.timeout(30)

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from scaler.scheduler.monitor import ClientStatus, MonitorSnapshot, TaskCounts, WorkerStatus
+from scaler.protocol.monitor_messages import ClientStatus, MonitorSnapshot, TaskCounts, WorkerStatus
 from scaler.ui.top_screen import (
     DEFAULT_SORT,
     SHORTCUTS_LINE,

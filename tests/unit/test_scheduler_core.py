@@ -14,7 +14,9 @@ from core_harness import (
 )
 
 from scaler.protocol import messages as m
-from scaler.scheduler.core.scheduler_core import CoreConfig, SchedulerCore
+from scaler.scheduler.core.core_config import CoreConfig
+from scaler.scheduler.core.invariants import CoreInvariantError
+from scaler.scheduler.core.scheduler_core import SchedulerCore
 from scaler.utility.identifiers import TASK_COUNTER_BITS, content_object_id
 
 pytestmark = pytest.mark.timeout(30)
@@ -40,8 +42,8 @@ def snapshot(core: SchedulerCore):
         core.task_count,
         core.unassigned_count,
         core.object_count,
-        {identity: dict(worker.assigned) for identity, worker in core._workers.items()},
-        {identity: set(client.task_ids) for identity, client in core._clients.items()},
+        {identity: dict(worker.assigned) for identity, worker in core.peers.workers.items()},
+        {identity: set(client.task_ids) for identity, client in core.peers.clients.items()},
     )
 
 
@@ -186,7 +188,7 @@ def test_every_task_gets_exactly_one_result_routed_to_its_client():
         assert set(client.outcomes) == set(submitted[client.identity]), "a result went to the wrong client"
     assert sum(len(w.received_task_ids) for w in workers) == 10_000, "a task was dispatched twice"
     assert_no_task_state(cluster.core)
-    assert len(cluster.core._unassigned) == 0
+    assert len(cluster.core.tasks.queue) == 0
     assert cluster.stray == []
 
 
@@ -237,7 +239,7 @@ def test_dispatch_never_exceeds_a_workers_capacity():
     steps = 0
     while any(w.pending for w in workers):
         for worker in workers:
-            core_worker = cluster.core._workers[worker.identity]
+            core_worker = cluster.core.peers.workers[worker.identity]
             assert len(worker.pending) <= worker.capacity
             assert len(core_worker.assigned) <= core_worker.capacity
             assert set(core_worker.assigned) == set(worker.pending)
@@ -669,7 +671,7 @@ def test_a_suspect_is_blamed_only_for_deaths_of_workers_that_reported_it_started
     client = cluster.add_client()
     a, b = cluster.submit(client, 2)
     _die(cluster, first, 5)
-    records = cluster.core._tasks
+    records = cluster.core.tasks.records
     assert records[a].suspect and records[b].suspect and records[a].crashes == records[b].crashes == 0
 
     second = cluster.add_worker(capacity=2)
@@ -714,7 +716,7 @@ def test_task_started_is_answered_only_for_the_senders_own_tasks():
         mine, theirs = theirs, mine
     out = cluster.send(worker.identity, m.TaskStarted(task_ids=[theirs, mine, 12345]))
     assert out == [(worker.identity, m.TaskStarted(task_ids=[mine]))]
-    assert not cluster.core._tasks[theirs].started
+    assert not cluster.core.tasks.records[theirs].started
     assert cluster.send(worker.identity, m.TaskStarted(task_ids=[theirs])) == []
     error = only(cluster.send(client.identity, m.TaskStarted(task_ids=[mine])), client.identity)
     assert isinstance(error, m.ProtocolError)
@@ -805,7 +807,7 @@ def test_canceling_an_unassigned_task_answers_canceled_at_once_and_never_dispatc
     assert_exactly_once(client, ids[1::2])
     assert_exactly_once(client, canceled, kind=m.FailureKind.CANCELED)
     assert_no_task_state(cluster.core)
-    assert len(cluster.core._unassigned) == 0
+    assert len(cluster.core.tasks.queue) == 0
 
 
 def test_canceling_an_assigned_task_forwards_cancel_to_its_worker():
@@ -893,7 +895,7 @@ def _check_alice_cleaned_up(cluster, workers, alice, bob, alice_ids, bob_ids, ou
         assert FUNCTION_ID in worker.objects
     assert cluster.core.object_count == 1
     assert not any(t in core_worker.assigned for core_worker in cluster.core.workers() for t in alice_ids)
-    assert all(cluster.core._tasks[t].client.identity == bob.identity for t in cluster.core._tasks)
+    assert all(cluster.core.tasks.records[t].client.identity == bob.identity for t in cluster.core.tasks.records)
 
     # Workers confirm the cancels (or report late results); none of it reaches Alice.
     alice_outcomes = {t: list(v) for t, v in alice.outcomes.items()}
@@ -912,7 +914,7 @@ def _check_alice_cleaned_up(cluster, workers, alice, bob, alice_ids, bob_ids, ou
 
 def test_clear_cancels_the_clients_tasks_and_frees_its_objects_only():
     cluster, workers, alice, bob, alice_ids, bob_ids = _two_clients_with_work()
-    unfinished = len([t for t in alice_ids if t in cluster.core._tasks])
+    unfinished = len([t for t in alice_ids if t in cluster.core.tasks.records])
     out = cluster.send(alice.identity, m.ClearRequest())
     assert only(out, alice.identity, m.ClearResponse).canceled_tasks == unfinished == 8
     assert cluster.core.client_count == 2
@@ -1048,7 +1050,7 @@ def test_a_worker_submitting_tasks_gets_a_protocol_error_and_changes_nothing():
     client = cluster.add_client()
     cluster.submit(client, 2)
     before = snapshot(cluster.core)
-    objects_before = dict(cluster.core._objects)
+    objects_before = dict(cluster.core.objects.stored)
     submission = m.TaskSubmission(
         objects=[m.ObjectPayload(object_id=OTHER_ID, payload=OTHER_PAYLOAD)],
         groups=[_group([(client.prefix << TASK_COUNTER_BITS) | 500], function_id=OTHER_ID)],
@@ -1056,7 +1058,7 @@ def test_a_worker_submitting_tasks_gets_a_protocol_error_and_changes_nothing():
     out = cluster.send(worker.identity, submission)
     assert isinstance(only(out, worker.identity), m.ProtocolError)
     assert len(out) == 1
-    assert snapshot(cluster.core) == before and cluster.core._objects == objects_before
+    assert snapshot(cluster.core) == before and cluster.core.objects.stored == objects_before
 
 
 def test_a_client_sending_results_gets_a_protocol_error_and_changes_nothing():
@@ -1097,11 +1099,10 @@ def test_workers_cannot_cancel_clear_or_shut_down():
     client = cluster.add_client()
     ids = cluster.submit(client, 3)
     before = snapshot(cluster.core)
-    assert cluster.send(worker.identity, m.CancelTasks(task_ids=ids)) == []
-    assert cluster.send(worker.identity, m.ClearRequest()) == []
-    out = cluster.send(worker.identity, m.ShutdownRequest())
+    for message in (m.CancelTasks(task_ids=ids), m.ClearRequest(), m.ShutdownRequest()):
+        out = cluster.send(worker.identity, message)
+        assert isinstance(only(out, worker.identity), m.ProtocolError) and len(out) == 1, out
     assert not cluster.core.should_exit
-    assert not any(isinstance(msg, (m.Disconnect, m.ShutdownResponse)) for _, msg in out)
     assert snapshot(cluster.core) == before
     cluster.complete(worker)
     assert_exactly_once(client, ids)
@@ -1156,7 +1157,7 @@ def test_a_message_the_scheduler_failed_to_handle_does_not_drop_its_sender():
 
 @pytest.mark.timeout(60)
 def test_a_thousand_workers_run_a_hundred_thousand_tasks():
-    cluster = SimulatedCluster()
+    cluster = SimulatedCluster(check_invariants=False)  # after each of 10,000 messages, it would take minutes
     workers = [cluster.add_worker(capacity=10) for _ in range(1000)]
     clients = [cluster.add_client() for _ in range(4)]
     submitted = collections.defaultdict(list)
@@ -1177,6 +1178,7 @@ def test_a_thousand_workers_run_a_hundred_thousand_tasks():
     assert sum(len(w.received_task_ids) for w in workers) == 100_000
     assert all(w.max_pending_seen <= 10 for w in workers)
     assert_no_task_state(cluster.core)
+    cluster.core.check_invariants()
 
 
 # ---------------------------------------------------------------------------------------------- client deletes objects
@@ -1208,11 +1210,28 @@ def test_a_client_deletes_a_shared_argument_object_once_no_live_task_names_it():
     out = cluster.send(alice.identity, m.DeleteObjects(object_ids=[shared_id, shared_id]))
     assert only(out, worker.identity, m.DeleteObjects).object_ids == [shared_id]
     assert cluster.core.object_count == 1  # the function stays
-    assert shared_id not in cluster.core._clients[alice.identity].object_ids
+    assert shared_id not in cluster.core.peers.clients[alice.identity].object_ids
     assert cluster.send(alice.identity, m.DeleteObjects(object_ids=[shared_id])) == []  # twice is harmless
     out = cluster.send(worker.identity, m.DeleteObjects(object_ids=[FUNCTION_ID]))
     assert isinstance(only(out, worker.identity), m.ProtocolError)
     assert cluster.core.object_count == 1
+
+
+def test_a_client_cannot_delete_the_function_of_its_own_unfinished_task():
+    """PROTOCOL.md §9: an object an unfinished task of the client names stays. The function was freed all the
+    same, and dispatching the task to a worker that joined later raised KeyError."""
+    cluster = SimulatedCluster()
+    client = cluster.add_client()
+    (task_id,) = cluster.submit(client, 1)  # no worker yet: it waits in the queue
+    assert cluster.send(client.identity, m.DeleteObjects(object_ids=[FUNCTION_ID])) == []
+    assert cluster.core.object_count == 1
+    worker = cluster.add_worker()
+    assert list(worker.pending) == [task_id]
+    cluster.run_to_completion()
+    assert_exactly_once(client, [task_id])
+    assert cluster.send(client.identity, m.DeleteObjects(object_ids=[FUNCTION_ID])) == [
+        (worker.identity, m.DeleteObjects(object_ids=[FUNCTION_ID]))
+    ]
 
 
 def test_welcome_announces_the_size_limits_peers_must_respect():
@@ -1292,3 +1311,25 @@ def test_warnings_of_a_quiet_graph_task_go_to_its_client_though_its_result_does_
     assert client.outcomes[final_id] == [("ok", payload_for(final_id))]
     assert quiet_id not in client.outcomes
     assert_no_task_state(cluster.core)
+
+
+# ---------------------------------------------------------------------------------------------- invariants
+
+
+@pytest.mark.parametrize("break_it", [
+    pytest.param(lambda core, task_id: core.tasks.records[task_id].client.task_ids.discard(task_id), id="client"),
+    pytest.param(lambda core, task_id: setattr(core.tasks, "waiting", core.tasks.waiting + 1), id="queue-count"),
+    pytest.param(lambda core, task_id: core.tasks.queue.append(core.tasks.records[task_id]), id="queued-twice"),
+    pytest.param(lambda core, task_id: core.objects.stored.clear(), id="objects"),
+    pytest.param(lambda core, task_id: setattr(core.tasks.records[task_id], "blame_pending", True), id="blame"),
+])
+def test_check_invariants_notices_a_core_whose_parts_disagree(break_it):
+    """The harness relies on it after every message: it must fail on a broken core, not only pass on a good one."""
+    cluster = SimulatedCluster()
+    cluster.add_worker(capacity=1)
+    client = cluster.add_client()
+    _, queued = cluster.submit(client, 2)
+    cluster.core.check_invariants()
+    break_it(cluster.core, queued)
+    with pytest.raises(CoreInvariantError):
+        cluster.core.check_invariants()

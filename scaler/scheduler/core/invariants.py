@@ -1,0 +1,104 @@
+"""What must hold between the parts of the core after every input: the tests check it after each step.
+
+It walks every task, peer, object and edge, so it is for tests only (the unit tests' simulated cluster
+and the fuzzing state machine call `SchedulerCore.check_invariants()` after every message); the
+scheduler itself never runs it.
+"""
+
+from __future__ import annotations
+
+import collections
+
+from scaler.scheduler.core.core_config import CoreConfig
+from scaler.scheduler.core.object_table import ObjectTable
+from scaler.scheduler.core.peer_registry import PeerRegistry
+from scaler.scheduler.core.task_graph import TaskGraph
+from scaler.scheduler.core.task_table import TaskTable
+from scaler.utility.identifiers import TASK_COUNTER_BITS
+
+
+class CoreInvariantError(AssertionError):
+    """The core's structures disagree with each other: a bug in the core."""
+
+
+def _require(condition: object, message: str, *values: object) -> None:
+    # The message is formatted only on failure: the tests call this for every task after every message.
+    if not condition:
+        raise CoreInvariantError(message % values if values else message)
+
+
+def check_invariants(
+    config: CoreConfig, peers: PeerRegistry, tasks: TaskTable, graph: TaskGraph, objects: ObjectTable,
+    should_exit: bool,
+) -> None:
+    """Raise CoreInvariantError unless tasks, clients, workers, the queue, graph edges and objects agree."""
+    records, clients, workers, stored = tasks.records, peers.clients, peers.workers, objects.stored
+    _require(not clients.keys() & workers.keys(), "an identity is both a client and a worker")
+    for identity, client in clients.items():
+        _require(client.identity == identity, "client %r is filed under %r", client.identity, identity)
+        for task_id in client.task_ids:
+            listed = records.get(task_id)
+            _require(listed is not None and listed.client is client, "client %r lists task %#x", identity, task_id)
+        for object_id in client.object_ids:
+            _require(object_id in stored and identity in stored[object_id].owners,
+                     "client %r lists object %s it does not own", identity, object_id.hex())
+    for identity, worker in workers.items():
+        _require(worker.identity == identity, "worker %r is filed under %r", worker.identity, identity)
+        _require(0 < worker.capacity and len(worker.assigned) <= worker.capacity,
+                 "worker %r holds %d tasks with capacity %d", identity, len(worker.assigned), worker.capacity)
+        for task_id in worker.assigned:
+            held = records.get(task_id)
+            _require(held is not None and held.worker is worker, "worker %r holds task %#x", identity, task_id)
+        _require(worker.known_object_ids <= stored.keys(), "worker %r keeps an object the scheduler freed", identity)
+
+    live_queue = [record for record in tasks.queue if not record.canceled]
+    _require(len(live_queue) == tasks.waiting,
+             "the queue holds %d live tasks, its count says %d", len(live_queue), tasks.waiting)
+    queued = {record.task_id for record in live_queue}
+    _require(len(queued) == len(live_queue), "a task is queued twice")
+    for record in live_queue:
+        _require(records.get(record.task_id) is record, "queued task %#x has ended", record.task_id)
+        _require(record.worker is None and record.waiting_on == 0,
+                 "queued task %#x is also with a worker or parked", record.task_id)
+
+    for task_id, record in records.items():
+        _require(record.task_id == task_id, "task %#x is filed under %#x", record.task_id, task_id)
+        client = record.client
+        _require(clients.get(client.identity) is client, "task %#x belongs to a client that left", task_id)
+        _require(task_id in client.task_ids, "task %#x is missing from its client's tasks", task_id)
+        _require(task_id >> TASK_COUNTER_BITS == client.id_prefix, "task %#x lacks its client's prefix", task_id)
+        holder = record.worker
+        assigned = holder is not None
+        if holder is not None:
+            _require(workers.get(holder.identity) is holder, "task %#x is on a worker that left", task_id)
+            _require(task_id in holder.assigned, "task %#x is missing from its worker's tasks", task_id)
+        parked = record.waiting_on > 0
+        _require(assigned or not record.started, "task %#x counts as started with no worker", task_id)
+        _require(record.suspect or not record.blame_pending, "task %#x has a death to blame but is no suspect", task_id)
+        _require(record.crashes < config.max_task_crashes, "task %#x was not failed at the crash limit", task_id)
+        _require(assigned + (task_id in queued) + parked == 1,
+                 "task %#x is in %d places (with a worker, queued, parked)", task_id,
+                 assigned + (task_id in queued) + parked)
+        signature = record.signature
+        _require(len(record.args) == signature.args_per_task, "task %#x has a wrong number of arguments", task_id)
+        for object_id in (signature.function_id, signature.serializer_id):
+            _require(not object_id or object_id in stored, "task %#x's function or serializer was freed", task_id)
+        for slot in record.object_slots or ():
+            _require(bytes(record.args[slot]) in stored, "task %#x's object argument was freed", task_id)
+
+    live_edges: collections.Counter[int] = collections.Counter()
+    for dependency_id, edges in graph.dependents.items():
+        _require(dependency_id in records, "edges are kept for task %#x, which has ended", dependency_id)
+        for dependent, _ in edges:
+            if records.get(dependent.task_id) is dependent:
+                live_edges[dependent.task_id] += 1
+    for task_id, record in records.items():
+        _require(record.waiting_on == live_edges[task_id],
+                 "task %#x waits on %d results, its edges say %d", task_id, record.waiting_on, live_edges[task_id])
+
+    for object_id, stored_object in stored.items():
+        _require(stored_object.owners, "object %s has no owner and was not freed", object_id.hex())
+        for owner in stored_object.owners:
+            _require(owner in clients and object_id in clients[owner].object_ids,
+                     "object %s is owned by %r, which does not list it", object_id.hex(), owner)
+    _require(not (config.protected and should_exit), "a protected scheduler was shut down")

@@ -1,0 +1,48 @@
+"""Which registered peer may send the scheduler which message: one table, and one answer to a breach.
+
+SchedulerCore builds its handlers for each role from SENDERS, so a message from a registered peer
+reaches a handler only if the peer's role may send it. Any other is answered with protocolError naming
+the message and the role, and is otherwise ignored: the sender is told, not dropped, as for every
+decodable message that breaks a rule (only an unreadable frame costs a peer its registration). A sender
+that is not registered is not looked up here: it is refused whatever it sends, except a hello.
+PROTOCOL.md §3 documents the table.
+"""
+
+from __future__ import annotations
+
+from scaler.protocol import messages as m
+
+_CLIENTS = frozenset({m.Role.CLIENT})
+_WORKERS = frozenset({m.Role.WORKER})
+_BOTH = _CLIENTS | _WORKERS
+
+# Message type -> the roles that may send it once registered. A type missing here is one the scheduler
+# never receives (it sends it, or it belongs inside a worker). Hello opens a registration, so no
+# registered role may send it.
+SENDERS: dict[type, frozenset[m.Role]] = {
+    m.Hello: frozenset(),
+    m.Heartbeat: _BOTH,
+    m.Disconnect: _BOTH,
+    m.TaskSubmission: _CLIENTS,
+    m.CancelTasks: _CLIENTS,
+    m.ClearRequest: _CLIENTS,
+    m.DeleteObjects: _CLIENTS,
+    m.ShutdownRequest: _CLIENTS,
+    m.TaskResults: _WORKERS,
+    m.CancelRefused: _WORKERS,
+    m.TaskStarted: _WORKERS,
+}
+
+_PLURAL = {m.Role.CLIENT: "clients", m.Role.WORKER: "workers"}
+
+
+def violation(role: m.Role, message_type: type) -> str:
+    """The protocolError reason for a `role` that sent a message of `message_type` it may not send."""
+    allowed = SENDERS.get(message_type)
+    if allowed is None:
+        why = "the scheduler never receives it"
+    elif not allowed:
+        why = "this connection is registered already (hello sent twice)"
+    else:
+        why = "only " + " and ".join(_PLURAL[sender] for sender in sorted(allowed)) + " do"
+    return f"a {role.name.lower()} may not send {message_type.__name__}; {why}"

@@ -1,0 +1,118 @@
+"""The connected peers: how a client or worker joins (hello, welcome or refused), how long it stays
+(heartbeats, timeouts), and what the scheduler remembers about each while it is there.
+
+Everything a peer leaves behind when it goes (tasks, objects) is for the other parts of the core:
+scheduler_core.py removes a peer by asking each of them in turn.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+
+from scaler.protocol import messages as m
+from scaler.scheduler.core.core_config import CoreConfig
+
+logger = logging.getLogger(__name__)
+
+_MAX_WIRE_MILLISECONDS = 2**32 - 1
+
+
+@dataclasses.dataclass(eq=False, slots=True)
+class ClientPeer:
+    identity: bytes
+    name: str
+    id_prefix: int
+    last_seen: float
+    # Unfinished tasks of this client, so that clear() and a disconnect find them without a scan.
+    task_ids: set[int] = dataclasses.field(default_factory=set)
+    # Objects this client keeps alive (object_table.py).
+    object_ids: set[bytes] = dataclasses.field(default_factory=set)
+
+
+@dataclasses.dataclass(eq=False, slots=True)
+class WorkerPeer:
+    identity: bytes
+    name: str
+    capacity: int
+    last_seen: float
+    # Task ids it holds, insertion-ordered so that the oldest assigned task is first.
+    assigned: dict[int, None] = dataclasses.field(default_factory=dict)
+    # Objects this worker registration was sent and not told to delete: each is shipped to it once.
+    known_object_ids: set[bytes] = dataclasses.field(default_factory=set)
+    tasks_sent: int = 0
+    last_heartbeat: m.Heartbeat | None = None
+
+    @property
+    def free(self) -> int:
+        return self.capacity - len(self.assigned)
+
+
+def _wire_milliseconds(seconds: float) -> int:
+    """Seconds as the UInt32 milliseconds of Welcome. SchedulerConfig already holds every timeout to what
+    fits; this keeps a core made some other way from ever failing to encode (and so from dying) on one."""
+    if not math.isfinite(seconds):
+        return _MAX_WIRE_MILLISECONDS
+    return min(max(int(seconds * 1000), 1), _MAX_WIRE_MILLISECONDS)
+
+
+class PeerRegistry:
+    """Clients and workers by routing identity. An identity is in at most one of the two tables."""
+
+    def __init__(self, config: CoreConfig) -> None:
+        self._config = config
+        self.clients: dict[bytes, ClientPeer] = {}
+        self.workers: dict[bytes, WorkerPeer] = {}
+        # Task id prefixes are never reused within one scheduler process, so a task id names one client.
+        self.next_id_prefix = 1
+
+    def on_hello(self, sender: bytes, hello: m.Hello, now: float) -> tuple[m.Message, WorkerPeer | None]:
+        """Register an unknown sender: the reply (welcome or refused), and the worker if one joined.
+
+        A hello from a registered identity never reaches here: message_rules.py answers it.
+        """
+        if hello.protocol_version != m.PROTOCOL_VERSION:
+            return m.Refused(
+                reason=f"protocol version {hello.protocol_version} not supported, scheduler speaks {m.PROTOCOL_VERSION}"
+            ), None
+        config = self._config
+        welcome = m.Welcome(
+            heartbeat_interval_ms=_wire_milliseconds(config.heartbeat_interval_seconds),
+            peer_timeout_ms=_wire_milliseconds(
+                config.client_timeout_seconds if hello.role == m.Role.CLIENT else config.worker_timeout_seconds
+            ),
+            max_frame_bytes=config.max_frame_bytes,
+            max_control_frame_bytes=config.max_control_frame_bytes,
+        )
+        if hello.role == m.Role.CLIENT:
+            prefix = self.next_id_prefix
+            self.next_id_prefix += 1
+            self.clients[sender] = ClientPeer(identity=sender, name=hello.name, id_prefix=prefix, last_seen=now)
+            welcome.id_prefix = prefix
+            logger.info(f"PeerRegistry: client {hello.name} connected")
+            return welcome, None
+        capacity = hello.capacity
+        if config.per_worker_queue_size > 0:
+            capacity = min(capacity, config.per_worker_queue_size)
+        if capacity <= 0:
+            return m.Refused(reason="a worker must accept at least one task"), None
+        worker = self.workers[sender] = WorkerPeer(identity=sender, name=hello.name, capacity=capacity, last_seen=now)
+        logger.info(f"PeerRegistry: worker {hello.name} connected, capacity {capacity}")
+        return welcome, worker
+
+    def silent_workers(self, now: float) -> list[WorkerPeer]:
+        deadline = now - self._config.worker_timeout_seconds
+        return [worker for worker in self.workers.values() if worker.last_seen < deadline]
+
+    def silent_clients(self, now: float) -> list[ClientPeer]:
+        deadline = now - self._config.client_timeout_seconds
+        return [client for client in self.clients.values() if client.last_seen < deadline]
+
+    def remove_client(self, client: ClientPeer, why: str, level: int = logging.INFO) -> None:
+        del self.clients[client.identity]
+        logger.log(level, f"PeerRegistry: client {client.name} {why}")
+
+    def remove_worker(self, worker: WorkerPeer, why: str, level: int = logging.INFO) -> None:
+        del self.workers[worker.identity]
+        logger.log(level, f"PeerRegistry: worker {worker.name} {why}")

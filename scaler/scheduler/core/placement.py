@@ -1,0 +1,146 @@
+"""Placement: which worker gets which ready task, what it is sent with them, and moving tasks off busy workers.
+
+Dispatch fills the least loaded workers first ("water filling"), so that every worker ends as close as
+its capacity allows to one common number of assigned tasks: tasks trickling in one at a time still go
+to idle workers, and tasks handed back by a busy worker do not go straight back to it. Each worker gets
+one submitTasks per round, with the objects those tasks need that it does not have yet. Balancing asks
+a worker that holds far more than the others to hand back the tasks it has not started.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+
+from scaler.protocol import messages as m
+from scaler.scheduler.core.core_config import CoreConfig
+from scaler.scheduler.core.object_table import ObjectTable
+from scaler.scheduler.core.outgoing import Outgoing
+from scaler.scheduler.core.peer_registry import WorkerPeer
+from scaler.scheduler.core.task_record import TaskRecord
+from scaler.scheduler.core.task_table import TaskTable
+
+
+def water_fill(loads: list[int], room: list[int], count: int) -> list[int]:
+    """How many of `count` tasks each worker gets, loads ascending, so that loads end up as even as possible."""
+    shares = [0] * len(loads)
+    remaining = count
+    while remaining > 0:
+        open_slots = [i for i in range(len(loads)) if room[i] > shares[i]]
+        if not open_slots:
+            break
+        # The level all open workers would reach if the remaining tasks were spread perfectly.
+        total = sum(loads[i] + shares[i] for i in open_slots) + remaining
+        level = total // len(open_slots)
+        given = 0
+        for i in open_slots:
+            grant = min(room[i] - shares[i], max(0, level - loads[i] - shares[i]), remaining - given)
+            shares[i] += grant
+            given += grant
+        if given == 0:  # everyone is at the level: the rest go one by one to the least loaded
+            for i in sorted(open_slots, key=lambda j: loads[j] + shares[j]):
+                if given == remaining:
+                    break
+                shares[i] += 1
+                given += 1
+        remaining -= given
+    return shares
+
+
+def _assigned_count(worker: WorkerPeer) -> int:
+    return len(worker.assigned)
+
+
+class Placement:
+    def __init__(
+        self,
+        config: CoreConfig,
+        tasks: TaskTable,
+        objects: ObjectTable,
+        workers: dict[bytes, WorkerPeer],
+        counters: collections.Counter[str],
+    ) -> None:
+        self._config = config
+        self._tasks = tasks
+        self._objects = objects
+        self._workers = workers
+        self._counters = counters
+        self._next_balance = 0.0
+        self._imbalanced_checks = 0
+
+    def dispatch(self, out: list[Outgoing]) -> None:
+        """Hand ready tasks to workers with free slots, least loaded first."""
+        tasks = self._tasks
+        while tasks.waiting > 0:
+            available = sorted((w for w in self._workers.values() if w.free > 0), key=_assigned_count)
+            if not available:
+                return
+            shares = water_fill([len(w.assigned) for w in available], [w.free for w in available], tasks.waiting)
+            handed = 0
+            for worker, share in zip(available, shares):
+                if share:
+                    records = tasks.take(share)
+                    if records:
+                        handed += len(records)
+                        out.append((worker.identity, self._submission_for(worker, records)))
+            if handed == 0:
+                return
+
+    def _submission_for(self, worker: WorkerPeer, records: list[TaskRecord]) -> m.TaskSubmission:
+        """Assign the tasks to the worker, in groups by signature, suspects apart (crash_blame.py)."""
+        objects = self._objects
+        groups: dict[object, m.TaskGroup] = {}
+        shipped: list[m.ObjectPayload] = []
+        for record in records:
+            record.worker = worker
+            worker.assigned[record.task_id] = None
+            signature = record.signature
+            key = (signature, True) if record.suspect else signature
+            group = groups.get(key)
+            if group is None:
+                group = groups[key] = signature.new_group(report_start=record.suspect)
+                for object_id in (signature.serializer_id, signature.function_id):
+                    if object_id:
+                        objects.ship(worker, object_id, shipped)
+            group.task_ids.append(record.task_id)
+            if record.object_slots:
+                base = len(group.args)
+                for slot in record.object_slots:
+                    objects.ship(worker, bytes(record.args[slot]), shipped)
+                    group.object_arg_indices.append(base + slot)
+            group.args.extend(record.args)
+        worker.tasks_sent += len(records)
+        return m.TaskSubmission(objects=shipped, groups=list(groups.values()))
+
+    def balance(self, now: float, out: list[Outgoing]) -> None:
+        """Every `load_balance_seconds`: ask overloaded workers to give back queued tasks when others run dry.
+
+        Only when nothing waits in the scheduler (else dispatch already feeds the idle) and the imbalance
+        was seen `load_balance_trigger_times` checks in a row. A worker above the mean load releases its
+        newest tasks down to the mean; the ones it has not started come back and are dispatched anew.
+        """
+        config = self._config
+        if config.load_balance_seconds <= 0 or now < self._next_balance:
+            return
+        self._next_balance = now + config.load_balance_seconds
+        workers = list(self._workers.values())
+        if self._tasks.waiting or len(workers) < 2:
+            self._imbalanced_checks = 0
+            return
+        loads = [len(worker.assigned) for worker in workers]
+        mean = sum(loads) / len(workers)
+        if min(loads) > mean / 2 or max(loads) < 2:
+            self._imbalanced_checks = 0
+            return
+        self._imbalanced_checks += 1
+        if self._imbalanced_checks < config.load_balance_trigger_times:
+            return
+        self._imbalanced_checks = 0
+        # Down to the mean rounded up, and not one above it: a worker running one task with one more
+        # queued, next to an idle worker, would otherwise keep that task until the running one ends.
+        target = math.ceil(mean)
+        for worker, load in zip(workers, loads):
+            if load > target:
+                newest = list(worker.assigned)[target - load:]
+                out.append((worker.identity, m.ReleaseTasks(task_ids=newest)))
+                self._counters["balance_requests"] += 1

@@ -1,0 +1,80 @@
+"""The core's status for the monitor feed, typed with the feed's own dataclasses (protocol/monitor_messages.py).
+
+The server adds what only its process knows (CPU, memory, messages sent and received) to make the
+MonitorSnapshot it publishes.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+
+from scaler.protocol import messages as m
+from scaler.protocol.monitor_messages import ClientStatus, TaskCounts, WorkerStatus
+from scaler.scheduler.core.object_table import ObjectTable
+from scaler.scheduler.core.peer_registry import PeerRegistry
+from scaler.scheduler.core.task_table import TaskTable
+
+# Failure kinds the feed counts as `failed`; canceled and notFound have counts of their own, and a task
+# given back (returned) has not ended.
+_FAILED_KINDS = (m.FailureKind.RAISED, m.FailureKind.WORKER_DIED, m.FailureKind.SERIALIZATION, m.FailureKind.REJECTED)
+
+
+@dataclasses.dataclass(slots=True)
+class CoreStatus:
+    tasks: TaskCounts
+    clients: list[ClientStatus]
+    object_count: int
+    object_bytes: int
+    workers: list[WorkerStatus]
+
+
+def core_status(
+    peers: PeerRegistry, tasks: TaskTable, objects: ObjectTable, counters: collections.Counter[str], now: float
+) -> CoreStatus:
+    running = sum(len(worker.assigned) for worker in peers.workers.values())
+    object_sizes = {object_id: len(record.payload) for object_id, record in objects.stored.items()}
+    workers = []
+    for worker in peers.workers.values():
+        heartbeat = worker.last_heartbeat or m.Heartbeat()
+        workers.append(WorkerStatus(
+            name=worker.name,
+            capacity=worker.capacity,
+            free=worker.free,
+            sent=worker.tasks_sent,
+            assigned=len(worker.assigned),
+            queued=heartbeat.queued_tasks,
+            agent_cpu_percent=heartbeat.cpu_percent,
+            agent_rss_bytes=heartbeat.rss_bytes,
+            processor_cpu_percent=heartbeat.processor_cpu_percent,
+            processor_rss_bytes=heartbeat.processor_rss_bytes,
+            latency_us=heartbeat.latency_us,
+            seconds_since_heard=now - worker.last_seen,
+            # The I/T/L flags of scaler_top restate the facts above (docs/monitor.md).
+            processor_initialized=heartbeat.processor_rss_bytes > 0,
+            has_task=len(worker.assigned) > 0,
+            task_locked=False,  # no task can be suspended while it waits for nested tasks yet
+        ))
+    return CoreStatus(
+        tasks=TaskCounts(
+            unassigned=tasks.waiting,
+            running=running,
+            waiting_on_dependencies=len(tasks.records) - tasks.waiting - running,
+            success=counters["tasks_succeeded"],
+            failed=sum(counters[f"tasks_{kind.name.lower()}"] for kind in _FAILED_KINDS),
+            canceled=counters["tasks_canceled"],
+            not_found=counters["tasks_not_found"],
+        ),
+        clients=[
+            ClientStatus(
+                name=client.name,
+                tasks=len(client.task_ids),
+                objects=len(client.object_ids),
+                object_bytes=sum(object_sizes.get(object_id, 0) for object_id in client.object_ids),
+            )
+            for client in peers.clients.values()
+        ],
+        object_count=len(objects.stored),
+        object_bytes=sum(object_sizes.values()),
+        workers=workers,
+    )

@@ -1,0 +1,112 @@
+"""A client's submitTasks: which groups are accepted, and where each accepted task goes (PROTOCOL.md §6).
+
+Each group is checked as a whole; a group that fails a check is rejected task by task, with the reason,
+and the others go on. An accepted task becomes a TaskRecord and goes to one of three places: parked on
+its dependencies (task_graph.py), the front of the queue (nested tasks: their parents hold processors
+until they finish), or the back of the queue.
+"""
+
+from __future__ import annotations
+
+import collections
+
+from scaler.protocol import messages as m
+from scaler.protocol.layout import slots_by_row
+from scaler.protocol.task_signature import TaskSignature
+from scaler.scheduler.core.core_config import CoreConfig
+from scaler.scheduler.core.object_table import ObjectTable
+from scaler.scheduler.core.peer_registry import ClientPeer
+from scaler.scheduler.core.result_router import ResultRouter
+from scaler.scheduler.core.task_graph import TaskGraph, references_by_row
+from scaler.scheduler.core.task_record import TaskRecord
+from scaler.scheduler.core.task_table import TaskTable
+from scaler.utility.identifiers import OBJECT_ID_BYTES, TASK_COUNTER_BITS
+
+
+class TaskIntake:
+    def __init__(
+        self,
+        config: CoreConfig,
+        tasks: TaskTable,
+        graph: TaskGraph,
+        objects: ObjectTable,
+        counters: collections.Counter[str],
+    ) -> None:
+        self._max_tasks_waiting = config.max_tasks_waiting
+        self._tasks = tasks
+        self._graph = graph
+        self._objects = objects
+        self._counters = counters
+
+    def accept(self, client: ClientPeer, submission: m.TaskSubmission, router: ResultRouter) -> None:
+        """Take in the groups of a submission whose objects are stored already (object_table.py)."""
+        tasks = self._tasks
+        records = tasks.records
+        limit = self._max_tasks_waiting
+        quiet_ids = set(submission.quiet_task_ids)
+        ready: list[TaskRecord] = []
+        nested: list[TaskRecord] = []
+        for group in submission.groups:
+            problem = self._check_group(client, group)
+            waiting_after = tasks.waiting + len(ready) + len(nested) + len(group.task_ids)
+            if problem is None and limit >= 0 and waiting_after > limit:
+                problem = f"scheduler queue is full ({limit} tasks waiting); submit fewer tasks at once"
+            if problem is not None:
+                self._counters["tasks_rejected"] += len(group.task_ids)
+                for task_id in group.task_ids:
+                    router.failure(client, m.TaskFailure(
+                        task_id=task_id, kind=m.FailureKind.REJECTED, type_name="TaskRejectedError", message=problem
+                    ))
+                continue
+            signature = TaskSignature.of_group(group)
+            width = group.args_per_task
+            args = group.args
+            refs_by_row = references_by_row(group) if group.ref_task_ids else {}
+            objects_by_row = slots_by_row(group.object_arg_indices, group.args_per_task)
+            for index, task_id in enumerate(group.task_ids):
+                record = TaskRecord(
+                    task_id=task_id, client=client, signature=signature, args=args[index * width:(index + 1) * width]
+                )
+                if quiet_ids and task_id in quiet_ids:
+                    record.quiet = True
+                if objects_by_row:
+                    record.object_slots = objects_by_row.get(index)
+                records[task_id] = record
+                client.task_ids.add(task_id)
+                row_refs = refs_by_row.get(index)
+                if row_refs:
+                    self._graph.park(record, row_refs)
+                elif group.nesting_depth:
+                    nested.append(record)
+                else:
+                    ready.append(record)
+            self._objects.claim_for_group(client, signature, group)
+            self._counters["tasks_submitted"] += len(group.task_ids)
+        tasks.queue_at_front(nested)
+        tasks.queue_at_back(ready)
+
+    def _check_group(self, client: ClientPeer, group: m.TaskGroup) -> str | None:
+        """Why the group is rejected, or None."""
+        objects = self._objects
+        records = self._tasks.records
+        if len(group.args) != group.args_per_task * len(group.task_ids):
+            return f"group carries {len(group.args)} arguments for {len(group.task_ids)} tasks of {group.args_per_task}"
+        if len(group.keywords) > group.args_per_task:
+            return "more keyword names than arguments per task"
+        if len(group.function_id) != OBJECT_ID_BYTES or group.function_id not in objects:
+            return "unknown function object: send its payload with or before the first task that uses it"
+        if group.serializer_id and group.serializer_id not in objects:
+            return "unknown serializer object"
+        if len(set(group.task_ids)) != len(group.task_ids):
+            return "a task id appears twice in one group"
+        for task_id in group.task_ids:
+            if task_id >> TASK_COUNTER_BITS != client.id_prefix:
+                return f"task id {task_id:#x} does not carry this client's prefix {client.id_prefix:#x}"
+            if task_id in records:
+                return f"task id {task_id:#x} is already in use"
+        for flat_index in group.object_arg_indices:
+            if flat_index >= len(group.args) or bytes(group.args[flat_index]) not in objects:
+                return "an object argument names an unknown object (was it cleared, or sent by a client that left?)"
+        if group.ref_task_ids or group.ref_arg_indices:
+            return self._graph.check_references(client, group, records)
+        return None

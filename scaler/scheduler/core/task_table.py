@@ -1,0 +1,170 @@
+"""Every unfinished task, where it is, and how it ends.
+
+A task is in exactly one of three places: with a worker (`record.worker`), in the ready queue, or parked
+on its dependencies (task_graph.py). It leaves the table when it ends, leaving nothing behind: a
+success (its result goes to its client and into its dependents), a failure (which every task waiting on
+it shares), or a cancel. A task a worker gives back unfinished goes to the front of the queue.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from collections.abc import Sequence
+
+from scaler.protocol import messages as m
+from scaler.scheduler.core import crash_blame
+from scaler.scheduler.core.outgoing import Outgoing
+from scaler.scheduler.core.peer_registry import ClientPeer, WorkerPeer
+from scaler.scheduler.core.result_router import ResultRouter
+from scaler.scheduler.core.task_graph import Edge, TaskGraph
+from scaler.scheduler.core.task_record import TaskRecord
+
+_NO_EDGES: tuple[Edge, ...] = ()
+
+
+class TaskTable:
+    def __init__(self, graph: TaskGraph, max_task_crashes: int, counters: collections.Counter[str]) -> None:
+        self.records: dict[int, TaskRecord] = {}
+        # Tasks ready to run, first out first; finished ones stay in it (canceled) until take() skips them.
+        self.queue: collections.deque[TaskRecord] = collections.deque()
+        # The unfinished tasks in `queue`.
+        self.waiting = 0
+        self._graph = graph
+        self._dependents = graph.dependents
+        self._max_task_crashes = max_task_crashes
+        self._counters = counters
+
+    # ------------------------------------------------------------------------------------------ the queue
+
+    def queue_at_back(self, records: list[TaskRecord]) -> None:
+        self.queue.extend(records)
+        self.waiting += len(records)
+
+    def queue_at_front(self, records: list[TaskRecord]) -> None:
+        """Ahead of everything queued, keeping their own order."""
+        self.queue.extendleft(reversed(records))
+        self.waiting += len(records)
+
+    def take(self, count: int) -> list[TaskRecord]:
+        """Up to `count` tasks off the front of the queue, for a worker."""
+        queue = self.queue
+        records: list[TaskRecord] = []
+        while queue and len(records) < count:
+            record = queue.popleft()
+            if not record.canceled:
+                records.append(record)
+        self.waiting -= len(records)
+        return records
+
+    # ------------------------------------------------------------------------------------------ endings
+
+    def forget(self, record: TaskRecord) -> Sequence[Edge]:
+        """The task has ended: no state about it stays behind. Returns the edges of the tasks waiting on it."""
+        del self.records[record.task_id]
+        record.client.task_ids.discard(record.task_id)
+        if record.worker is not None:
+            record.worker.assigned.pop(record.task_id, None)
+        elif record.waiting_on == 0:
+            record.canceled = True  # still in the queue; take() skips it
+            self.waiting -= 1
+        # The graph's edges dict read directly, not through a method: this runs once for every task.
+        return self._dependents.pop(record.task_id, _NO_EDGES)
+
+    def succeed(self, record: TaskRecord, payload: m.Buffer, router: ResultRouter) -> None:
+        edges = self.forget(record)
+        if not record.quiet:
+            router.success(record.client, record.task_id, payload)
+        self._counters["tasks_succeeded"] += 1
+        if edges:
+            self.queue_at_back(self._graph.feed(edges, payload, self.records))
+
+    def fail(self, record: TaskRecord, failure: m.TaskFailure, router: ResultRouter) -> None:
+        """The task ends unsuccessfully, and so does every task waiting on its result, with the same failure."""
+        pending = [(record, failure)]
+        while pending:
+            current, current_failure = pending.pop()
+            edges = self.forget(current)
+            if not current.quiet:
+                router.failure(current.client, current_failure)
+            self._counters[f"tasks_{current_failure.kind.name.lower()}"] += 1
+            for dependent, _ in edges:
+                if self.records.get(dependent.task_id) is dependent:
+                    pending.append((dependent, dataclasses.replace(current_failure, task_id=dependent.task_id)))
+
+    def requeue(self, records: list[TaskRecord], router: ResultRouter) -> None:
+        """Unfinished tasks a worker no longer holds go to the front of the queue, keeping their order; one
+        whose cancel was pending ends canceled instead."""
+        requeued = []
+        for record in records:
+            if record.cancel_requested:
+                # Still linked to its worker, so forget() frees that slot and does not count it as queued.
+                self.fail(record, m.TaskFailure(task_id=record.task_id, kind=m.FailureKind.CANCELED), router)
+                continue
+            if record.worker is not None:
+                record.worker.assigned.pop(record.task_id, None)
+                record.worker = None
+            record.started = False  # crash_blame.py: wherever it runs next, it has not started there
+            requeued.append(record)
+        self.queue_at_front(requeued)
+        self._counters["tasks_rescheduled"] += len(requeued)
+
+    # ------------------------------------------------------------------------------------------ what peers do
+
+    def take_results(self, worker: WorkerPeer, results: m.TaskResults, router: ResultRouter) -> None:
+        """A worker's answers. Only answers for tasks it holds count: the rest are late or duplicates (the
+        task was canceled, or given to another worker after this one was dropped) and are dropped."""
+        records = self.records
+        if results.warnings:
+            self._route_warnings(worker, results.warnings, router)
+        profiles = {profile.task_id: profile for profile in results.profiles}
+        for task_id, payload in zip(results.succeeded_ids, results.payloads):
+            record = records.get(task_id)
+            if record is None or record.worker is not worker:
+                continue
+            self.succeed(record, payload, router)
+            if profiles and task_id in profiles and not record.quiet:
+                router.profile(record.client, profiles[task_id])
+        # Keyed by task id: a worker naming one task twice in a message must not queue it twice.
+        back_to_queue: dict[int, TaskRecord] = {}
+        for failure in results.failures:
+            record = records.get(failure.task_id)
+            if record is None or record.worker is not worker or failure.task_id in back_to_queue:
+                continue
+            if failure.kind == m.FailureKind.WORKER_DIED and crash_blame.processor_died(
+                record, failure, self._max_task_crashes
+            ):
+                self.fail(record, failure, router)
+            elif failure.kind in (m.FailureKind.RETURNED, m.FailureKind.WORKER_DIED):
+                back_to_queue[failure.task_id] = record
+            else:
+                self.fail(record, failure, router)
+        self.requeue(list(back_to_queue.values()), router)
+
+    def _route_warnings(self, worker: WorkerPeer, warnings: list[m.TaskWarning], router: ResultRouter) -> None:
+        """Warnings go to the task's client, in the same message as the outcome that comes with them.
+
+        Those of quiet graph tasks too: the client holds them for whoever gets the graph's results (a
+        warning deep inside a graph is still news to the caller of get()). Warnings of a task this
+        worker no longer holds are dropped with its late result.
+        """
+        records = self.records
+        for warning in warnings:
+            record = records.get(warning.task_id)
+            if record is not None and record.worker is worker:
+                router.warning(record.client, warning)
+
+    def drop_client_tasks(self, client: ClientPeer, force: bool, out: list[Outgoing]) -> int:
+        """End every unfinished task of the client without an outcome (it cleared, or it is gone), and tell
+        the workers holding them to drop them; `force` stops running ones too. Returns how many ended."""
+        per_worker: dict[bytes, list[int]] = {}
+        task_ids = list(client.task_ids)
+        for task_id in task_ids:
+            record = self.records[task_id]
+            if record.worker is not None:
+                per_worker.setdefault(record.worker.identity, []).append(task_id)
+            self.forget(record)
+        out.extend(
+            (identity, m.CancelTasks(task_ids=held, force=force)) for identity, held in per_worker.items()
+        )
+        return len(task_ids)
