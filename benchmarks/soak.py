@@ -38,11 +38,11 @@ from typing import Any
 import psutil
 
 from scaler import Client
-from scaler.cli.common import EXIT_WITH_PARENT_ENV
 from scaler.cluster.combo import free_local_address
 from scaler.errors import WorkerDiedError
 from scaler.protocol import messages as m
 from scaler.ui.feed import MonitorSubscriber
+from scaler.utility.parent_watch import environment_exiting_with_this_process
 
 _MULTIPLIER = 2654435761
 _STOP_GRACE_SECONDS = 10.0
@@ -70,7 +70,7 @@ class Processes:
 
     def __init__(self, log_dir: str) -> None:
         self._log_dir = log_dir
-        self._environment = dict(os.environ, **{EXIT_WITH_PARENT_ENV: str(os.getpid())})
+        self._environment = environment_exiting_with_this_process()
         self._started: list[subprocess.Popen] = []
         self._lock = threading.Lock()
 

@@ -6,9 +6,9 @@ from scaler.about import __version__
 from scaler.client.client import Client
 from scaler.client.future import ScalerFuture
 from scaler.client.object_reference import ObjectReference
-from scaler.client.serializer import Serializer
 from scaler.cluster.cluster import Cluster
 from scaler.cluster.combo import SchedulerClusterCombo
+from scaler.protocol.serializer import Serializer
 
 try:  # registers joblib's "scaler" backend when joblib is installed (lazily: see scaler/compat/joblib)
     from scaler.compat import joblib as _joblib_backend  # noqa: F401

@@ -18,7 +18,6 @@ from scaler.cli.common import (
     announce_event_loop,
     curve_public_key_file,
     curve_secret_key_file,
-    exit_with_parent_pid,
     make_parser,
     number_type,
     parse_command_line,
@@ -26,6 +25,7 @@ from scaler.cli.common import (
 )
 from scaler.cluster.cluster import Cluster, default_worker_names
 from scaler.utility.curve import PeerKeys
+from scaler.utility.parent_watch import exit_with_parent_pid, parent_is_gone
 from scaler.utility.readiness import FAILED, REGISTERED, ReadinessReporter
 from scaler.worker.config import WorkerConfig
 
@@ -177,7 +177,7 @@ def run_cluster(cluster: Cluster, reporter: ReadinessReporter | None = None) -> 
             if cluster.all_exited():
                 ended_by_itself = True
                 break
-            if parent is not None and os.getppid() != parent:
+            if parent_is_gone(parent):
                 break
     finally:
         cluster.shutdown()

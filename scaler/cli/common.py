@@ -18,13 +18,6 @@ from scaler.utility.logging_setup import DEFAULT_LOGGING_PATHS, LOGGING_LEVELS, 
 from scaler.utility.setting_rules import EVENT_LOOPS, Rule, argument_type
 from scaler.utility.zmq_config import parse_zmq_address
 
-# Set by SchedulerClusterCombo and Cluster on the processes they start: exit when that parent is gone.
-EXIT_WITH_PARENT_ENV = "SCALER_EXIT_WITH_PARENT"
-
-def exit_with_parent_pid() -> int | None:
-    value = os.environ.get(EXIT_WITH_PARENT_ENV)
-    return int(value) if value else None
-
 
 def make_parser(prog: str, description: str) -> argparse.ArgumentParser:
     # The usage line is written out: the address is optional to argparse only so that

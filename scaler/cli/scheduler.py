@@ -13,7 +13,6 @@ from scaler.cli.common import (
     announce_event_loop,
     curve_secret_key_file,
     existing_directory,
-    exit_with_parent_pid,
     make_parser,
     parse_command_line,
     start_logging,
@@ -22,6 +21,7 @@ from scaler.cli.common import (
 from scaler.scheduler.config import SchedulerConfig
 from scaler.scheduler.server import run_scheduler
 from scaler.utility.curve import ServerKeys
+from scaler.utility.parent_watch import exit_with_parent_pid
 from scaler.utility.readiness import ReadinessReporter
 
 _DEFAULTS = SchedulerConfig(address="")

@@ -17,7 +17,6 @@ from scaler.client.future import ScalerFuture
 from scaler.client.graph import Order, PlannedCall, TemplateCall, plan_graph
 from scaler.client.object_reference import ObjectReference
 from scaler.client.progress import wait_with_progress
-from scaler.client.serializer import DefaultSerializer, Serializer
 from scaler.client.shared_arguments import (
     IMMUTABLE_SIZED_TYPES,
     SharedArgument,
@@ -27,6 +26,7 @@ from scaler.client.shared_arguments import (
 from scaler.client.task_warnings import issue_task_warnings
 from scaler.errors import ProtectedModeError, ScalerError, SerializationError
 from scaler.protocol import messages as m
+from scaler.protocol.serializer import DefaultSerializer, Serializer
 from scaler.protocol.task_signature import TaskSignature
 from scaler.utility.blocking import client_nesting_depth, waiting_for_tasks
 from scaler.utility.curve import PeerKeys

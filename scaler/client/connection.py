@@ -28,7 +28,7 @@ from scaler.utility.blocking import client_nesting_depth
 from scaler.utility.curve import PeerKeys, secure_peer
 from scaler.utility.fork_safety import fix_after_fork
 from scaler.utility.identifiers import TASK_COUNTER_BITS
-from scaler.utility.zmq_util import has_input, receive_frames, send_frames, send_message
+from scaler.utility.zmq_util import configure_socket, has_input, receive_frames, send_frames, send_message
 
 logger = logging.getLogger(__name__)
 
@@ -366,10 +366,7 @@ class ClientConnection:
     def _run(self) -> None:
         context = zmq.Context(io_threads=1)
         socket = context.socket(zmq.DEALER)
-        socket.setsockopt(zmq.IDENTITY, self._identity)
-        socket.setsockopt(zmq.SNDHWM, 0)
-        socket.setsockopt(zmq.RCVHWM, 0)
-        socket.setsockopt(zmq.LINGER, 0)
+        configure_socket(socket, self._identity)
         try:
             if self._curve_keys is not None:
                 secure_peer(socket, self._curve_keys)

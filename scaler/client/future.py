@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any
 import cloudpickle
 
 from scaler.client.profiling import ProfilingInfo
-from scaler.client.serializer import Serializer, loads
 from scaler.client.task_warnings import issue_task_warnings
 from scaler.errors import (
     RemoteTaskError,
@@ -19,6 +18,7 @@ from scaler.errors import (
     WorkerDiedError,
 )
 from scaler.protocol import messages as m
+from scaler.protocol.serializer import Serializer, loads
 from scaler.utility.blocking import waiting_for_tasks
 
 if TYPE_CHECKING:

@@ -7,7 +7,6 @@ import dataclasses
 import json
 import logging
 import math
-import os
 import signal
 import subprocess
 import sys
@@ -15,8 +14,9 @@ import threading
 import time
 from typing import Any, Sequence
 
-from scaler.cli.common import EXIT_WITH_PARENT_ENV
 from scaler.errors import ClusterStartError
+from scaler.utility.parent_watch import environment_exiting_with_this_process
+from scaler.utility.process_stop import stop_processes
 from scaler.utility.readiness import FAILED, REGISTERED, ReadinessPipe
 from scaler.utility.setting_rules import POSITIVE_SECONDS
 from scaler.utility.zmq_config import zmq_address_text
@@ -138,7 +138,7 @@ class Cluster:
             f"task_queue_size={template.task_queue_size}"
         )
         pipe = self._pipe = ReadinessPipe()
-        environment = pipe.child_environment(dict(os.environ, **{EXIT_WITH_PARENT_ENV: str(os.getpid())}))
+        environment = pipe.child_environment(environment_exiting_with_this_process())
         self._launched_at = time.monotonic()
         self._next_warning = self._launched_at + _FIRST_WARNING_SECONDS
         atexit.register(self.shutdown)
@@ -273,16 +273,7 @@ class Cluster:
         atexit.unregister(self.shutdown)
         with self._lock:
             processes = list(self._processes)
-        for process in processes:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + _STOP_GRACE_SECONDS
-        for process in processes:
-            try:
-                process.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop_processes(processes, _STOP_GRACE_SECONDS)
         if self._pipe is not None:
             self._pipe.close()
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import atexit
 import logging
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -13,10 +12,11 @@ import threading
 import time
 from typing import Sequence
 
-from scaler.cli.common import EXIT_WITH_PARENT_ENV
 from scaler.errors import ClusterStartError
 from scaler.scheduler.config import SchedulerConfig
 from scaler.utility.logging_setup import DEFAULT_LOGGING_PATHS
+from scaler.utility.parent_watch import environment_exiting_with_this_process
+from scaler.utility.process_stop import stop_process, stop_processes
 from scaler.utility.readiness import FAILED, LISTENING, REGISTERED, ReadinessPipe
 from scaler.utility.setting_rules import AT_LEAST_ONE, POSITIVE_SECONDS, check_event_loop
 from scaler.utility.zmq_config import zmq_address_text
@@ -114,7 +114,7 @@ class SchedulerClusterCombo:
         self._start_timeout_seconds = start_timeout_seconds
         self._lock = threading.Lock()
         self._processes: list[subprocess.Popen] = []
-        self._environment = dict(os.environ, **{EXIT_WITH_PARENT_ENV: str(os.getpid())})
+        self._environment = environment_exiting_with_this_process()
         atexit.register(self.shutdown)
         try:
             self._start_scheduler()
@@ -139,7 +139,7 @@ class SchedulerClusterCombo:
                 if not (self._chosen_address and taken and attempt < _FREE_PORT_ATTEMPTS):
                     raise
                 # We chose that port and somebody took it meanwhile: choose again.
-                self._reap(self._processes.pop())
+                stop_process(self._processes.pop(), _STOP_GRACE_SECONDS)
                 self._address = free_local_address()
 
     def _start_cluster(self) -> None:
@@ -247,22 +247,6 @@ class SchedulerClusterCombo:
         with self._lock:
             processes, self._processes = self._processes, []
         atexit.unregister(self.shutdown)
-        for process in reversed(processes):  # workers first, so they leave the scheduler cleanly
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + _STOP_GRACE_SECONDS
-        for process in reversed(processes):
-            self._reap(process, deadline)
-
-    @staticmethod
-    def _reap(process: subprocess.Popen, deadline: float | None = None) -> None:
-        if deadline is None:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-            deadline = time.monotonic() + _STOP_GRACE_SECONDS
-        try:
-            process.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            logger.warning(f"SchedulerClusterCombo: process {process.pid} did not stop in time, killing it")
-            process.kill()
-            process.wait()
+        # Workers first, so they leave the scheduler cleanly.
+        for process in stop_processes(processes[::-1], _STOP_GRACE_SECONDS):
+            logger.warning(f"SchedulerClusterCombo: process {process.pid} did not stop in time, killed it")

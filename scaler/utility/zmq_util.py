@@ -7,6 +7,16 @@ import zmq
 from scaler.protocol import messages as m
 
 
+def configure_socket(socket: zmq.Socket, identity: bytes | None = None) -> None:
+    """The options every peer's socket gets: unlimited queues, so that zmq never drops a message for a full
+    one (a ROUTER would, silently); no lingering at close; the identity the other side routes by, if any."""
+    socket.setsockopt(zmq.SNDHWM, 0)
+    socket.setsockopt(zmq.RCVHWM, 0)
+    socket.setsockopt(zmq.LINGER, 0)
+    if identity is not None:
+        socket.setsockopt(zmq.IDENTITY, identity)
+
+
 def has_input(socket: zmq.Socket) -> bool:
     """True if a message can be received without blocking; cheaper than a poll."""
     return bool(socket.getsockopt(zmq.EVENTS) & zmq.POLLIN)  # type: ignore[operator, arg-type]

@@ -660,8 +660,8 @@ def main() -> None:
     """Entry point of one worker process, started by a Cluster with its config as JSON."""
     import json
 
-    from scaler.cli.common import exit_with_parent_pid
     from scaler.utility.logging_setup import setup_logging
+    from scaler.utility.parent_watch import exit_with_parent_pid
 
     reporter = ReadinessReporter.from_environment()
     fields = json.loads(sys.argv[1])

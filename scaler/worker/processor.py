@@ -25,10 +25,10 @@ from typing import Any, Callable
 import cloudpickle
 import zmq
 
-from scaler.client.serializer import DefaultSerializer, Serializer, loads
 from scaler.errors import NestingLimitError
 from scaler.protocol import messages as m
 from scaler.protocol.layout import slots_by_row
+from scaler.protocol.serializer import DefaultSerializer, Serializer, loads
 from scaler.protocol.task_signature import TaskSignature
 from scaler.utility.blocking import install_hooks, set_task_depth
 from scaler.utility.zmq_util import has_input, receive_frames, send_message

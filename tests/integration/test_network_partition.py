@@ -34,10 +34,10 @@ import psutil
 import pytest
 
 from scaler import Client
-from scaler.cli.common import EXIT_WITH_PARENT_ENV
 from scaler.protocol import messages as m
 from scaler.scheduler.monitor import MonitorSnapshot
 from scaler.ui.feed import MonitorSubscriber
+from scaler.utility.parent_watch import environment_exiting_with_this_process
 
 HEARTBEAT_SECONDS = 0.5
 WORKER_TIMEOUT_SECONDS = 3.0
@@ -165,7 +165,7 @@ class Lab:
 
     def __init__(self, directory: str, environment: dict[str, str]) -> None:
         self._directory = directory
-        self._environment = dict(environment, **{EXIT_WITH_PARENT_ENV: str(os.getpid())})
+        self._environment = environment_exiting_with_this_process(environment)
         self._tag = secrets.token_hex(3)[:5]
         self._namespaces: list[str] = []
         self._root_links: list[str] = []

@@ -19,13 +19,13 @@ from typing import Any, Callable, Iterable, Iterator
 
 from scaler.client.call_check import call_shape
 from scaler.client.client import Client
-from scaler.client.serializer import Serializer
 from scaler.cluster.combo import SchedulerClusterCombo
 from scaler.compat import cluster_choice
 from scaler.compat.futures.broken import BrokenScalerExecutor, broken_from, is_cluster_lost
 from scaler.compat.futures.cancelling import cancel_without_waiting
 from scaler.compat.futures.executor_future import ExecutorFuture
 from scaler.errors import ConnectionFailedError
+from scaler.protocol.serializer import Serializer
 from scaler.utility.fork_safety import fix_after_fork
 
 

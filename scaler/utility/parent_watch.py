@@ -1,0 +1,28 @@
+"""Exit with the parent: the processes a SchedulerClusterCombo or a Cluster starts must not outlive it.
+
+The parent names itself in the environment of its children; a child's loop compares that pid with its
+current parent's now and then, and exits once they differ (the orphan was handed to another process).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Mapping
+
+EXIT_WITH_PARENT_ENV = "SCALER_EXIT_WITH_PARENT"
+
+
+def exit_with_parent_pid() -> int | None:
+    """The pid this process must not outlive, when its parent asked for that; else None."""
+    value = os.environ.get(EXIT_WITH_PARENT_ENV)
+    return int(value) if value else None
+
+
+def environment_exiting_with_this_process(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """An environment for a child that must exit when this process is gone (`base` defaults to ours)."""
+    return dict(os.environ if base is None else base, **{EXIT_WITH_PARENT_ENV: str(os.getpid())})
+
+
+def parent_is_gone(parent_pid: int | None) -> bool:
+    """True once the process named `parent_pid` is no longer our parent; always False for None."""
+    return parent_pid is not None and os.getppid() != parent_pid
