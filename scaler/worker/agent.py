@@ -31,7 +31,6 @@ from scaler.utility.readiness import FAILED, REGISTERED, ReadinessReporter
 from scaler.utility.zmq_util import configure_socket, has_input, receive_frames, send_frames, send_message
 from scaler.worker.agent_actions import (
     Action,
-    AgentUsage,
     Exit,
     Registered,
     SignalProcessor,
@@ -245,7 +244,8 @@ class WorkerAgent:
                 pass  # gone: the next tick reports its exit
         return rss
 
-    def _usage(self) -> AgentUsage:
+    def _usage(self) -> m.Heartbeat:
+        """The CPU and memory figures of a heartbeat; the core fills in the rest."""
         processor_cpu, processor_rss = 0.0, 0
         for process in self._processes.values():
             try:
@@ -253,7 +253,7 @@ class WorkerAgent:
                 processor_rss += process.psutil_process.memory_info().rss
             except psutil.Error:
                 pass
-        return AgentUsage(
+        return m.Heartbeat(
             cpu_percent=self._process.cpu_percent(), rss_bytes=self._process.memory_info().rss,
             processor_cpu_percent=processor_cpu, processor_rss_bytes=processor_rss,
         )

@@ -3,8 +3,9 @@
 The core (agent_core.py) answers every event with a list of actions, carried out by the shell
 (agent.py) in order. What the shell observes of its processors reaches the core in two ways: the
 running-task slots through a read-only view (RunningTasks) that the core reads only at the moment of a
-decision, and memory and CPU figures as values of the tick. Why the slots are a view and not values of
-the events is said in agent_core.py.
+decision, and memory and CPU figures as values of the tick (the usage a heartbeat reports travels in
+the Heartbeat's own fields). Why the slots are a view and not values of the events is said in
+agent_core.py.
 """
 
 from __future__ import annotations
@@ -22,16 +23,6 @@ class RunningTasks(Protocol):
     def running_task_id(self, identity: bytes) -> int:
         """The slot's task id; NO_TASK for a processor the shell has not started yet."""
         ...
-
-
-@dataclasses.dataclass(frozen=True)
-class AgentUsage:
-    """CPU and memory of the agent process and (summed) of its processors, for a heartbeat."""
-
-    cpu_percent: float = 0.0
-    rss_bytes: int = 0
-    processor_cpu_percent: float = 0.0
-    processor_rss_bytes: int = 0
 
 
 @dataclasses.dataclass(slots=True)
@@ -52,24 +43,28 @@ class ToProcessor:
 
 
 @dataclasses.dataclass(slots=True)
-class StartProcessor:
+class ProcessorAction:
+    """Something the shell does to one processor process."""
+
+    identity: bytes
+
+
+class StartProcessor(ProcessorAction):
     """Start a processor process with this identity (and a new running-task slot)."""
 
-    identity: bytes
+    __slots__ = ()
 
 
-@dataclasses.dataclass(slots=True)
-class StopProcessor:
+class StopProcessor(ProcessorAction):
     """Stop (or reap) this processor and the processes its tasks started, and remove its slot."""
 
-    identity: bytes
+    __slots__ = ()
 
 
-@dataclasses.dataclass(slots=True)
-class SignalProcessor:
+class SignalProcessor(ProcessorAction):
     """Send the processor AGENT_SIGNAL: it reads its socket now, while its task runs (see processor.py)."""
 
-    identity: bytes
+    __slots__ = ()
 
 
 @dataclasses.dataclass(slots=True)

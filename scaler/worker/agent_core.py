@@ -22,6 +22,7 @@ the value would be stale by the time of the decision, or cost a read of every sl
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Mapping
 
@@ -31,7 +32,6 @@ from scaler.errors import MemoryLimitError, TaskTimeoutError
 from scaler.protocol import messages as m
 from scaler.worker.agent_actions import (
     Action,
-    AgentUsage,
     Exit,
     Registered,
     RunningTasks,
@@ -51,8 +51,9 @@ class WorkerAgentCore:
     ) -> None:
         self._config = config
         self._name = name
-        self._hostname = hostname
-        self._pid = pid
+        self._hello = m.Hello(
+            role=m.Role.WORKER, name=name, hostname=hostname, pid=pid, capacity=config.task_queue_size
+        )
         self._running_tasks = running_tasks
         self._out: list[Action] = []
         self._pool = ProcessorPool(name, config.max_processors, self._out)
@@ -92,10 +93,7 @@ class WorkerAgentCore:
         """The first processor, and the hello to the scheduler."""
         self._last_heard = now
         self._pool.active(now)
-        self._send(m.Hello(
-            role=m.Role.WORKER, name=self._name, hostname=self._hostname, pid=self._pid,
-            capacity=self._config.task_queue_size,
-        ))
+        self._send(self._hello)
         return self._take()
 
     def on_scheduler_frames(self, frames: list[m.Buffer], now: float) -> list[Action]:
@@ -186,12 +184,13 @@ class WorkerAgentCore:
         return self._take()
 
     def on_tick(
-        self, now: float, processor_rss: Mapping[bytes, int] | None = None, usage: AgentUsage | None = None
+        self, now: float, processor_rss: Mapping[bytes, int] | None = None, usage: m.Heartbeat | None = None
     ) -> list[Action]:
         """Limits, idle spares, the scheduler's silence and heartbeats.
 
         `processor_rss` holds the RSS of the processors the shell could measure (asked for only when
-        `watches_memory`); `usage` is the agent's usage, measured when `heartbeat_due(now)` said so.
+        `watches_memory`); `usage` is a heartbeat holding only the CPU and memory figures of the agent and
+        its processors, measured when `heartbeat_due(now)` said so; the core fills in the rest.
         """
         self._enforce_limits(now, processor_rss or {})
         self._pool.trim_spares(now)
@@ -211,7 +210,11 @@ class WorkerAgentCore:
             return self._take()
         if self.heartbeat_due(now):
             self._last_heartbeat = self._heartbeat_sent_at = now
-            self._send(self._heartbeat(usage or AgentUsage()), may_drop=True)
+            self._send(dataclasses.replace(
+                usage or m.Heartbeat(),
+                queued_tasks=sum(len(processor.outstanding) for processor in self._pool.processors.values()),
+                latency_us=self._latency_us,
+            ), may_drop=True)
         return self._take()
 
     def check_invariants(self) -> None:
@@ -334,13 +337,3 @@ class WorkerAgentCore:
         )
         for batch in batches:
             self._send(batch)
-
-    def _heartbeat(self, usage: AgentUsage) -> m.Heartbeat:
-        return m.Heartbeat(
-            cpu_percent=usage.cpu_percent,
-            rss_bytes=usage.rss_bytes,
-            queued_tasks=sum(len(processor.outstanding) for processor in self._pool.processors.values()),
-            processor_cpu_percent=usage.processor_cpu_percent,
-            processor_rss_bytes=usage.processor_rss_bytes,
-            latency_us=self._latency_us,
-        )

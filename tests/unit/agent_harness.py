@@ -20,17 +20,7 @@ import dataclasses
 
 from scaler.protocol import messages as m
 from scaler.utility.identifiers import content_object_id
-from scaler.worker.agent_actions import (
-    Action,
-    AgentUsage,
-    Exit,
-    Registered,
-    SignalProcessor,
-    StartProcessor,
-    StopProcessor,
-    ToProcessor,
-    ToScheduler,
-)
+from scaler.worker import agent_actions
 from scaler.worker.agent_core import WorkerAgentCore
 from scaler.worker.config import WorkerConfig
 from scaler.worker.running_task_slot import NO_TASK
@@ -88,7 +78,7 @@ class SimulatedAgent:
         # Every answer the scheduler got for each task: ("ok", payload) or ("failed", TaskFailure).
         self.outcomes: dict[int, list[tuple[str, bytes | m.TaskFailure]]] = collections.defaultdict(list)
         self.dispatched: collections.Counter[int] = collections.Counter()
-        self.exits: list[Exit] = []
+        self.exits: list[agent_actions.Exit] = []
         self.registered = 0
         self._next_task_id = FIRST_TASK_ID
         self._function_sent = False
@@ -99,9 +89,9 @@ class SimulatedAgent:
 
     # ------------------------------------------------------------------------------------------ plumbing
 
-    def _route(self, actions: list[Action]) -> None:
+    def _route(self, actions: list[agent_actions.Action]) -> None:
         for action in actions:
-            if isinstance(action, ToScheduler):
+            if isinstance(action, agent_actions.ToScheduler):
                 message = m.decode(action.frames)
                 (self.droppable if action.may_drop else self.to_scheduler).append(message)
                 if isinstance(message, m.TaskResults):
@@ -109,7 +99,7 @@ class SimulatedAgent:
                         self.outcomes[task_id].append(("ok", bytes(payload)))
                     for failure in message.failures:
                         self.outcomes[failure.task_id].append(("failed", failure))
-            elif isinstance(action, ToProcessor):
+            elif isinstance(action, agent_actions.ToProcessor):
                 assert action.identity not in self.stopped, f"sent to stopped processor {action.identity!r}"
                 processor = self.processors[action.identity]
                 assert processor.said_hello, f"sent to {action.identity!r} before its hello: the ROUTER drops it"
@@ -118,29 +108,29 @@ class SimulatedAgent:
                 processor.unread.append(message)
                 if processor.running is None:
                     self._read(processor)
-            elif isinstance(action, StartProcessor):
+            elif isinstance(action, agent_actions.StartProcessor):
                 assert action.identity not in self.processors and action.identity not in self.stopped, action
                 self.processors[action.identity] = SimProcessor(action.identity)
                 self.started.append(action.identity)
-            elif isinstance(action, StopProcessor):
+            elif isinstance(action, agent_actions.StopProcessor):
                 assert action.identity in self.processors, f"stopped twice or never started: {action.identity!r}"
                 del self.processors[action.identity]
                 self.slots.pop(action.identity, None)
                 self.stopped.add(action.identity)
-            elif isinstance(action, SignalProcessor):
+            elif isinstance(action, agent_actions.SignalProcessor):
                 assert action.identity not in self.stopped, f"signalled stopped processor {action.identity!r}"
                 processor = self.processors[action.identity]
                 processor.signals += 1
                 self._read(processor)  # the handler reads while the task's code runs, and answers at once
-            elif isinstance(action, Registered):
+            elif isinstance(action, agent_actions.Registered):
                 self.registered += 1
-            elif isinstance(action, Exit):
+            elif isinstance(action, agent_actions.Exit):
                 self.exits.append(action)
 
     def _from_processor(self, processor: SimProcessor, message: m.Message) -> None:
         self._route(self.core.on_processor_frames(processor.identity, m.encode(message), self.now))
 
-    def from_scheduler(self, message: m.Message) -> list[Action]:
+    def from_scheduler(self, message: m.Message) -> list[agent_actions.Action]:
         actions = self.core.on_scheduler_frames(m.encode(message), self.now)
         self._route(actions)
         return actions
@@ -183,7 +173,7 @@ class SimulatedAgent:
         self._next_task_id += count
         return list(range(first, first + count))
 
-    def welcome(self, **fields: int) -> list[Action]:
+    def welcome(self, **fields: int) -> list[agent_actions.Action]:
         return self.from_scheduler(m.Welcome(**fields))
 
     def submit(
@@ -204,18 +194,18 @@ class SimulatedAgent:
         self.from_scheduler(m.TaskSubmission(objects=sent_objects, groups=[group] if task_ids else []))
         return list(task_ids)
 
-    def cancel(self, task_ids: list[int], force: bool = False) -> list[Action]:
+    def cancel(self, task_ids: list[int], force: bool = False) -> list[agent_actions.Action]:
         return self.from_scheduler(m.CancelTasks(task_ids=list(task_ids), force=force))
 
-    def release(self, task_ids: list[int]) -> list[Action]:
+    def release(self, task_ids: list[int]) -> list[agent_actions.Action]:
         return self.from_scheduler(m.ReleaseTasks(task_ids=list(task_ids)))
 
-    def grant_start(self, task_ids: list[int]) -> list[Action]:
+    def grant_start(self, task_ids: list[int]) -> list[agent_actions.Action]:
         return self.from_scheduler(m.TaskStarted(task_ids=list(task_ids)))
 
     def tick(
-        self, advance: float = 0.0, *, rss: dict[bytes, int] | None = None, usage: AgentUsage | None = None
-    ) -> list[Action]:
+        self, advance: float = 0.0, *, rss: dict[bytes, int] | None = None, usage: m.Heartbeat | None = None
+    ) -> list[agent_actions.Action]:
         self.now += advance
         actions = self.core.on_tick(self.now, rss, usage)
         self._route(actions)
@@ -253,6 +243,20 @@ class SimulatedAgent:
             if not processor.said_hello and processor.identity in self.processors:
                 processor.said_hello = True
                 self._from_processor(processor, m.Hello(role=m.Role.WORKER, pid=1))
+
+    def run_next(self, task_id: int | None = None) -> SimProcessor:
+        """The active processor starts its next task (or the one named); returns that processor."""
+        processor = self.active()
+        assert self.start_task(processor, task_id) is not None, "a suspect waits for the scheduler"
+        return processor
+
+    def wait_in_active(self, task_id: int | None = None) -> tuple[SimProcessor, bool]:
+        """The active processor runs its next task, which waits on nested tasks; the processors started
+        meanwhile say hello. Returns that processor, and whether the agent granted the wait."""
+        processor = self.run_next(task_id)
+        granted = self.block(processor)
+        self.hello()
+        return processor, granted
 
     def start_task(self, processor: SimProcessor, task_id: int | None = None) -> int | None:
         """It takes a queued task (the first, unless named) and runs it; a suspect first asks the scheduler.

@@ -15,7 +15,7 @@ from agent_harness import FUNCTION_ID, SimulatedAgent, payload_for
 
 from scaler.errors import MemoryLimitError, PayloadTooLargeError, TaskTimeoutError
 from scaler.protocol import messages as m
-from scaler.worker.agent_actions import AgentUsage, Exit, SignalProcessor, StartProcessor, StopProcessor, ToScheduler
+from scaler.worker.agent_actions import Exit, SignalProcessor, StartProcessor, StopProcessor, ToScheduler
 from scaler.worker.config import WorkerConfig
 from scaler.worker.processor_pool import SPARE_IDLE_SECONDS
 
@@ -74,8 +74,7 @@ def test_tasks_go_to_the_active_processor_and_their_results_to_the_scheduler_as_
 
 def test_results_from_a_processor_the_agent_stopped_are_dropped(agent: SimulatedAgent) -> None:
     (task_id,) = agent.submit(1)
-    processor = agent.active()
-    agent.start_task(processor)
+    processor = agent.run_next()
     agent.crash(processor)
     late = m.encode(m.TaskResults(succeeded_ids=[task_id], payloads=[b"late"], failures=[]))
     assert agent.core.on_processor_frames(processor.identity, late, agent.now) == []
@@ -86,8 +85,7 @@ def test_results_from_a_processor_the_agent_stopped_are_dropped(agent: Simulated
 
 def test_a_granted_wait_hands_the_queue_to_a_new_active_processor_and_starts_a_spare(agent: SimulatedAgent) -> None:
     first, *queued = agent.submit(3)
-    waiting = agent.active()
-    agent.start_task(waiting)
+    waiting = agent.run_next()
     assert agent.block(waiting)
     assert agent.started == [b"P0", b"P1", b"P2"], "a new active one, and a spare ahead of the next wait"
     assert agent.role_of(waiting) == "blocked"
@@ -104,10 +102,7 @@ def test_a_granted_wait_hands_the_queue_to_a_new_active_processor_and_starts_a_s
 def test_a_new_active_processor_is_given_every_object_before_any_task(agent: SimulatedAgent) -> None:
     data = m.ObjectPayload(object_id=b"d" * 32, payload=b"data", name="data")
     agent.submit(1, objects=[data])
-    waiting = agent.active()
-    agent.start_task(waiting)
-    agent.block(waiting)
-    agent.hello()
+    waiting, _ = agent.wait_in_active()
     first_message = agent.active().received[0]
     assert isinstance(first_message, m.TaskSubmission) and not first_message.groups
     assert {item.object_id for item in first_message.objects} == {FUNCTION_ID, data.object_id}
@@ -117,12 +112,9 @@ def test_a_new_active_processor_is_given_every_object_before_any_task(agent: Sim
 def test_a_wait_beyond_max_processors_is_refused_with_the_limit_named() -> None:
     agent = make_agent(max_processors=2)
     agent.submit(3)
-    first = agent.active()
-    agent.start_task(first)
-    assert agent.block(first)
-    agent.hello()
-    second = agent.active()
-    agent.start_task(second)
+    first, granted = agent.wait_in_active()
+    assert granted
+    second = agent.run_next()
     assert not agent.block(second), "two processors run already"
     answer = second.answer
     assert answer is not None and "--max-processors 2" in answer.reason and "sim-worker" in answer.reason
@@ -134,10 +126,7 @@ def test_a_processor_whose_wait_ended_finishes_its_task_then_becomes_the_spare_t
     agent: SimulatedAgent,
 ) -> None:
     agent.submit(2)
-    waiting = agent.active()
-    agent.start_task(waiting)
-    agent.block(waiting)
-    agent.hello()
+    waiting, _ = agent.wait_in_active()
     agent.unblock(waiting)
     assert agent.role_of(waiting) == "finishing"
     agent.submit(1)
@@ -147,8 +136,7 @@ def test_a_processor_whose_wait_ended_finishes_its_task_then_becomes_the_spare_t
 
     started = list(agent.started)
     spares = {identity for identity, p in agent.core.pool.processors.items() if p.role.value == "spare"}
-    active = agent.active()
-    agent.start_task(active)
+    active = agent.run_next()
     assert agent.block(active)
     assert agent.started == started, "an idle spare took over: no new process"
     assert agent.active().identity in spares
@@ -157,14 +145,8 @@ def test_a_processor_whose_wait_ended_finishes_its_task_then_becomes_the_spare_t
 
 def test_spares_beyond_the_first_are_stopped_after_idling(agent: SimulatedAgent) -> None:
     agent.submit(3)
-    first = agent.active()
-    agent.start_task(first)
-    agent.block(first)
-    agent.hello()
-    second = agent.active()
-    agent.start_task(second)
-    agent.block(second)
-    agent.hello()
+    first, _ = agent.wait_in_active()
+    second, _ = agent.wait_in_active()
     for processor in (second, first):
         agent.unblock(processor)
         agent.finish(processor)
@@ -182,8 +164,7 @@ def test_spares_beyond_the_first_are_stopped_after_idling(agent: SimulatedAgent)
 def test_a_task_over_the_timeout_fails_with_task_timeout_error_and_the_rest_go_back() -> None:
     agent = make_agent(task_timeout_seconds=5.0)
     running, *queued = agent.submit(3)
-    processor = agent.active()
-    agent.start_task(processor)
+    processor = agent.run_next()
     agent.tick(0.1)
     assert not of_type(agent.tick(4.0), StopProcessor)
     actions = agent.tick(1.5)
@@ -199,8 +180,7 @@ def test_a_task_over_the_timeout_fails_with_task_timeout_error_and_the_rest_go_b
 def test_the_timeout_counts_from_when_the_task_started_not_from_the_one_before() -> None:
     agent = make_agent(task_timeout_seconds=5.0)
     agent.submit(2)
-    processor = agent.active()
-    agent.start_task(processor)
+    processor = agent.run_next()
     agent.tick(4.0)
     agent.finish(processor)
     agent.start_task(processor)
@@ -236,8 +216,7 @@ def test_a_processor_that_dies_fails_its_running_task_as_worker_died_and_returns
     agent: SimulatedAgent,
 ) -> None:
     running, *queued = agent.submit(3)
-    processor = agent.active()
-    agent.start_task(processor)
+    processor = agent.run_next()
     agent.crash(processor, exit_code=-11)
     failure = agent.failures(m.FailureKind.WORKER_DIED)[running]
     assert failure.type_name == "scaler.errors.WorkerDiedError" and "exit code -11" in failure.message
@@ -251,8 +230,7 @@ def test_a_processor_that_dies_fails_its_running_task_as_worker_died_and_returns
 
 def test_a_processor_that_dies_between_tasks_blames_none(agent: SimulatedAgent) -> None:
     agent.submit(2)
-    processor = agent.active()
-    agent.start_task(processor)
+    processor = agent.run_next()
     agent.finish(processor)
     agent.crash(processor)
     assert not agent.failures(m.FailureKind.WORKER_DIED)
@@ -262,10 +240,7 @@ def test_a_processor_that_dies_between_tasks_blames_none(agent: SimulatedAgent) 
 
 def test_a_blocked_processor_that_dies_blames_only_its_waiting_task(agent: SimulatedAgent) -> None:
     waiting_task, *queued = agent.submit(3)
-    waiting = agent.active()
-    agent.start_task(waiting)
-    agent.block(waiting)
-    agent.hello()
+    waiting, _ = agent.wait_in_active()
     started = list(agent.started)
     agent.crash(waiting)
     assert set(agent.failures(m.FailureKind.WORKER_DIED)) == {waiting_task}
@@ -281,12 +256,9 @@ def test_a_blocked_processor_that_dies_blames_only_its_waiting_task(agent: Simul
 def test_a_suspect_asks_to_start_and_the_answer_goes_only_to_the_processor_that_holds_it(
     agent: SimulatedAgent,
 ) -> None:
-    first = agent.active()
     waiting_task = agent.submit(1)[0]
     (suspect,) = agent.submit(1, report_start=True)
-    agent.start_task(first, waiting_task)
-    agent.block(first)
-    agent.hello()
+    first, _ = agent.wait_in_active(waiting_task)
     holder = agent.active()
     assert suspect in holder.queue, "handed over with its report_start"
     assert agent.start_task(holder, suspect) is None, "it waits for the scheduler's answer"
@@ -305,14 +277,10 @@ def test_a_release_goes_to_every_processor_and_signals_only_one_whose_queued_tas
     agent: SimulatedAgent,
 ) -> None:
     running, queued = agent.submit(2)
-    busy = agent.active()
-    agent.start_task(busy)
-    agent.block(busy)
-    agent.hello()
+    busy, _ = agent.wait_in_active()
     # busy: waits in `running`, its queue handed over; the new active one runs `queued` with more behind it
     more = agent.submit(2)
-    active = agent.active()
-    agent.start_task(active, queued)
+    active = agent.run_next(queued)
     assert not of_type(agent.release([running]), SignalProcessor), "only its running task named: nothing to do"
     assert not of_type(agent.release([queued]), SignalProcessor)
     actions = agent.release([queued, more[1]])
@@ -334,8 +302,7 @@ def test_a_cancel_of_a_running_task_is_refused_at_once_before_the_queued_ones_ar
     agent: SimulatedAgent,
 ) -> None:
     running, queued = agent.submit(2)
-    processor = agent.active()
-    agent.start_task(processor)
+    processor = agent.run_next()
     actions = agent.cancel([running, queued])
     messages = [m.decode(action.frames) for action in of_type(actions, ToScheduler)]
     assert messages[0] == m.CancelRefused(task_ids=[running])
@@ -348,8 +315,7 @@ def test_a_cancel_of_a_running_task_is_refused_at_once_before_the_queued_ones_ar
 
 def test_a_force_cancel_stops_the_processor_running_the_task(agent: SimulatedAgent) -> None:
     running, queued, other = agent.submit(3)
-    processor = agent.active()
-    agent.start_task(processor)
+    processor = agent.run_next()
     actions = agent.cancel([running], force=True)
     assert of_type(actions, StopProcessor) == [StopProcessor(processor.identity)]
     assert set(agent.failures(m.FailureKind.CANCELED)) == {running}
@@ -360,8 +326,7 @@ def test_a_force_cancel_stops_the_processor_running_the_task(agent: SimulatedAge
 
 def test_a_force_cancel_of_queued_tasks_stops_nothing(agent: SimulatedAgent) -> None:
     running, queued = agent.submit(2)
-    processor = agent.active()
-    agent.start_task(processor)
+    agent.run_next()
     actions = agent.cancel([queued], force=True)
     assert not of_type(actions, StopProcessor)
     assert set(agent.failures(m.FailureKind.CANCELED)) == {queued}
@@ -414,7 +379,7 @@ def test_results_over_the_control_limit_go_in_parts_each_with_its_tasks_warnings
 def test_heartbeats_carry_the_queued_count_the_usage_and_the_latency(agent: SimulatedAgent) -> None:
     agent.submit(3)
     assert agent.core.heartbeat_due(agent.now)
-    usage = AgentUsage(cpu_percent=12.5, rss_bytes=1000, processor_cpu_percent=50.0, processor_rss_bytes=2000)
+    usage = m.Heartbeat(cpu_percent=12.5, rss_bytes=1000, processor_cpu_percent=50.0, processor_rss_bytes=2000)
     agent.tick(usage=usage)
     heartbeat = agent.droppable[-1]
     assert heartbeat == m.Heartbeat(

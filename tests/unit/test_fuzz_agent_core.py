@@ -223,11 +223,7 @@ class AgentCoreFuzz(RuleBasedStateMachine):
 
 
 AgentCoreFuzz.TestCase.settings = settings(
-    database=None,
-    derandomize=True,
-    deadline=None,
-    max_examples=150,
-    stateful_step_count=50,
+    max_examples=150, stateful_step_count=50, database=None, derandomize=True, deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 test_agent_core_under_fuzzed_scheduler_and_processors = AgentCoreFuzz.TestCase
