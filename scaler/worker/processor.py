@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import collections
 import logging
-import mmap
 import os
 import pickle
 import signal
-import struct
 import sys
 import time
 import traceback
@@ -31,8 +29,9 @@ from scaler.protocol.layout import slots_by_row
 from scaler.protocol.serializer import DefaultSerializer, Serializer, loads
 from scaler.protocol.task_signature import TaskSignature
 from scaler.utility.blocking import install_hooks, set_task_depth
-from scaler.utility.zmq_util import has_input, receive_frames, send_message
+from scaler.utility.zmq_util import configure_socket, has_input, receive_frames, send_message
 from scaler.worker.profiler import TaskProfiler
+from scaler.worker.running_task_slot import RunningTaskSlot
 from scaler.worker.warning_recorder import WarningRecorder
 
 logger = logging.getLogger(__name__)
@@ -42,7 +41,6 @@ _FLUSH_EVERY_TASKS = 1000
 _FLUSH_EVERY_SECONDS = 0.005
 _PARENT_CHECK_SECONDS = 1.0
 _AGENT_ANSWER_SECONDS = 30.0
-_RUNNING_TASK_FORMAT = "<Q"
 # The agent sends this signal after a cancel or release for tasks queued behind a running one; see
 # Processor._on_agent_signal.
 AGENT_SIGNAL = signal.SIGUSR1
@@ -54,7 +52,7 @@ _PendingTask = tuple[int, m.TaskGroup, int, list[int] | None]
 
 
 class Processor:
-    def __init__(self, socket: zmq.Socket, running_task_slot: mmap.mmap) -> None:
+    def __init__(self, socket: zmq.Socket, running_task_slot: RunningTaskSlot) -> None:
         self._socket = socket
         self._running_task_slot = running_task_slot
         self._object_payloads: dict[bytes, m.Buffer] = {}
@@ -239,7 +237,7 @@ class Processor:
         if group.nesting_depth != self._depth:
             self._depth = group.nesting_depth
             set_task_depth(self._depth)
-        struct.pack_into(_RUNNING_TASK_FORMAT, self._running_task_slot, 0, task_id)
+        self._running_task_slot.write(task_id)
         try:
             serializer = self._serializer(group.serializer_id)
             function = self._function(group.function_id, group.serializer_id, serializer)
@@ -467,13 +465,9 @@ def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     context = zmq.Context(io_threads=1)
     socket = context.socket(zmq.DEALER)
-    socket.setsockopt(zmq.IDENTITY, identity.encode())
-    socket.setsockopt(zmq.SNDHWM, 0)
-    socket.setsockopt(zmq.RCVHWM, 0)
-    socket.setsockopt(zmq.LINGER, 0)
+    configure_socket(socket, identity.encode())
     socket.connect(address)
-    with open(running_task_path, "r+b") as slot_file:
-        slot = mmap.mmap(slot_file.fileno(), struct.calcsize(_RUNNING_TASK_FORMAT))
+    slot = RunningTaskSlot(running_task_path, writable=True)
     try:
         Processor(socket, slot).run(parent_pid)
     finally:

@@ -1,0 +1,339 @@
+"""The worker agent's decisions, as a state machine with no I/O.
+
+The shell (agent.py) feeds it events with the time they happened: frames from the scheduler, frames
+from a processor, a processor's exit, and a tick every 0.1 s. Each returns the actions to carry out in
+order (agent_actions.py): frames to send, processors to start, stop or signal, an exit. No sockets,
+processes, clocks or operating-system calls in here, so tests drive it with simulated processors
+(tests/unit/agent_harness.py).
+
+What the agent decides: where the scheduler's tasks go (processor_pool.py, with the nested-task
+hand-over), which task to blame when a processor dies, runs too long or grows too large, which named
+tasks a cancel cannot stop and which force-cancel stops, when a processor must be signalled to read a
+cancel or release now, how results over the scheduler's size limits are sent (result_split.py), what a
+heartbeat says, and when to give up on the scheduler.
+
+Several decisions need the task a processor is running at that very moment: a cancel or release
+arriving from the scheduler, and the blame when a processor is stopped. The slot that says it is
+memory shared with the processor (running_task_slot.py), so the core reads it through a read-only view
+(RunningTasks) that the shell injects and tests replace with a dict. Carried in the events instead,
+the value would be stale by the time of the decision, or cost a read of every slot on every message
+(task submissions included) to serve the few that need one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Mapping
+
+import cloudpickle
+
+from scaler.errors import MemoryLimitError, TaskTimeoutError
+from scaler.protocol import messages as m
+from scaler.worker.agent_actions import (
+    Action,
+    Exit,
+    Registered,
+    RunningTasks,
+    SignalProcessor,
+    ToScheduler,
+)
+from scaler.worker.config import WorkerConfig
+from scaler.worker.processor_pool import ProcessorPool, ProcessorRecord
+from scaler.worker.result_split import SizeLimits, split_results
+
+logger = logging.getLogger(__name__)
+
+
+class WorkerAgentCore:
+    def __init__(
+        self, config: WorkerConfig, name: str, hostname: str, pid: int, running_tasks: RunningTasks
+    ) -> None:
+        self._config = config
+        self._name = name
+        self._hello = m.Hello(
+            role=m.Role.WORKER, name=name, hostname=hostname, pid=pid, capacity=config.task_queue_size
+        )
+        self._running_tasks = running_tasks
+        self._out: list[Action] = []
+        self._pool = ProcessorPool(name, config.max_processors, self._out)
+        self._welcomed = False
+        self._last_heard = 0.0
+        self._last_heartbeat: float | None = None
+        # Set again from Welcome, which may ask for more frequent heartbeats.
+        self._heartbeat_interval = config.heartbeat_interval_seconds
+        self._heartbeat_sent_at: float | None = None
+        self._latency_us = 0
+        self._limits = SizeLimits()
+
+    @property
+    def pool(self) -> ProcessorPool:
+        return self._pool
+
+    @property
+    def watches_memory(self) -> bool:
+        """Whether a tick needs the processors' RSS (--memory-limit-bytes is set)."""
+        return self._config.memory_limit_bytes > 0
+
+    def heartbeat_due(self, now: float) -> bool:
+        """Whether the next tick sends a heartbeat (then it needs the agent's usage)."""
+        return self._last_heartbeat is None or now - self._last_heartbeat >= self._heartbeat_interval
+
+    def _take(self) -> list[Action]:
+        actions = list(self._out)
+        self._out.clear()
+        return actions
+
+    def _send(self, message: m.Message, may_drop: bool = False) -> None:
+        self._out.append(ToScheduler(m.encode(message), may_drop))
+
+    # ------------------------------------------------------------------------------------------ events
+
+    def start(self, now: float) -> list[Action]:
+        """The first processor, and the hello to the scheduler."""
+        self._last_heard = now
+        self._pool.active(now)
+        self._send(self._hello)
+        return self._take()
+
+    def on_scheduler_frames(self, frames: list[m.Buffer], now: float) -> list[Action]:
+        self._last_heard = now
+        try:
+            message = m.decode(frames)
+        except m.ProtocolDecodeError as error:
+            logger.warning(f"Worker[{self._name}]: dropped an undecodable message from the scheduler: {error}")
+            return []
+        if isinstance(message, m.TaskSubmission):
+            active = self._pool.active(now)
+            self._pool.add_objects(active, message.objects)
+            for group in message.groups:
+                active.outstanding.update(dict.fromkeys(group.task_ids))
+            self._pool.deliver(active, frames)
+        elif isinstance(message, m.CancelTasks):
+            named = set(message.task_ids)
+            if message.force:
+                self._stop_running(named, now)
+            else:
+                self._refuse_running(named)
+            self._deliver_to_all(frames, named)
+        elif isinstance(message, m.ReleaseTasks):
+            self._deliver_to_all(frames, set(message.task_ids))
+        elif isinstance(message, m.TaskStarted):
+            # The go-ahead for a suspect task: to the processor that holds it and waits for it.
+            named = set(message.task_ids)
+            for processor in self._pool.processors.values():
+                if not named.isdisjoint(processor.outstanding):
+                    self._pool.deliver(processor, frames)
+        elif isinstance(message, m.DeleteObjects):
+            self._pool.delete_objects(message.object_ids, frames)
+        elif isinstance(message, m.Welcome):
+            self._on_welcome(message)
+        elif isinstance(message, m.HeartbeatEcho):
+            if self._heartbeat_sent_at is not None:
+                self._latency_us = int((now - self._heartbeat_sent_at) * 1e6)
+                self._heartbeat_sent_at = None
+        elif isinstance(message, m.Disconnect):
+            self._out.append(Exit(f"scheduler asked us to leave: {message.reason}"))
+        elif isinstance(message, m.Refused):
+            # Before the welcome it is why we cannot work at all; after it, a restarted scheduler not knowing us.
+            failed = not self._welcomed
+            self._out.append(Exit(
+                f"scheduler refused us: {message.reason}", failed, logging.ERROR if failed else logging.WARNING
+            ))
+        elif isinstance(message, m.ProtocolError):
+            logger.warning(f"Worker[{self._name}]: scheduler reports a protocol error: {message.reason}")
+        return self._take()
+
+    def on_processor_frames(self, identity: bytes, frames: list[m.Buffer], now: float) -> list[Action]:
+        processor = self._pool.processors.get(identity)
+        if processor is None:
+            return []  # a processor we already gave up on
+        message = m.decode(frames)
+        if isinstance(message, m.TaskResults):
+            for task_id in message.succeeded_ids:
+                processor.outstanding.pop(task_id, None)
+            for failure in message.failures:
+                processor.outstanding.pop(failure.task_id, None)
+            if self._limits.admit(frames):
+                self._out.append(ToScheduler(frames))
+            else:
+                self._send_results_in_limits(message)
+            self._pool.retire_if_done(processor, now)
+        elif isinstance(message, m.TaskSubmission):
+            task_ids = [task_id for group in message.groups for task_id in group.task_ids]
+            self._pool.hand_over(processor, task_ids, frames, now)
+        elif isinstance(message, m.TaskStarted):
+            self._out.append(ToScheduler(frames))  # a suspect task asks to start; the scheduler answers
+        elif isinstance(message, m.Hello):
+            self._pool.on_hello(processor)
+        elif isinstance(message, m.ProcessorState):
+            if message.blocked:
+                self._pool.on_blocked(processor, now)
+            else:
+                self._pool.on_unblocked(processor, now)
+        return self._take()
+
+    def on_processor_exit(self, identity: bytes, exit_code: int, now: float) -> list[Action]:
+        """A processor exited on its own: the task it was running is blamed, the others go back."""
+        processor = self._pool.processors.get(identity)
+        if processor is not None:
+            self._stop_processor(
+                processor, now, m.FailureKind.WORKER_DIED, "scaler.errors.WorkerDiedError",
+                f"the processor running this task died (exit code {exit_code})",
+            )
+        return self._take()
+
+    def on_tick(
+        self, now: float, processor_rss: Mapping[bytes, int] | None = None, usage: m.Heartbeat | None = None
+    ) -> list[Action]:
+        """Limits, idle spares, the scheduler's silence and heartbeats.
+
+        `processor_rss` holds the RSS of the processors the shell could measure (asked for only when
+        `watches_memory`); `usage` is a heartbeat holding only the CPU and memory figures of the agent and
+        its processors, measured when `heartbeat_due(now)` said so; the core fills in the rest.
+        """
+        self._enforce_limits(now, processor_rss or {})
+        self._pool.trim_spares(now)
+        config = self._config
+        if now - self._last_heard > config.death_timeout_seconds:
+            if not self._welcomed:
+                self._out.append(Exit(
+                    f"no scheduler answered at {config.address} within {config.death_timeout_seconds:g}s "
+                    "(--death-timeout-seconds), exiting: is a scheduler running there, and reachable?",
+                    failed=True, level=logging.ERROR,
+                ))
+            else:
+                self._out.append(Exit(
+                    f"no word from the scheduler for {config.death_timeout_seconds:g}s, exiting "
+                    f"(--death-timeout-seconds; the scheduler was at {config.address})", level=logging.WARNING,
+                ))
+            return self._take()
+        if self.heartbeat_due(now):
+            self._last_heartbeat = self._heartbeat_sent_at = now
+            self._send(dataclasses.replace(
+                usage or m.Heartbeat(),
+                queued_tasks=sum(len(processor.outstanding) for processor in self._pool.processors.values()),
+                latency_us=self._latency_us,
+            ), may_drop=True)
+        return self._take()
+
+    def check_invariants(self) -> None:
+        """Raise AssertionError if the core's state disagrees with itself (the tests call this after every step)."""
+        self._pool.check_invariants()
+        assert not self._out, "actions left behind by an event"
+
+    # ------------------------------------------------------------------------------------------ scheduler
+
+    def _on_welcome(self, welcome: m.Welcome) -> None:
+        self._heartbeat_interval = welcome.heartbeat_interval_for(self._config.heartbeat_interval_seconds)
+        self._limits = SizeLimits(welcome.max_frame_bytes, welcome.max_control_frame_bytes)
+        logger.info(f"Worker[{self._name}]: connected to the scheduler")
+        if not self._welcomed:
+            self._welcomed = True
+            self._out.append(Registered())
+
+    def _running_task_of(self, processor: ProcessorRecord) -> int | None:
+        """The task this processor runs, if it is one the scheduler gave us and it has not answered."""
+        running = self._running_tasks.running_task_id(processor.identity)
+        return running if running in processor.outstanding else None
+
+    def _deliver_to_all(self, frames: list[m.Buffer], named: set[int]) -> None:
+        """A cancel or release goes to every processor; one busy with a task is signalled to read it now.
+
+        A processor reads its socket between tasks; the signal makes it answer for the tasks queued
+        behind a long one at once (see Processor._on_agent_signal).
+        """
+        for processor in self._pool.processors.values():
+            self._pool.deliver(processor, frames)
+            queued_here = named.intersection(processor.outstanding)
+            if not processor.ready or not queued_here:
+                continue
+            running = self._running_task_of(processor)
+            if running is not None and queued_here != {running}:
+                self._out.append(SignalProcessor(processor.identity))
+
+    def _refuse_running(self, named: set[int]) -> None:
+        """Say at once which of these tasks have started (a processor's slot names them): cancel cannot stop them."""
+        started = [
+            running for running in map(self._running_task_of, self._pool.processors.values())
+            if running is not None and running in named
+        ]
+        if started:
+            self._send(m.CancelRefused(task_ids=started))
+
+    def _stop_running(self, named: set[int], now: float) -> None:
+        """Force-cancel: a processor running one of these tasks is stopped; the task ends canceled."""
+        for processor in list(self._pool.processors.values()):
+            running = self._running_task_of(processor)
+            if running is not None and running in named:
+                self._stop_processor(processor, now, m.FailureKind.CANCELED, "", "")
+
+    # ------------------------------------------------------------------------------------------ processors
+
+    def _enforce_limits(self, now: float, processor_rss: Mapping[bytes, int]) -> None:
+        """Stop a processor whose task runs too long or whose memory grows too large, before the OS does."""
+        config = self._config
+        if config.task_timeout_seconds <= 0 and config.memory_limit_bytes <= 0:
+            return
+        for processor in list(self._pool.processors.values()):
+            slot = self._running_tasks.running_task_id(processor.identity)
+            if slot != processor.watched_task_id:
+                processor.watched_task_id, processor.watched_since = slot, now
+            if slot not in processor.outstanding:
+                continue
+            if config.task_timeout_seconds > 0 and now - processor.watched_since > config.task_timeout_seconds:
+                self._stop_processor(
+                    processor, now, m.FailureKind.RAISED, "scaler.errors.TaskTimeoutError",
+                    f"the task ran longer than {config.task_timeout_seconds:g}s (--task-timeout-seconds) "
+                    "and was stopped", TaskTimeoutError,
+                )
+                continue
+            rss = processor_rss.get(processor.identity, 0)
+            if config.memory_limit_bytes > 0 and rss > config.memory_limit_bytes:
+                self._stop_processor(
+                    processor, now, m.FailureKind.RAISED, "scaler.errors.MemoryLimitError",
+                    f"its processor used {rss:,} bytes, over the worker's limit of {config.memory_limit_bytes:,} "
+                    "(--memory-limit-bytes), and was stopped", MemoryLimitError,
+                )
+
+    def _stop_processor(
+        self,
+        processor: ProcessorRecord,
+        now: float,
+        kind: m.FailureKind,
+        type_name: str,
+        message: str,
+        error_type: type[Exception] | None = None,
+    ) -> None:
+        """Stop (or bury) a processor: its running task ends with the given failure, the rest go back untried.
+
+        The task blamed is the one its slot names now, when the decision is made; the processor may
+        still start another before the shell stops it, and that one goes back untried with the rest.
+        """
+        running = self._running_task_of(processor)
+        failures = []
+        for task_id in processor.outstanding:
+            if task_id == running:
+                exception = cloudpickle.dumps(error_type(message)) if error_type is not None else b""
+                failures.append(m.TaskFailure(
+                    task_id=task_id, kind=kind, type_name=type_name, message=message, exception=exception
+                ))
+            else:
+                failures.append(m.TaskFailure(task_id=task_id, kind=m.FailureKind.RETURNED))
+        logger.warning(
+            f"Worker[{self._name}]: processor {processor.identity.decode()} stopped "
+            f"({message or kind.name.lower()}); {len(failures)} task(s) handed back to the scheduler"
+        )
+        if self._pool.remove(processor):
+            self._pool.active(now)
+        if failures:
+            self._send(m.TaskResults(succeeded_ids=[], payloads=[], failures=failures))
+
+    def _send_results_in_limits(self, results: m.TaskResults) -> None:
+        batches, too_large = split_results(results, self._limits)
+        logger.warning(
+            f"Worker[{self._name}]: results over the scheduler's limits; {too_large} failed as too large, "
+            "the rest sent in parts"
+        )
+        for batch in batches:
+            self._send(batch)
