@@ -83,7 +83,7 @@ Value sleep_ms(const std::vector<Value>& args, const StopFlag& stop) {
     auto left = deadline - std::chrono::steady_clock::now();
     std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(left, std::chrono::milliseconds(5)));
   }
-  return Value::nil();
+  return milliseconds;
 }
 
 Value fail(const std::vector<Value>& args, const StopFlag&) {
