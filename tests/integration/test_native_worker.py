@@ -16,7 +16,7 @@ from typing import Iterator
 
 import pytest
 
-from scaler import Client
+from scaler import Client, SchedulerClusterCombo
 from scaler.errors import RemoteTaskError, SerializationError
 from scaler.native_tasks import NeutralSerializer, native
 from tests.conftest import child_python_environment
@@ -118,3 +118,17 @@ def test_no_task_is_lost_when_a_native_worker_is_killed(native_cluster: NativeCl
         results = [future.result(timeout=RESULT_SECONDS) for future in futures]
     assert results == durations
     assert done_before_kill == 10 and victim.returncode == -signal.SIGKILL
+
+
+def test_python_workers_read_the_neutral_encoding() -> None:
+    """The other half of a mixed graph (PROTOCOL.md §16): with python_objects=True a Python function travels
+    inside the neutral encoding, reads neutral arguments and returns a neutral result. A native function that
+    lands on a Python worker (no capability routing yet) fails with a clear TypeError."""
+    with SchedulerClusterCombo(n_workers=1, logging_level="WARNING") as cluster:
+        serializer = NeutralSerializer(python_objects=True)
+        with Client(address=cluster.get_address(), serializer=serializer, timeout_seconds=30) as client:
+            assert client.submit(lambda x: x + 1, 41).result(timeout=RESULT_SECONDS) == 42
+            graph = {"a": [1, 2, 3], "b": (sum, "a"), "c": (lambda total: {"total": total}, "b")}
+            assert client.get(graph, keys=["c"]) == {"c": {"total": 6}}
+            with pytest.raises(TypeError, match="runs on a native worker only"):
+                client.submit(native("add"), 1, 2).result(timeout=RESULT_SECONDS)
