@@ -61,7 +61,6 @@ class Agent {
       : options_(options),
         name_(options.name.empty() ? host_name() + "|" + std::to_string(getpid()) : options.name),
         identity_("W|" + name_ + "|" + random_hex(8)),
-        core_(options.threads),
         heartbeat_interval_(options.heartbeat_interval_seconds) {}
 
   int run();
@@ -149,9 +148,9 @@ void Agent::on_frames(const std::vector<Bytes>& frames, double now) {
   } else if (auto submission = std::get_if<TaskSubmission>(&message)) {
     core_.on_submission(*submission, now);
   } else if (auto cancel = std::get_if<CancelTasks>(&message)) {
-    core_.on_cancel(*cancel, now);
+    core_.on_cancel(*cancel, runner_->withdraw(cancel->task_ids), now);
   } else if (auto release = std::get_if<ReleaseTasks>(&message)) {
-    core_.on_release(*release, now);
+    core_.on_release(*release, runner_->withdraw(release->task_ids), now);
   } else if (auto started = std::get_if<TaskStarted>(&message)) {
     core_.on_task_started(*started, now);
   } else if (auto deleted = std::get_if<DeleteObjects>(&message)) {
@@ -205,7 +204,7 @@ int Agent::run() {
       double last_heartbeat = -INFINITY;
       while (!leave_) {
         double now = monotonic_seconds();
-        double wait = std::min({kLoopTickSeconds, last_heartbeat + heartbeat_interval_ - now, core_.next_deadline() - now});
+        double wait = std::min({kLoopTickSeconds, last_heartbeat + heartbeat_interval_ - now, core_.next_deadline(now) - now});
         zmq_pollitem_t items[] = {{socket_, 0, ZMQ_POLLIN, 0}, {nullptr, wake[0], ZMQ_POLLIN, 0}};
         if (zmq_poll(items, 2, static_cast<long>(std::max(0.0, std::ceil(wait * 1000)))) < 0 && errno != EINTR) {
           throw std::runtime_error(std::string("poll failed: ") + zmq_strerror(errno));

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <unordered_set>
 
 namespace scaler_native {
 
@@ -131,6 +132,21 @@ void TaskRunner::start(Job job) {
   work_ready_.notify_one();
 }
 
+std::vector<uint64_t> TaskRunner::withdraw(const std::vector<uint64_t>& task_ids) {
+  std::unordered_set<uint64_t> named(task_ids.begin(), task_ids.end());
+  std::vector<uint64_t> withdrawn;
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto job = jobs_.begin(); job != jobs_.end();) {
+    if (named.count(job->task_id)) {
+      withdrawn.push_back(job->task_id);
+      job = jobs_.erase(job);
+    } else {
+      ++job;
+    }
+  }
+  return withdrawn;
+}
+
 void TaskRunner::stop(uint64_t task_id) {
   std::lock_guard<std::mutex> lock(mutex_);
   for (auto& slot : slots_) {
@@ -157,16 +173,18 @@ void TaskRunner::serve(Slot& slot) {
       jobs_.pop_front();
       slot.running_task_id = job.task_id;
       slot.stop = false;
+      ++busy_threads_;
     }
     Completion completion = run_job(job, stop);
-    bool was_empty;
+    bool wake;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       slot.running_task_id = 0;
-      was_empty = completions_.empty();
+      --busy_threads_;
       completions_.push_back(std::move(completion));
+      wake = (jobs_.empty() && busy_threads_ == 0) || completions_.size() == kWakeEveryCompletions;
     }
-    if (was_empty) {
+    if (wake) {
       char byte = 1;
       ssize_t written = write(wake_fd_, &byte, 1);
       (void)written;  // a full pipe already holds a wake-up

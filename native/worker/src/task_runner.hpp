@@ -39,17 +39,24 @@ struct Completion {
 // Runs `job` on this thread; never throws.
 Completion run_job(const Job& job, const StopFlag& stop);
 
+// The agent's loop collects completions at least every few milliseconds while jobs run; the runner wakes it
+// early only when it runs dry (every job done, so the results should go now) or this many are waiting.
+constexpr size_t kWakeEveryCompletions = 1000;
+
+// Threads that take jobs from one queue, in the order they were started, without waiting for the agent's
+// loop between two jobs: a batch of tiny tasks runs back to back.
 class TaskRunner {
  public:
-  // `wake_fd` gets a byte written whenever a completion is ready.
+  // `wake_fd` gets a byte written when the loop should collect completions now.
   TaskRunner(size_t threads, int wake_fd);
   ~TaskRunner();
   TaskRunner(const TaskRunner&) = delete;
   TaskRunner& operator=(const TaskRunner&) = delete;
 
   size_t threads() const { return slots_.size(); }
-  // The caller never starts more jobs than there are threads.
   void start(Job job);
+  // Takes back those of these tasks no thread has picked up yet (they will not run); returns their ids.
+  std::vector<uint64_t> withdraw(const std::vector<uint64_t>& task_ids);
   // Asks the function running `task_id`, if any, to stop; it ends as `stopped`.
   void stop(uint64_t task_id);
   std::vector<Completion> take_completions();
@@ -66,6 +73,7 @@ class TaskRunner {
   std::condition_variable work_ready_;
   std::deque<Job> jobs_;
   std::vector<Completion> completions_;
+  size_t busy_threads_ = 0;
   bool closing_ = false;
   int wake_fd_;
   std::vector<std::unique_ptr<Slot>> slots_;

@@ -25,8 +25,6 @@ std::string hex(const Bytes& bytes) {
 
 }  // namespace
 
-WorkerCore::WorkerCore(size_t threads) : threads_(threads) {}
-
 void WorkerCore::set_limits(uint64_t max_frame_bytes, uint64_t max_control_frame_bytes) {
   max_frame_bytes_ = max_frame_bytes;
   max_control_frame_bytes_ = max_control_frame_bytes;
@@ -35,22 +33,22 @@ void WorkerCore::set_limits(uint64_t max_frame_bytes, uint64_t max_control_frame
 void WorkerCore::on_submission(const TaskSubmission& submission, double now) {
   for (const ObjectPayload& object : submission.objects) objects_[object.object_id] = object.payload;
   for (const auto& group : submission.groups) {
-    auto& queue = queues_[group->nesting_depth];
     for (size_t row = 0; row < group->task_ids.size(); ++row) {
       uint64_t task_id = group->task_ids[row];
       // A task the worker already holds: the scheduler never sends one twice, and the first copy answers.
-      if (queued_ids_.count(task_id) || running_ids_.count(task_id)) continue;
-      queued_ids_.insert(task_id);
-      queue.push_back(Entry{task_id, group, row});
+      if (kept_ids_.count(task_id) || handed_ids_.count(task_id)) continue;
+      kept_ids_.insert(task_id);
+      kept_.push_back(Entry{task_id, group, row});
     }
   }
   dispatch(now);
 }
 
-void WorkerCore::on_cancel(const CancelTasks& cancel, double now) {
+void WorkerCore::on_cancel(const CancelTasks& cancel, const std::vector<uint64_t>& withdrawn, double now) {
+  std::vector<uint64_t> canceled = take_unstarted(cancel.task_ids, withdrawn);
   std::vector<uint64_t> refused;
   for (uint64_t task_id : cancel.task_ids) {
-    if (!running_ids_.count(task_id)) continue;
+    if (!handed_ids_.count(task_id)) continue;  // running (or just finished, its result on the way)
     if (cancel.force) {
       stops_.push_back(task_id);  // it ends `canceled` when its function sees the stop flag
     } else {
@@ -58,14 +56,13 @@ void WorkerCore::on_cancel(const CancelTasks& cancel, double now) {
     }
   }
   if (!refused.empty()) messages_.push_back(CancelRefused{refused});
-  std::vector<uint64_t> canceled = take_unstarted(cancel.task_ids);
   for (uint64_t task_id : canceled) fail(task_id, FailureKind::canceled, "", "");
   if (!canceled.empty()) flush(now);
   dispatch(now);
 }
 
-void WorkerCore::on_release(const ReleaseTasks& release, double now) {
-  std::vector<uint64_t> returned = take_unstarted(release.task_ids);
+void WorkerCore::on_release(const ReleaseTasks& release, const std::vector<uint64_t>& withdrawn, double now) {
+  std::vector<uint64_t> returned = take_unstarted(release.task_ids, withdrawn);
   for (uint64_t task_id : returned) fail(task_id, FailureKind::returned, "", "");
   if (!returned.empty()) flush(now);
   dispatch(now);
@@ -73,7 +70,7 @@ void WorkerCore::on_release(const ReleaseTasks& release, double now) {
 
 void WorkerCore::on_task_started(const TaskStarted& started, double now) {
   if (!suspect_ || suspect_->granted) return;
-  if (std::find(started.task_ids.begin(), started.task_ids.end(), suspect_->entry.task_id) != started.task_ids.end()) {
+  if (std::find(started.task_ids.begin(), started.task_ids.end(), suspect_->task_id) != started.task_ids.end()) {
     suspect_->granted = true;
     dispatch(now);
   }
@@ -85,7 +82,7 @@ void WorkerCore::on_delete(const DeleteObjects& deleted) {
 
 void WorkerCore::on_completion(Completion&& completion, double now) {
   uint64_t task_id = completion.task_id;
-  running_ids_.erase(task_id);
+  if (!handed_ids_.erase(task_id)) return;  // not ours (never happens: the runner runs only what we handed)
   switch (completion.outcome) {
     case Completion::Outcome::succeeded:
       if (max_frame_bytes_ && completion.payload.size() > max_frame_bytes_) {
@@ -106,7 +103,7 @@ void WorkerCore::on_completion(Completion&& completion, double now) {
       fail(task_id, FailureKind::canceled, "", "");
       break;
   }
-  if (suspect_ && suspect_->entry.task_id == task_id) {
+  if (suspect_ && suspect_->task_id == task_id) {
     suspect_.reset();
     flush(now);  // a suspect's result goes at once, before anything else can take this worker down
   } else {
@@ -117,10 +114,8 @@ void WorkerCore::on_completion(Completion&& completion, double now) {
 
 void WorkerCore::on_tick(double now) {
   if (suspect_ && !suspect_->granted && now >= suspect_->deadline) {
-    uint64_t task_id = suspect_->entry.task_id;
-    suspect_.reset();
-    queued_ids_.erase(task_id);
-    fail(task_id, FailureKind::returned, "", "");
+    std::vector<uint64_t> returned = take_unstarted({suspect_->task_id}, {});
+    for (uint64_t task_id : returned) fail(task_id, FailureKind::returned, "", "");
     flush(now);
   }
   if (!batch_.empty() && now - last_flush_ >= kFlushEverySeconds) flush(now);
@@ -131,47 +126,49 @@ std::vector<Outgoing> WorkerCore::take_messages() { return std::exchange(message
 std::vector<Job> WorkerCore::take_jobs() { return std::exchange(jobs_, {}); }
 std::vector<uint64_t> WorkerCore::take_stops() { return std::exchange(stops_, {}); }
 
-uint32_t WorkerCore::held_tasks() const { return static_cast<uint32_t>(queued_ids_.size() + running_ids_.size()); }
+uint32_t WorkerCore::held_tasks() const { return static_cast<uint32_t>(kept_ids_.size() + handed_ids_.size()); }
 
-double WorkerCore::next_deadline() const {
+double WorkerCore::next_deadline(double now) const {
   double deadline = std::numeric_limits<double>::infinity();
   if (!batch_.empty()) deadline = last_flush_ + kFlushEverySeconds;
+  // The runner wakes the loop only when it runs dry: collect what finished meanwhile this often.
+  if (!handed_ids_.empty()) deadline = std::min(deadline, now + kFlushEverySeconds);
   if (suspect_ && !suspect_->granted) deadline = std::min(deadline, suspect_->deadline);
   return deadline;
 }
 
 void WorkerCore::dispatch(double now) {
-  if (suspect_) {
-    uint64_t task_id = suspect_->entry.task_id;
-    if (!suspect_->granted || !queued_ids_.count(task_id)) return;  // waiting for the answer, or running
-    queued_ids_.erase(task_id);
-    start(suspect_->entry);
-    if (running_ids_.count(task_id)) return;
-    suspect_.reset();  // it failed before it could run (an unknown function, say)
-    flush(now);
-  }
-  while (running_ids_.size() < threads_) {
-    auto depth = std::find_if(queues_.begin(), queues_.end(), [](const auto& entry) { return !entry.second.empty(); });
-    if (depth == queues_.end()) break;
-    Entry entry = depth->second.front();
+  while (!kept_.empty()) {
+    const Entry entry = kept_.front();
+    if (suspect_) {
+      if (suspect_->handed || !suspect_->granted) break;  // running alone, or waiting for the answer
+      kept_.pop_front();
+      kept_ids_.erase(entry.task_id);
+      hand(entry);
+      if (handed_ids_.count(entry.task_id)) {
+        suspect_->handed = true;
+        break;
+      }
+      suspect_.reset();  // it failed before it could run (an unknown function, say)
+      flush(now);
+      continue;
+    }
     if (entry.group->report_start) {
       // A suspect runs alone, so that if this worker dies under it the scheduler blames only it (§8).
-      if (!running_ids_.empty()) break;
-      depth->second.pop_front();
+      if (!handed_ids_.empty()) break;
       flush(now);
       messages_.push_back(TaskStarted{{entry.task_id}});
-      suspect_ = Suspect{entry, now + kStartAnswerSeconds};
+      suspect_ = Suspect{entry.task_id, now + kStartAnswerSeconds};
       break;
     }
-    depth->second.pop_front();
-    queued_ids_.erase(entry.task_id);
-    start(entry);
+    kept_.pop_front();
+    kept_ids_.erase(entry.task_id);
+    hand(entry);
   }
-  for (auto it = queues_.begin(); it != queues_.end();) it = it->second.empty() ? queues_.erase(it) : std::next(it);
-  if (queued_ids_.empty() && !batch_.empty()) flush(now);  // the queue ran dry: send what there is
+  if (kept_.empty() && handed_ids_.empty() && !batch_.empty()) flush(now);  // ran dry: send what there is
 }
 
-void WorkerCore::start(const Entry& entry) {
+void WorkerCore::hand(const Entry& entry) {
   const TaskGroup& group = *entry.group;
   const NativeFunction* function = nullptr;
   if (auto problem = resolve_function(group, &function)) {
@@ -198,7 +195,7 @@ void WorkerCore::start(const Entry& entry) {
     }
     job.object_args[slot] = object->second;
   }
-  running_ids_.insert(entry.task_id);
+  handed_ids_.insert(entry.task_id);
   jobs_.push_back(std::move(job));
 }
 
@@ -238,24 +235,22 @@ void WorkerCore::fail(uint64_t task_id, FailureKind kind, std::string type_name,
   batch_.failures.push_back(std::move(failure));
 }
 
-std::vector<uint64_t> WorkerCore::take_unstarted(const std::vector<uint64_t>& task_ids) {
+std::vector<uint64_t> WorkerCore::take_unstarted(const std::vector<uint64_t>& task_ids,
+                                                  const std::vector<uint64_t>& withdrawn) {
+  std::vector<uint64_t> taken;
+  for (uint64_t task_id : withdrawn) {
+    if (handed_ids_.erase(task_id)) taken.push_back(task_id);
+  }
   std::unordered_set<uint64_t> named;
   for (uint64_t task_id : task_ids) {
-    if (queued_ids_.count(task_id)) named.insert(task_id);
+    if (kept_ids_.erase(task_id)) named.insert(task_id);
   }
-  if (named.empty()) return {};
-  if (suspect_ && named.count(suspect_->entry.task_id)) suspect_.reset();
-  for (auto& depth : queues_) {
-    auto& queue = depth.second;
-    queue.erase(std::remove_if(queue.begin(), queue.end(), [&](const Entry& entry) { return named.count(entry.task_id) > 0; }),
-                queue.end());
-  }
-  std::vector<uint64_t> taken;
+  if (named.empty()) return taken;
+  if (suspect_ && !suspect_->handed && named.count(suspect_->task_id)) suspect_.reset();
+  kept_.erase(std::remove_if(kept_.begin(), kept_.end(), [&](const Entry& entry) { return named.count(entry.task_id) > 0; }),
+              kept_.end());
   for (uint64_t task_id : task_ids) {
-    if (named.erase(task_id)) {
-      queued_ids_.erase(task_id);
-      taken.push_back(task_id);
-    }
+    if (named.erase(task_id)) taken.push_back(task_id);
   }
   return taken;
 }
