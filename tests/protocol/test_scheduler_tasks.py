@@ -25,6 +25,16 @@ def submit(client: PlayedPeer, rows: list[list[bytes]], **group_fields: object) 
     return task_ids
 
 
+def worker_and_client(scheduler_under_test: StartScheduler) -> tuple[SchedulerUnderTest, PlayedPeer, PlayedPeer]:
+    """The scheduler under test with one registered worker (capacity 10) and one registered client."""
+    scheduler = scheduler_under_test()
+    worker = scheduler.peer("worker")
+    worker.register("worker", capacity=10)
+    client = scheduler.peer("client")
+    client.register("client")
+    return scheduler, worker, client
+
+
 def dispatched(worker: PlayedPeer) -> tuple[list[dict], dict[int, list[bytes]], dict]:
     """A submitTasks to a worker: its objects, each task's arguments, and the (single) group's fields."""
     message = worker.expect("submitTasks")
@@ -39,11 +49,7 @@ def dispatched(worker: PlayedPeer) -> tuple[list[dict], dict[int, list[bytes]], 
 
 def test_a_task_goes_to_a_worker_and_its_result_to_its_client(scheduler_under_test: StartScheduler) -> None:
     """§6 dispatch (objects first, the group's arguments unchanged), §7 results back to the client."""
-    scheduler = scheduler_under_test()
-    worker = scheduler.peer("worker")
-    worker.register("worker", capacity=10)
-    client = scheduler.peer("client")
-    client.register("client")
+    scheduler, worker, client = worker_and_client(scheduler_under_test)
     task_ids = submit(client, [[b"one"], [b"two"], [b"three"]])
     objects, rows, group = dispatched(worker)
     assert [(item["objectId"], item.get("payload")) for item in objects] == [(FUNCTION_ID, FUNCTION)]
@@ -78,11 +84,7 @@ def test_results_go_only_to_the_client_of_each_task(scheduler_under_test: StartS
 
 def test_large_payloads_reach_the_worker_whole(scheduler_under_test: StartScheduler) -> None:
     """§1: an argument sent as a frame reaches the worker (as a frame of 64 KiB up), byte for byte."""
-    scheduler = scheduler_under_test()
-    worker = scheduler.peer("worker")
-    worker.register("worker", capacity=10)
-    client = scheduler.peer("client")
-    client.register("client")
+    scheduler, worker, client = worker_and_client(scheduler_under_test)
     big = bytes(range(256)) * 400  # 102,400 bytes
     task_id, = client.next_task_ids(1)
     group = {"functionId": FUNCTION_ID, "argsPerTask": 1, "taskIds": [task_id], "args": [b""],
@@ -110,11 +112,7 @@ def test_cancel_of_a_queued_task_and_of_an_unknown_one(scheduler_under_test: Sta
 
 def test_cancel_of_a_running_task_is_forwarded_and_refused(scheduler_under_test: StartScheduler) -> None:
     """§9: the cancel goes on to the worker; its cancelRefused reaches the client, then the normal result."""
-    scheduler = scheduler_under_test()
-    worker = scheduler.peer("worker")
-    worker.register("worker", capacity=10)
-    client = scheduler.peer("client")
-    client.register("client")
+    scheduler, worker, client = worker_and_client(scheduler_under_test)
     task_id, = submit(client, [[b"x"]])
     dispatched(worker)
     client.send("cancelTasks", taskIds=[task_id], force=True)
