@@ -40,6 +40,7 @@ from workloads import calibrate_cpu_work  # noqa: E402
 
 SCALER = "scaler"
 OLD_SCALER = "scaler 1.9.9"
+NATIVE_WORKERS = "scaler (native workers)"
 
 # Peer -> (runner file, workloads it runs, count tier). Tiers scale the task counts of slow peers.
 PEERS: dict[str, tuple[str, list[str], str]] = {
@@ -47,6 +48,7 @@ PEERS: dict[str, tuple[str, list[str], str]] = {
         "map", "memory", "memory_flat", "submit", "rtt", "graph", "graph_adapter", "dask_array", "joblib", "cpu",
         "large_args",
     ], "fast"),
+    NATIVE_WORKERS: ("run_scaler_native.py", ["map", "memory", "submit", "rtt"], "fast"),
     OLD_SCALER: ("run_scaler_1_9_9.py", ["map", "memory", "submit", "rtt", "graph", "cpu", "large_args"], "slow"),
     "dask.distributed": ("run_dask_distributed.py", [
         "map", "memory", "submit", "rtt", "graph", "dask_array", "joblib", "cpu", "large_args",
@@ -106,6 +108,13 @@ def main() -> None:
 
     iterations, task_seconds = calibrate_cpu_work(0.020)
     base_spec = _base_spec(args, iterations, task_seconds)
+    if NATIVE_WORKERS in active:
+        native_worker, reason = _native_worker()
+        if native_worker:
+            base_spec["native_worker"] = native_worker
+        else:
+            skipped[NATIVE_WORKERS] = reason
+            active.remove(NATIVE_WORKERS)
     machine = _machine()
     print(report.machine_line(machine), flush=True)
     print(f"cpu task: {iterations:,} iterations = {task_seconds * 1e3:.1f} ms here; {repeats} repetition(s); "
@@ -194,6 +203,19 @@ def _ensure_peers(peers: list[str], skipped: dict[str, str], install: bool) -> N
             skipped[peer] = f"{', '.join(absent)} not installed"
 
 
+def _native_worker() -> tuple[str, str]:
+    """(the native worker's executable, "") or ("", why not): SCALER_NATIVE_WORKER, or built by native/build.py."""
+    given = os.environ.get("SCALER_NATIVE_WORKER", "")
+    if given:
+        return (given, "") if os.access(given, os.X_OK) else ("", f"SCALER_NATIVE_WORKER={given} is not executable")
+    print("building the native worker (native/build.py) ...", file=sys.stderr, flush=True)
+    built = subprocess.run([sys.executable, str(BENCHMARKS.parent / "native" / "build.py")], capture_output=True,
+                           text=True)
+    if built.returncode != 0:
+        return "", built.stderr.strip().splitlines()[-1] if built.stderr.strip() else "native/build.py failed"
+    return built.stdout.strip().splitlines()[-1], ""
+
+
 def _base_spec(args: argparse.Namespace, iterations: int, task_seconds: float) -> dict:
     quick = args.quick
     return {
@@ -221,7 +243,11 @@ def _peer_spec(base: dict, peer: str, workloads: list[str], quick: bool) -> dict
 
 def _run_peer(python: Path, script: str, spec: dict, log: Path, timeout: float) -> dict:
     """Run one runner in its own session (so a timeout can stop its whole process tree); its JSON figures."""
-    environment = dict(os.environ, PYTHONPATH=str(SUITE), PYTHONUNBUFFERED="1")
+    # The caller's PYTHONPATH (a checkout's scaler, say) reaches this environment's runners, never 1.9.9's venv.
+    paths = [str(SUITE)]
+    if python == Path(sys.executable) and os.environ.get("PYTHONPATH"):
+        paths.append(os.environ["PYTHONPATH"])
+    environment = dict(os.environ, PYTHONPATH=os.pathsep.join(paths), PYTHONUNBUFFERED="1")
     with tempfile.TemporaryDirectory() as scratch:
         output = Path(scratch) / "out.json"
         busy_before, ours_before = _busy_cpu_seconds(), _children_cpu_seconds()

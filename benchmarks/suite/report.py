@@ -9,8 +9,8 @@ from typing import Any
 
 SCALER = "scaler"
 PEER_ORDER = [
-    "scaler", "scaler 1.9.9", "dask.distributed", "ray", "ProcessPoolExecutor", "loky (joblib)", "dask.threaded",
-    "dask.multiprocessing",
+    "scaler", "scaler (native workers)", "scaler 1.9.9", "dask.distributed", "ray", "ProcessPoolExecutor",
+    "loky (joblib)", "dask.threaded", "dask.multiprocessing",
 ]
 WORKLOAD_NAMES = [
     "map", "submit", "rtt", "graph", "graph_adapter", "dask_array", "joblib", "cpu", "large_args", "memory",

@@ -1,0 +1,274 @@
+#include "agent.hpp"
+
+#include <fcntl.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <stdexcept>
+
+#include "logging.hpp"
+#include "process_stats.hpp"
+#include "task_runner.hpp"
+#include "wire.hpp"
+#include "worker_core.hpp"
+
+namespace scaler_native {
+
+volatile std::sig_atomic_t stop_requested = 0;
+
+namespace {
+
+// How long the loop may sleep when nothing is due: also how soon it sees a signal or its parent leave.
+constexpr double kLoopTickSeconds = 0.1;
+// Time for our last message (disconnect) to leave when we close.
+constexpr int kCloseLingerMs = 100;
+
+double monotonic_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::string host_name() {
+  char name[256] = {};
+  gethostname(name, sizeof(name) - 1);
+  return name;
+}
+
+std::string random_hex(size_t digits) {
+  static const char hex_digits[] = "0123456789abcdef";
+  std::random_device device;
+  std::string text;
+  for (size_t i = 0; i < digits; ++i) text += hex_digits[device() % 16];
+  return text;
+}
+
+// Why the loop ends, and with which status and log level.
+struct Leave {
+  std::string reason;
+  int status;
+  LogLevel level;
+};
+
+class Agent {
+ public:
+  explicit Agent(const Options& options)
+      : options_(options),
+        name_(options.name.empty() ? host_name() + "|" + std::to_string(getpid()) : options.name),
+        identity_("W|" + name_ + "|" + random_hex(8)),
+        heartbeat_interval_(options.heartbeat_interval_seconds) {}
+
+  int run();
+
+ private:
+  void send(const Outgoing& message, int flags = 0);
+  void on_frames(const std::vector<Bytes>& frames, double now);
+  void apply_core();
+  Heartbeat heartbeat();
+  std::string who() const { return "NativeWorker[" + name_ + "]"; }
+
+  Options options_;
+  std::string name_;
+  std::string identity_;
+  WorkerCore core_;
+  TaskRunner* runner_ = nullptr;
+  void* socket_ = nullptr;
+  ProcessStats stats_;
+  double heartbeat_interval_;
+  double heartbeat_sent_at_ = -1;
+  uint32_t latency_us_ = 0;
+  bool welcomed_ = false;
+  std::optional<Leave> leave_;
+};
+
+std::vector<Bytes> receive_frames(void* socket) {
+  std::vector<Bytes> frames;
+  int more = 0;
+  do {
+    zmq_msg_t part;
+    zmq_msg_init(&part);
+    if (zmq_msg_recv(&part, socket, frames.empty() ? ZMQ_DONTWAIT : 0) < 0) {
+      int error = errno;
+      zmq_msg_close(&part);
+      if (frames.empty() && error == EAGAIN) return frames;
+      throw std::runtime_error(std::string("receive failed: ") + zmq_strerror(error));
+    }
+    frames.emplace_back(static_cast<const char*>(zmq_msg_data(&part)), zmq_msg_size(&part));
+    more = zmq_msg_more(&part);
+    zmq_msg_close(&part);
+  } while (more);
+  return frames;
+}
+
+void Agent::send(const Outgoing& message, int flags) {
+  std::vector<Bytes> frames = encode(message);
+  for (size_t i = 0; i < frames.size(); ++i) {
+    int more = i + 1 < frames.size() ? ZMQ_SNDMORE : 0;
+    if (zmq_send(socket_, frames[i].data(), frames[i].size(), flags | more) < 0) {
+      if (errno == EAGAIN && i == 0) return;  // a heartbeat with no usable connection: the next one will do
+      throw std::runtime_error(std::string("send failed: ") + zmq_strerror(errno));
+    }
+  }
+}
+
+Heartbeat Agent::heartbeat() {
+  Heartbeat beat;
+  // This process is both the agent and the processor of the Python worker's split: same figures for both.
+  beat.cpu_percent = stats_.cpu_percent();
+  beat.rss_bytes = stats_.rss_bytes();
+  beat.processor_cpu_percent = beat.cpu_percent;
+  beat.processor_rss_bytes = beat.rss_bytes;
+  beat.queued_tasks = core_.held_tasks();
+  beat.latency_us = latency_us_;
+  return beat;
+}
+
+void Agent::on_frames(const std::vector<Bytes>& frames, double now) {
+  Incoming message;
+  try {
+    message = decode(frames);
+  } catch (const DecodeError& error) {
+    log(LogLevel::warning, who() + ": dropped an undecodable message from the scheduler: " + error.what());
+    return;
+  }
+  log(LogLevel::debug, who() + ": received " + member_name(message));
+  if (auto welcome = std::get_if<Welcome>(&message)) {
+    double interval = options_.heartbeat_interval_seconds;
+    if (welcome->heartbeat_interval_ms) interval = std::min(interval, welcome->heartbeat_interval_ms / 1000.0);
+    if (welcome->peer_timeout_ms) interval = std::min(interval, welcome->peer_timeout_ms / 3000.0);
+    heartbeat_interval_ = interval;
+    core_.set_limits(welcome->max_frame_bytes, welcome->max_control_frame_bytes);
+    if (!welcomed_) log(LogLevel::info, who() + ": connected to the scheduler at " + options_.address);
+    welcomed_ = true;
+  } else if (auto submission = std::get_if<TaskSubmission>(&message)) {
+    core_.on_submission(*submission, now);
+  } else if (auto cancel = std::get_if<CancelTasks>(&message)) {
+    core_.on_cancel(*cancel, runner_->withdraw(cancel->task_ids), now);
+  } else if (auto release = std::get_if<ReleaseTasks>(&message)) {
+    core_.on_release(*release, runner_->withdraw(release->task_ids), now);
+  } else if (auto started = std::get_if<TaskStarted>(&message)) {
+    core_.on_task_started(*started, now);
+  } else if (auto deleted = std::get_if<DeleteObjects>(&message)) {
+    core_.on_delete(*deleted);
+  } else if (std::holds_alternative<HeartbeatEcho>(message)) {
+    if (heartbeat_sent_at_ >= 0) {
+      latency_us_ = static_cast<uint32_t>((now - heartbeat_sent_at_) * 1e6);
+      heartbeat_sent_at_ = -1;
+    }
+  } else if (auto disconnect = std::get_if<Disconnect>(&message)) {
+    leave_ = Leave{"scheduler asked us to leave: " + disconnect->reason, 0, LogLevel::info};
+  } else if (auto refused = std::get_if<Refused>(&message)) {
+    // Before the welcome it is why we cannot work at all; after it, a scheduler that no longer knows us.
+    leave_ = Leave{"scheduler refused us: " + refused->reason, welcomed_ ? 0 : 1, LogLevel::warning};
+  } else if (auto error = std::get_if<ProtocolError>(&message)) {
+    log(LogLevel::warning, who() + ": scheduler reports a protocol error: " + error->reason);
+  } else if (auto unexpected = std::get_if<Unexpected>(&message)) {
+    log(LogLevel::warning, who() + ": ignored a " + unexpected->member + " from the scheduler, which a worker never receives");
+  }
+}
+
+void Agent::apply_core() {
+  for (uint64_t task_id : core_.take_stops()) runner_->stop(task_id);
+  for (Job& job : core_.take_jobs()) runner_->start(std::move(job));
+  for (const Outgoing& message : core_.take_messages()) send(message);
+}
+
+int Agent::run() {
+  int wake[2];
+  if (pipe2(wake, O_NONBLOCK | O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
+  void* context = zmq_ctx_new();
+  socket_ = zmq_socket(context, ZMQ_DEALER);
+  int zero = 0;
+  zmq_setsockopt(socket_, ZMQ_SNDHWM, &zero, sizeof(zero));
+  zmq_setsockopt(socket_, ZMQ_RCVHWM, &zero, sizeof(zero));
+  zmq_setsockopt(socket_, ZMQ_LINGER, &zero, sizeof(zero));
+  zmq_setsockopt(socket_, ZMQ_ROUTING_ID, identity_.data(), identity_.size());
+  pid_t parent = getppid();
+  int status = 0;
+  {
+    TaskRunner runner(options_.threads, wake[1]);
+    runner_ = &runner;
+    try {
+      if (zmq_connect(socket_, options_.address.c_str()) != 0) {
+        throw std::runtime_error("cannot connect to " + options_.address + ": " + zmq_strerror(errno));
+      }
+      log(LogLevel::info, who() + ": connecting to " + options_.address + " with capacity " +
+                              std::to_string(options_.capacity) + " and " + std::to_string(options_.threads) + " thread(s)");
+      send(Hello{name_, host_name(), static_cast<uint32_t>(getpid()), options_.capacity});
+      double last_heard = monotonic_seconds();
+      double last_heartbeat = -INFINITY;
+      while (!leave_) {
+        double now = monotonic_seconds();
+        double wait = std::min({kLoopTickSeconds, last_heartbeat + heartbeat_interval_ - now, core_.next_deadline(now) - now});
+        zmq_pollitem_t items[] = {{socket_, 0, ZMQ_POLLIN, 0}, {nullptr, wake[0], ZMQ_POLLIN, 0}};
+        if (zmq_poll(items, 2, static_cast<long>(std::max(0.0, std::ceil(wait * 1000)))) < 0 && errno != EINTR) {
+          throw std::runtime_error(std::string("poll failed: ") + zmq_strerror(errno));
+        }
+        now = monotonic_seconds();
+        for (std::vector<Bytes> frames = receive_frames(socket_); !frames.empty() && !leave_; frames = receive_frames(socket_)) {
+          last_heard = now;
+          on_frames(frames, now);
+          apply_core();
+        }
+        char drained[256];
+        while (read(wake[0], drained, sizeof(drained)) > 0) {
+        }
+        for (Completion& completion : runner.take_completions()) core_.on_completion(std::move(completion), now);
+        core_.on_tick(now);
+        apply_core();
+        if (leave_) break;
+        if (now - last_heartbeat >= heartbeat_interval_) {
+          last_heartbeat = now;
+          // Never blocks: with no usable connection, zmq would wait for one and the death timeout could not fire.
+          send(heartbeat(), ZMQ_DONTWAIT);
+          heartbeat_sent_at_ = now;
+        }
+        if (now - last_heard > options_.death_timeout_seconds) {
+          char seconds[32];
+          std::snprintf(seconds, sizeof(seconds), "%g", options_.death_timeout_seconds);
+          leave_ = welcomed_ ? Leave{std::string("no word from the scheduler for ") + seconds +
+                                         "s, exiting (--death-timeout-seconds; the scheduler was at " + options_.address + ")",
+                                     0, LogLevel::warning}
+                             : Leave{"no scheduler answered at " + options_.address + " within " + seconds +
+                                         "s (--death-timeout-seconds), exiting: is a scheduler running there, and reachable?",
+                                     1, LogLevel::error};
+        } else if (stop_requested) {
+          leave_ = Leave{"stopped by a signal", 0, LogLevel::info};
+        } else if (options_.exit_with_parent && getppid() != parent) {
+          leave_ = Leave{"parent process is gone, exiting", 0, LogLevel::info};
+        }
+      }
+      log(leave_->level, who() + ": " + leave_->reason);
+      status = leave_->status;
+    } catch (const std::exception& error) {
+      log(LogLevel::error, who() + ": " + error.what());
+      status = 1;
+    }
+    try {
+      send(Disconnect{"worker exiting"}, ZMQ_DONTWAIT);
+    } catch (const std::exception&) {
+    }
+    runner_ = nullptr;
+  }  // the runner's threads stop here: running functions see their stop flag
+  int linger = kCloseLingerMs;
+  zmq_setsockopt(socket_, ZMQ_LINGER, &linger, sizeof(linger));
+  zmq_close(socket_);
+  zmq_ctx_term(context);
+  close(wake[0]);
+  close(wake[1]);
+  return status;
+}
+
+}  // namespace
+
+int run_agent(const Options& options) {
+  if (options.exit_with_parent) prctl(PR_SET_PDEATHSIG, SIGTERM);
+  return Agent(options).run();
+}
+
+}  // namespace scaler_native

@@ -1,0 +1,151 @@
+// The messages a worker exchanges with the scheduler, as plain C++ values (PROTOCOL.md §3, §14).
+// Only wire.cpp sees Cap'n Proto; everything else works with these.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace scaler_native {
+
+constexpr uint32_t kProtocolVersion = 1;
+// Payloads this large travel as their own frame (PROTOCOL.md §1).
+constexpr size_t kLargePayloadBytes = 64 * 1024;
+
+using Bytes = std::string;
+using SharedBytes = std::shared_ptr<const Bytes>;
+
+enum class FailureKind : uint16_t {
+  raised = 0,
+  workerDied = 1,
+  canceled = 2,
+  notFound = 3,
+  serialization = 4,
+  rejected = 5,
+  returned = 6,
+};
+
+// ------------------------------------------------------------------------------------ scheduler -> worker
+
+struct Welcome {
+  uint32_t protocol_version = 0;
+  uint32_t heartbeat_interval_ms = 0;
+  uint32_t peer_timeout_ms = 0;
+  uint64_t max_frame_bytes = 0;          // 0: no limit
+  uint64_t max_control_frame_bytes = 0;  // 0: no limit
+};
+
+struct Refused {
+  std::string reason;
+};
+
+struct HeartbeatEcho {};
+
+struct ObjectPayload {
+  Bytes object_id;
+  std::string name;
+  SharedBytes payload;
+};
+
+struct TaskGroup {
+  Bytes function_id;
+  uint16_t args_per_task = 0;
+  std::vector<std::string> keywords;
+  std::vector<uint64_t> task_ids;
+  std::vector<Bytes> args;  // payloads, with frames already put in place
+  Bytes serializer_id;
+  std::vector<bool> object_arg;  // per flat index of args: it holds a 16-byte object id
+  uint32_t nesting_depth = 0;
+  bool profiling = false;
+  bool report_start = false;
+};
+
+struct TaskSubmission {
+  std::vector<ObjectPayload> objects;
+  std::vector<std::shared_ptr<const TaskGroup>> groups;
+};
+
+struct CancelTasks {
+  std::vector<uint64_t> task_ids;
+  bool force = false;
+};
+
+struct ReleaseTasks {
+  std::vector<uint64_t> task_ids;
+};
+
+struct TaskStarted {
+  std::vector<uint64_t> task_ids;
+};
+
+struct DeleteObjects {
+  std::vector<Bytes> object_ids;
+};
+
+struct Disconnect {
+  std::string reason;
+};
+
+struct ProtocolError {
+  std::string reason;
+};
+
+// A decodable message a worker never receives (hello, clearRequest, ...): logged and ignored.
+struct Unexpected {
+  std::string member;
+};
+
+using Incoming = std::variant<Welcome, Refused, HeartbeatEcho, TaskSubmission, CancelTasks, ReleaseTasks,
+                              TaskStarted, DeleteObjects, Disconnect, ProtocolError, Unexpected>;
+
+// ------------------------------------------------------------------------------------ worker -> scheduler
+
+struct Hello {
+  std::string name;
+  std::string hostname;
+  uint32_t pid = 0;
+  uint32_t capacity = 0;
+};
+
+struct Heartbeat {
+  float cpu_percent = 0;
+  uint64_t rss_bytes = 0;
+  uint32_t queued_tasks = 0;
+  float processor_cpu_percent = 0;
+  uint64_t processor_rss_bytes = 0;
+  uint32_t latency_us = 0;
+};
+
+struct TaskFailure {
+  uint64_t task_id = 0;
+  FailureKind kind = FailureKind::raised;
+  std::string type_name;
+  std::string message;
+  std::string traceback;
+};
+
+struct TaskProfile {
+  uint64_t task_id = 0;
+  uint64_t duration_us = 0;
+  uint64_t cpu_time_us = 0;
+  uint64_t peak_memory_bytes = 0;
+};
+
+struct TaskResults {
+  std::vector<uint64_t> succeeded_ids;
+  std::vector<Bytes> payloads;
+  std::vector<TaskFailure> failures;
+  std::vector<TaskProfile> profiles;
+
+  bool empty() const { return succeeded_ids.empty() && failures.empty(); }
+};
+
+struct CancelRefused {
+  std::vector<uint64_t> task_ids;
+};
+
+using Outgoing = std::variant<Hello, Heartbeat, TaskResults, CancelRefused, TaskStarted, Disconnect>;
+
+}  // namespace scaler_native

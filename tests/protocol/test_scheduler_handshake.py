@@ -1,0 +1,101 @@
+"""Scheduler conformance: the handshake, its version check, heartbeats and peer timeouts (PROTOCOL.md §3, §4,
+§5). The tests play clients and workers from DEALER sockets against the scheduler under test."""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from tests.protocol import wire
+from tests.protocol.conftest import SchedulerUnderTest
+
+StartScheduler = Callable[..., SchedulerUnderTest]
+LONGEST_WAIT_SECONDS = 60.0
+
+
+def test_a_client_is_welcomed_with_its_id_prefix_and_the_limits(scheduler_under_test: StartScheduler) -> None:
+    """§4: welcome{version 1, idPrefix 1, 2, ... per client, heartbeat interval, peer timeout, limits}."""
+    scheduler = scheduler_under_test("--heartbeat-interval-seconds", "1.5", "--client-timeout-seconds", "45",
+                                     "--max-control-frame-bytes", "1000000")
+    first = scheduler.peer("client-1").register("client")
+    second = scheduler.peer("client-2").register("client")
+    assert first.get("protocolVersion") == wire.PROTOCOL_VERSION
+    assert first.get("idPrefix", 0) > 0 and second.get("idPrefix", 0) > 0
+    assert first.get("idPrefix") != second.get("idPrefix")
+    assert first.get("heartbeatIntervalMs") == 1500
+    assert first.get("peerTimeoutMs") == 45000
+    assert first.get("maxControlFrameBytes") == 1_000_000
+
+
+def test_a_worker_is_welcomed_with_prefix_zero(scheduler_under_test: StartScheduler) -> None:
+    scheduler = scheduler_under_test("--worker-timeout-seconds", "33")
+    welcome = scheduler.peer("worker").register("worker", capacity=4)
+    assert welcome.get("idPrefix", 0) == 0
+    assert welcome.get("peerTimeoutMs") == 33000
+
+
+def test_another_protocol_version_is_refused(scheduler_under_test: StartScheduler) -> None:
+    """§4: version checked before anything else; refused, and not registered."""
+    scheduler = scheduler_under_test()
+    for role in ("client", "worker"):
+        peer = scheduler.peer(f"v2-{role}")
+        refused = peer.hello(role, capacity=1, version=2)
+        assert refused.member == "refused"
+        assert "version" in refused.get("reason", "")
+        peer.assert_unknown()
+
+
+def test_a_worker_offering_no_capacity_is_refused(scheduler_under_test: StartScheduler) -> None:
+    scheduler = scheduler_under_test()
+    peer = scheduler.peer("no-capacity")
+    refused = peer.hello("worker", capacity=0)
+    assert refused.member == "refused"
+    peer.assert_unknown()
+
+
+def test_hello_twice_is_a_protocol_error_and_the_first_registration_stays(scheduler_under_test: StartScheduler) -> None:
+    scheduler = scheduler_under_test()
+    peer = scheduler.peer("twice")
+    peer.register("client")
+    again = peer.hello("client")
+    assert again.member == "protocolError"
+    peer.assert_registered()
+
+
+def test_a_message_before_hello_is_refused(scheduler_under_test: StartScheduler) -> None:
+    scheduler = scheduler_under_test()
+    peer = scheduler.peer("stranger")
+    peer.send("heartbeat")
+    refused = peer.expect("refused")
+    assert "unknown peer" in refused.get("reason", "")
+
+
+def test_heartbeats_are_echoed(scheduler_under_test: StartScheduler) -> None:
+    """§5: each heartbeat of a registered peer gets a heartbeatEcho."""
+    scheduler = scheduler_under_test()
+    for role, capacity in (("client", 0), ("worker", 2)):
+        peer = scheduler.peer(role)
+        peer.register(role, capacity)
+        for _ in range(3):
+            peer.send("heartbeat", cpuPercent=1.0, rssBytes=1000, queuedTasks=0)
+            peer.expect("heartbeatEcho")
+
+
+def test_a_silent_peer_is_dropped_after_its_timeout(scheduler_under_test: StartScheduler) -> None:
+    """§5: silent past its timeout, a peer is forgotten without a word; its next message gets refused."""
+    scheduler = scheduler_under_test("--worker-timeout-seconds", "1", "--client-timeout-seconds", "1")
+    peers = [scheduler.peer("silent-client"), scheduler.peer("silent-worker")]
+    peers[0].register("client")
+    peers[1].register("worker", capacity=1)
+    for peer in peers:
+        # Each probe is itself a sign of life, so each one is followed by a longer silence.
+        silence, deadline = 2.0, time.monotonic() + LONGEST_WAIT_SECONDS
+        while True:
+            assert peer.quiet_for(silence) == [], "the scheduler sent something to a silent peer"
+            peer.send("heartbeat")
+            answer = peer.receive()
+            if answer.member == "refused":
+                break
+            assert answer.member == "heartbeatEcho"
+            assert time.monotonic() < deadline, "a silent peer was never dropped"
+            silence *= 2

@@ -1,0 +1,95 @@
+"""Scheduler conformance: messages a role may not send, and frames that do not decode (PROTOCOL.md §3).
+
+The cases marked `role_table` follow §3 as it is today, where some are answered with a protocolError and
+some are silently ignored; issue 14 makes the answer one for all (a protocolError). Adjust them when it lands.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import pytest
+
+from tests.protocol import wire
+from tests.protocol.conftest import SchedulerUnderTest
+
+StartScheduler = Callable[..., SchedulerUnderTest]
+
+# role, member, fields: answered with protocolError, ignored, and the sender stays registered (§3).
+REFUSED_FOR_THE_ROLE = [
+    ("worker", "submitTasks", {}),
+    ("worker", "deleteObjects", {"objectIds": [b"\x00" * 16]}),
+    ("worker", "shutdownRequest", {}),
+    ("client", "taskResults", {}),
+    ("client", "cancelRefused", {"taskIds": [1]}),
+    ("client", "taskStarted", {"taskIds": [1]}),
+]
+# members the scheduler never receives, from either role
+NEVER_RECEIVED = ["welcome", "refused", "heartbeatEcho", "clearResponse", "shutdownResponse", "protocolError",
+                  "processorState", "releaseTasks"]
+
+
+@pytest.mark.role_table
+@pytest.mark.parametrize("role, member, fields", REFUSED_FOR_THE_ROLE,
+                         ids=[f"{role}-{member}" for role, member, _ in REFUSED_FOR_THE_ROLE])
+def test_a_message_the_role_may_not_send(scheduler_under_test: StartScheduler, role: str, member: str,
+                                         fields: dict) -> None:
+    scheduler = scheduler_under_test()
+    peer = scheduler.peer(role)
+    peer.register(role, capacity=1 if role == "worker" else 0)
+    peer.send(member, **fields)
+    error = peer.expect("protocolError")
+    assert error.get("reason")
+    peer.assert_registered()
+
+
+@pytest.mark.role_table
+@pytest.mark.parametrize("member", ["cancelTasks", "clearRequest"])
+def test_client_requests_from_a_worker_are_ignored(scheduler_under_test: StartScheduler, member: str) -> None:
+    """§3 today: cancelTasks or clearRequest from a worker get no answer at all."""
+    scheduler = scheduler_under_test()
+    peer = scheduler.peer("worker")
+    peer.register("worker", capacity=1)
+    peer.send(member)
+    peer.assert_registered()  # the echo is the very next message: nothing answered the request
+
+
+@pytest.mark.role_table
+@pytest.mark.parametrize("member", NEVER_RECEIVED)
+def test_a_member_the_scheduler_never_receives(scheduler_under_test: StartScheduler, member: str) -> None:
+    scheduler = scheduler_under_test()
+    peer = scheduler.peer("client")
+    peer.register("client")
+    peer.send(member)
+    error = peer.expect("protocolError")
+    assert "unexpected" in error.get("reason", "")
+    peer.assert_registered()
+
+
+def test_an_undecodable_frame_from_a_registered_peer_drops_it(scheduler_under_test: StartScheduler) -> None:
+    """§3: protocolError, then disconnect, and the peer is forgotten."""
+    scheduler = scheduler_under_test()
+    peer = scheduler.peer("garbled")
+    peer.register("worker", capacity=1)
+    peer.send_frames([b"this is not a capnp message at all!!!!!!"])
+    peer.expect("protocolError")
+    assert peer.expect("disconnect").get("reason")
+    peer.assert_unknown()
+
+
+def test_an_undecodable_frame_from_a_stranger_gets_only_a_protocol_error(scheduler_under_test: StartScheduler) -> None:
+    scheduler = scheduler_under_test()
+    peer = scheduler.peer("stranger")
+    peer.send_frames([wire.with_discriminant(wire.build("heartbeat"), 99)])
+    peer.expect("protocolError")
+    peer.assert_unknown()
+
+
+def test_a_rule_breaking_message_keeps_its_sender(scheduler_under_test: StartScheduler) -> None:
+    """§3: a decodable message that breaks a rule (object ids of 15 bytes) is answered and ignored."""
+    scheduler = scheduler_under_test()
+    peer = scheduler.peer("client")
+    peer.register("client")
+    peer.send("submitTasks", objects=[{"objectId": b"\x01" * 15, "payload": b"x"}])
+    assert "16 bytes" in peer.expect("protocolError").get("reason", "")
+    peer.assert_registered()

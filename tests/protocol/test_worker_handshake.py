@@ -1,0 +1,103 @@
+"""Worker conformance: the handshake, heartbeats and the ways a worker leaves (PROTOCOL.md §4, §5, §8, §14).
+
+Each test plays the scheduler on a ROUTER it binds and starts the worker under test as a process.
+"""
+
+from __future__ import annotations
+
+import signal
+
+from tests.protocol import wire
+from tests.protocol.conftest import StartWorker, Worker
+from tests.protocol.fake_scheduler import FakeScheduler
+
+EXIT_SECONDS = 30.0
+
+
+def test_hello_comes_first_and_says_worker_version_and_capacity(start: StartWorker, scheduler: FakeScheduler) -> None:
+    """§4: the first message is hello{protocolVersion=1, role=worker, capacity=N}; §1: a routing identity is set."""
+    start(name="hello-test", capacity=7)
+    link = scheduler.accept()
+    hello = link.hello.fields
+    assert hello.get("protocolVersion") == wire.PROTOCOL_VERSION
+    assert hello.get("role") == "worker"
+    assert hello.get("capacity") == 7
+    assert hello.get("name") == "hello-test"
+    assert hello.get("pid", 0) > 0 and hello.get("hostname")
+    assert link.identity
+
+
+def test_two_workers_have_different_identities(start: StartWorker, scheduler: FakeScheduler) -> None:
+    """§1: one unique identity per peer, even for two workers with the same name on one host."""
+    start(name="twin")
+    start(name="twin")
+    first, second = scheduler.accept(), scheduler.accept()
+    assert first.identity != second.identity
+
+
+def test_heartbeats_at_the_interval_the_welcome_asks(start: StartWorker, scheduler: FakeScheduler) -> None:
+    """§5: once welcomed, a worker whose own interval is 60 s heartbeats at the welcome's 50 ms instead."""
+    start(heartbeat_interval=60)
+    link = scheduler.accept()
+    link.welcome(heartbeatIntervalMs=50)
+    link.wait_heartbeats(4)  # on its own interval, a second one would take a minute
+    assert all(beat.get("queuedTasks", 0) == 0 for _, beat in link.heartbeats)
+
+
+def test_heartbeats_within_a_third_of_the_peer_timeout(start: StartWorker, scheduler: FakeScheduler) -> None:
+    """§5: the interval is also at most a third of peerTimeoutMs (here 150 ms -> every 50 ms)."""
+    start(heartbeat_interval=60)
+    link = scheduler.accept()
+    link.welcome(heartbeatIntervalMs=60000, peerTimeoutMs=150)
+    link.wait_heartbeats(4)
+
+
+def test_refused_before_welcome_exits_with_failure(start: StartWorker, scheduler: FakeScheduler) -> None:
+    """§4: a worker refused for its version stops (status 1: it never got to work, README.md of the suite)."""
+    process = start()
+    link = scheduler.accept()
+    link.send("refused", reason="protocol version 1 not supported, scheduler speaks 2")
+    assert process.wait_exit(EXIT_SECONDS) == 1
+
+
+def test_refused_after_welcome_exits(start: StartWorker, scheduler: FakeScheduler) -> None:
+    """§5, "After refused": a scheduler that no longer knows the worker; it says goodbye and exits (status 0)."""
+    process = start()
+    link = scheduler.accept()
+    link.welcome()
+    link.send("refused", reason="unknown peer: send hello first (or you were timed out)")
+    assert process.wait_exit(EXIT_SECONDS) == 0
+
+
+def test_disconnect_from_the_scheduler_makes_the_worker_leave(worker: Worker) -> None:
+    """§8 "When to stop", §14 step 5: on the scheduler's disconnect the worker says disconnect and exits."""
+    worker.link.send("disconnect", reason="scheduler is shutting down")
+    goodbye = worker.link.expect("disconnect")
+    assert goodbye.get("reason")
+    assert worker.process.wait_exit(EXIT_SECONDS) == 0
+
+
+def test_sigterm_leaves_with_a_disconnect(worker: Worker) -> None:
+    """§8 "Leaving": however it stops, the worker tells the scheduler, so its tasks are requeued at once."""
+    worker.link.wait_heartbeats(1)
+    worker.process.signal(signal.SIGTERM)
+    worker.link.expect("disconnect")
+    assert worker.process.wait_exit(EXIT_SECONDS) == 0
+
+
+def test_silent_scheduler_past_the_death_timeout(start: StartWorker, scheduler: FakeScheduler) -> None:
+    """§5 "The peers' timeouts": heartbeats go unanswered, so the worker gives up after its death timeout."""
+    process = start(death_timeout=1.5)
+    link = scheduler.accept()
+    link.welcome(heartbeatIntervalMs=100)
+    link.answer_heartbeats = False
+    goodbye = link.next(EXIT_SECONDS)  # heartbeats only, then its disconnect
+    assert goodbye.member == "disconnect"
+    assert process.wait_exit(EXIT_SECONDS) == 0
+
+
+def test_no_scheduler_at_all_exits_with_failure(start: StartWorker, scheduler: FakeScheduler) -> None:
+    """§5: the death timeout runs from the hello, so a worker nobody answers exits too, with status 1."""
+    process = start(death_timeout=1.5)
+    scheduler.accept()  # hello received, never answered
+    assert process.wait_exit(EXIT_SECONDS) == 1
