@@ -20,7 +20,7 @@ from scaler.adapters.slurm_jobs import (
     sbatch_environment,
 )
 from scaler.adapters.worker_adapter import GroupState, WorkerAdapter, WorkerGroup
-from scaler.cli.common import EXIT_WITH_PARENT_ENV
+from scaler.utility.parent_watch import EXIT_WITH_PARENT_ENV
 from scaler.utility.readiness import READY_FD_ENV
 
 logger = logging.getLogger(__name__)

@@ -13,10 +13,11 @@ from typing import Any, Callable, Sequence
 
 import psutil
 
-from scaler.cli.common import add_logging_arguments, existing_directory, exit_with_parent_pid, start_logging
+from scaler.cli.common import add_logging_arguments, existing_directory, start_logging
 from scaler.store.scheduler_link import StoreIdentity
 from scaler.store.server import StoreServerConfig, StoreStartError, run_store, tcp_bind_address
 from scaler.utility.logging_setup import logging_path_problem
+from scaler.utility.parent_watch import exit_with_parent_pid
 from scaler.utility.readiness import FAILED, LISTENING, ReadinessReporter
 
 logger = logging.getLogger(__name__)

@@ -12,9 +12,9 @@ import subprocess
 import sys
 import time
 
-from scaler.cli.common import EXIT_WITH_PARENT_ENV
 from scaler.store.server import StoreStartError
 from scaler.store.store_client import StoreAddress
+from scaler.utility.parent_watch import EXIT_WITH_PARENT_ENV
 from scaler.utility.readiness import FAILED, LISTENING, ReadinessPipe
 
 
