@@ -29,19 +29,3 @@ EXPECTED_FAILURES: dict[str, str] = {
         " an all-NaN RuntimeWarning into the exception the test expects; fails under every scheduler here,"
         " dask's synchronous one included",
 }
-
-# Failing only because a warning raised inside a task does not reach the caller: the warnings relay
-# (issue 12, point 4, built on another branch) re-issues it in the client. Once both are merged these
-# pass; the integration test then says so, and they leave this list.
-WAITING_FOR_WARNINGS_RELAY: dict[str, str] = {
-    "dask/bag/tests/test_text.py::test_files_per_partition":
-        "expects the UserWarning `take` raises inside a task when the first partition holds fewer elements",
-    "dask/bag/tests/test_bag.py::test_take_npartitions_warn":
-        "expects the UserWarning `take` raises inside a task when the first partition holds fewer elements",
-    **{
-        f"dask/array/tests/test_reductions.py::test_array_cumreduction_axis[blelloch-None-{use_nan}-{func}]":
-            "expects the RuntimeWarning (overflow) the blelloch cumprod raises inside a task"
-        for use_nan in ("False", "True")
-        for func in ("cumprod", "nancumprod")
-    },
-}

@@ -22,7 +22,7 @@ import pytest
 dask = pytest.importorskip("dask")
 
 from tests.conftest import REPO_ROOT  # noqa: E402
-from tests.dask_suite.expected_failures import EXPECTED_FAILURES, WAITING_FOR_WARNINGS_RELAY  # noqa: E402
+from tests.dask_suite.expected_failures import EXPECTED_FAILURES  # noqa: E402
 from tests.dask_suite.selection import DESELECTED, MODULES  # noqa: E402
 
 # Upper bounds against a hang, not expectations: the child's own tests time out after 120 s each.
@@ -84,7 +84,7 @@ def scaler_report(tmp_path_factory: pytest.TempPathFactory, dask_environment: di
 @pytest.fixture(scope="module")
 def multiprocessing_report(tmp_path_factory: pytest.TempPathFactory, dask_environment: dict[str, str]) -> dict:
     directory = str(tmp_path_factory.mktemp("dask-suite-multiprocessing"))
-    listed = sorted({**EXPECTED_FAILURES, **WAITING_FOR_WARNINGS_RELAY})
+    listed = sorted(EXPECTED_FAILURES)
     report = run_dask_tests(listed, "multiprocessing", directory, dask_environment)
     print(f"dask.multiprocessing.get session over the {len(listed)} listed failures: {report['seconds']:.1f} s")
     return report
@@ -123,21 +123,16 @@ def test_only_the_listed_tests_fail(scaler_report: dict) -> None:
     failed = failures_of(scaler_report)
     unexpected = {
         node_id: result["message"] for node_id, result in failed.items()
-        if node_id not in EXPECTED_FAILURES and node_id not in WAITING_FOR_WARNINGS_RELAY
+        if node_id not in EXPECTED_FAILURES
     }
     assert not unexpected, f"dask tests failing through scaler.get, a bug in the adapter or in Scaler: {unexpected}"
     passing_now = sorted(node_id for node_id in EXPECTED_FAILURES if node_id not in failed)
     assert not passing_now, f"listed as failing in tests/dask_suite/expected_failures.py but passed: {passing_now}"
-    relayed_now = sorted(node_id for node_id in WAITING_FOR_WARNINGS_RELAY if node_id not in failed)
-    assert not relayed_now, (
-        f"these pass now that warnings raised in tasks reach the caller: drop them from"
-        f" WAITING_FOR_WARNINGS_RELAY in tests/dask_suite/expected_failures.py: {relayed_now}"
-    )
 
 
 def test_every_listed_failure_also_fails_under_dask_multiprocessing(multiprocessing_report: dict) -> None:
     assert multiprocessing_report["scheduler"] == "multiprocessing"
-    listed = {**EXPECTED_FAILURES, **WAITING_FOR_WARNINGS_RELAY}
+    listed = dict(EXPECTED_FAILURES)
     outcomes = {node_id: multiprocessing_report["tests"].get(node_id, {}).get("outcome") for node_id in listed}
     not_failing = {node_id: outcome for node_id, outcome in outcomes.items() if outcome not in FAILING}
     assert not not_failing, f"listed failures that do not fail under dask.multiprocessing.get: {not_failing}"

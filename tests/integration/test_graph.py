@@ -197,9 +197,8 @@ def graphblas_available() -> bool:
 
 
 @pytest.mark.timeout(150)
-def test_a_100k_node_graph_costs_the_client_well_under_a_second(client: Client) -> None:
-    """Planned, ordered, serialized and handed to the I/O thread: the calling thread's CPU time is measured
-    (the machine running the tests may be loaded, which stretches wall time but not CPU time)."""
+def test_a_100k_node_graph_computes_and_get_without_block_returns_its_futures(client: Client) -> None:
+    """The client's cost is printed, not asserted (tests never assert a time): benchmarks/graphs.py measures it."""
     graph, root = tree_reduction(50_000)
     assert len(graph) == 99_999
     assert client.get(tree_reduction(4)[0], keys=[("leaf", 0)]) == {("leaf", 0): 0}  # workers up, functions sent
@@ -208,8 +207,6 @@ def test_a_100k_node_graph_costs_the_client_well_under_a_second(client: Client) 
     cpu_seconds, wall_seconds = time.thread_time() - cpu_started, time.perf_counter() - wall_started
     assert futures[root].result(timeout=120) == -sum(range(50_000))
     print(f"100k-node graph, client side: {cpu_seconds:.3f} s CPU, {wall_seconds:.3f} s wall")
-    assert cpu_seconds < 1.0, f"the client spent {cpu_seconds:.2f} s of CPU submitting a 100k-node graph"
-    assert wall_seconds < 10.0
 
 
 @pytest.mark.timeout(150)

@@ -29,8 +29,7 @@ IMPLEMENTATIONS = worker_implementations()
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        "role_table: which role may send which message (PROTOCOL.md §3); issue 14 makes every such case one "
-        "answer, a protocolError: adjust these tests when it lands",
+        "role_table: which role may send which message (PROTOCOL.md §3), and the protocolError for the others",
     )
 
 

@@ -1,7 +1,7 @@
 """Scheduler conformance: messages a role may not send, and frames that do not decode (PROTOCOL.md §3).
 
-The cases marked `role_table` follow §3 as it is today, where some are answered with a protocolError and
-some are silently ignored; issue 14 makes the answer one for all (a protocolError). Adjust them when it lands.
+The cases marked `role_table` check §3's one answer to a message the sender's role may not send: a
+protocolError naming the role and the message, the message ignored, and the sender still registered.
 """
 
 from __future__ import annotations
@@ -44,14 +44,15 @@ def test_a_message_the_role_may_not_send(scheduler_under_test: StartScheduler, r
 
 
 @pytest.mark.role_table
-@pytest.mark.parametrize("member", ["cancelTasks", "clearRequest"])
-def test_client_requests_from_a_worker_are_ignored(scheduler_under_test: StartScheduler, member: str) -> None:
-    """§3 today: cancelTasks or clearRequest from a worker get no answer at all."""
+@pytest.mark.parametrize("member, name", [("cancelTasks", "CancelTasks"), ("clearRequest", "ClearRequest")])
+def test_client_requests_from_a_worker_get_a_protocol_error(scheduler_under_test: StartScheduler, member: str,
+                                                             name: str) -> None:
     scheduler = scheduler_under_test()
     peer = scheduler.peer("worker")
     peer.register("worker", capacity=1)
     peer.send(member)
-    peer.assert_registered()  # the echo is the very next message: nothing answered the request
+    assert peer.expect("protocolError").get("reason") == f"a worker may not send {name}; only clients do"
+    peer.assert_registered()
 
 
 @pytest.mark.role_table
@@ -62,7 +63,7 @@ def test_a_member_the_scheduler_never_receives(scheduler_under_test: StartSchedu
     peer.register("client")
     peer.send(member)
     error = peer.expect("protocolError")
-    assert "unexpected" in error.get("reason", "")
+    assert error.get("reason", "").endswith("; the scheduler never receives it")
     peer.assert_registered()
 
 
