@@ -12,10 +12,10 @@ from typing import Sequence
 
 from scaler.cli.common import (
     add_address_argument,
-    add_event_loop_argument,
+    add_ignored_option,
     add_logging_arguments,
     add_setting,
-    announce_event_loop,
+    announce_ignored_options,
     curve_public_key_file,
     curve_secret_key_file,
     make_parser,
@@ -25,13 +25,20 @@ from scaler.cli.common import (
 )
 from scaler.cluster.cluster import Cluster, default_worker_names
 from scaler.utility.curve import PeerKeys
+from scaler.utility.ignored_settings import (
+    EVENT_LOOP,
+    EVENT_LOOPS,
+    GARBAGE_COLLECT_INTERVAL_SECONDS,
+    HARD_PROCESSOR_SUSPEND,
+    TRIM_MEMORY_THRESHOLD_BYTES,
+)
 from scaler.utility.parent_watch import exit_with_parent_pid, parent_is_gone
 from scaler.utility.readiness import FAILED, REGISTERED, ReadinessReporter
+from scaler.utility.setting_rules import BYTES_OR_OFF, POSITIVE_SECONDS, argument_type
 from scaler.worker.config import WorkerConfig
 
 logger = logging.getLogger(__name__)
 
-_DEFAULTS = WorkerConfig(address="")
 # More workers than this on one machine is a typo, not a plan.
 _MAX_WORKERS = 4096
 
@@ -80,18 +87,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="a worker that hears nothing from the scheduler this long exits: with an error if it never got "
         "a welcome",
     )
-    setting(
-        "garbage_collect_interval_seconds", "--garbage-collect-interval-seconds", "-gc",
-        help="accepted for compatibility; not active yet",
+    add_ignored_option(
+        parser, GARBAGE_COLLECT_INTERVAL_SECONDS, "--garbage-collect-interval-seconds", "-gc",
+        type=argument_type(POSITIVE_SECONDS),
     )
-    setting(
-        "trim_memory_threshold_bytes", "--trim-memory-threshold-bytes", "-tm",
-        help="accepted for compatibility; not active yet",
+    add_ignored_option(
+        parser, TRIM_MEMORY_THRESHOLD_BYTES, "--trim-memory-threshold-bytes", "-tm", type=argument_type(BYTES_OR_OFF)
     )
-    parser.add_argument(
-        "--hard-processor-suspend", "-hps", action="store_true", default=_DEFAULTS.hard_processor_suspend,
-        help="accepted for compatibility; processor suspension is not active yet",
-    )
+    add_ignored_option(parser, HARD_PROCESSOR_SUSPEND, "--hard-processor-suspend", "-hps")
     parser.add_argument(
         "--curve-server-key", type=curve_public_key_file, default=None,
         help="CURVE: the scheduler's public .key file; or SCALER_CURVE_SERVER_KEY",
@@ -101,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="CURVE: this cluster's .key_secret file (its public key must be authorized by the scheduler); "
         "or SCALER_CURVE_SECRET_KEY",
     )
-    add_event_loop_argument(parser, "--event-loop", "-el")
+    add_ignored_option(parser, EVENT_LOOP, "--event-loop", "-el", choices=EVENT_LOOPS)
     setting("io_threads", "--io-threads", "-it", help="zmq io threads per worker")
     add_logging_arguments(parser)
     add_address_argument(parser, "scheduler address, e.g. tcp://127.0.0.1:2345")
@@ -134,17 +137,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         memory_limit_bytes=args.memory_limit_bytes,
         curve_server_key=args.curve_server_key,
         curve_secret_key=args.curve_secret_key,
-        garbage_collect_interval_seconds=args.garbage_collect_interval_seconds,
-        trim_memory_threshold_bytes=args.trim_memory_threshold_bytes,
-        hard_processor_suspend=args.hard_processor_suspend,
-        event_loop=args.event_loop,
         io_threads=args.io_threads,
         logging_paths=tuple(args.logging_paths),
         logging_level=args.logging_level,
         logging_config_file=args.logging_config_file,
     )
     start_logging(parser, args)
-    announce_event_loop(parser, args)
+    announce_ignored_options(parser, args)
     sys.exit(run_cluster(Cluster(template, names), reporter))
 
 

@@ -14,8 +14,9 @@ from typing import Any, Sequence
 
 import zmq.auth
 
+from scaler.utility.ignored_settings import IgnoredSetting
 from scaler.utility.logging_setup import DEFAULT_LOGGING_PATHS, LOGGING_LEVELS, logging_path_problem, setup_logging
-from scaler.utility.setting_rules import EVENT_LOOPS, Rule, argument_type
+from scaler.utility.setting_rules import Rule, argument_type
 from scaler.utility.zmq_config import parse_zmq_address
 
 
@@ -65,30 +66,40 @@ def add_logging_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-class _StoreEventLoop(argparse.Action):
-    """Stores the value and notes that the user gave it: only then is its (lack of) effect worth a line."""
+class _NoteIgnoredOption(argparse.Action):
+    """Checks the value (by the option's type) and notes that it was given; stores nothing in the namespace."""
+
+    def __init__(self, *args: Any, setting: IgnoredSetting, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.setting = setting
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
                  option_string: str | None = None) -> None:
-        setattr(namespace, self.dest, values)
-        namespace.event_loop_given = True
+        given = dict(getattr(namespace, _IGNORED_GIVEN))  # a copy: the default is shared by every parse
+        given[self.option_strings[0]] = (self.const if self.nargs == 0 else values, self.setting.why)
+        setattr(namespace, _IGNORED_GIVEN, given)
 
 
-def add_event_loop_argument(parser: argparse.ArgumentParser, *flags: str) -> None:
+_IGNORED_GIVEN = "ignored_options_given"
+
+
+def add_ignored_option(parser: argparse.ArgumentParser, setting: IgnoredSetting, *flags: str, **kwargs: Any) -> None:
+    """An option of Scaler 1.9.x that has no effect here: its value is checked (`type=`, `choices=`), and
+    the log says once that it was given (see `announce_ignored_options`)."""
+    if isinstance(setting.default, bool):
+        kwargs.update(nargs=0, const=True)
     parser.add_argument(
-        *flags, dest="event_loop", default="builtin", choices=EVENT_LOOPS, action=_StoreEventLoop,
-        help="accepted for compatibility with Scaler 1.9.x; the I/O loop is a zmq poller either way",
+        *flags, action=_NoteIgnoredOption, setting=setting, default=setting.default, dest=setting.name,
+        help=f"accepted for compatibility with Scaler 1.9.x; no effect: {setting.why}", **kwargs,
     )
-    parser.set_defaults(event_loop_given=False)
+    parser.set_defaults(**{_IGNORED_GIVEN: {}})
 
 
-def announce_event_loop(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Say once, and only to whoever set it, that the option changes nothing (1.9.x chose asyncio's loop)."""
-    if getattr(args, "event_loop_given", False):
-        logging.info(
-            f"{parser.prog}: --event-loop {args.event_loop} is accepted for compatibility with Scaler 1.9.x and "
-            "has no effect: the I/O loop is a zmq poller"
-        )
+def announce_ignored_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Say once, and only to whoever gave it, that an option changes nothing."""
+    for flag, (value, why) in getattr(args, _IGNORED_GIVEN, {}).items():
+        shown = flag if value is True else f"{flag} {value}"
+        logging.info(f"{parser.prog}: {shown} is accepted for compatibility with Scaler 1.9.x and has no effect: {why}")
 
 
 def parse_command_line(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:

@@ -7,10 +7,10 @@ from typing import Sequence
 
 from scaler.cli.common import (
     add_address_argument,
-    add_event_loop_argument,
+    add_ignored_option,
     add_logging_arguments,
     add_setting,
-    announce_event_loop,
+    announce_ignored_options,
     curve_secret_key_file,
     existing_directory,
     make_parser,
@@ -21,8 +21,10 @@ from scaler.cli.common import (
 from scaler.scheduler.config import SchedulerConfig
 from scaler.scheduler.server import run_scheduler
 from scaler.utility.curve import ServerKeys
+from scaler.utility.ignored_settings import EVENT_LOOP, EVENT_LOOPS, OBJECT_RETENTION_SECONDS
 from scaler.utility.parent_watch import exit_with_parent_pid
 from scaler.utility.readiness import ReadinessReporter
+from scaler.utility.setting_rules import POSITIVE_SECONDS, argument_type
 
 _DEFAULTS = SchedulerConfig(address="")
 
@@ -50,9 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
         "heartbeat_interval_seconds", "--heartbeat-interval-seconds", "-hi",
         help="heartbeat interval the scheduler asks its peers for",
     )
-    setting(
-        "object_retention_seconds", "--object-retention-seconds", "-ot",
-        help="accepted for compatibility; objects are freed when their last owning client leaves or clears",
+    add_ignored_option(
+        parser, OBJECT_RETENTION_SECONDS, "--object-retention-seconds", "-ot", type=argument_type(POSITIVE_SECONDS)
     )
     setting(
         "load_balance_seconds", "--load-balance-seconds", "-ls",
@@ -71,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="a task whose processor or worker died under it this many times fails with WorkerDiedError "
         "instead of being retried",
     )
-    add_event_loop_argument(parser, "--event-loop", "-e")
+    add_ignored_option(parser, EVENT_LOOP, "--event-loop", "-e", choices=EVENT_LOOPS)
     parser.add_argument(
         "--protected", "-p", action=argparse.BooleanOptionalAction, default=_DEFAULTS.protected,
         help="refuse shutdown requests from clients (--no-protected allows them)",
@@ -117,12 +118,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         client_timeout_seconds=args.client_timeout_seconds,
         worker_timeout_seconds=args.worker_timeout_seconds,
         heartbeat_interval_seconds=args.heartbeat_interval_seconds,
-        object_retention_seconds=args.object_retention_seconds,
         load_balance_seconds=args.load_balance_seconds,
         load_balance_trigger_times=args.load_balance_trigger_times,
         per_worker_queue_size=args.per_worker_queue_size,
         max_task_crashes=args.max_task_crashes,
-        event_loop=args.event_loop,
         protected=args.protected,
         monitor_address=args.monitor_address,
         max_message_size_bytes=args.max_message_size_bytes,
@@ -134,7 +133,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         logging_config_file=args.logging_config_file,
     )
     start_logging(parser, args)
-    announce_event_loop(parser, args)
+    announce_ignored_options(parser, args)
     run_scheduler(config, exit_with_parent=exit_with_parent_pid(), reporter=reporter if reporter.active else None)
 
 

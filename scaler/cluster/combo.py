@@ -14,11 +14,12 @@ from typing import Sequence
 
 from scaler.errors import ClusterStartError
 from scaler.scheduler.config import SchedulerConfig
+from scaler.utility.ignored_settings import EVENT_LOOP, OBJECT_RETENTION_SECONDS, check_ignored_settings
 from scaler.utility.logging_setup import DEFAULT_LOGGING_PATHS
 from scaler.utility.parent_watch import environment_exiting_with_this_process
 from scaler.utility.process_stop import stop_process, stop_processes
 from scaler.utility.readiness import FAILED, LISTENING, REGISTERED, ReadinessPipe
-from scaler.utility.setting_rules import AT_LEAST_ONE, POSITIVE_SECONDS, check_event_loop
+from scaler.utility.setting_rules import AT_LEAST_ONE, POSITIVE_SECONDS
 from scaler.utility.zmq_config import zmq_address_text
 from scaler.worker.config import WorkerConfig
 
@@ -45,6 +46,7 @@ class SchedulerClusterCombo:
     raises ClusterStartError naming the address and the cause, having stopped every process it started.
     The children log at WARNING unless told otherwise, so that a program using the combo is not
     flooded; they also exit on their own if this process dies, so nothing outlives its owner.
+    `event_loop` and `object_retention_seconds` are accepted for Scaler 1.9.x code and have no effect.
     """
 
     def __init__(
@@ -83,8 +85,11 @@ class SchedulerClusterCombo:
                 rule.check(value)
             except (TypeError, ValueError) as error:
                 raise type(error)(f"{name} {error}") from None
-        # The event loop is accepted for 1.9.x code and changes nothing: the children are not told.
-        check_event_loop(event_loop)
+        # Accepted for 1.9.x code, checked, and without effect: the children are not told.
+        check_ignored_settings(
+            {"event_loop": event_loop, "object_retention_seconds": object_retention_seconds},
+            (EVENT_LOOP, OBJECT_RETENTION_SECONDS),
+        )
         if isinstance(logging_paths, str):
             logging_paths = (logging_paths,)
         self._chosen_address = address is None
@@ -94,7 +99,7 @@ class SchedulerClusterCombo:
             address=first_address, io_threads=scheduler_io_threads,
             max_number_of_tasks_waiting=max_number_of_tasks_waiting, client_timeout_seconds=client_timeout_seconds,
             worker_timeout_seconds=worker_timeout_seconds, heartbeat_interval_seconds=heartbeat_interval_seconds,
-            object_retention_seconds=object_retention_seconds, load_balance_seconds=load_balance_seconds,
+            load_balance_seconds=load_balance_seconds,
             load_balance_trigger_times=load_balance_trigger_times, per_worker_queue_size=per_worker_queue_size,
             max_task_crashes=max_task_crashes, protected=protected,
             monitor_address=None if monitor_address is None else zmq_address_text(monitor_address),
@@ -191,7 +196,6 @@ class SchedulerClusterCombo:
             "--client-timeout-seconds", repr(config.client_timeout_seconds),
             "--worker-timeout-seconds", repr(config.worker_timeout_seconds),
             "--heartbeat-interval-seconds", repr(config.heartbeat_interval_seconds),
-            "--object-retention-seconds", repr(config.object_retention_seconds),
             "--load-balance-seconds", repr(config.load_balance_seconds),
             "--load-balance-trigger-times", str(config.load_balance_trigger_times),
             "--per-worker-queue-size", str(config.per_worker_queue_size),
