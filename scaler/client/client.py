@@ -103,6 +103,11 @@ class Client:
         return self._address
 
     @property
+    def name(self) -> str:
+        """The name given to Client(...), shown by the scheduler's monitor; "" when none was (host|pid is shown)."""
+        return self._name
+
+    @property
     def is_connected(self) -> bool:
         """True until the client is disconnected or loses its scheduler; then a new Client is needed."""
         return self._connection.is_open
