@@ -11,13 +11,13 @@ import threading
 from typing import Sequence
 
 from scaler.cli.common import (
-    add_address_argument,
+    Setting,
+    add_final_arguments,
     add_ignored_option,
-    add_logging_arguments,
-    add_setting,
-    announce_ignored_options,
-    curve_public_key_file,
-    curve_secret_key_file,
+    add_peer_curve_arguments,
+    add_settings,
+    check_curve_keys,
+    config_from_arguments,
     make_parser,
     number_type,
     parse_command_line,
@@ -43,14 +43,29 @@ logger = logging.getLogger(__name__)
 _MAX_WORKERS = 4096
 
 
+_SETTINGS: list[Setting] = [
+    ("task_queue_size", ("--per-worker-task-queue-size", "-wtqs"),
+     "how many tasks each worker accepts at once (shown as 'free' in scaler_top)"),
+    ("max_processors", ("--max-processors", "-mp"),
+     "processes one worker may run: one serves while the others hold tasks waiting on nested tasks; "
+     "a task that would need more fails with NestingLimitError instead of deadlocking"),
+    ("heartbeat_interval_seconds", ("--heartbeat-interval", "-hi"), "seconds between heartbeats to the scheduler"),
+    ("task_timeout_seconds", ("--task-timeout-seconds", "-tts"),
+     "a task running longer is stopped, its processor replaced, and it fails with TaskTimeoutError (0 = no limit)"),
+    ("memory_limit_bytes", ("--memory-limit-bytes", "-ml"),
+     "a processor using more memory (RSS) is stopped before the OS kills it, and its task fails with "
+     "MemoryLimitError (0 = no limit)"),
+    ("death_timeout_seconds", ("--death-timeout-seconds", "-ds"),
+     "a worker that hears nothing from the scheduler this long exits: with an error if it never got a welcome"),
+    ("io_threads", ("--io-threads", "-it"), "zmq io threads per worker"),
+]
+
+
 def build_parser() -> argparse.ArgumentParser:
     # Named as it was called: scaler_worker is the same command.
     called = os.path.basename(sys.argv[0]) if sys.argv else ""
     prog = called if called in ("scaler_cluster", "scaler_worker") else "scaler_cluster"
     parser = make_parser(prog, "Run Scaler workers on this machine.")
-
-    def setting(field_name: str, *flags: str, help: str) -> None:
-        add_setting(parser, WorkerConfig, field_name, *flags, help=help)
 
     parser.add_argument(
         "--num-of-workers", "-n", type=number_type(int, 1, _MAX_WORKERS), default=os.cpu_count() or 1,
@@ -60,33 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--worker-names", "-wn", type=str, default=None,
         help="comma-separated worker names, one per worker; when not given, host name and index",
     )
-    setting(
-        "task_queue_size", "--per-worker-task-queue-size", "-wtqs",
-        help="how many tasks each worker accepts at once (shown as 'free' in scaler_top)",
-    )
-    setting(
-        "max_processors", "--max-processors", "-mp",
-        help="processes one worker may run: one serves while the others hold tasks waiting on nested tasks; "
-        "a task that would need more fails with NestingLimitError instead of deadlocking",
-    )
-    setting(
-        "heartbeat_interval_seconds", "--heartbeat-interval", "-hi", help="seconds between heartbeats to the scheduler"
-    )
-    setting(
-        "task_timeout_seconds", "--task-timeout-seconds", "-tts",
-        help="a task running longer is stopped, its processor replaced, and it fails with TaskTimeoutError "
-        "(0 = no limit)",
-    )
-    setting(
-        "memory_limit_bytes", "--memory-limit-bytes", "-ml",
-        help="a processor using more memory (RSS) is stopped before the OS kills it, and its task fails with "
-        "MemoryLimitError (0 = no limit)",
-    )
-    setting(
-        "death_timeout_seconds", "--death-timeout-seconds", "-ds",
-        help="a worker that hears nothing from the scheduler this long exits: with an error if it never got "
-        "a welcome",
-    )
+    add_settings(parser, WorkerConfig, _SETTINGS)
     add_ignored_option(
         parser, GARBAGE_COLLECT_INTERVAL_SECONDS, "--garbage-collect-interval-seconds", "-gc",
         type=argument_type(POSITIVE_SECONDS),
@@ -95,19 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
         parser, TRIM_MEMORY_THRESHOLD_BYTES, "--trim-memory-threshold-bytes", "-tm", type=argument_type(BYTES_OR_OFF)
     )
     add_ignored_option(parser, HARD_PROCESSOR_SUSPEND, "--hard-processor-suspend", "-hps")
-    parser.add_argument(
-        "--curve-server-key", type=curve_public_key_file, default=None,
-        help="CURVE: the scheduler's public .key file; or SCALER_CURVE_SERVER_KEY",
-    )
-    parser.add_argument(
-        "--curve-secret-key", type=curve_secret_key_file, default=None,
-        help="CURVE: this cluster's .key_secret file (its public key must be authorized by the scheduler); "
-        "or SCALER_CURVE_SECRET_KEY",
-    )
+    add_peer_curve_arguments(parser)
     add_ignored_option(parser, EVENT_LOOP, "--event-loop", "-el", choices=EVENT_LOOPS)
-    setting("io_threads", "--io-threads", "-it", help="zmq io threads per worker")
-    add_logging_arguments(parser)
-    add_address_argument(parser, "scheduler address, e.g. tcp://127.0.0.1:2345")
+    add_final_arguments(parser, "scheduler address, e.g. tcp://127.0.0.1:2345")
     return parser
 
 
@@ -123,27 +102,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             parser.error(f"{len(names)} worker names given for {args.num_of_workers} workers")
         if not all(names):
             parser.error("argument --worker-names/-wn: a worker name is empty")
-    try:  # the environment may name the keys too
-        PeerKeys.resolve(args.curve_server_key, args.curve_secret_key)
-    except ValueError as error:
-        parser.error(str(error))
-    template = WorkerConfig(
-        address=args.address,
-        task_queue_size=args.per_worker_task_queue_size,
-        max_processors=args.max_processors,
-        heartbeat_interval_seconds=args.heartbeat_interval,
-        death_timeout_seconds=args.death_timeout_seconds,
-        task_timeout_seconds=args.task_timeout_seconds,
-        memory_limit_bytes=args.memory_limit_bytes,
-        curve_server_key=args.curve_server_key,
-        curve_secret_key=args.curve_secret_key,
-        io_threads=args.io_threads,
-        logging_paths=tuple(args.logging_paths),
-        logging_level=args.logging_level,
-        logging_config_file=args.logging_config_file,
-    )
+    check_curve_keys(parser, PeerKeys.resolve, args.curve_server_key, args.curve_secret_key)
+    template = config_from_arguments(WorkerConfig, args)
     start_logging(parser, args)
-    announce_ignored_options(parser, args)
     sys.exit(run_cluster(Cluster(template, names), reporter))
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import logging
 import os
 import socket
@@ -29,6 +30,25 @@ _STOP_GRACE_SECONDS = 10.0
 DEFAULT_START_TIMEOUT_SECONDS = 60.0
 # A free port found by free_local_address can be taken by someone else before the scheduler binds it.
 _FREE_PORT_ATTEMPTS = 3
+
+
+# WorkerConfig fields whose scaler_cluster option is not named after them (1.9.x names).
+_WORKER_OPTION_NAMES = {
+    "task_queue_size": "--per-worker-task-queue-size", "heartbeat_interval_seconds": "--heartbeat-interval",
+}
+
+
+def _setting_options(config: SchedulerConfig | WorkerConfig, option_names: dict[str, str] | None = None) -> list[str]:
+    """Every numeric setting of a config as the command line option of its name: `--io-threads 1`, ...
+
+    A float goes as its repr, so the child reads back exactly the value checked here.
+    """
+    options = []
+    for field in dataclasses.fields(config):
+        if "rule" in field.metadata:
+            flag = (option_names or {}).get(field.name) or "--" + field.name.replace("_", "-")
+            options += [flag, repr(getattr(config, field.name))]
+    return options
 
 
 def free_local_address() -> str:
@@ -191,17 +211,7 @@ class SchedulerClusterCombo:
     def _scheduler_args(self) -> list[str]:
         config = self._scheduler_config
         return [
-            "--io-threads", str(config.io_threads),
-            "--max-number-of-tasks-waiting", str(config.max_number_of_tasks_waiting),
-            "--client-timeout-seconds", repr(config.client_timeout_seconds),
-            "--worker-timeout-seconds", repr(config.worker_timeout_seconds),
-            "--heartbeat-interval-seconds", repr(config.heartbeat_interval_seconds),
-            "--load-balance-seconds", repr(config.load_balance_seconds),
-            "--load-balance-trigger-times", str(config.load_balance_trigger_times),
-            "--per-worker-queue-size", str(config.per_worker_queue_size),
-            "--max-task-crashes", str(config.max_task_crashes),
-            "--max-message-size-bytes", str(config.max_message_size_bytes),
-            "--max-control-frame-bytes", str(config.max_control_frame_bytes),
+            *_setting_options(config),
             "--protected" if config.protected else "--no-protected",
             *(["--monitor-address", config.monitor_address] if config.monitor_address else []),
             *self._logging_args(),
@@ -209,16 +219,9 @@ class SchedulerClusterCombo:
         ]
 
     def _cluster_args(self) -> list[str]:
-        config = self._worker_config
         return [
             "--num-of-workers", str(self._n_workers),
-            "--per-worker-task-queue-size", str(config.task_queue_size),
-            "--max-processors", str(config.max_processors),
-            "--heartbeat-interval", repr(config.heartbeat_interval_seconds),
-            "--death-timeout-seconds", repr(config.death_timeout_seconds),
-            "--task-timeout-seconds", repr(config.task_timeout_seconds),
-            "--memory-limit-bytes", str(config.memory_limit_bytes),
-            "--io-threads", str(config.io_threads),
+            *_setting_options(self._worker_config, _WORKER_OPTION_NAMES),
             *self._logging_args(),
             "--", self._address,
         ]
