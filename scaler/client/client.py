@@ -15,9 +15,9 @@ from scaler.client.call_sites import CallSites
 from scaler.client.connection import ClientConnection
 from scaler.client.future import ScalerFuture
 from scaler.client.graph import Order, plan_graph
-from scaler.client.graph_submission import submit_graph, wait_for_futures_with_progress
+from scaler.client.graph_submission import submit_graph
 from scaler.client.object_reference import ObjectReference
-from scaler.client.progress import wait_with_progress
+from scaler.client.progress import wait_for_futures_with_progress, wait_with_progress
 from scaler.client.result_sinks import MapCollector
 from scaler.client.shared_arguments import RepeatedArguments, SharedArguments
 from scaler.client.task_warnings import issue_task_warnings

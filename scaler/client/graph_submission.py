@@ -7,8 +7,6 @@ the scheduler sends their results only to the tasks that need them.
 
 from __future__ import annotations
 
-import concurrent.futures
-import threading
 from typing import Any, Callable, Hashable
 
 from scaler.client.arguments import Unserializable, serialization_error, serialize_arguments
@@ -16,7 +14,6 @@ from scaler.client.call_sites import CallSites
 from scaler.client.connection import ClientConnection
 from scaler.client.future import ScalerFuture, call_when_all_done
 from scaler.client.graph import PlannedCall, TemplateCall
-from scaler.client.progress import wait_with_progress
 from scaler.client.shared_arguments import RepeatedArguments
 from scaler.errors import SerializationError
 from scaler.protocol import messages as m
@@ -125,22 +122,3 @@ def _add_arguments(
         # A wrapped call's single argument is its template, which holds all of the task's arguments.
         what = "an argument" if isinstance(function, TemplateCall) else f"argument {failure.position}"
         raise serialization_error(f"{what} of the task at key {call.key!r}", cause) from cause
-
-
-def wait_for_futures_with_progress(futures: list[concurrent.futures.Future]) -> None:
-    """Wait for every future while a bar counts them; done-callbacks run on the client's I/O thread."""
-    done = threading.Event()
-    finished = [0]
-    lock = threading.Lock()
-
-    def count(_: concurrent.futures.Future) -> None:
-        with lock:
-            finished[0] += 1
-            if finished[0] == len(futures):
-                done.set()
-
-    if not futures:
-        done.set()
-    for future in futures:
-        future.add_done_callback(count)
-    wait_with_progress(done, len(futures), lambda: finished[0], "get")
