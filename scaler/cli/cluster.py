@@ -11,13 +11,13 @@ import threading
 from typing import Sequence
 
 from scaler.cli.common import (
-    add_address_argument,
-    add_event_loop_argument,
-    add_logging_arguments,
-    add_setting,
-    announce_event_loop,
-    curve_public_key_file,
-    curve_secret_key_file,
+    Setting,
+    add_final_arguments,
+    add_ignored_option,
+    add_peer_curve_arguments,
+    add_settings,
+    check_curve_keys,
+    config_from_arguments,
     make_parser,
     number_type,
     parse_command_line,
@@ -25,15 +25,40 @@ from scaler.cli.common import (
 )
 from scaler.cluster.cluster import Cluster, default_worker_names
 from scaler.utility.curve import PeerKeys
+from scaler.utility.ignored_settings import (
+    EVENT_LOOP,
+    EVENT_LOOPS,
+    GARBAGE_COLLECT_INTERVAL_SECONDS,
+    HARD_PROCESSOR_SUSPEND,
+    TRIM_MEMORY_THRESHOLD_BYTES,
+)
 from scaler.utility.parent_watch import exit_with_parent_pid, parent_is_gone
 from scaler.utility.readiness import FAILED, REGISTERED, ReadinessReporter
+from scaler.utility.setting_rules import BYTES_OR_OFF, POSITIVE_SECONDS, argument_type
 from scaler.worker.config import WorkerConfig
 
 logger = logging.getLogger(__name__)
 
-_DEFAULTS = WorkerConfig(address="")
 # More workers than this on one machine is a typo, not a plan.
 _MAX_WORKERS = 4096
+
+
+_SETTINGS: list[Setting] = [
+    ("task_queue_size", ("--per-worker-task-queue-size", "-wtqs"),
+     "how many tasks each worker accepts at once (shown as 'free' in scaler_top)"),
+    ("max_processors", ("--max-processors", "-mp"),
+     "processes one worker may run: one serves while the others hold tasks waiting on nested tasks; "
+     "a task that would need more fails with NestingLimitError instead of deadlocking"),
+    ("heartbeat_interval_seconds", ("--heartbeat-interval", "-hi"), "seconds between heartbeats to the scheduler"),
+    ("task_timeout_seconds", ("--task-timeout-seconds", "-tts"),
+     "a task running longer is stopped, its processor replaced, and it fails with TaskTimeoutError (0 = no limit)"),
+    ("memory_limit_bytes", ("--memory-limit-bytes", "-ml"),
+     "a processor using more memory (RSS) is stopped before the OS kills it, and its task fails with "
+     "MemoryLimitError (0 = no limit)"),
+    ("death_timeout_seconds", ("--death-timeout-seconds", "-ds"),
+     "a worker that hears nothing from the scheduler this long exits: with an error if it never got a welcome"),
+    ("io_threads", ("--io-threads", "-it"), "zmq io threads per worker"),
+]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,9 +66,6 @@ def build_parser() -> argparse.ArgumentParser:
     called = os.path.basename(sys.argv[0]) if sys.argv else ""
     prog = called if called in ("scaler_cluster", "scaler_worker") else "scaler_cluster"
     parser = make_parser(prog, "Run Scaler workers on this machine.")
-
-    def setting(field_name: str, *flags: str, help: str) -> None:
-        add_setting(parser, WorkerConfig, field_name, *flags, help=help)
 
     parser.add_argument(
         "--num-of-workers", "-n", type=number_type(int, 1, _MAX_WORKERS), default=os.cpu_count() or 1,
@@ -53,58 +75,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--worker-names", "-wn", type=str, default=None,
         help="comma-separated worker names, one per worker; when not given, host name and index",
     )
-    setting(
-        "task_queue_size", "--per-worker-task-queue-size", "-wtqs",
-        help="how many tasks each worker accepts at once (shown as 'free' in scaler_top)",
+    add_settings(parser, WorkerConfig, _SETTINGS)
+    add_ignored_option(
+        parser, GARBAGE_COLLECT_INTERVAL_SECONDS, "--garbage-collect-interval-seconds", "-gc",
+        type=argument_type(POSITIVE_SECONDS),
     )
-    setting(
-        "max_processors", "--max-processors", "-mp",
-        help="processes one worker may run: one serves while the others hold tasks waiting on nested tasks; "
-        "a task that would need more fails with NestingLimitError instead of deadlocking",
+    add_ignored_option(
+        parser, TRIM_MEMORY_THRESHOLD_BYTES, "--trim-memory-threshold-bytes", "-tm", type=argument_type(BYTES_OR_OFF)
     )
-    setting(
-        "heartbeat_interval_seconds", "--heartbeat-interval", "-hi", help="seconds between heartbeats to the scheduler"
-    )
-    setting(
-        "task_timeout_seconds", "--task-timeout-seconds", "-tts",
-        help="a task running longer is stopped, its processor replaced, and it fails with TaskTimeoutError "
-        "(0 = no limit)",
-    )
-    setting(
-        "memory_limit_bytes", "--memory-limit-bytes", "-ml",
-        help="a processor using more memory (RSS) is stopped before the OS kills it, and its task fails with "
-        "MemoryLimitError (0 = no limit)",
-    )
-    setting(
-        "death_timeout_seconds", "--death-timeout-seconds", "-ds",
-        help="a worker that hears nothing from the scheduler this long exits: with an error if it never got "
-        "a welcome",
-    )
-    setting(
-        "garbage_collect_interval_seconds", "--garbage-collect-interval-seconds", "-gc",
-        help="accepted for compatibility; not active yet",
-    )
-    setting(
-        "trim_memory_threshold_bytes", "--trim-memory-threshold-bytes", "-tm",
-        help="accepted for compatibility; not active yet",
-    )
-    parser.add_argument(
-        "--hard-processor-suspend", "-hps", action="store_true", default=_DEFAULTS.hard_processor_suspend,
-        help="accepted for compatibility; processor suspension is not active yet",
-    )
-    parser.add_argument(
-        "--curve-server-key", type=curve_public_key_file, default=None,
-        help="CURVE: the scheduler's public .key file; or SCALER_CURVE_SERVER_KEY",
-    )
-    parser.add_argument(
-        "--curve-secret-key", type=curve_secret_key_file, default=None,
-        help="CURVE: this cluster's .key_secret file (its public key must be authorized by the scheduler); "
-        "or SCALER_CURVE_SECRET_KEY",
-    )
-    add_event_loop_argument(parser, "--event-loop", "-el")
-    setting("io_threads", "--io-threads", "-it", help="zmq io threads per worker")
-    add_logging_arguments(parser)
-    add_address_argument(parser, "scheduler address, e.g. tcp://127.0.0.1:2345")
+    add_ignored_option(parser, HARD_PROCESSOR_SUSPEND, "--hard-processor-suspend", "-hps")
+    add_peer_curve_arguments(parser)
+    add_ignored_option(parser, EVENT_LOOP, "--event-loop", "-el", choices=EVENT_LOOPS)
+    add_final_arguments(parser, "scheduler address, e.g. tcp://127.0.0.1:2345")
     return parser
 
 
@@ -120,31 +102,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             parser.error(f"{len(names)} worker names given for {args.num_of_workers} workers")
         if not all(names):
             parser.error("argument --worker-names/-wn: a worker name is empty")
-    try:  # the environment may name the keys too
-        PeerKeys.resolve(args.curve_server_key, args.curve_secret_key)
-    except ValueError as error:
-        parser.error(str(error))
-    template = WorkerConfig(
-        address=args.address,
-        task_queue_size=args.per_worker_task_queue_size,
-        max_processors=args.max_processors,
-        heartbeat_interval_seconds=args.heartbeat_interval,
-        death_timeout_seconds=args.death_timeout_seconds,
-        task_timeout_seconds=args.task_timeout_seconds,
-        memory_limit_bytes=args.memory_limit_bytes,
-        curve_server_key=args.curve_server_key,
-        curve_secret_key=args.curve_secret_key,
-        garbage_collect_interval_seconds=args.garbage_collect_interval_seconds,
-        trim_memory_threshold_bytes=args.trim_memory_threshold_bytes,
-        hard_processor_suspend=args.hard_processor_suspend,
-        event_loop=args.event_loop,
-        io_threads=args.io_threads,
-        logging_paths=tuple(args.logging_paths),
-        logging_level=args.logging_level,
-        logging_config_file=args.logging_config_file,
-    )
+    check_curve_keys(parser, PeerKeys.resolve, args.curve_server_key, args.curve_secret_key)
+    template = config_from_arguments(WorkerConfig, args)
     start_logging(parser, args)
-    announce_event_loop(parser, args)
     sys.exit(run_cluster(Cluster(template, names), reporter))
 
 

@@ -10,12 +10,14 @@ import argparse
 import dataclasses
 import logging
 import os
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import zmq.auth
 
+from scaler.utility.curve import AUTHORIZED_KEYS_ENV, SCHEDULER_SECRET_KEY_ENV, SECRET_KEY_ENV, SERVER_KEY_ENV
+from scaler.utility.ignored_settings import IgnoredSetting
 from scaler.utility.logging_setup import DEFAULT_LOGGING_PATHS, LOGGING_LEVELS, logging_path_problem, setup_logging
-from scaler.utility.setting_rules import EVENT_LOOPS, Rule, argument_type
+from scaler.utility.setting_rules import Rule, argument_type
 from scaler.utility.zmq_config import parse_zmq_address
 
 
@@ -36,13 +38,27 @@ def zmq_address(text: str) -> str:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
-def add_setting(
-    parser: argparse.ArgumentParser, config_class: type, field_name: str, *flags: str, help: str
-) -> None:
-    """An option that sets a config field: its default is the field's, and its values are held to the
-    field's rule by the parser."""
-    field = next(field for field in dataclasses.fields(config_class) if field.name == field_name)
-    parser.add_argument(*flags, type=argument_type(field.metadata["rule"]), default=field.default, help=help)
+# An option that sets a numeric config field: the field's name, the option's flags, its help.
+Setting = tuple[str, tuple[str, ...], str]
+
+
+def add_settings(parser: argparse.ArgumentParser, config_class: type, settings: Sequence[Setting]) -> None:
+    """Options that set config fields: each one's default is the field's, its values are held to the field's
+    rule by the parser, and it is stored under the field's name (see `config_from_arguments`)."""
+    fields = {field.name: field for field in dataclasses.fields(config_class)}
+    for field_name, flags, help_text in settings:
+        field = fields[field_name]
+        metavar = flags[0].lstrip("-").replace("-", "_").upper()
+        parser.add_argument(
+            *flags, type=argument_type(field.metadata["rule"]), default=field.default, dest=field_name,
+            metavar=metavar, help=help_text,
+        )
+
+
+def config_from_arguments(config_class: type, args: argparse.Namespace) -> Any:
+    """The config made of every parsed option stored under one of its field names."""
+    names = {field.name for field in dataclasses.fields(config_class)}
+    return config_class(**{name: value for name, value in vars(args).items() if name in names})
 
 
 def add_address_argument(parser: argparse.ArgumentParser, help_text: str) -> None:
@@ -65,30 +81,40 @@ def add_logging_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-class _StoreEventLoop(argparse.Action):
-    """Stores the value and notes that the user gave it: only then is its (lack of) effect worth a line."""
+class _NoteIgnoredOption(argparse.Action):
+    """Checks the value (by the option's type) and notes that it was given; stores nothing in the namespace."""
+
+    def __init__(self, *args: Any, setting: IgnoredSetting, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.setting = setting
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
                  option_string: str | None = None) -> None:
-        setattr(namespace, self.dest, values)
-        namespace.event_loop_given = True
+        given = dict(getattr(namespace, _IGNORED_GIVEN))  # a copy: the default is shared by every parse
+        given[self.option_strings[0]] = (self.const if self.nargs == 0 else values, self.setting.why)
+        setattr(namespace, _IGNORED_GIVEN, given)
 
 
-def add_event_loop_argument(parser: argparse.ArgumentParser, *flags: str) -> None:
+_IGNORED_GIVEN = "ignored_options_given"
+
+
+def add_ignored_option(parser: argparse.ArgumentParser, setting: IgnoredSetting, *flags: str, **kwargs: Any) -> None:
+    """An option of Scaler 1.9.x that has no effect here: its value is checked (`type=`, `choices=`), and
+    the log says once that it was given (see `announce_ignored_options`)."""
+    if isinstance(setting.default, bool):
+        kwargs.update(nargs=0, const=True)
     parser.add_argument(
-        *flags, dest="event_loop", default="builtin", choices=EVENT_LOOPS, action=_StoreEventLoop,
-        help="accepted for compatibility with Scaler 1.9.x; the I/O loop is a zmq poller either way",
+        *flags, action=_NoteIgnoredOption, setting=setting, default=setting.default, dest=setting.name,
+        help=f"accepted for compatibility with Scaler 1.9.x; no effect: {setting.why}", **kwargs,
     )
-    parser.set_defaults(event_loop_given=False)
+    parser.set_defaults(**{_IGNORED_GIVEN: {}})
 
 
-def announce_event_loop(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Say once, and only to whoever set it, that the option changes nothing (1.9.x chose asyncio's loop)."""
-    if getattr(args, "event_loop_given", False):
-        logging.info(
-            f"{parser.prog}: --event-loop {args.event_loop} is accepted for compatibility with Scaler 1.9.x and "
-            "has no effect: the I/O loop is a zmq poller"
-        )
+def announce_ignored_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Say once, and only to whoever gave it, that an option changes nothing."""
+    for flag, (value, why) in getattr(args, _IGNORED_GIVEN, {}).items():
+        shown = flag if value is True else f"{flag} {value}"
+        logging.info(f"{parser.prog}: {shown} is accepted for compatibility with Scaler 1.9.x and has no effect: {why}")
 
 
 def parse_command_line(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
@@ -119,12 +145,28 @@ def parse_command_line(parser: argparse.ArgumentParser, argv: Sequence[str] | No
 
 
 def start_logging(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """setup_logging, with what can still go wrong (a malformed config file, a disk gone) as a parser error."""
+    """setup_logging, with what can still go wrong (a malformed config file, a disk gone) as a parser error;
+    then the first lines: which of the given options have no effect."""
     try:
         setup_logging(args.logging_paths, args.logging_level, args.logging_config_file)
     except Exception as error:  # fileConfig raises KeyError, configparser errors, OSError...
         what = f"--logging-config-file {args.logging_config_file}" if args.logging_config_file else "logging"
         parser.error(f"{what}: cannot set up logging: {type(error).__name__}: {error}")
+    announce_ignored_options(parser, args)
+
+
+def check_curve_keys(parser: argparse.ArgumentParser, resolve: Callable[..., object], *paths: str | None) -> None:
+    """The keys given, completed from the environment, must make a pair: else a parser error."""
+    try:
+        resolve(*paths)
+    except ValueError as error:
+        parser.error(str(error))
+
+
+def add_final_arguments(parser: argparse.ArgumentParser, address_help: str) -> None:
+    """What every command line that runs a peer ends with: the logging options, then the address."""
+    add_logging_arguments(parser)
+    add_address_argument(parser, address_help)
 
 
 def existing_file(text: str) -> str:
@@ -139,6 +181,30 @@ def existing_directory(text: str) -> str:
     if not os.path.isdir(text):
         raise argparse.ArgumentTypeError(f"no such directory: {text!r}")
     return text
+
+
+def add_scheduler_curve_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--curve-secret-key", type=curve_secret_key_file, default=None,
+        help=f"CURVE: this scheduler's .key_secret file (see scaler_keygen); or {SCHEDULER_SECRET_KEY_ENV}",
+    )
+    parser.add_argument(
+        "--curve-authorized-keys", type=existing_directory, default=None,
+        help=f"CURVE: directory of the public .key files of clients and workers to accept; or {AUTHORIZED_KEYS_ENV}",
+    )
+
+
+def add_peer_curve_arguments(parser: argparse.ArgumentParser) -> None:
+    """The keys of workers (scaler_cluster); a client takes the same two as Client(...) keywords."""
+    parser.add_argument(
+        "--curve-server-key", type=curve_public_key_file, default=None,
+        help=f"CURVE: the scheduler's public .key file; or {SERVER_KEY_ENV}",
+    )
+    parser.add_argument(
+        "--curve-secret-key", type=curve_secret_key_file, default=None,
+        help="CURVE: this cluster's .key_secret file (its public key must be authorized by the scheduler); "
+        f"or {SECRET_KEY_ENV}",
+    )
 
 
 def curve_public_key_file(text: str) -> str:

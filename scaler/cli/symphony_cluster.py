@@ -10,21 +10,35 @@ from typing import Sequence
 
 from scaler.adapters.symphony.sdk import SymphonySdkMissing, load_soamapi
 from scaler.cli.common import (
-    add_address_argument,
-    add_event_loop_argument,
-    add_logging_arguments,
-    add_setting,
-    announce_event_loop,
-    curve_public_key_file,
-    curve_secret_key_file,
+    Setting,
+    add_final_arguments,
+    add_ignored_option,
+    add_peer_curve_arguments,
+    add_settings,
+    check_curve_keys,
     make_parser,
     parse_command_line,
     start_logging,
 )
 from scaler.utility.curve import PeerKeys
+from scaler.utility.ignored_settings import EVENT_LOOP, EVENT_LOOPS
 
 # Read from the environment, not the command line, where every user of the machine could see it.
 PASSWORD_ENVIRONMENT_VARIABLE = "SCALER_SYMPHONY_PASSWORD"
+
+
+_SETTINGS: list[Setting] = [
+    ("base_concurrency", ("--base-concurrency", "-n"),
+     "how many unnested tasks run in Symphony at once; nested tasks go beyond it. With nested tasks, keep it "
+     "below the cores of the Symphony workers, e.g. cores minus the deepest nesting level, or tasks waiting "
+     "on nested ones can take every core and deadlock"),
+    ("task_queue_size", ("--per-worker-task-queue-size", "-wtqs"),
+     "how many tasks the worker accepts at once (those beyond what runs wait here, or move to other workers "
+     "when the scheduler balances)"),
+    ("heartbeat_interval_seconds", ("--heartbeat-interval", "-hi"), "seconds between heartbeats"),
+    ("death_timeout_seconds", ("--death-timeout-seconds", "-ds"),
+     "exit after hearing nothing from the scheduler this long"),
+]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,36 +51,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.usage = "scaler_symphony_cluster [options] address service"
 
-    def setting(field_name: str, *flags: str, help: str) -> None:
-        add_setting(parser, SymphonyWorkerConfig, field_name, *flags, help=help)
-
-    setting(
-        "base_concurrency", "--base-concurrency", "-n",
-        help="how many unnested tasks run in Symphony at once; nested tasks go beyond it. With nested tasks, "
-        "keep it below the cores of the Symphony workers, e.g. cores minus the deepest nesting level, or "
-        "tasks waiting on nested ones can take every core and deadlock",
-    )
+    add_settings(parser, SymphonyWorkerConfig, _SETTINGS)
     parser.add_argument(
         "--worker-name", "-w", default="", help="the worker's name at the scheduler; default symphony|HOST|PID",
     )
-    setting(
-        "task_queue_size", "--per-worker-task-queue-size", "-wtqs",
-        help="how many tasks the worker accepts at once (those beyond what runs wait here, or move to other "
-        "workers when the scheduler balances)",
-    )
-    setting("heartbeat_interval_seconds", "--heartbeat-interval", "-hi", help="seconds between heartbeats")
-    setting(
-        "death_timeout_seconds", "--death-timeout-seconds", "-ds",
-        help="exit after hearing nothing from the scheduler this long",
-    )
-    parser.add_argument(
-        "--curve-server-key", type=curve_public_key_file, default=None,
-        help="CURVE: the scheduler's public .key file; or SCALER_CURVE_SERVER_KEY",
-    )
-    parser.add_argument(
-        "--curve-secret-key", type=curve_secret_key_file, default=None,
-        help="CURVE: this worker's .key_secret file; or SCALER_CURVE_SECRET_KEY",
-    )
+    add_peer_curve_arguments(parser)
     parser.add_argument(
         "--symphony-user", default="Guest",
         help=f"the Symphony user to connect as; the password is read from {PASSWORD_ENVIRONMENT_VARIABLE} "
@@ -75,9 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--session-type", default=None, help="a session type of the application's profile; default: its own",
     )
-    add_event_loop_argument(parser, "--event-loop", "-el")
-    add_logging_arguments(parser)
-    add_address_argument(parser, "scheduler address, e.g. tcp://127.0.0.1:2345")
+    add_ignored_option(parser, EVENT_LOOP, "--event-loop", "-el", choices=EVENT_LOOPS)
+    add_final_arguments(parser, "scheduler address, e.g. tcp://127.0.0.1:2345")
     parser.add_argument("service", help="the Symphony application whose service runs the tasks, e.g. ScalerService")
     return parser
 
@@ -91,15 +79,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         load_soamapi()
     except SymphonySdkMissing as error:
         parser.exit(1, f"{parser.prog}: error: {error}\n")
+    check_curve_keys(parser, PeerKeys.resolve, args.curve_server_key, args.curve_secret_key)
     try:
-        PeerKeys.resolve(args.curve_server_key, args.curve_secret_key)
         config = SymphonyWorkerConfig(
             address=args.address,
             service=args.service,
             base_concurrency=args.base_concurrency,
             name=args.worker_name,
-            task_queue_size=args.per_worker_task_queue_size,
-            heartbeat_interval_seconds=args.heartbeat_interval,
+            task_queue_size=args.task_queue_size,
+            heartbeat_interval_seconds=args.heartbeat_interval_seconds,
             death_timeout_seconds=args.death_timeout_seconds,
             curve_server_key=args.curve_server_key,
             curve_secret_key=args.curve_secret_key,
@@ -110,7 +98,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     except ValueError as error:
         parser.error(str(error))
     start_logging(parser, args)
-    announce_event_loop(parser, args)
     sys.exit(run_symphony_worker(config))
 
 

@@ -1,27 +1,31 @@
 """The client's link to the scheduler: one DEALER socket owned by one I/O thread.
 
 Callers never touch the socket. They append to an outbox and wake the I/O thread, which sends
-whatever has piled up as one message: under load, many submits become one batch on their own, and
-a lone submit still leaves at once. Results come back on the same thread, which completes futures.
+whatever has piled up as few messages (outbox.py): under load, many submits become one batch on their
+own, and a lone submit still leaves at once. Results come back on the same thread, which hands each to
+the sink its caller registered (result_routing.py).
 """
 
 from __future__ import annotations
 
 import collections
-import concurrent.futures
-import itertools
 import logging
 import os
 import socket as socket_module
 import threading
 import time
 import uuid
-from typing import Any, Sequence, Union
+from typing import Sequence
 
 import zmq
 
-from scaler.client.future import ScalerFuture, exception_from_failure
-from scaler.errors import ConnectionFailedError, PayloadTooLargeError, SchedulerLostError
+from scaler.client.future import ScalerFuture
+from scaler.client.outbox import OutboxItem, TaskBatch, messages_from
+from scaler.client.payload_limits import PayloadLimits
+from scaler.client.result_routing import PendingResults
+from scaler.client.result_sinks import MapCollector
+from scaler.client.wakeup import WakeupPipe
+from scaler.errors import ConnectionFailedError, SchedulerLostError
 from scaler.protocol import messages as m
 from scaler.protocol.task_signature import TaskSignature
 from scaler.utility.blocking import client_nesting_depth
@@ -32,7 +36,6 @@ from scaler.utility.zmq_util import configure_socket, has_input, receive_frames,
 
 logger = logging.getLogger(__name__)
 
-_MAX_TASKS_PER_MESSAGE = 2000
 _IDLE_POLL_SECONDS = 0.25
 # What a graceful close gives queued messages to leave, and what close() waits for the I/O thread:
 # the thread never blocks on a send, so only this linger can hold it.
@@ -40,58 +43,9 @@ _CLOSE_LINGER_SECONDS = 2.0
 _CLOSE_WAIT_SECONDS = _CLOSE_LINGER_SECONDS + 3.0
 
 
-
-class MapCollector:
-    """Where the results of one `Client.map` land; cheaper than a future per task."""
-
-    def __init__(self, count: int) -> None:
-        self.payloads: list[Any] = [None] * count
-        self.errors: dict[int, BaseException] = {}
-        self.remaining = count
-        self.finished = threading.Event()
-        # Warnings the tasks raised, in arrival order; map() issues them before it returns or raises.
-        self.warnings: list[m.TaskWarning] = []
-        if count == 0:
-            self.finished.set()
-
-    def deliver(self, index: int, payload: m.Buffer) -> None:
-        self.payloads[index] = payload
-        self._one_done()
-
-    def fail(self, index: int, error: BaseException) -> None:
-        self.errors[index] = error
-        self.finished.set()  # fail fast: map raises as soon as anything fails
-        self._one_done()
-
-    def _one_done(self) -> None:
-        self.remaining -= 1
-        if self.remaining == 0:
-            self.finished.set()
-
-
-class _QuietTasks:
-    """The quiet tasks of one graph and the warnings they raised, shared by the graph's futures."""
-
-    def __init__(self, task_ids: list[int]) -> None:
-        self._task_ids = task_ids
-        self._id_set: set[int] | None = None  # made at the first warning: most graphs never warn
-        self.warnings: list[m.TaskWarning] = []
-
-    def holds(self, task_id: int) -> bool:
-        if self._id_set is None:
-            self._id_set = set(self._task_ids)
-        return task_id in self._id_set
-
-
-_Pending = Union[ScalerFuture, tuple[MapCollector, int]]
-
-# Outbox items: (_TASK, signature, task id, args, object positions, inline bytes of args),
-# (_TASKS, signature, task ids, args, object positions, inline bytes of args), (_OBJECT, payload),
-# (_MESSAGE, message).
-_TASK, _TASKS, _OBJECT, _MESSAGE = range(4)
-
-
 class ClientConnection:
+    """The calls the Client makes (queue tasks, objects and messages; wait for a reply) and the I/O thread."""
+
     def __init__(
         self,
         address: str,
@@ -106,20 +60,14 @@ class ClientConnection:
         self._timeout_seconds = timeout_seconds
         self._heartbeat_interval_seconds = heartbeat_interval_seconds
         self._identity = f"C|{socket_module.gethostname()}|{os.getpid()}|{uuid.uuid4().hex[:8]}".encode()
-        self._outbox: collections.deque[tuple] = collections.deque()
-        self._pending: dict[int, _Pending] = {}
-        # The quiet tasks of graphs whose futures are not all done, for their warnings.
-        self._quiet_graphs: dict[int, _QuietTasks] = {}
-        self._graph_counter = itertools.count()
-        self._counter = itertools.count()
+        self._outbox: collections.deque[OutboxItem] = collections.deque()
+        self._results = PendingResults()
+        self._next_counter = 0
+        self._counter_lock = threading.Lock()
         self._id_prefix = 0
-        self._wake_reader, self._wake_writer = os.pipe()
-        self._wake_pending = False
-        # The scheduler's limits (Welcome), known before connect() returns; 0 means none. The budget is
-        # what inline payloads may take in one message: half the control-frame limit, leaving room for
-        # the encoding.
-        self._max_frame_bytes = 0
-        self._inline_budget = 0
+        self._wakeup = WakeupPipe()
+        # The scheduler's limits, known from its Welcome before connect() returns.
+        self.limits = PayloadLimits()
         self._welcomed = threading.Event()
         self._stopping = False
         self._stopped = threading.Event()
@@ -146,16 +94,12 @@ class ClientConnection:
         if graceful and self._thread.is_alive() and self._broken is None:
             self.send_message(m.Disconnect(reason="client disconnecting"))
         self._stopping = True
-        self._wake()
+        self._wakeup.wake()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout=_CLOSE_WAIT_SECONDS)
-        self._cancel_everything_pending()
+        self.cancel_everything_pending()
         if not self._thread.is_alive():
-            for descriptor in (self._wake_reader, self._wake_writer):
-                try:
-                    os.close(descriptor)
-                except OSError:
-                    pass
+            self._wakeup.close()
 
     def _after_fork_in_child(self) -> None:
         """The socket and the I/O thread stayed with the parent: every call here fails at once from now on."""
@@ -163,8 +107,8 @@ class ClientConnection:
             f"this Client was created in process {self._owner_pid} and cannot be used in a forked child "
             f"(process {os.getpid()}): create a new Client in the child"
         )
-        self._pending = {}  # the parent's futures, which only the parent's I/O thread can settle
-        self._wake_pending = True  # the wake-up pipe is shared with the parent: never write to it
+        self._results = PendingResults()  # the parent's futures, which only the parent's I/O thread can settle
+        self._wakeup.silence()
 
     @property
     def is_open(self) -> bool:
@@ -179,132 +123,71 @@ class ClientConnection:
     # ------------------------------------------------------------------------------------------ calls
 
     def next_task_id(self) -> int:
-        return (self._id_prefix << TASK_COUNTER_BITS) | next(self._counter)
+        with self._counter_lock:
+            counter = self._next_counter
+            self._next_counter = counter + 1
+        return (self._id_prefix << TASK_COUNTER_BITS) | counter
 
-    def check_payload(self, payload: m.Buffer, what: str) -> None:
-        """Raise PayloadTooLargeError, here in the caller, for a payload the scheduler would not read.
-
-        ZeroMQ drops an over-limit frame before the scheduler sees it, so sending it would lose the
-        message without a word (PROTOCOL.md §10); this error is the word.
-        """
-        limit = self._max_frame_bytes
-        if limit and len(payload) > limit:
-            raise PayloadTooLargeError(
-                f"{what} of {len(payload):,} bytes is over the scheduler's limit of {limit:,} bytes per frame "
-                "(--max-message-size-bytes); send less per task, or start the scheduler with a higher limit"
-            )
-
-    def _check_arguments(self, args: Sequence[m.Buffer], width: int) -> int:
-        """Raise PayloadTooLargeError for arguments the scheduler would not read; returns their inline bytes."""
-        if not args:
-            return 0
-        self.check_payload(max(args, key=len), "an argument")
-        budget = self._inline_budget
-        if budget and width * m.LARGE_PAYLOAD_BYTES > budget:  # else no task can reach the budget
-            for start in range(0, len(args), width):
-                inline = m.inline_bytes(args[start:start + width])
-                if inline > budget:
-                    raise PayloadTooLargeError(
-                        f"the arguments of one task take {inline:,} bytes in the message itself, over the "
-                        f"scheduler's limit of {budget * 2:,} bytes (--max-control-frame-bytes); pass large "
-                        "data as fewer, bigger arguments (64 KiB or more each) or with send_object()"
-                    )
-        return m.inline_bytes(args)
+    def reserve_task_ids(self, count: int) -> int:
+        """The first of `count` consecutive task ids, for the tasks of one map."""
+        with self._counter_lock:
+            counter = self._next_counter
+            self._next_counter = counter + count
+        return (self._id_prefix << TASK_COUNTER_BITS) | counter
 
     def send_object(self, payload: m.ObjectPayload) -> None:
         if payload.name == "shared argument":  # a large argument sent once (shared_arguments.py)
             what = "an argument"
         else:
             what = f"object {payload.name!r}" if payload.name else "an object"
-        self.check_payload(payload.payload, what)
-        self._outbox.append((_OBJECT, payload))
+        self.limits.check_payload(payload.payload, what)
+        self._outbox.append(payload)
 
     def submit_task(
-        self,
-        signature: TaskSignature,
-        task_id: int,
-        args: list[bytes],
-        future: ScalerFuture,
+        self, signature: TaskSignature, task_id: int, args: list[bytes], future: ScalerFuture,
         object_positions: list[int],
     ) -> None:
-        inline = self._check_arguments(args, signature.args_per_task)
-        self._pending[task_id] = future
-        self._outbox.append((_TASK, signature, task_id, args, object_positions, inline))
-        self._wake()
+        inline = self.limits.check_arguments(args, signature.args_per_task)
+        self._results.expect(task_id, future)
+        self._outbox.append(TaskBatch(signature, [task_id], args, object_positions, inline))
+        self._wakeup.wake()
 
     def submit_tasks(
-        self,
-        signature: TaskSignature,
-        task_ids: list[int],
-        args: list[bytes],
-        collector: MapCollector,
-        first_index: int,
+        self, signature: TaskSignature, task_ids: Sequence[int], args: list[bytes], collector: MapCollector,
         object_positions: list[int],
     ) -> None:
         """`object_positions` index into `args` of this chunk: those hold object ids."""
         width = signature.args_per_task
-        inline = self._check_arguments(args, width)
-        if self._inline_budget and len(task_ids) > 1 and inline > self._inline_budget:
+        inline = self.limits.check_arguments(args, width)
+        budget = self.limits.inline_budget
+        if budget and len(task_ids) > 1 and inline > budget:
             # Too much for one message: in halves, each its own outbox item (the I/O thread sends
             # items that together exceed the budget in separate messages).
             half = len(task_ids) // 2
             cut = half * width
-            self.submit_tasks(signature, task_ids[:half], args[:cut], collector, first_index,
+            self.submit_tasks(signature, task_ids[:half], args[:cut], collector,
                               [p for p in object_positions if p < cut])
-            self.submit_tasks(signature, task_ids[half:], args[cut:], collector, first_index + half,
+            self.submit_tasks(signature, task_ids[half:], args[cut:], collector,
                               [p - cut for p in object_positions if p >= cut])
             return
-        pending = self._pending
-        for offset, task_id in enumerate(task_ids):
-            pending[task_id] = (collector, first_index + offset)
-        self._outbox.append((_TASKS, signature, task_ids, args, object_positions, inline))
-        self._wake()
+        self._results.expect_all(task_ids, collector)
+        self._outbox.append(TaskBatch(signature, task_ids, args, object_positions, inline))
+        self._wakeup.wake()
 
     def wake(self) -> None:
-        self._wake()
+        self._wakeup.wake()
 
-    def submit_graph(self, submission: m.TaskSubmission, futures: dict[int, ScalerFuture]) -> None:
+    def submit_graph(
+        self, submission: m.TaskSubmission, futures: dict[int, ScalerFuture]
+    ) -> None:
         """A graph goes out as one message, after everything queued before it."""
-        inline = sum(self._check_arguments(group.args, group.args_per_task) for group in submission.groups)
-        if self._inline_budget and inline > self._inline_budget:
-            raise PayloadTooLargeError(
-                f"this graph's literal arguments take {inline:,} bytes in one message, over the scheduler's "
-                f"limit of {self._inline_budget * 2:,} bytes (--max-control-frame-bytes); compute it in "
-                "several get() calls, or send large literals with send_object()"
-            )
-        self._pending.update(futures)
-        if submission.quiet_task_ids and futures:
-            self._hold_quiet_warnings(submission.quiet_task_ids, list(futures.values()))
+        self.limits.check_graph(submission.groups)
+        self._results.expect_graph(futures, submission.quiet_task_ids)
         self.send_message(submission)
 
-    def _hold_quiet_warnings(self, quiet_task_ids: list[int], futures: list[ScalerFuture]) -> None:
-        """The graph's futures share one list for the warnings of its quiet tasks, until every one is done.
-
-        Quiet tasks finish before the tasks that need them, so their warnings are there by the time a
-        future that depends on them is done, and the first result() that hands out an outcome issues them.
-        """
-        quiet = _QuietTasks(quiet_task_ids)
-        for future in futures:
-            future._graph_warnings = quiet.warnings
-        key = next(self._graph_counter)
-        graphs = self._quiet_graphs
-        graphs[key] = quiet
-        remaining = [len(futures)]
-        lock = threading.Lock()
-
-        def one_done(_: concurrent.futures.Future) -> None:
-            with lock:
-                remaining[0] -= 1
-                last = remaining[0] == 0
-            if last:
-                graphs.pop(key, None)
-
-        for future in futures:
-            future.add_done_callback(one_done)
-
     def send_message(self, message: m.Message) -> None:
-        self._outbox.append((_MESSAGE, message))
-        self._wake()
+        self._outbox.append(message)
+        self._wakeup.wake()
 
     def cancel_tasks(self, task_ids: list[int]) -> None:
         if task_ids and self.is_open:
@@ -312,13 +195,13 @@ class ClientConnection:
 
     def cancel_future(self, future: ScalerFuture, force: bool = False) -> bool:
         if not self.is_open:
-            future._cancel_locally()
+            future.mark_canceled(future.task_id)
             return future.cancelled()
         future._expect_cancel_outcome()
         self.send_message(m.CancelTasks(task_ids=[future.task_id], force=force))
         if threading.current_thread() is self._thread:
             # A done-callback canceling another future cannot wait for the thread it runs on.
-            future._cancel_locally()
+            future.mark_canceled(future.task_id)
             return True
         # Until the task is canceled, finishes, or its worker says it has started (then it runs to the end).
         future._wait_for_cancel_outcome(self._timeout_seconds)
@@ -338,30 +221,19 @@ class ClientConnection:
             raise self._broken
         return slot[0]
 
-    def forget(self, task_ids: list[int]) -> None:
-        for task_id in task_ids:
-            self._pending.pop(task_id, None)
+    def forget(self, task_ids: Sequence[int]) -> None:
+        self._results.forget(task_ids)
+
+    def cancel_everything_pending(self) -> None:
+        """Every task still waiting for its outcome ends canceled here (clear(), close())."""
+        self._results.cancel_all()
+
+    @property
+    def unfinished_tasks(self) -> int:
+        """How many tasks this client still waits for."""
+        return len(self._results)
 
     # ------------------------------------------------------------------------------------------ I/O thread
-
-    def _consume_wake(self) -> None:
-        """I/O thread: take the wake-up bytes, then let callers wake us again (in this order).
-
-        Clearing the flag first would lose a wake-up: a caller could write its byte in between, which the
-        read then swallows while the flag stays set. Every later _wake() would then write nothing, and
-        each message would wait for the idle poll timeout (250 ms) to go out.
-        """
-        os.read(self._wake_reader, 65536)
-        self._wake_pending = False
-
-    def _wake(self) -> None:
-        """Any thread: make the I/O thread look at the outbox; one byte in the pipe at most."""
-        if not self._wake_pending:
-            self._wake_pending = True
-            try:
-                os.write(self._wake_writer, b"\0")
-            except OSError:
-                pass  # closed: the thread is gone
 
     def _run(self) -> None:
         context = zmq.Context(io_threads=1)
@@ -385,9 +257,10 @@ class ClientConnection:
             self._stopped.set()
 
     def _loop(self, socket: zmq.Socket) -> None:
+        wakeup = self._wakeup
         poller = zmq.Poller()
         poller.register(socket, zmq.POLLIN)
-        poller.register(self._wake_reader, zmq.POLLIN)
+        poller.register(wakeup.reader, zmq.POLLIN)
         socket_events = zmq.POLLIN
         started = last_heard = time.monotonic()
         last_heartbeat = started  # not a deadline: the interval can shrink when the welcome comes
@@ -399,14 +272,15 @@ class ClientConnection:
             events = dict(poller.poll(int(_IDLE_POLL_SECONDS * 1000)))
             if self._unsent:
                 self._send_unsent(socket)
-            if self._wake_reader in events:
-                self._consume_wake()
+            if wakeup.reader in events:
+                wakeup.consume()
             if events.get(socket, 0) & zmq.POLLIN:
                 last_heard = time.monotonic()
                 while has_input(socket):
                     self._on_frames(receive_frames(socket))
             if self._welcomed.is_set():
-                self._flush_outbox(socket)
+                for message in messages_from(self._outbox, self.limits.inline_budget):
+                    self._send(socket, message)
             if self._stopping or self._broken is not None:
                 return
             now = time.monotonic()
@@ -452,58 +326,6 @@ class ClientConnection:
                 return
             unsent.popleft()
 
-    def _flush_outbox(self, socket: zmq.Socket) -> None:
-        outbox = self._outbox
-        objects: list[m.ObjectPayload] = []
-        groups: list[m.TaskGroup] = []
-        current: m.TaskGroup | None = None
-        current_signature: TaskSignature | None = None
-        count = 0
-        # Bytes of small payloads in this message so far: kept under the scheduler's control-frame limit.
-        inline = 0
-        budget = self._inline_budget
-
-        def send_batch() -> None:
-            nonlocal objects, groups, current, current_signature, count, inline
-            if objects or groups:
-                self._send(socket, m.TaskSubmission(objects=objects, groups=groups))
-            objects, groups, current, current_signature, count, inline = [], [], None, None, 0, 0
-
-        while outbox:
-            item = outbox.popleft()
-            kind = item[0]
-            if kind == _TASK or kind == _TASKS:
-                if budget and inline + item[5] > budget:
-                    send_batch()
-                inline += item[5]
-                signature = item[1]
-                if current is None or (signature is not current_signature and signature != current_signature):
-                    current = signature.new_group()
-                    current_signature = signature
-                    groups.append(current)
-                if kind == _TASK:
-                    current.task_ids.append(item[2])
-                    count += 1
-                else:
-                    current.task_ids.extend(item[2])
-                    count += len(item[2])
-                if item[4]:
-                    base = len(current.args)
-                    current.object_arg_indices.extend(base + position for position in item[4])
-                current.args.extend(item[3])
-                if count >= _MAX_TASKS_PER_MESSAGE:
-                    send_batch()
-            elif kind == _OBJECT:
-                size = m.inline_bytes((item[1].payload,))
-                if groups or (budget and inline + size > budget):
-                    send_batch()
-                inline += size
-                objects.append(item[1])
-            else:
-                send_batch()
-                self._send(socket, item[1])
-        send_batch()
-
     def _on_frames(self, frames: list[m.Buffer]) -> None:
         try:
             message = m.decode(frames)
@@ -511,19 +333,15 @@ class ClientConnection:
             logger.warning(f"Client: dropped an undecodable message from the scheduler: {error}")
             return
         if isinstance(message, m.TaskResults):
-            self._on_results(message)
+            self._results.route(message)
         elif isinstance(message, m.HeartbeatEcho):
             pass
         elif isinstance(message, m.CancelRefused):
-            for task_id in message.task_ids:
-                entry = self._pending.get(task_id)
-                if isinstance(entry, ScalerFuture):
-                    entry._refuse_cancel()
+            self._results.refuse_cancels(message.task_ids)
         elif isinstance(message, m.Welcome):
             self._id_prefix = message.id_prefix
             self._heartbeat_interval_seconds = message.heartbeat_interval_for(self._heartbeat_interval_seconds)
-            self._max_frame_bytes = message.max_frame_bytes
-            self._inline_budget = message.max_control_frame_bytes // 2
+            self.limits = PayloadLimits(message.max_frame_bytes, message.max_control_frame_bytes)
             self._welcomed.set()
         elif isinstance(message, m.Refused):
             if self._welcomed.is_set():
@@ -548,85 +366,18 @@ class ClientConnection:
                 waiter[1].append(message)
                 waiter[0].set()
 
-    def _on_results(self, results: m.TaskResults) -> None:
-        pending = self._pending
-        if results.warnings:  # before the outcomes: whoever an outcome wakes finds its warnings there
-            self._hold_warnings(results.warnings)
-        for profile in results.profiles:
-            entry = pending.get(profile.task_id)
-            if isinstance(entry, ScalerFuture):
-                entry._profile = profile
-        for task_id, payload in zip(results.succeeded_ids, results.payloads):
-            entry = pending.pop(task_id, None)
-            if entry is None:
-                continue
-            if type(entry) is tuple:
-                entry[0].deliver(entry[1], payload)
-            else:
-                entry._deliver(payload)  # type: ignore[union-attr]
-        for failure in results.failures:
-            if failure.kind == m.FailureKind.NOT_FOUND:
-                continue  # an answer to a cancel that came too late; the result went out before it
-            entry = pending.pop(failure.task_id, None)
-            if entry is None:
-                continue
-            if failure.kind == m.FailureKind.CANCELED:
-                if type(entry) is tuple:
-                    entry[0].fail(entry[1], _canceled_error())
-                else:
-                    entry._cancel_locally()  # type: ignore[union-attr]
-                continue
-            error = exception_from_failure(failure)
-            if type(entry) is tuple:
-                entry[0].fail(entry[1], error)
-            else:
-                entry._fail(error)  # type: ignore[union-attr]
-
-    def _hold_warnings(self, task_warnings: list[m.TaskWarning]) -> None:
-        pending = self._pending
-        for warning in task_warnings:
-            entry = pending.get(warning.task_id)
-            if entry is None:
-                for quiet in list(self._quiet_graphs.values()):
-                    if quiet.holds(warning.task_id):
-                        quiet.warnings.append(warning)
-                        break
-            elif type(entry) is tuple:
-                entry[0].warnings.append(warning)
-            else:
-                entry._hold_warning(warning)  # type: ignore[union-attr]
-
     def _break(self, error: BaseException) -> None:
         """The link is unusable: every waiting caller gets `error` instead of waiting forever."""
         if self._broken is None:
             self._broken = error
-        pending, self._pending = self._pending, {}
-        for entry in pending.values():
-            if type(entry) is tuple:
-                entry[0].fail(entry[1], error)
-            else:
-                entry._fail(error)  # type: ignore[union-attr]
+        self._results.fail_all(error)
         with self._reply_lock:
             waiters, self._replies = self._replies, {}
         for event, _ in waiters.values():
             event.set()
-
-    def _cancel_everything_pending(self) -> None:
-        pending, self._pending = self._pending, {}
-        for entry in pending.values():
-            if type(entry) is tuple:
-                entry[0].fail(entry[1], _canceled_error())
-            else:
-                entry._cancel_locally()  # type: ignore[union-attr]
 
     def _unreachable_text(self) -> str:
         return (
             f"could not connect to the scheduler at {self.address} within {self._timeout_seconds:g}s: "
             "is it running and reachable from here?"
         )
-
-
-def _canceled_error() -> BaseException:
-    from concurrent.futures import CancelledError
-
-    return CancelledError()

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import concurrent.futures
-from typing import TYPE_CHECKING, Any
+import threading
+from concurrent.futures import _base as future_states
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import cloudpickle
 
@@ -24,16 +26,15 @@ from scaler.utility.blocking import waiting_for_tasks
 if TYPE_CHECKING:
     from scaler.client.connection import ClientConnection
 
-_FINISHED = "FINISHED"
-_CANCELLED_STATES = ("CANCELLED", "CANCELLED_AND_NOTIFIED")
-
-
 class ScalerFuture(concurrent.futures.Future):
     """Works with `concurrent.futures.wait`, `as_completed` and `add_done_callback` like any other future.
 
     Done-callbacks run on the client's I/O thread, as an executor's run on its management thread.
     Warnings the task raised are issued again by the first `result()` or `exception()` that hands out
     its outcome, in that caller's thread, so the caller's warning filters apply to them.
+
+    It is the ResultSink (result_sinks.py) of its task: `deliver`, `fail`, `mark_canceled`,
+    `hold_warning` and `hold_profile` are called by the client's I/O thread only.
     """
 
     def __init__(self, task_id: int, connection: ClientConnection, serializer: Serializer) -> None:
@@ -87,7 +88,7 @@ class ScalerFuture(concurrent.futures.Future):
     def issue_task_warnings(self) -> None:
         """Issue here, once, the warnings the finished task raised (result() and exception() call this)."""
         with self._condition:
-            if self._state != _FINISHED:
+            if not self.done() or self.cancelled():
                 return
             held, self._warnings = self._warnings or [], None
             if self._graph_warnings:
@@ -112,29 +113,36 @@ class ScalerFuture(concurrent.futures.Future):
 
         With `force=True` a running task is stopped too (its worker replaces the processor running it).
         """
-        with self._condition:
-            if self._state == _FINISHED:
-                return False
-            if self._state in _CANCELLED_STATES:
-                return True
+        if self.done():
+            return self.cancelled()
         return self._connection.cancel_future(self, force)
 
-    # Called by the connection's I/O thread only.
+    # ------------------------------------------------------------------------------------------ I/O thread
 
-    def _hold_warning(self, warning: m.TaskWarning) -> None:
+    def deliver(self, task_id: int, payload: m.Buffer) -> None:
+        if not self.done():
+            concurrent.futures.Future.set_result(self, payload)
+
+    def fail(self, task_id: int, error: BaseException) -> None:
+        if not self.done():
+            concurrent.futures.Future.set_exception(self, error)
+
+    def mark_canceled(self, task_id: int) -> None:
+        cancel_and_notify(self)
+
+    def hold_warning(self, task_id: int, warning: m.TaskWarning) -> None:
         if self._warnings is None:
             self._warnings = []
         self._warnings.append(warning)
 
-    def _deliver(self, payload: m.Buffer) -> None:
-        if not self.done():
-            concurrent.futures.Future.set_result(self, payload)
+    def hold_profile(self, profile: m.TaskProfile) -> None:
+        self._profile = profile
 
-    def _fail(self, error: BaseException) -> None:
-        if not self.done():
-            concurrent.futures.Future.set_exception(self, error)
+    def share_graph_warnings(self, graph_warnings: list[m.TaskWarning]) -> None:
+        """The list, shared by the futures of one graph, where the warnings of its quiet tasks land."""
+        self._graph_warnings = graph_warnings
 
-    def _refuse_cancel(self) -> None:
+    def refuse_cancel(self) -> None:
         with self._condition:
             self._cancel_refused = True
             self._condition.notify_all()
@@ -146,12 +154,38 @@ class ScalerFuture(concurrent.futures.Future):
 
     def _wait_for_cancel_outcome(self, timeout: float) -> None:
         with self._condition:
-            self._condition.wait_for(lambda: self._state != "PENDING" or self._cancel_refused, timeout)
+            self._condition.wait_for(lambda: self.done() or self._cancel_refused, timeout)
 
-    def _cancel_locally(self) -> None:
-        if concurrent.futures.Future.cancel(self):
-            # Moves to CANCELLED_AND_NOTIFIED, which is what wait() and as_completed() look for.
-            self.set_running_or_notify_cancel()
+
+def cancel_and_notify(future: concurrent.futures.Future) -> bool:
+    """Cancel a future whose call will not run, in the two steps an executor takes for a call it drops.
+
+    Future.cancel() wakes result() and runs the done-callbacks (outside any lock: they may wait on
+    anything); set_running_or_notify_cancel() then wakes wait() and as_completed(). Only the first of
+    several callers takes the second step. Returns whether the future ends canceled.
+    """
+    if not concurrent.futures.Future.cancel(future):
+        return False
+    with future._condition:
+        # CPython's Future has no public way to tell a notified cancel from one not notified yet.
+        if future._state == future_states.CANCELLED:
+            future.set_running_or_notify_cancel()
+    return True
+
+
+def cancel_without_waiting(futures: Iterable[ScalerFuture]) -> None:
+    """Ask for these tasks to be canceled, one message per client; each future settles when its answer comes.
+
+    `ScalerFuture.cancel()` waits for the answer, which comes late for a task queued behind a running one
+    (a worker reads cancels between tasks): thousands of futures are canceled together this way.
+    """
+    task_ids_by_connection: dict[int, tuple[ClientConnection, list[int]]] = {}
+    for future in futures:
+        if not future.done():
+            connection = future._connection
+            task_ids_by_connection.setdefault(id(connection), (connection, []))[1].append(future.task_id)
+    for connection, task_ids in task_ids_by_connection.values():
+        connection.cancel_tasks(task_ids)
 
 
 def _deserialize_result(serializer: Serializer, payload: m.Buffer) -> Any:
@@ -165,13 +199,13 @@ def exception_from_failure(failure: m.TaskFailure) -> BaseException:
     """Rebuild what the client should raise for a failed task."""
     kind = failure.kind
     if kind == m.FailureKind.RAISED:
-        error: BaseException
         try:
-            error = cloudpickle.loads(failure.exception) if failure.exception else None  # type: ignore[assignment]
+            loaded = cloudpickle.loads(failure.exception) if failure.exception else None
         except Exception:
-            error = None  # type: ignore[assignment]
-        if not isinstance(error, BaseException):
-            error = RemoteTaskError(failure.type_name, failure.message)
+            loaded = None
+        error: BaseException = (
+            loaded if isinstance(loaded, BaseException) else RemoteTaskError(failure.type_name, failure.message)
+        )
         if failure.traceback:
             error.__cause__ = RemoteTraceback(failure.traceback)
         return error
@@ -185,3 +219,19 @@ def exception_from_failure(failure: m.TaskFailure) -> BaseException:
     if kind == m.FailureKind.REJECTED:
         return TaskRejectedError(failure.message)
     return RemoteTaskError(failure.type_name or kind.name, failure.message)
+
+
+def call_when_all_done(futures: list[concurrent.futures.Future], action: Callable[[], object]) -> None:
+    """Run `action` once, on the thread that completes the last of `futures` (at once if they are all done)."""
+    remaining = [len(futures)]
+    lock = threading.Lock()
+
+    def one_done(_: concurrent.futures.Future) -> None:
+        with lock:
+            remaining[0] -= 1
+            last = remaining[0] == 0
+        if last:
+            action()
+
+    for future in futures:
+        future.add_done_callback(one_done)

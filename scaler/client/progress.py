@@ -6,6 +6,7 @@ I/O thread (future done-callbacks) or polled from the caller's thread (`wait_wit
 
 from __future__ import annotations
 
+import concurrent.futures
 import threading
 from typing import IO, Any, Callable
 
@@ -105,3 +106,22 @@ def wait_with_progress(
         while not finished.wait(REFRESH_SECONDS):
             progress.set_completed(completed())
         progress.set_completed(completed())
+
+
+def wait_for_futures_with_progress(futures: list[concurrent.futures.Future]) -> None:
+    """Wait for every future while a bar counts them; done-callbacks run on the client's I/O thread."""
+    done = threading.Event()
+    finished = [0]
+    lock = threading.Lock()
+
+    def count(_: concurrent.futures.Future) -> None:
+        with lock:
+            finished[0] += 1
+            if finished[0] == len(futures):
+                done.set()
+
+    if not futures:
+        done.set()
+    for future in futures:
+        future.add_done_callback(count)
+    wait_with_progress(done, len(futures), lambda: finished[0], "get")

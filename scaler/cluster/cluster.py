@@ -15,6 +15,13 @@ import time
 from typing import Any, Sequence
 
 from scaler.errors import ClusterStartError
+from scaler.utility.ignored_settings import (
+    EVENT_LOOP,
+    GARBAGE_COLLECT_INTERVAL_SECONDS,
+    HARD_PROCESSOR_SUSPEND,
+    TRIM_MEMORY_THRESHOLD_BYTES,
+    check_ignored_settings,
+)
 from scaler.utility.parent_watch import environment_exiting_with_this_process
 from scaler.utility.process_stop import stop_processes
 from scaler.utility.readiness import FAILED, REGISTERED, ReadinessPipe
@@ -37,14 +44,15 @@ _LEGACY_KEYWORDS = {
     "heartbeat_interval_seconds": "heartbeat_interval_seconds",
     "task_timeout_seconds": "task_timeout_seconds",
     "death_timeout_seconds": "death_timeout_seconds",
-    "garbage_collect_interval_seconds": "garbage_collect_interval_seconds",
-    "trim_memory_threshold_bytes": "trim_memory_threshold_bytes",
-    "hard_processor_suspend": "hard_processor_suspend",
-    "event_loop": "event_loop",
     "logging_paths": "logging_paths",
     "logging_level": "logging_level",
     "logging_config_file": "logging_config_file",
     "per_worker_task_queue_size": "task_queue_size",
+}
+# Keywords of the 1.9.x Cluster that change nothing here: checked, then dropped.
+_IGNORED_LEGACY_KEYWORDS = {
+    setting.name: setting
+    for setting in (GARBAGE_COLLECT_INTERVAL_SECONDS, TRIM_MEMORY_THRESHOLD_BYTES, HARD_PROCESSOR_SUSPEND, EVENT_LOOP)
 }
 
 
@@ -285,6 +293,9 @@ class Cluster:
 
 
 def _config_from_legacy_keywords(address: Any, settings: dict[str, Any]) -> WorkerConfig:
+    ignored = {name: settings.pop(name) for name in _IGNORED_LEGACY_KEYWORDS if name in settings}
+    check_ignored_settings({name: value for name, value in ignored.items() if value is not None},
+                           tuple(_IGNORED_LEGACY_KEYWORDS.values()))
     unknown = sorted(set(settings) - set(_LEGACY_KEYWORDS))
     if unknown:
         raise TypeError(f"Cluster() got unexpected keyword arguments {unknown}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import logging
 import os
 import socket
@@ -14,11 +15,12 @@ from typing import Sequence
 
 from scaler.errors import ClusterStartError
 from scaler.scheduler.config import SchedulerConfig
+from scaler.utility.ignored_settings import EVENT_LOOP, OBJECT_RETENTION_SECONDS, check_ignored_settings
 from scaler.utility.logging_setup import DEFAULT_LOGGING_PATHS
 from scaler.utility.parent_watch import environment_exiting_with_this_process
 from scaler.utility.process_stop import stop_process, stop_processes
 from scaler.utility.readiness import FAILED, LISTENING, REGISTERED, ReadinessPipe
-from scaler.utility.setting_rules import AT_LEAST_ONE, POSITIVE_SECONDS, check_event_loop
+from scaler.utility.setting_rules import AT_LEAST_ONE, POSITIVE_SECONDS
 from scaler.utility.zmq_config import zmq_address_text
 from scaler.worker.config import WorkerConfig
 
@@ -28,6 +30,25 @@ _STOP_GRACE_SECONDS = 10.0
 DEFAULT_START_TIMEOUT_SECONDS = 60.0
 # A free port found by free_local_address can be taken by someone else before the scheduler binds it.
 _FREE_PORT_ATTEMPTS = 3
+
+
+# WorkerConfig fields whose scaler_cluster option is not named after them (1.9.x names).
+_WORKER_OPTION_NAMES = {
+    "task_queue_size": "--per-worker-task-queue-size", "heartbeat_interval_seconds": "--heartbeat-interval",
+}
+
+
+def _setting_options(config: SchedulerConfig | WorkerConfig, option_names: dict[str, str] | None = None) -> list[str]:
+    """Every numeric setting of a config as the command line option of its name: `--io-threads 1`, ...
+
+    A float goes as its repr, so the child reads back exactly the value checked here.
+    """
+    options = []
+    for field in dataclasses.fields(config):
+        if "rule" in field.metadata:
+            flag = (option_names or {}).get(field.name) or "--" + field.name.replace("_", "-")
+            options += [flag, repr(getattr(config, field.name))]
+    return options
 
 
 def free_local_address() -> str:
@@ -45,6 +66,7 @@ class SchedulerClusterCombo:
     raises ClusterStartError naming the address and the cause, having stopped every process it started.
     The children log at WARNING unless told otherwise, so that a program using the combo is not
     flooded; they also exit on their own if this process dies, so nothing outlives its owner.
+    `event_loop` and `object_retention_seconds` are accepted for Scaler 1.9.x code and have no effect.
     """
 
     def __init__(
@@ -83,8 +105,11 @@ class SchedulerClusterCombo:
                 rule.check(value)
             except (TypeError, ValueError) as error:
                 raise type(error)(f"{name} {error}") from None
-        # The event loop is accepted for 1.9.x code and changes nothing: the children are not told.
-        check_event_loop(event_loop)
+        # Accepted for 1.9.x code, checked, and without effect: the children are not told.
+        check_ignored_settings(
+            {"event_loop": event_loop, "object_retention_seconds": object_retention_seconds},
+            (EVENT_LOOP, OBJECT_RETENTION_SECONDS),
+        )
         if isinstance(logging_paths, str):
             logging_paths = (logging_paths,)
         self._chosen_address = address is None
@@ -94,7 +119,7 @@ class SchedulerClusterCombo:
             address=first_address, io_threads=scheduler_io_threads,
             max_number_of_tasks_waiting=max_number_of_tasks_waiting, client_timeout_seconds=client_timeout_seconds,
             worker_timeout_seconds=worker_timeout_seconds, heartbeat_interval_seconds=heartbeat_interval_seconds,
-            object_retention_seconds=object_retention_seconds, load_balance_seconds=load_balance_seconds,
+            load_balance_seconds=load_balance_seconds,
             load_balance_trigger_times=load_balance_trigger_times, per_worker_queue_size=per_worker_queue_size,
             max_task_crashes=max_task_crashes, protected=protected,
             monitor_address=None if monitor_address is None else zmq_address_text(monitor_address),
@@ -186,18 +211,7 @@ class SchedulerClusterCombo:
     def _scheduler_args(self) -> list[str]:
         config = self._scheduler_config
         return [
-            "--io-threads", str(config.io_threads),
-            "--max-number-of-tasks-waiting", str(config.max_number_of_tasks_waiting),
-            "--client-timeout-seconds", repr(config.client_timeout_seconds),
-            "--worker-timeout-seconds", repr(config.worker_timeout_seconds),
-            "--heartbeat-interval-seconds", repr(config.heartbeat_interval_seconds),
-            "--object-retention-seconds", repr(config.object_retention_seconds),
-            "--load-balance-seconds", repr(config.load_balance_seconds),
-            "--load-balance-trigger-times", str(config.load_balance_trigger_times),
-            "--per-worker-queue-size", str(config.per_worker_queue_size),
-            "--max-task-crashes", str(config.max_task_crashes),
-            "--max-message-size-bytes", str(config.max_message_size_bytes),
-            "--max-control-frame-bytes", str(config.max_control_frame_bytes),
+            *_setting_options(config),
             "--protected" if config.protected else "--no-protected",
             *(["--monitor-address", config.monitor_address] if config.monitor_address else []),
             *self._logging_args(),
@@ -205,16 +219,9 @@ class SchedulerClusterCombo:
         ]
 
     def _cluster_args(self) -> list[str]:
-        config = self._worker_config
         return [
             "--num-of-workers", str(self._n_workers),
-            "--per-worker-task-queue-size", str(config.task_queue_size),
-            "--max-processors", str(config.max_processors),
-            "--heartbeat-interval", repr(config.heartbeat_interval_seconds),
-            "--death-timeout-seconds", repr(config.death_timeout_seconds),
-            "--task-timeout-seconds", repr(config.task_timeout_seconds),
-            "--memory-limit-bytes", str(config.memory_limit_bytes),
-            "--io-threads", str(config.io_threads),
+            *_setting_options(self._worker_config, _WORKER_OPTION_NAMES),
             *self._logging_args(),
             "--", self._address,
         ]

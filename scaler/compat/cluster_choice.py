@@ -60,7 +60,7 @@ class use:  # noqa: N801 - reads as a verb at the call site: `with use(client):`
 
     def client(self) -> Client:
         """The chosen client; for an address, one connected from this process (a forked child connects anew)."""
-        if self._owned and not self._client._connection.is_open:
+        if self._owned and not self._client.is_connected:
             self._client = Client(address=self._client.address)
         return self._client
 
@@ -69,6 +69,11 @@ class use:  # noqa: N801 - reads as a verb at the call site: `with use(client):`
         """Forget every client chosen with `use(...)` outside a `with` block."""
         with _lock:
             _used.clear()
+
+
+def cluster_is_chosen() -> bool:
+    """Whether `use(...)` or SCALER_ADDRESS names a cluster: if not, current_client() starts the embedded one."""
+    return bool(_used) or bool(os.environ.get(ADDRESS_ENVIRONMENT_VARIABLE))
 
 
 def current_client() -> Client:
@@ -84,7 +89,7 @@ def current_client() -> Client:
 
 def _client_for(address: str) -> Client:
     client = _by_address.get(address)
-    if client is None or not client._connection.is_open:
+    if client is None or not client.is_connected:
         client = _by_address[address] = Client(address=address)
     return client
 

@@ -103,8 +103,9 @@ struct TaskGroup {
   argFrames @9 :List(UInt32);
   # Object arguments: args[i] holds a 16-byte object id; the worker passes the object itself.
   objectArgIndices @10 :List(UInt32);
-  # Set by the scheduler for workers: the nesting depth of the submitting client. Workers run deeper
-  # tasks first, because they are what the blocked tasks of lower depths wait for.
+  # Set by the submitting client to its own nesting depth (0 for an application, d + 1 inside a task of
+  # depth d); the scheduler queues such tasks first and passes the value on unchanged. Workers run
+  # deeper tasks first, because they are what the blocked tasks of lower depths wait for.
   nestingDepth @11 :UInt32;
   profiling @12 :Bool;     # measure each task and send a TaskProfile with its result
   # Set by the scheduler for tasks that were held by a worker that died: before running one, the worker

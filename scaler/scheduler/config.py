@@ -1,5 +1,7 @@
 """Everything a scheduler can be told, with the option names of released Scaler 1.9.x.
 
+Options 1.9.x had that change nothing here stop at the command line (scaler/utility/ignored_settings.py).
+
 Each number is held to its rule (scaler/utility/setting_rules.py) when the config is made, so a value
 that cannot work, or cannot be sent to peers, is a ValueError where it was given.
 """
@@ -18,7 +20,6 @@ from scaler.utility.setting_rules import (
     SECONDS_OR_OFF,
     TASK_SLOTS_OR_ANY,
     TASKS_WAITING,
-    check_event_loop,
     check_settings,
     setting,
 )
@@ -33,12 +34,10 @@ class SchedulerConfig:
     client_timeout_seconds: float = setting(60.0, POSITIVE_SECONDS)
     worker_timeout_seconds: float = setting(60.0, POSITIVE_SECONDS)
     heartbeat_interval_seconds: float = setting(2.0, POSITIVE_SECONDS)
-    object_retention_seconds: float = setting(3600.0, POSITIVE_SECONDS)
     load_balance_seconds: float = setting(1.0, SECONDS_OR_OFF)
     load_balance_trigger_times: int = setting(2, AT_LEAST_ONE)
     per_worker_queue_size: int = setting(1000, TASK_SLOTS_OR_ANY)
     max_task_crashes: int = setting(3, AT_LEAST_ONE)
-    event_loop: str = "builtin"
     protected: bool = True
     monitor_address: str | None = None
     # A peer sending a larger frame is disconnected by zmq before the scheduler allocates it; -1: no limit.
@@ -57,7 +56,6 @@ class SchedulerConfig:
         if self.monitor_address is not None:
             parse_zmq_address(self.monitor_address)
         check_settings(self)
-        check_event_loop(self.event_loop)
         check_logging_level(self.logging_level)
         if self.logging_config_file is None:
             check_logging_paths(self.logging_paths)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from typing import Callable, Union
 
 import zmq
 import zmq.auth
@@ -26,45 +27,71 @@ SECRET_KEY_ENV = "SCALER_CURVE_SECRET_KEY"
 
 @dataclasses.dataclass(frozen=True)
 class ServerKeys:
+    """The scheduler's: its own secret key file, and the directory of public keys it accepts."""
+
     secret_key_file: str
     authorized_keys_dir: str
 
     @staticmethod
     def resolve(secret_key_file: str | None, authorized_keys_dir: str | None) -> ServerKeys | None:
-        secret = secret_key_file or os.environ.get(SCHEDULER_SECRET_KEY_ENV)
-        authorized = authorized_keys_dir or os.environ.get(AUTHORIZED_KEYS_ENV)
-        if not secret and not authorized:
-            return None
-        if not secret or not authorized:
-            raise ValueError(
-                "CURVE needs both the scheduler's secret key file and a directory of authorized public keys "
-                f"(--curve-secret-key / {SCHEDULER_SECRET_KEY_ENV} and --curve-authorized-keys / {AUTHORIZED_KEYS_ENV})"
-            )
-        _require_file(secret, "scheduler secret key")
-        if not os.path.isdir(authorized):
-            raise ValueError(f"authorized keys directory {authorized!r} does not exist")
-        return ServerKeys(secret, authorized)
+        pair = _resolve_pair(
+            (secret_key_file, SCHEDULER_SECRET_KEY_ENV, _file_check("scheduler secret key")),
+            (authorized_keys_dir, AUTHORIZED_KEYS_ENV, _directory_check("authorized keys")),
+            "CURVE needs both the scheduler's secret key file and a directory of authorized public keys "
+            f"(--curve-secret-key / {SCHEDULER_SECRET_KEY_ENV} and --curve-authorized-keys / {AUTHORIZED_KEYS_ENV})",
+        )
+        return None if pair is None else ServerKeys(*pair)
 
 
 @dataclasses.dataclass(frozen=True)
 class PeerKeys:
+    """A client's or a worker's: the scheduler's public key file, and its own secret key file."""
+
     server_key_file: str
     secret_key_file: str
 
     @staticmethod
     def resolve(server_key_file: str | None, secret_key_file: str | None) -> PeerKeys | None:
-        server = server_key_file or os.environ.get(SERVER_KEY_ENV)
-        secret = secret_key_file or os.environ.get(SECRET_KEY_ENV)
-        if not server and not secret:
-            return None
-        if not server or not secret:
-            raise ValueError(
-                "CURVE needs both the scheduler's public key file and this peer's secret key file "
-                f"({SERVER_KEY_ENV} and {SECRET_KEY_ENV}, or the matching options)"
-            )
-        _require_file(server, "scheduler public key")
-        _require_file(secret, "secret key")
-        return PeerKeys(server, secret)
+        pair = _resolve_pair(
+            (server_key_file, SERVER_KEY_ENV, _file_check("scheduler public key")),
+            (secret_key_file, SECRET_KEY_ENV, _file_check("secret key")),
+            "CURVE needs both the scheduler's public key file and this peer's secret key file "
+            f"({SERVER_KEY_ENV} and {SECRET_KEY_ENV}, or the matching options)",
+        )
+        return None if pair is None else PeerKeys(*pair)
+
+
+# A value as given, the environment variable to read when it is not, and the check of what it names.
+_Source = tuple[Union[str, None], str, Callable[[str], None]]
+
+
+def _resolve_pair(first: _Source, second: _Source, both_needed: str) -> tuple[str, str] | None:
+    """Both paths, each as given or else from its environment variable, checked; None if neither is set."""
+    first_path = first[0] or os.environ.get(first[1])
+    second_path = second[0] or os.environ.get(second[1])
+    if not first_path and not second_path:
+        return None
+    if not first_path or not second_path:
+        raise ValueError(both_needed)
+    first[2](first_path)
+    second[2](second_path)
+    return first_path, second_path
+
+
+def _file_check(what: str) -> Callable[[str], None]:
+    def check(path: str) -> None:
+        if not os.path.isfile(path):
+            raise ValueError(f"{what} file {path!r} does not exist")
+
+    return check
+
+
+def _directory_check(what: str) -> Callable[[str], None]:
+    def check(path: str) -> None:
+        if not os.path.isdir(path):
+            raise ValueError(f"{what} directory {path!r} does not exist")
+
+    return check
 
 
 def secure_server(context: zmq.Context, socket: zmq.Socket, keys: ServerKeys) -> ThreadAuthenticator:
@@ -90,8 +117,3 @@ def secure_peer(socket: zmq.Socket, keys: PeerKeys) -> None:
     socket.curve_serverkey = server_public
     socket.curve_publickey = public
     socket.curve_secretkey = secret
-
-
-def _require_file(path: str, what: str) -> None:
-    if not os.path.isfile(path):
-        raise ValueError(f"{what} file {path!r} does not exist")

@@ -16,7 +16,3 @@ def content_object_id(payload: bytes) -> bytes:
 
 def random_object_id() -> bytes:
     return os.urandom(OBJECT_ID_BYTES)
-
-
-def task_id_prefix(task_id: int) -> int:
-    return task_id >> TASK_COUNTER_BITS

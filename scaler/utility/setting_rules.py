@@ -65,15 +65,6 @@ FRAME_BYTES = Rule(int, 4096, _MAX_I63)
 FRAME_BYTES_OR_UNLIMITED = Rule(int, 4096, _MAX_I63, special=(-1,))
 
 
-# Accepted for compatibility with Scaler 1.9.x; the I/O loops are zmq pollers whichever is named.
-EVENT_LOOPS = ("builtin", "uvloop")
-
-
-def check_event_loop(event_loop: str) -> None:
-    if event_loop not in EVENT_LOOPS:
-        raise ValueError(f"event_loop must be one of {EVENT_LOOPS}, got {event_loop!r}")
-
-
 def setting(default: Any, rule: Rule) -> Any:
     """A dataclass field whose values `check_settings` holds to `rule`."""
     return dataclasses.field(default=default, metadata={"rule": rule})
@@ -89,13 +80,6 @@ def check_settings(config: Any) -> None:
             rule.check(getattr(config, field.name))
         except (TypeError, ValueError) as error:
             raise type(error)(f"{field.name} {error}") from None
-
-
-def rule_of(config_class: type, field_name: str) -> Rule:
-    for field in dataclasses.fields(config_class):
-        if field.name == field_name:
-            return field.metadata["rule"]
-    raise KeyError(field_name)
 
 
 def argument_type(rule: Rule) -> Callable[[str], Any]:

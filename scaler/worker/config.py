@@ -1,5 +1,7 @@
 """Everything a worker can be told, with the option names of released Scaler 1.9.x.
 
+Options 1.9.x had that change nothing here stop at the command line (scaler/utility/ignored_settings.py).
+
 Each number is held to its rule (scaler/utility/setting_rules.py) when the config is made.
 """
 
@@ -15,7 +17,6 @@ from scaler.utility.setting_rules import (
     POSITIVE_SECONDS,
     SECONDS_OR_OFF,
     TASK_SLOTS,
-    check_event_loop,
     check_settings,
     setting,
 )
@@ -38,11 +39,6 @@ class WorkerConfig:
     # CURVE: the scheduler's public key file and this worker's secret key file (or the environment).
     curve_server_key: str | None = None
     curve_secret_key: str | None = None
-    # Accepted for compatibility; see docs/configuration.md for what each does today.
-    garbage_collect_interval_seconds: float = setting(30.0, POSITIVE_SECONDS)
-    trim_memory_threshold_bytes: int = setting(1024 * 1024 * 1024, BYTES_OR_OFF)
-    hard_processor_suspend: bool = False
-    event_loop: str = "builtin"
     io_threads: int = setting(1, IO_THREADS)
     logging_paths: tuple[str, ...] = DEFAULT_LOGGING_PATHS
     # A library default: a program that starts workers from Python is not flooded (the command line says INFO).
@@ -53,7 +49,6 @@ class WorkerConfig:
         if self.address:  # empty only for the template that holds the defaults the command line shows
             parse_zmq_address(self.address)
         check_settings(self)
-        check_event_loop(self.event_loop)
         check_logging_level(self.logging_level)
         if self.logging_config_file is None:
             check_logging_paths(self.logging_paths)

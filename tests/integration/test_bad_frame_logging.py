@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import random
 import re
-import signal
 import socket
 import subprocess
 import sys
@@ -20,6 +19,7 @@ import pytest
 
 from scaler.cluster.combo import free_local_address
 from scaler.scheduler.bad_frame_log import INTERVAL_SECONDS
+from scaler.utility.process_stop import stop_process
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -53,13 +53,7 @@ class Scheduler:
             time.sleep(0.1)
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, grace_seconds=15)
 
 
 @pytest.fixture

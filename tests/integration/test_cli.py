@@ -6,14 +6,12 @@ reaped in a `finally`; the grandchildren (workers, processors) are checked for s
 
 from __future__ import annotations
 
-import contextlib
 import operator
 import os
 import re
 import signal
 import subprocess
 import time
-from typing import Callable, Iterator
 
 import psutil
 import pytest
@@ -22,6 +20,7 @@ from scaler import Client
 from scaler.cluster.combo import free_local_address
 from scaler.errors import ProtectedModeError
 from tests.conftest import console_script
+from tests.integration.spawned import Spawner, start_scheduler
 
 SCHEDULER = [console_script("scaler_scheduler")]
 CLUSTER = [console_script("scaler_cluster")]
@@ -34,82 +33,6 @@ LOG_LINE = re.compile(r"^\[(DEBUG|INFO|WARNING|ERROR|CRITICAL)\]\d{4}-\d{2}-\d{2
 
 
 # ---------------------------------------------------------------------------------------------- helpers
-
-
-class Spawned:
-    """A child process whose stdout and stderr go to a log file we can poll."""
-
-    def __init__(self, args: list[str], log_path: str, env: dict[str, str]) -> None:
-        self.log_path = log_path
-        with open(log_path, "wb") as out:
-            self.process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                            env=env)
-        self.pid = self.process.pid
-
-    def log(self) -> str:
-        with open(self.log_path, encoding="utf-8", errors="replace") as log:
-            return log.read()
-
-    def wait_for_log(self, needle: str, timeout: float = STARTUP_SECONDS) -> str:
-        deadline = time.monotonic() + timeout
-        while True:
-            text = self.log()
-            if needle in text:
-                return text
-            if self.process.poll() is not None:
-                raise AssertionError(f"exited with {self.process.returncode} before logging {needle!r}:\n{text}")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{needle!r} not logged within {timeout:g}s:\n{text}")
-            time.sleep(0.05)
-
-    def wait_exit(self, timeout: float = EXIT_SECONDS) -> int:
-        try:
-            return self.process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(f"pid {self.pid} still running after {timeout:g}s:\n{self.log()}") from None
-
-    def descendants(self) -> list[psutil.Process]:
-        try:
-            return psutil.Process(self.pid).children(recursive=True)
-        except psutil.NoSuchProcess:
-            return []
-
-    def stop(self) -> None:
-        """Terminate (then kill) the process and anything it left behind; safe to call twice."""
-        leftovers = self.descendants()
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=EXIT_SECONDS)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        _, alive = psutil.wait_procs(leftovers, timeout=5)
-        for process in alive:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                process.kill()
-
-
-Spawner = Callable[..., Spawned]
-
-
-@pytest.fixture
-def spawn(tmp_path, python_env: dict[str, str]) -> Iterator[Spawner]:
-    """spawn(name, args) starts a process; all of them are stopped and reaped at the end of the test."""
-    environment = dict(python_env)
-    environment.pop("SCALER_EXIT_WITH_PARENT", None)  # run as a user would, not as a combo's child
-    started: list[Spawned] = []
-
-    def start(name: str, args: list[str]) -> Spawned:
-        spawned = Spawned(args, str(tmp_path / f"{name}.log"), environment)
-        started.append(spawned)
-        return spawned
-
-    try:
-        yield start
-    finally:
-        for spawned in reversed(started):  # workers first, then the scheduler
-            spawned.stop()
 
 
 def processes_mentioning(text: str) -> list[psutil.Process]:
@@ -152,12 +75,6 @@ def _cmdline(process: psutil.Process) -> str:
 
 def port_of(address: str) -> str:
     return address.rpartition(":")[2]
-
-
-def start_scheduler(spawn: Spawner, address: str, *options: str, name: str = "scheduler") -> Spawned:
-    scheduler = spawn(name, [*SCHEDULER, address, *options])
-    scheduler.wait_for_log(f"listening on {address}")
-    return scheduler
 
 
 def option_blocks(help_text: str) -> dict[str, str]:

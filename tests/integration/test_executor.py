@@ -380,7 +380,7 @@ def test_an_address_gets_a_client_of_its_own(combo: SchedulerClusterCombo) -> No
     with ScalerExecutor(combo.get_address()) as executor:
         assert executor.submit(pow, 3, 2).result(timeout=30) == 9
         own_client = executor._client
-    assert not own_client._connection.is_open  # the executor made it, so it disconnected it
+    assert not own_client.is_connected  # the executor made it, so it disconnected it
 
 
 def test_arguments_that_cannot_go_together_fail_at_the_call(client: Client) -> None:

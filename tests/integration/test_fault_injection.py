@@ -151,15 +151,15 @@ class DeliverySpy:
 
     def __init__(self, client: Client) -> None:
         self.outcomes: collections.Counter[int] = collections.Counter()
-        connection = client._connection
-        original = connection._on_results
+        routing = client._connection._results
+        original = routing.route
 
         def counting(results: m.TaskResults) -> None:
             self.outcomes.update(results.succeeded_ids)
             self.outcomes.update(f.task_id for f in results.failures if f.kind != m.FailureKind.NOT_FOUND)
             original(results)
 
-        connection._on_results = counting  # type: ignore[method-assign]
+        routing.route = counting  # type: ignore[method-assign]
 
     def assert_exactly_once(self, futures: list[concurrent.futures.Future]) -> None:
         task_ids = [future.task_id for future in futures]  # type: ignore[attr-defined]

@@ -145,9 +145,9 @@ def test_a_failing_node_fails_what_depends_on_it_and_nothing_else(
         client.get(graph, keys=["also_independent", "far_after_bad"])
     # Nothing is left waiting on the client's side, and the cluster carries on.
     deadline = time.monotonic() + 30
-    while client._connection._pending and time.monotonic() < deadline:
+    while client._connection.unfinished_tasks and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not client._connection._pending
+    assert not client._connection.unfinished_tasks
     wait_until_the_scheduler_holds_no_task(monitor)  # the failed node's dependents are gone too
     assert client.get(graph, keys=["also_independent"]) == {"also_independent": 3}
 

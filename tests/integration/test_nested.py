@@ -2,45 +2,35 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 import time
+import types
 
+import cloudpickle
 import pytest
 
 from scaler import Client, SchedulerClusterCombo
 from scaler.errors import NestingLimitError
+from tests.conftest import REPO_ROOT
 
 pytestmark = pytest.mark.timeout(180)
 
 
-def fibonacci(client: Client, n: int):
-    if n == 0:
-        return 0
-    elif n == 1:
-        return 1
-    else:
-        a = client.submit(fibonacci, client, n - 1)
-        b = client.submit(fibonacci, client, n - 2)
-        return a.result() + b.result()
+def example(name: str) -> types.ModuleType:
+    """A module of examples/, loaded from its file; its functions travel to the workers by value."""
+    spec = importlib.util.spec_from_file_location(f"example_{name}", os.path.join(REPO_ROOT, "examples", f"{name}.py"))
+    assert spec is not None and spec.loader is not None
+    module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    cloudpickle.register_pickle_by_value(module)
+    return module
 
 
-def minus(a, b):
-    return a - b
-
-
-def dynamic_fibonacci(clnt: Client, n: int):
-    if n == 0:
-        return 0
-    elif n == 1:
-        return 1
-    else:
-        fib_graph = {"n": n, "one": 1, "two": 2, "n_minus_one": (minus, "n", "one"), "n_minus_two": (minus, "n", "two")}
-        res = clnt.get(fib_graph, keys=["n_minus_one", "n_minus_two"])
-        n_minus_one = res.get("n_minus_one")
-        n_minus_two = res.get("n_minus_two")
-        a = clnt.submit(dynamic_fibonacci, clnt, n_minus_one)
-        b = clnt.submit(dynamic_fibonacci, clnt, n_minus_two)
-        return a.result() + b.result()
+# The recursive functions of the two nested examples, as the examples define them.
+fibonacci = example("nested_client").fibonacci
+dynamic_fibonacci = example("graphtask_nested_client").fibonacci
 
 
 def nested_map(client: Client, n: int) -> int:

@@ -339,8 +339,8 @@ class Tally:
     def __init__(self, client: Client) -> None:
         self.successes: dict[int, int] = {}
         self.failures: list[m.TaskFailure] = []
-        connection = client._connection
-        original: Callable[[m.TaskResults], None] = connection._on_results
+        routing = client._connection._results
+        original: Callable[[m.TaskResults], None] = routing.route
 
         def counting(results: m.TaskResults) -> None:
             for task_id in results.succeeded_ids:
@@ -348,7 +348,7 @@ class Tally:
             self.failures.extend(results.failures)
             original(results)
 
-        connection._on_results = counting  # type: ignore[method-assign]
+        routing.route = counting  # type: ignore[method-assign]
 
     def delivered(self) -> int:
         return len(self.successes)

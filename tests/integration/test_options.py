@@ -17,7 +17,7 @@ import time
 import psutil
 import pytest
 
-from scaler import Client, SchedulerClusterCombo
+from scaler import Client, Cluster, SchedulerClusterCombo
 from scaler.cluster.combo import free_local_address
 from scaler.errors import ConnectionFailedError
 from scaler.protocol import messages as m
@@ -179,6 +179,26 @@ def test_event_loop_option_is_said_to_have_no_effect_only_when_given(tmp_path, p
     assert "event loop" not in logs["default"] and "event-loop" not in logs["default"], logs["default"]
 
 
+def test_cluster_says_once_per_given_option_that_it_has_no_effect(tmp_path, python_env) -> None:
+    """The 1.9.x worker options that change nothing are each named once in the log when given, never otherwise."""
+    environment = dict(python_env)
+    environment.pop("SCALER_EXIT_WITH_PARENT", None)
+    ignored = ["--garbage-collect-interval-seconds", "--trim-memory-threshold-bytes", "--hard-processor-suspend",
+               "--event-loop"]
+    logs = {}
+    for name, options in (("given", ["-gc", "10", "-tm", "0", "-hps", "-el", "uvloop"]), ("default", [])):
+        log_path = tmp_path / f"{name}.log"
+        # No scheduler answers: the workers give up after the death timeout, and the cluster exits.
+        done = run_script("scaler_cluster", [*options, "-n", "1", "-ds", "1", "-lp", str(log_path),
+                                             "--", free_local_address()], environment)
+        assert done.returncode == 1, done.stderr
+        logs[name] = log_path.read_text()
+    for option in ignored:
+        said = [line for line in logs["given"].splitlines() if option in line]
+        assert len(said) == 1 and "has no effect" in said[0], logs["given"]
+        assert option not in logs["default"], logs["default"]
+
+
 # ---------------------------------------------------------------------------------------------- Python entry points
 
 
@@ -203,6 +223,21 @@ def test_combo_refuses_a_bad_setting_before_starting_anything(settings: dict, ma
     with pytest.raises(ValueError, match=match):
         SchedulerClusterCombo(**settings)
     assert {child.pid for child in psutil.Process().children(recursive=True)} <= before
+
+
+@pytest.mark.parametrize(
+    ("settings", "match"),
+    [({"event_loop": "tokio"}, "event_loop"), ({"garbage_collect_interval_seconds": 0}, "garbage_collect_interval"),
+     ({"trim_memory_threshold_bytes": -1}, "trim_memory_threshold_bytes")],
+)
+def test_cluster_checks_the_1_9_keywords_it_ignores(settings: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        Cluster(address=ADDRESS, worker_names=["a"], **settings)
+
+
+def test_combo_checks_the_1_9_keywords_it_ignores() -> None:
+    with pytest.raises(ValueError, match="object_retention_seconds"):
+        SchedulerClusterCombo(object_retention_seconds=0)
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ from scaler.cluster.combo import free_local_address
 from scaler.errors import ConnectionFailedError
 from scaler.protocol import messages as m
 from scaler.utility import curve
+from scaler.utility.process_stop import stop_process
 from tests.conftest import console_script
 
 pytestmark = pytest.mark.timeout(120)
@@ -63,6 +64,44 @@ def test_only_peers_with_authorized_keys_get_in(keys: dict[str, str], monkeypatc
         # No key at all: a plain socket cannot even say hello.
         with pytest.raises(ConnectionFailedError):
             Client(address=cluster.get_address(), timeout_seconds=2)
+
+
+def nested_through(client: Client) -> tuple[int, str]:
+    """A task handed the client: it submits a nested task through it, and says under which name."""
+    return client.submit(pow, 2, 10).result(timeout=60), client.name
+
+
+def test_a_client_passed_into_a_task_reconnects_to_a_cluster_secured_by_options_only(
+    keys: dict[str, str], tmp_path, python_env: dict[str, str]
+) -> None:
+    """No CURVE variable anywhere: the keys reach the scheduler, the workers and the client as options, and
+    the client rebuilt inside the task must bring its own, and its name, to get in."""
+    environment = {name: value for name, value in python_env.items() if not name.startswith("SCALER_CURVE_")}
+    environment.pop("SCALER_EXIT_WITH_PARENT", None)
+    address = free_local_address()
+    log_path = tmp_path / "cluster.log"
+    with open(log_path, "wb") as log:
+        scheduler = subprocess.Popen(
+            [console_script("scaler_scheduler"), "--curve-secret-key", keys["scheduler_secret"],
+             "--curve-authorized-keys", keys["authorized"], address],
+            env=environment, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+        )
+        workers = subprocess.Popen(
+            [console_script("scaler_cluster"), "-n", "1", "--curve-server-key", keys["scheduler_public"],
+             "--curve-secret-key", os.path.join(keys["dir"], "worker.key_secret"), address],
+            env=environment, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+        )
+    try:
+        with Client(
+            address=address, name="reporting-app", timeout_seconds=10,
+            curve_server_key=keys["scheduler_public"], curve_secret_key=os.path.join(keys["dir"], "client.key_secret"),
+        ) as client:
+            assert client.submit(nested_through, client).result(timeout=90) == (1024, "reporting-app"), (
+                log_path.read_text()
+            )
+    finally:
+        for process in (workers, scheduler):
+            stop_process(process, grace_seconds=30)
 
 
 def test_a_plain_socket_gets_no_answer_from_a_curve_scheduler(keys: dict[str, str]) -> None:

@@ -7,7 +7,6 @@ Command lines run the installed console scripts (next to sys.executable), as a u
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import signal
@@ -15,7 +14,7 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Callable, Iterator
+from typing import Callable
 
 import psutil
 import pytest
@@ -27,85 +26,8 @@ from scaler.scheduler.config import default_monitor_address
 from scaler.ui.feed import MonitorSubscriber
 from scaler.utility.zmq_config import ZMQConfig
 from scaler.worker.config import WorkerConfig
-
-SCRIPTS_DIR = os.path.dirname(sys.executable)
-WAIT_SECONDS = 60.0  # upper bounds against hangs on a loaded machine, never expectations
-
-
-def console_script(name: str) -> str:
-    return os.path.join(SCRIPTS_DIR, name)
-
-
-class Spawned:
-    """A console script whose stdout and stderr go to a log file we can read while it runs."""
-
-    def __init__(self, args: list[str], log_path: str, env: dict[str, str]) -> None:
-        self.log_path = log_path
-        with open(log_path, "wb") as out:
-            self.process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                            env=env)
-        self.pid = self.process.pid
-
-    def log(self) -> str:
-        with open(self.log_path, encoding="utf-8", errors="replace") as log:
-            return log.read()
-
-    def wait_for_log(self, needle: str, timeout: float = WAIT_SECONDS) -> str:
-        deadline = time.monotonic() + timeout
-        while needle not in (text := self.log()):
-            if self.process.poll() is not None:
-                raise AssertionError(f"exited with {self.process.returncode} before logging {needle!r}:\n{text}")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{needle!r} not logged within {timeout:g}s:\n{text}")
-            time.sleep(0.05)
-        return text
-
-    def wait_exit(self, timeout: float = WAIT_SECONDS) -> int:
-        try:
-            return self.process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(f"pid {self.pid} still running after {timeout:g}s:\n{self.log()}") from None
-
-    def stop(self) -> None:
-        leftovers = psutil.Process(self.pid).children(recursive=True) if self.process.poll() is None else []
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        _, alive = psutil.wait_procs(leftovers, timeout=5)
-        for process in alive:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                process.kill()
-
-
-Spawner = Callable[[str, list[str]], Spawned]
-
-
-@pytest.fixture
-def spawn(tmp_path, python_env: dict[str, str]) -> Iterator[Spawner]:
-    environment = dict(python_env)
-    environment.pop("SCALER_EXIT_WITH_PARENT", None)  # as a user runs them, not as a combo's children
-    started: list[Spawned] = []
-
-    def start(name: str, args: list[str]) -> Spawned:
-        spawned = Spawned(args, str(tmp_path / f"{name}.log"), environment)
-        started.append(spawned)
-        return spawned
-
-    try:
-        yield start
-    finally:
-        for spawned in reversed(started):
-            spawned.stop()
-
-
-def start_scheduler(spawn: Spawner, address: str, *options: str, name: str = "scheduler") -> Spawned:
-    scheduler = spawn(name, [console_script("scaler_scheduler"), *options, address])
-    scheduler.wait_for_log(f"listening on {address}")
-    return scheduler
+from tests.conftest import console_script
+from tests.integration.spawned import WAIT_SECONDS, start_scheduler
 
 
 def my_children() -> set[int]:

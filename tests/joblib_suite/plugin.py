@@ -80,7 +80,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_runtest_teardown(item: pytest.Item) -> None:
     address = os.environ.get(cluster_choice.ADDRESS_ENVIRONMENT_VARIABLE, "")
     client = cluster_choice._by_address.get(address)
-    if client is not None and client._connection.is_open:
+    if client is not None and client.is_connected:
         client.clear()
 
 

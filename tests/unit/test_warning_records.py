@@ -9,6 +9,7 @@ from typing import Callable, Iterator
 import pytest
 
 from scaler.client.task_warnings import issue_task_warnings
+from scaler.protocol import capnp_codec
 from scaler.protocol import messages as m
 from scaler.worker.warning_recorder import MAX_WARNING_TEXT, MAX_WARNINGS_PER_TASK, WarningRecorder
 
@@ -173,7 +174,7 @@ def test_a_warning_many_tasks_raised_travels_once() -> None:
 
 
 def forged_warning_columns(task_ids: list[int], indices: list[int]) -> bytes:
-    builder = m._schema.Message.new_message()
+    builder = capnp_codec._schema.Message.new_message()
     results = builder.init("taskResults")
     results.init("warnings", 1)[0].category = "builtins.UserWarning"
     results.warningTaskIds = task_ids

@@ -70,13 +70,14 @@ class ScalerExecutor(concurrent.futures.Executor):
             self._client = client
         elif address is not None:
             self._client, self._owns_client = Client(address=address, serializer=serializer), True
-        elif n_workers is None and _cluster_was_chosen():
+        elif n_workers is None and cluster_choice.cluster_is_chosen():
             chosen = cluster_choice.current_client()
             if serializer is None:
                 self._client = chosen
             else:
                 self._client, self._owns_client = Client(address=chosen.address, serializer=serializer), True
         else:
+            # Not cluster_choice's shared embedded cluster, which lives until exit: shutdown() stops this one.
             self._cluster = SchedulerClusterCombo(n_workers=n_workers or os.cpu_count() or 1, logging_level="WARNING")
             try:
                 self._client = Client(address=self._cluster.get_address(), serializer=serializer)
@@ -342,11 +343,3 @@ def _check_arguments(
         if not isinstance(serializer, Serializer):
             raise TypeError("serializer must be an instance of scaler.Serializer")
 
-
-def _cluster_was_chosen() -> bool:
-    """Whether `use(...)` or SCALER_ADDRESS picked a cluster.
-
-    cluster_choice would otherwise start its shared embedded cluster, which lives until exit; an
-    executor starts its own instead, so that shutdown() stops it.
-    """
-    return bool(cluster_choice._used) or bool(os.environ.get(cluster_choice.ADDRESS_ENVIRONMENT_VARIABLE))

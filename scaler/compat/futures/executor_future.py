@@ -10,11 +10,9 @@ from __future__ import annotations
 import concurrent.futures
 from typing import Any, Callable
 
-from scaler.client.future import ScalerFuture
+from scaler.client.future import ScalerFuture, cancel_and_notify
 from scaler.compat.futures.broken import broken_from, is_cluster_lost
 
-_FINISHED = "FINISHED"
-_CANCELLED_STATES = ("CANCELLED", "CANCELLED_AND_NOTIFIED")
 # Stands for "the result lives in the followed future" in this future's own result slot.
 _IN_SOURCE = object()
 
@@ -42,11 +40,8 @@ class ExecutorFuture(concurrent.futures.Future):
 
         Like `ScalerFuture.cancel()`, this waits for the scheduler's answer.
         """
-        with self._condition:
-            if self._state == _FINISHED:
-                return False
-            if self._state in _CANCELLED_STATES:
-                return True
+        if self.done():
+            return self.cancelled()
         if not self._source.cancel():
             return False
         self._settle(self._source)
@@ -77,12 +72,7 @@ class ExecutorFuture(concurrent.futures.Future):
         wait on anything. Settling twice (cancel() and the callback both get here) is harmless.
         """
         if source.cancelled():
-            if concurrent.futures.Future.cancel(self):
-                # The second step, as an executor does when it drops a queued call: wait() and
-                # as_completed() look for CANCELLED_AND_NOTIFIED.
-                with self._condition:
-                    if self._state == "CANCELLED":
-                        self.set_running_or_notify_cancel()
+            cancel_and_notify(self)
         else:
             # The base class's: ScalerFuture.exception() would issue the task's warnings on this thread.
             error = concurrent.futures.Future.exception(source, timeout=0)

@@ -1,0 +1,67 @@
+"""Task arguments into payloads, for submit, map and graphs alike; and the errors that name the culprit.
+
+An ObjectReference travels as its object id. So does an argument that the call's sharing policy
+(scaler/client/shared_arguments.py) stands in for by an object sent once. Everything else is
+serialized, argument by argument, on the caller's thread.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, Protocol
+
+from scaler.client.graph import TemplateCall
+from scaler.client.object_reference import ObjectReference
+from scaler.errors import ScalerError, SerializationError
+
+
+class ArgumentSharing(Protocol):
+    def shares(self, argument: Any) -> bool:
+        """Whether `argument` travels as a payload or object made once for several tasks."""
+
+    def stand_in(self, argument: Any, serialize: Callable[[Any], bytes]) -> tuple[bytes, bool]:
+        """What travels for a shared argument: a payload, or an object id (then True)."""
+
+
+class Unserializable(Exception):
+    """The argument at `position` could not be serialized (the original error is the cause); the caller,
+    which knows whose arguments they are, raises the SerializationError the user sees."""
+
+    def __init__(self, position: int) -> None:
+        super().__init__(position)
+        self.position = position
+
+
+def serialize_arguments(
+    arguments: Iterable[Any], serialize: Callable[[Any], bytes], sharing: ArgumentSharing | None,
+    payloads: list, object_positions: list[int],
+) -> None:
+    """Append what travels for each argument to `payloads`, and the place in `payloads` of each object id
+    to `object_positions`. Raises Unserializable with the argument's index in `arguments`."""
+    first = len(payloads)  # one payload an argument: the failing argument's index is what was added before it
+    try:
+        for argument in arguments:
+            if type(argument) is ObjectReference:
+                object_positions.append(len(payloads))
+                payloads.append(argument.object_id)
+            elif sharing is not None and sharing.shares(argument):
+                payload, is_object_id = sharing.stand_in(argument, serialize)
+                if is_object_id:
+                    object_positions.append(len(payloads))
+                payloads.append(payload)
+            else:
+                payloads.append(serialize(argument))
+    except ScalerError:  # a shared argument too large to send: raised as it is
+        raise
+    except Exception as error:
+        raise Unserializable(len(payloads) - first) from error
+
+
+def serialization_error(what: str, error: BaseException | None) -> SerializationError:
+    reason = f"{type(error).__name__}: {error}" if error is not None else "unknown error"
+    return SerializationError(f"cannot serialize {what}: {reason}")
+
+
+def function_name(fn: Callable[..., Any]) -> str:
+    if isinstance(fn, TemplateCall):
+        return fn.name
+    return getattr(fn, "__qualname__", None) or type(fn).__name__

@@ -1,0 +1,124 @@
+"""A planned graph (scaler/client/graph.py) into one TaskSubmission, with a future for every wanted task.
+
+Consecutive calls of one signature share a TaskGroup; an argument that is another task's result is an
+empty slot the worker fills (`ref_arg_indices`, `ref_task_ids`); the tasks nobody asked for are quiet:
+the scheduler sends their results only to the tasks that need them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Hashable
+
+from scaler.client.arguments import Unserializable, serialization_error, serialize_arguments
+from scaler.client.call_sites import CallSites
+from scaler.client.connection import ClientConnection
+from scaler.client.future import ScalerFuture, call_when_all_done
+from scaler.client.graph import PlannedCall, TemplateCall
+from scaler.client.shared_arguments import RepeatedArguments
+from scaler.errors import SerializationError
+from scaler.protocol import messages as m
+from scaler.protocol.serializer import Serializer
+from scaler.protocol.task_signature import TaskSignature
+from scaler.utility.blocking import client_nesting_depth
+
+
+def submit_graph(
+    calls: list[PlannedCall], wanted: set[Hashable], call_sites: CallSites, connection: ClientConnection,
+    serializer: Serializer, profiling: bool,
+) -> dict[Hashable, ScalerFuture]:
+    """Queue the planned calls as one submission; returns a future per wanted task key.
+
+    An argument object found in several calls is serialized once, and sent once if large, as a hidden
+    object deleted when every wanted task is done (and so every task that needed it, unless one failed
+    first: the scheduler then keeps the objects still-running tasks name until clear()).
+    """
+    sharing = RepeatedArguments([call.arguments for call in calls], connection.send_object)
+    try:
+        by_key = _submit(calls, wanted, call_sites, connection, serializer, profiling, sharing if sharing else None)
+    except BaseException:
+        # Refused before anything was submitted (an argument too large): the objects sent for it go too.
+        if sharing.hidden and connection.is_open:
+            connection.send_message(m.DeleteObjects(object_ids=sharing.hidden))
+        raise
+    if sharing.hidden:
+        hidden = sharing.hidden
+
+        def delete_hidden() -> None:
+            if connection.is_open:
+                connection.send_message(m.DeleteObjects(object_ids=hidden))
+
+        call_when_all_done(list(by_key.values()), delete_hidden)
+    return by_key
+
+
+def _submit(
+    calls: list[PlannedCall], wanted: set[Hashable], call_sites: CallSites, connection: ClientConnection,
+    serializer: Serializer, profiling: bool, sharing: RepeatedArguments | None,
+) -> dict[Hashable, ScalerFuture]:
+    serialize = serializer.serialize
+    task_ids = {call.key: connection.next_task_id() for call in calls}
+    depth = client_nesting_depth()
+    groups: list[m.TaskGroup] = []
+    current_signature: TaskSignature | None = None
+    group: m.TaskGroup | None = None
+    quiet: list[int] = []
+    futures: dict[int, ScalerFuture] = {}
+    by_key: dict[Hashable, ScalerFuture] = {}
+    for call in calls:
+        function = call.function
+        if isinstance(function, TemplateCall):
+            function = call_sites.template_call(function)
+            # The template holds the task's own arguments, one per parameter of the user's function.
+            call_sites.check_graph_call(call.key, function.function, call.arguments[0])
+        try:
+            function_id = call_sites.function_id(function)
+        except SerializationError as error:
+            raise SerializationError(f"the task at key {call.key!r}: {error}") from error.__cause__
+        signature = call_sites.signature(function_id, len(call.arguments), (), depth, profiling)
+        if signature is not current_signature:
+            # The calls of a group share a function and a width: checking the first checks them all.
+            if not isinstance(function, TemplateCall):
+                call_sites.check_graph_call(call.key, function, call.arguments)
+            current_signature = signature
+            group = signature.new_group()
+            groups.append(group)
+        assert group is not None
+        task_id = task_ids[call.key]
+        group.task_ids.append(task_id)
+        _add_arguments(group, call, task_ids, serialize, sharing, function)
+        if call.key in wanted:
+            future = ScalerFuture(task_id, connection, serializer)
+            futures[task_id] = future
+            by_key[call.key] = future
+        else:
+            quiet.append(task_id)
+    connection.submit_graph(m.TaskSubmission(objects=[], groups=groups, quiet_task_ids=quiet), futures)
+    return by_key
+
+
+def _add_arguments(
+    group: m.TaskGroup, call: PlannedCall, task_ids: dict[Hashable, int], serialize: Callable[[Any], bytes],
+    sharing: RepeatedArguments | None, function: Callable[..., Any],
+) -> None:
+    """Append one call's arguments to its group: other tasks' results as empty slots, the rest as payloads."""
+    slots = call.reference_slots
+    try:
+        if not slots:
+            serialize_arguments(call.arguments, serialize, sharing, group.args, group.object_arg_indices)
+            return
+        base = len(group.args)
+        for position, argument in enumerate(call.arguments):
+            if position in slots:
+                group.ref_arg_indices.append(base + position)
+                group.ref_task_ids.append(task_ids[slots[position]])
+                group.args.append(b"")
+                continue
+            try:
+                serialize_arguments((argument,), serialize, sharing, group.args, group.object_arg_indices)
+            except Unserializable as failure:
+                raise Unserializable(position) from failure.__cause__
+    except Unserializable as failure:
+        cause = failure.__cause__
+        # A wrapped call's single argument is its template, which holds all of the task's arguments.
+        what = "an argument" if isinstance(function, TemplateCall) else f"argument {failure.position}"
+        raise serialization_error(f"{what} of the task at key {call.key!r}", cause) from cause

@@ -1,0 +1,407 @@
+"""Cap'n Proto encoding of the protocol messages: one message in, its frames out, and back.
+
+The control frame is a Cap'n Proto `Message` (scaler.capnp); a payload of LARGE_PAYLOAD_BYTES or more
+travels as a frame of its own that the control frame names by number, so nobody copies it. `decode`
+checks what a peer sent before anything above it sees it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+from collections.abc import Sequence
+from typing import Any, Callable, cast
+
+import capnp
+
+from scaler.protocol.messages import (
+    LARGE_PAYLOAD_BYTES,
+    Buffer,
+    CancelRefused,
+    CancelTasks,
+    ClearRequest,
+    ClearResponse,
+    DeleteObjects,
+    Disconnect,
+    FailureKind,
+    Heartbeat,
+    HeartbeatEcho,
+    Hello,
+    Message,
+    ObjectPayload,
+    ProcessorState,
+    ProtocolDecodeError,
+    ProtocolError,
+    Refused,
+    ReleaseTasks,
+    Role,
+    ShutdownRequest,
+    ShutdownResponse,
+    TaskFailure,
+    TaskGroup,
+    TaskProfile,
+    TaskResults,
+    TaskStarted,
+    TaskSubmission,
+    TaskWarning,
+    Welcome,
+)
+
+capnp.remove_import_hook()
+_schema = capnp.load(os.path.join(os.path.dirname(__file__), "scaler.capnp"))
+
+# A reader may visit each word of a frame a few times; capping traversal relative to the frame's size
+# stops a small forged frame (say, a list of a billion empty structs) from costing more than its bytes.
+_TRAVERSAL_WORDS_PER_FRAME_WORD = 4
+_TRAVERSAL_SLACK_WORDS = 4096
+_NESTING_LIMIT = 16
+
+
+_ROLE_NAMES = {Role.CLIENT: "client", Role.WORKER: "worker"}
+_ROLE_BY_NAME = {name: role for role, name in _ROLE_NAMES.items()}
+_FAILURE_NAMES = {
+    FailureKind.RAISED: "raised",
+    FailureKind.WORKER_DIED: "workerDied",
+    FailureKind.CANCELED: "canceled",
+    FailureKind.NOT_FOUND: "notFound",
+    FailureKind.SERIALIZATION: "serialization",
+    FailureKind.REJECTED: "rejected",
+    FailureKind.RETURNED: "returned",
+}
+_FAILURE_BY_NAME = {name: kind for kind, name in _FAILURE_NAMES.items()}
+
+
+# ---------------------------------------------------------------------------------------------- flat messages
+
+# Messages of plain fields (numbers, text, a Role, lists of ids), each a member of the Message union
+# whose fields are named as the dataclass's, in camelCase: encoded and decoded field by field.
+_FLAT_MESSAGES: dict[type, str] = {
+    Hello: "hello",
+    Welcome: "welcome",
+    Refused: "refused",
+    Heartbeat: "heartbeat",
+    HeartbeatEcho: "heartbeatEcho",
+    CancelTasks: "cancelTasks",
+    ReleaseTasks: "releaseTasks",
+    CancelRefused: "cancelRefused",
+    TaskStarted: "taskStarted",
+    DeleteObjects: "deleteObjects",
+    ClearRequest: "clearRequest",
+    ClearResponse: "clearResponse",
+    Disconnect: "disconnect",
+    ShutdownRequest: "shutdownRequest",
+    ShutdownResponse: "shutdownResponse",
+    ProtocolError: "protocolError",
+    ProcessorState: "processorState",
+}
+
+# How a read field becomes the dataclass's value, by its declared type: a capnp list or Data is a view
+# into the frame, which must not outlive it.
+_READ_AS: dict[str, Callable[[Any], Any]] = {
+    "list[int]": list,
+    "list[bytes]": lambda values: [bytes(value) for value in values],
+    "bytes": bytes,
+    "Role": lambda name: _ROLE_BY_NAME[name],
+}
+
+
+def _camel_case(name: str) -> str:
+    first, *rest = name.split("_")
+    return first + "".join(word.title() for word in rest)
+
+
+# Per class: each field's name, its name on the wire, and how it is read (None: as it is).
+_FLAT_FIELDS: dict[type, tuple[tuple[str, str, Callable[[Any], Any] | None], ...]] = {
+    cls: tuple(
+        (field.name, _camel_case(field.name), _READ_AS.get(str(field.type))) for field in dataclasses.fields(cls)
+    )
+    for cls in (*_FLAT_MESSAGES, TaskProfile)
+}
+
+
+def _write_fields(struct, value: Any) -> None:
+    for name, wire_name, _ in _FLAT_FIELDS[type(value)]:
+        field = getattr(value, name)
+        setattr(struct, wire_name, _ROLE_NAMES[field] if type(field) is Role else field)
+
+
+def _read_fields(cls: type, reader) -> Any:
+    values = {}
+    for name, wire_name, read_as in _FLAT_FIELDS[cls]:
+        field = getattr(reader, wire_name)
+        values[name] = field if read_as is None else read_as(field)
+    return cls(**values)
+
+
+def _encode_flat(builder, message: Any, frames: list[Buffer]) -> None:
+    _write_fields(builder.init(_FLAT_MESSAGES[type(message)]), message)
+
+
+def _decode_flat(cls: type, reader, frames: _FrameTable) -> Any:
+    return _read_fields(cls, reader)
+
+
+# ---------------------------------------------------------------------------------------------- encoding
+
+
+def encode(message: Message) -> list[Buffer]:
+    """The frames of one message: the Cap'n Proto frame, then any large payloads it names."""
+    builder = _schema.Message.new_message()
+    encoder = _ENCODERS.get(type(message))
+    if encoder is None:
+        raise TypeError(f"not a protocol message: {type(message).__name__}")
+    frames: list[Buffer] = [b""]
+    encoder(builder, message, frames)
+    frames[0] = builder.to_bytes()
+    return frames
+
+
+def _split_large(payloads: list[Buffer], frames: list[Buffer]) -> tuple[list[Buffer], list[int], list[int]]:
+    """Move large payloads to frames; returns the inline list and the (index, frame) pairs."""
+    indices: list[int] = []
+    frame_numbers: list[int] = []
+    inline = payloads
+    for index, payload in enumerate(payloads):
+        if len(payload) >= LARGE_PAYLOAD_BYTES:
+            if inline is payloads:
+                inline = list(payloads)
+            inline[index] = b""
+            indices.append(index)
+            frame_numbers.append(len(frames))
+            frames.append(payload)
+    return inline, indices, frame_numbers
+
+
+def _put_payloads(
+    struct, payloads: list[Buffer], frames: list[Buffer], field: str, indices_field: str, frames_field: str
+) -> None:
+    """Set a list of payloads: the small inline in `field`, the large as frames named by the other two."""
+    inline, frame_indices, frame_numbers = _split_large(payloads, frames)
+    setattr(struct, field, inline)
+    if frame_indices:
+        setattr(struct, indices_field, frame_indices)
+        setattr(struct, frames_field, frame_numbers)
+
+
+def _encode_submission(builder, message: TaskSubmission, frames: list[Buffer]) -> None:
+    submission = builder.init("submitTasks")
+    if message.objects:
+        objects = submission.init("objects", len(message.objects))
+        for slot, item in zip(objects, message.objects):
+            slot.objectId = item.object_id
+            slot.name = item.name
+            if len(item.payload) >= LARGE_PAYLOAD_BYTES:
+                slot.payloadFrame = len(frames)
+                frames.append(item.payload)
+            else:
+                slot.payload = item.payload
+    groups = submission.init("groups", len(message.groups))
+    for slot, group in zip(groups, message.groups):
+        slot.functionId = group.function_id
+        slot.argsPerTask = group.args_per_task
+        if group.keywords:
+            slot.keywords = list(group.keywords)
+        slot.taskIds = group.task_ids
+        _put_payloads(slot, group.args, frames, "args", "argFrameIndices", "argFrames")
+        if group.serializer_id:
+            slot.serializerId = group.serializer_id
+        if group.ref_task_ids:
+            slot.refArgIndices = group.ref_arg_indices
+            slot.refTaskIds = group.ref_task_ids
+        if group.object_arg_indices:
+            slot.objectArgIndices = group.object_arg_indices
+        if group.nesting_depth:
+            slot.nestingDepth = group.nesting_depth
+        if group.profiling:
+            slot.profiling = True
+        if group.report_start:
+            slot.reportStart = True
+    if message.quiet_task_ids:
+        submission.quietTaskIds = message.quiet_task_ids
+
+
+def _encode_results(builder, message: TaskResults, frames: list[Buffer]) -> None:
+    results = builder.init("taskResults")
+    results.succeededIds = message.succeeded_ids
+    _put_payloads(results, message.payloads, frames, "payloads", "payloadFrameIndices", "payloadFrames")
+    if message.profiles:
+        profiles = results.init("profiles", len(message.profiles))
+        for slot, profile in zip(profiles, message.profiles):
+            _write_fields(slot, profile)
+    if message.warnings:
+        _encode_warnings(results, message.warnings)
+    if message.failures:
+        failures = results.init("failures", len(message.failures))
+        for slot, failure in zip(failures, message.failures):
+            slot.taskId = failure.task_id
+            slot.kind = _FAILURE_NAMES[failure.kind]
+            slot.typeName = failure.type_name
+            slot.message = failure.message
+            slot.traceback = failure.traceback
+            slot.exception = failure.exception
+
+
+def _encode_warnings(results, warnings: list[TaskWarning]) -> None:
+    """One entry per distinct warning, and two columns naming the task and entry of each record."""
+    entry_indices: dict[tuple, int] = {}
+    indices = []
+    for warning in warnings:
+        key = (
+            warning.category, warning.message, warning.filename, warning.lineno, warning.category_bases, warning.module
+        )
+        index = entry_indices.get(key)
+        if index is None:
+            index = entry_indices[key] = len(entry_indices)
+        indices.append(index)
+    entries = results.init("warnings", len(entry_indices))
+    for slot, (category, text, filename, lineno, bases, module) in zip(entries, entry_indices):
+        slot.category = category
+        if bases:
+            slot.categoryBases = list(bases)
+        slot.message = text
+        slot.filename = filename
+        slot.lineno = lineno
+        slot.module = module
+    results.warningTaskIds = [warning.task_id for warning in warnings]
+    results.warningIndices = indices
+
+
+_ENCODERS: dict[type, Callable[[Any, Any, list[Buffer]], Any]] = {
+    TaskSubmission: _encode_submission,
+    TaskResults: _encode_results,
+    **{cls: _encode_flat for cls in _FLAT_MESSAGES},
+}
+
+
+# ---------------------------------------------------------------------------------------------- decoding
+
+
+def decode(frames: Sequence[Buffer]) -> Message:
+    """Decode one message from its frames; anything malformed raises ProtocolDecodeError, never anything else."""
+    if not frames:
+        raise ProtocolDecodeError("a message needs at least one frame")
+    # Cap'n Proto needs word-aligned memory and a received frame's buffer need not be: copy the (small)
+    # control frame; payload frames stay zero-copy views.
+    first = bytes(frames[0]) if type(frames[0]) is not bytes else frames[0]
+    try:
+        traversal_limit = len(first) // 8 * _TRAVERSAL_WORDS_PER_FRAME_WORD + _TRAVERSAL_SLACK_WORDS
+        with _schema.Message.from_bytes(
+            first, traversal_limit_in_words=traversal_limit, nesting_limit=_NESTING_LIMIT
+        ) as reader:
+            which = reader.which()
+            decoder = _DECODERS.get(which)
+            if decoder is None:
+                raise ProtocolDecodeError(f"unknown message type {which!r}")
+            frame_table = _FrameTable(frames)
+            message = cast(Message, decoder(getattr(reader, which), frame_table))
+            frame_table.check_all_used()
+            return message
+    except ProtocolDecodeError:
+        raise
+    except Exception as error:  # capnp raises KjException and friends for corrupt frames
+        first_line = str(error).split("\n", 1)[0]  # capnp appends a stack of addresses
+        raise ProtocolDecodeError(f"malformed message: {type(error).__name__}: {first_line}") from None
+
+
+class _FrameTable:
+    """Hands out payload frames by number, each at most once, and checks that none is left over."""
+
+    def __init__(self, frames: Sequence[Buffer]) -> None:
+        self._frames = frames
+        self._used: set[int] = set()
+
+    def take(self, number: int) -> Buffer:
+        if not 0 < number < len(self._frames) or number in self._used:
+            raise ProtocolDecodeError(f"payload frame {number} is missing or named twice")
+        self._used.add(number)
+        return self._frames[number]
+
+    def place(self, payloads: list[Buffer], indices: Sequence[int], numbers: Sequence[int]) -> None:
+        if len(indices) != len(numbers):
+            raise ProtocolDecodeError("frame index and frame number lists differ in length")
+        for index, number in zip(indices, numbers):
+            if index >= len(payloads):
+                raise ProtocolDecodeError(f"payload index {index} is out of range")
+            payloads[index] = self.take(number)
+
+    def check_all_used(self) -> None:
+        if len(self._used) != len(self._frames) - 1:
+            raise ProtocolDecodeError(f"{len(self._frames) - 1 - len(self._used)} payload frame(s) are not named")
+
+
+def _decode_submission(reader, frames: _FrameTable) -> TaskSubmission:
+    objects = [
+        ObjectPayload(
+            object_id=bytes(item.objectId),
+            name=item.name,
+            payload=frames.take(item.payloadFrame) if item.payloadFrame else bytes(item.payload),
+        )
+        for item in reader.objects
+    ]
+    groups = []
+    for group in reader.groups:
+        args = list(group.args)
+        if len(group.argFrameIndices) or len(group.argFrames):
+            frames.place(args, list(group.argFrameIndices), list(group.argFrames))
+        groups.append(
+            TaskGroup(
+                function_id=bytes(group.functionId),
+                args_per_task=group.argsPerTask,
+                keywords=tuple(group.keywords),
+                task_ids=list(group.taskIds),
+                args=args,
+                serializer_id=bytes(group.serializerId),
+                ref_arg_indices=list(group.refArgIndices),
+                ref_task_ids=list(group.refTaskIds),
+                object_arg_indices=list(group.objectArgIndices),
+                nesting_depth=group.nestingDepth,
+                profiling=group.profiling,
+                report_start=group.reportStart,
+            )
+        )
+    return TaskSubmission(objects=objects, groups=groups, quiet_task_ids=list(reader.quietTaskIds))
+
+
+def _decode_results(reader, frames: _FrameTable) -> TaskResults:
+    failures = [
+        TaskFailure(
+            task_id=failure.taskId,
+            kind=_FAILURE_BY_NAME[str(failure.kind)],
+            type_name=failure.typeName,
+            message=failure.message,
+            traceback=failure.traceback,
+            exception=bytes(failure.exception),
+        )
+        for failure in reader.failures
+    ]
+    payloads = list(reader.payloads)
+    if len(reader.payloadFrameIndices) or len(reader.payloadFrames):
+        frames.place(payloads, list(reader.payloadFrameIndices), list(reader.payloadFrames))
+    profiles = [_read_fields(TaskProfile, profile) for profile in reader.profiles]
+    warnings = _decode_warnings(reader) if len(reader.warningTaskIds) or len(reader.warningIndices) else []
+    return TaskResults(
+        succeeded_ids=list(reader.succeededIds), payloads=payloads, failures=failures, profiles=profiles,
+        warnings=warnings,
+    )
+
+
+def _decode_warnings(reader) -> list[TaskWarning]:
+    task_ids = list(reader.warningTaskIds)
+    indices = list(reader.warningIndices)
+    if len(task_ids) != len(indices):
+        raise ProtocolDecodeError("warningTaskIds and warningIndices differ in length")
+    entries = [
+        (entry.category, entry.message, entry.filename, entry.lineno, tuple(entry.categoryBases), entry.module)
+        for entry in reader.warnings
+    ]
+    if indices and max(indices) >= len(entries):
+        raise ProtocolDecodeError(f"a warning index is past the {len(entries)} warnings")
+    return [TaskWarning(task_id, *entries[index]) for task_id, index in zip(task_ids, indices)]
+
+
+_DECODERS: dict[str, Callable[[Any, _FrameTable], Any]] = {
+    "submitTasks": _decode_submission,
+    "taskResults": _decode_results,
+    **{member: functools.partial(_decode_flat, cls) for cls, member in _FLAT_MESSAGES.items()},
+}
