@@ -24,6 +24,8 @@ from scaler.protocol.messages import (
     ClearResponse,
     DeleteObjects,
     Disconnect,
+    DrainWorkers,
+    DrainWorkersResponse,
     FailureKind,
     Heartbeat,
     HeartbeatEcho,
@@ -86,6 +88,8 @@ _FLAT_MESSAGES: dict[type, str] = {
     ReleaseTasks: "releaseTasks",
     CancelRefused: "cancelRefused",
     TaskStarted: "taskStarted",
+    DrainWorkers: "drainWorkers",
+    DrainWorkersResponse: "drainWorkersResponse",
     DeleteObjects: "deleteObjects",
     ClearRequest: "clearRequest",
     ClearResponse: "clearResponse",
@@ -101,6 +105,7 @@ _FLAT_MESSAGES: dict[type, str] = {
 _READ_AS: dict[str, Callable[[Any], Any]] = {
     "list[int]": list,
     "list[bytes]": lambda values: [bytes(value) for value in values],
+    "list[str]": lambda values: [str(value) for value in values],
     "bytes": bytes,
     "Role": lambda name: _ROLE_BY_NAME[name],
 }

@@ -206,6 +206,21 @@ class TaskStarted:
 
 
 @dataclasses.dataclass(slots=True)
+class DrainWorkers:
+    """Client: send these workers (by hello name) nothing more and move the tasks they have not started."""
+
+    worker_names: list[str]
+
+
+@dataclasses.dataclass(slots=True)
+class DrainWorkersResponse:
+    """Scheduler: which requested names now drain (newly or already), and which name no connected worker."""
+
+    draining: list[str] = dataclasses.field(default_factory=list)
+    unknown: list[str] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass(slots=True)
 class DeleteObjects:
     object_ids: list[bytes]
 
@@ -270,6 +285,8 @@ Message = Union[
     ReleaseTasks,
     CancelRefused,
     TaskStarted,
+    DrainWorkers,
+    DrainWorkersResponse,
 ]
 
 

@@ -70,4 +70,7 @@ struct WorkerStatus {
   processorInitialized @12 :Bool;  # I: its last heartbeat reported a live processor (processorRssBytes > 0)
   hasTask @13 :Bool;               # T: it holds at least one task (assigned > 0)
   taskLocked @14 :Bool;            # L: reserved for suspended nested tasks; always false in feed version 1
+  # A client asked the scheduler to drain it (drainWorkers): it gets no new task, and what it had not
+  # started went elsewhere; it still finishes what it runs. Safe to stop once `assigned` is 0.
+  draining @15 :Bool;
 }

@@ -71,6 +71,8 @@ class WorkerStatus:
     processor_initialized: bool = False
     has_task: bool = False
     task_locked: bool = False
+    # Sent nothing more after a drainWorkers; it still runs what it had started.
+    draining: bool = False
 
     @property
     def flags(self) -> str:
@@ -157,6 +159,7 @@ def encode_snapshot(snapshot: MonitorSnapshot) -> bytes:
         slot.processorInitialized = worker.processor_initialized
         slot.hasTask = worker.has_task
         slot.taskLocked = worker.task_locked
+        slot.draining = worker.draining
     return builder.to_bytes()
 
 
@@ -219,6 +222,7 @@ def _read_snapshot(reader: Any) -> MonitorSnapshot:
                 processor_initialized=worker.processorInitialized,
                 has_task=worker.hasTask,
                 task_locked=worker.taskLocked,
+                draining=worker.draining,
             )
             for worker in reader.workers
         ],

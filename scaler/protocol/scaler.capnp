@@ -32,6 +32,8 @@ struct Message {
     releaseTasks @16 :ReleaseTasks;
     cancelRefused @17 :CancelRefused;
     taskStarted @18 :TaskStarted;
+    drainWorkers @19 :DrainWorkers;
+    drainWorkersResponse @20 :DrainWorkersResponse;
   }
 }
 
@@ -194,6 +196,21 @@ struct TaskStarted {
 # failures of kind `returned`; the scheduler hands them to less loaded workers.
 struct ReleaseTasks {
   taskIds @0 :List(UInt64);
+}
+
+# Client to scheduler: send these workers nothing more, and take back the tasks they hold and have not
+# started (releaseTasks), to place them elsewhere; what they run finishes there. Workers are named as in
+# their hello (the monitor feed's names); a name several workers share drains them all. Draining stays
+# until the worker leaves; asking again changes nothing.
+struct DrainWorkers {
+  workerNames @0 :List(Text);
+}
+
+# The answer: the requested names the scheduler drains now (newly or already), and the names of no
+# connected worker.
+struct DrainWorkersResponse {
+  draining @0 :List(Text);
+  unknown @1 :List(Text);
 }
 
 struct DeleteObjects {

@@ -194,6 +194,10 @@ def message_strategies(
         m.ShutdownResponse: st.builds(m.ShutdownResponse, accepted=st.booleans(), reason=TEXT),
         m.ProtocolError: st.builds(m.ProtocolError, reason=TEXT),
         m.ProcessorState: st.builds(m.ProcessorState, blocked=st.booleans(), granted=st.booleans(), reason=TEXT),
+        m.DrainWorkers: st.builds(m.DrainWorkers, worker_names=st.lists(TEXT, max_size=3)),
+        m.DrainWorkersResponse: st.builds(
+            m.DrainWorkersResponse, draining=st.lists(TEXT, max_size=3), unknown=st.lists(TEXT, max_size=3)
+        ),
     }
 
 

@@ -53,6 +53,8 @@ def sample(kind: type, task_ids: list[int], next_id: int) -> m.Message:
         m.ReleaseTasks: m.ReleaseTasks(task_ids=task_ids),
         m.CancelRefused: m.CancelRefused(task_ids=task_ids),
         m.TaskStarted: m.TaskStarted(task_ids=task_ids),
+        m.DrainWorkers: m.DrainWorkers(worker_names=["worker-0", "nobody"]),
+        m.DrainWorkersResponse: m.DrainWorkersResponse(draining=["worker-0"]),
     }
     return samples[kind]
 

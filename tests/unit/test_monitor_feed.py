@@ -234,3 +234,9 @@ def test_subscriber_skips_frames_that_are_not_snapshots(ipc_address: str) -> Non
     finally:
         socket.close()
         context.term()
+
+
+def test_the_draining_flag_round_trips_through_the_feed() -> None:
+    snapshot = MonitorSnapshot(workers=[WorkerStatus(name="kept"), WorkerStatus(name="leaving", draining=True)])
+    decoded = decode_snapshot(encode_snapshot(snapshot))
+    assert [(worker.name, worker.draining) for worker in decoded.workers] == [("kept", False), ("leaving", True)]
