@@ -1,8 +1,8 @@
 """Fuzzing the scheduler core: well-behaved clients and workers share it with peers that break every rule.
 
 A hypothesis state machine drives the sans-I/O core (through the simulated cluster of core_harness.py).
-Good clients submit plain and graph tasks, cancel some and heartbeat; good workers answer, fail, give
-back, refuse cancels, leave or silently die; time moves on. Bad senders send random messages of every
+Good clients submit plain and graph tasks, cancel some, drain workers and heartbeat; good workers answer,
+fail, give back, refuse cancels, leave or silently die; time moves on. Bad senders send random messages of every
 type, with ids aimed at other peers' tasks and objects: before hello, in the wrong role, twice, with
 mismatched counts, forged graphs. After every step:
 
@@ -10,7 +10,8 @@ mismatched counts, forged graphs. After every step:
   which the simulated cluster calls after every message and tick);
 - a bad message got the reply PROTOCOL.md §3 promises (refused, protocolError, or nothing), left the
   core as it was where the table says "ignored", and touched no task it was not holding;
-- no good task has more than one outcome, and good peers were never refused.
+- no good task has more than one outcome, and good peers were never refused;
+- a worker got no task after it was drained.
 
 At the end, once the silent peers have timed out and the good workers have answered everything, every
 accepted task of a good client has exactly one outcome and the core holds no task state at all.
@@ -37,6 +38,7 @@ from message_strategies import (
 
 from scaler.protocol import messages as m
 from scaler.scheduler.core.core_config import CoreConfig
+from scaler.scheduler.core.peer_registry import WorkerPeer
 from scaler.scheduler.core.scheduler_core import SchedulerCore
 from scaler.utility.identifiers import OBJECT_ID_BYTES, random_object_id
 
@@ -55,6 +57,7 @@ BAD_IDENTITIES = [b"bad-0", b"bad-1", b"bad-2"]
 # What each registered role may send (PROTOCOL.md §3); anything else gets protocolError and changes nothing.
 CLIENT_SENDS = {
     m.Heartbeat, m.Disconnect, m.TaskSubmission, m.CancelTasks, m.ClearRequest, m.DeleteObjects, m.ShutdownRequest,
+    m.DrainWorkers,
 }
 WORKER_SENDS = {m.Heartbeat, m.Disconnect, m.TaskResults, m.CancelRefused, m.TaskStarted}
 ANSWERING_KINDS = [m.FailureKind.RAISED, m.FailureKind.RETURNED, m.FailureKind.WORKER_DIED, m.FailureKind.SERIALIZATION]
@@ -70,7 +73,8 @@ def core_snapshot(core: SchedulerCore) -> tuple:
          for task_id, r in core.tasks.records.items()},
         [r.task_id for r in core.tasks.queue if not r.canceled],
         {object_id: sorted(stored.owners) for object_id, stored in core.objects.stored.items()},
-        {identity: (list(w.assigned), sorted(w.known_object_ids)) for identity, w in core.peers.workers.items()},
+        {identity: (list(w.assigned), sorted(w.known_object_ids), w.draining)
+         for identity, w in core.peers.workers.items()},
         {identity: (sorted(c.task_ids), sorted(c.object_ids)) for identity, c in core.peers.clients.items()},
     )
 
@@ -89,6 +93,8 @@ class SchedulerCoreFuzz(RuleBasedStateMachine):
         self.clients_made = 0
         # How far each good worker has read its inbox (for ReleaseTasks).
         self.read_upto: dict[bytes, int] = collections.defaultdict(int)
+        # Drained worker registrations (good or bad): the core's peer, and how long its inbox was then.
+        self.drained_at: dict[bytes, tuple[WorkerPeer, int]] = {}
 
     @property
     def core(self) -> SchedulerCore:
@@ -190,6 +196,31 @@ class SchedulerCoreFuzz(RuleBasedStateMachine):
         assert out == ([(worker.identity, m.TaskStarted(task_ids=held))] if held else []), out
         assert all(tasks[task_id].started for task_id in held)
 
+    @precondition(lambda self: self.good_clients and self.core.peers.workers)
+    @rule(data=st.data(), unknown=st.lists(st.sampled_from(["nobody", "good-worker-99", ""]), max_size=2))
+    def drain_workers(self, data: st.DataObject, unknown: list[str]) -> None:
+        """A good client drains some workers (good or bad, again or for the first time), and names some unknown."""
+        client = data.draw(st.sampled_from(self.good_clients))
+        workers = self.core.peers.workers
+        chosen = data.draw(st.lists(st.sampled_from(sorted(workers)), min_size=1, max_size=2, unique=True))
+        names = [workers[identity].name for identity in chosen] + unknown
+        known = {worker.name for worker in workers.values()}
+        self.note_drains(chosen)
+        out = self.cluster.send(client.identity, m.DrainWorkers(worker_names=names))
+        expected = m.DrainWorkersResponse(
+            draining=[name for name in dict.fromkeys(names) if name in known],
+            unknown=[name for name in dict.fromkeys(names) if name not in known],
+        )
+        assert out[-1] == (client.identity, expected), out
+        assert all(workers[identity].draining for identity in chosen)
+
+    def note_drains(self, identities: list[bytes]) -> None:
+        for identity in identities:
+            peer = self.core.peers.workers[identity]
+            if identity not in self.drained_at or self.drained_at[identity][0] is not peer:
+                worker = self.cluster.workers.get(identity)
+                self.drained_at[identity] = (peer, len(worker.inbox) if worker is not None else 0)
+
     @precondition(lambda self: self.good_workers)
     @rule()
     def workers_obey_release(self) -> None:
@@ -251,6 +282,8 @@ class SchedulerCoreFuzz(RuleBasedStateMachine):
             task_id: (client, len(client.outcomes.get(task_id, ())))
             for client in self.good_clients for task_id in self.expected[client.identity]
         }
+        if was_client and isinstance(message, m.DrainWorkers):
+            self.note_drains([w.identity for w in core.peers.workers.values() if w.name in message.worker_names])
         out = self.cluster.send(sender, message)
         to_sender = [reply for identity, reply in out if identity == sender]
 
@@ -377,11 +410,24 @@ class SchedulerCoreFuzz(RuleBasedStateMachine):
             held = self.core.peers.workers[worker.identity].assigned
             assert set(held) <= set(worker.pending), "the scheduler thinks a worker holds a task it never got"
 
+    @invariant()
+    def drained_workers_get_nothing_new(self) -> None:
+        workers = self.core.peers.workers
+        for identity, (peer, drained_at) in list(self.drained_at.items()):
+            if workers.get(identity) is not peer:
+                del self.drained_at[identity]  # it left; a hello from the same identity is a new worker
+                continue
+            assert peer.draining, f"worker {identity!r} stopped draining"
+            worker = self.cluster.workers.get(identity)
+            if worker is not None:
+                late = [message for message in worker.inbox[drained_at:] if isinstance(message, m.TaskSubmission)]
+                assert not late, f"drained worker {identity!r} was sent tasks: {late}"
+
     def teardown(self) -> None:
         """Silent peers time out, good workers answer everything: each good task has exactly one outcome."""
         cluster = self.cluster
-        if not cluster.workers:
-            self.add_worker(capacity=3)
+        if all(self.core.peers.workers[identity].draining for identity in cluster.workers):
+            self.add_worker(capacity=3)  # with every worker drained, tasks wait for this one
         for _ in range(100):
             if all(not self.open_tasks(client) for client in self.good_clients):
                 break

@@ -22,6 +22,7 @@ pytestmark = pytest.mark.timeout(60)
 # The table, written out independently of scaler/scheduler/core/message_rules.py so that this test checks it.
 CLIENT_SENDS = {
     m.Heartbeat, m.Disconnect, m.TaskSubmission, m.CancelTasks, m.ClearRequest, m.DeleteObjects, m.ShutdownRequest,
+    m.DrainWorkers,
 }
 WORKER_SENDS = {m.Heartbeat, m.Disconnect, m.TaskResults, m.CancelRefused, m.TaskStarted}
 

@@ -51,6 +51,12 @@ def check_invariants(
             _require(held is not None and held.worker is worker, "worker %r holds task %#x", identity, task_id)
         _require(worker.known_object_ids <= stored.keys(), "worker %r keeps an object the scheduler freed", identity)
 
+    if tasks.waiting:
+        # Dispatch runs after every input that can queue a task or free a slot; only draining workers are skipped.
+        for identity, worker in workers.items():
+            _require(worker.draining or worker.free == 0,
+                     "%d tasks wait while worker %r has %d free slots", tasks.waiting, identity, worker.free)
+
     live_queue = [record for record in tasks.queue if not record.canceled]
     _require(len(live_queue) == tasks.waiting,
              "the queue holds %d live tasks, its count says %d", len(live_queue), tasks.waiting)

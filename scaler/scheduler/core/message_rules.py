@@ -28,6 +28,7 @@ SENDERS: dict[type, frozenset[m.Role]] = {
     m.ClearRequest: _CLIENTS,
     m.DeleteObjects: _CLIENTS,
     m.ShutdownRequest: _CLIENTS,
+    m.DrainWorkers: _CLIENTS,
     m.TaskResults: _WORKERS,
     m.CancelRefused: _WORKERS,
     m.TaskStarted: _WORKERS,

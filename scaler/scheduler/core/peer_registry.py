@@ -43,6 +43,8 @@ class WorkerPeer:
     known_object_ids: set[bytes] = dataclasses.field(default_factory=set)
     tasks_sent: int = 0
     last_heartbeat: m.Heartbeat | None = None
+    # A client asked to drain it (drainWorkers): placement sends it nothing more, until it leaves.
+    draining: bool = False
 
     @property
     def free(self) -> int:
@@ -100,6 +102,29 @@ class PeerRegistry:
         worker = self.workers[sender] = WorkerPeer(identity=sender, name=hello.name, capacity=capacity, last_seen=now)
         logger.info(f"PeerRegistry: worker {hello.name} connected, capacity {capacity}")
         return welcome, worker
+
+    def drain(self, names: list[str]) -> tuple[list[WorkerPeer], list[str], list[str]]:
+        """Mark the workers of these hello names draining: returns those that were not yet, the names now
+        draining and the names of no connected worker. A name several workers share drains them all (a batch
+        system may reuse a name, and whoever drains it wants none of them to get work)."""
+        by_name: dict[str, list[WorkerPeer]] = {}
+        for worker in self.workers.values():
+            by_name.setdefault(worker.name, []).append(worker)
+        newly: list[WorkerPeer] = []
+        draining: list[str] = []
+        unknown: list[str] = []
+        for name in dict.fromkeys(names):
+            workers = by_name.get(name)
+            if not workers:
+                unknown.append(name)
+                continue
+            draining.append(name)
+            for worker in workers:
+                if not worker.draining:
+                    worker.draining = True
+                    newly.append(worker)
+                    logger.info(f"PeerRegistry: worker {name} drains, {len(worker.assigned)} tasks to move or finish")
+        return newly, draining, unknown
 
     def silent_workers(self, now: float) -> list[WorkerPeer]:
         deadline = now - self._config.worker_timeout_seconds

@@ -69,10 +69,13 @@ class Placement:
         self._imbalanced_checks = 0
 
     def dispatch(self, out: list[Outgoing]) -> None:
-        """Hand ready tasks to workers with free slots, least loaded first."""
+        """Hand ready tasks to workers with free slots, least loaded first; never to a draining worker, so
+        with every worker draining the tasks wait in the queue until one joins."""
         tasks = self._tasks
         while tasks.waiting > 0:
-            available = sorted((w for w in self._workers.values() if w.free > 0), key=_assigned_count)
+            available = sorted(
+                (w for w in self._workers.values() if w.free > 0 and not w.draining), key=_assigned_count
+            )
             if not available:
                 return
             shares = water_fill([len(w.assigned) for w in available], [w.free for w in available], tasks.waiting)
@@ -123,7 +126,8 @@ class Placement:
         if config.load_balance_seconds <= 0 or now < self._next_balance:
             return
         self._next_balance = now + config.load_balance_seconds
-        workers = list(self._workers.values())
+        # A draining worker is neither a target nor a source: its queue was taken back when it began to drain.
+        workers = [worker for worker in self._workers.values() if not worker.draining]
         if self._tasks.waiting or len(workers) < 2:
             self._imbalanced_checks = 0
             return

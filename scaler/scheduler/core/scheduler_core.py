@@ -7,7 +7,7 @@ the unit tests drive thousands of simulated peers and injected faults in microse
 This module checks who may send what (message_rules.py) and hands each message to the part of the
 core it concerns:
 
-    peer_registry.py   who is connected: hello and welcome, heartbeats, timeouts
+    peer_registry.py   who is connected: hello and welcome, heartbeats, timeouts, draining
     task_intake.py     a client's submitTasks: checks, and where each accepted task goes
     task_table.py      every unfinished task, where it is, and how it ends (results, failures, requeues)
     task_graph.py      which task waits on which other task's result
@@ -69,6 +69,7 @@ class SchedulerCore:
             m.ClearRequest: self._on_clear,
             m.DeleteObjects: self._on_delete_objects,
             m.ShutdownRequest: self._on_shutdown,
+            m.DrainWorkers: self._on_drain_workers,
             m.TaskResults: self._on_results,
             m.CancelRefused: self._on_cancel_refused,
             m.TaskStarted: self._on_task_started,
@@ -215,6 +216,17 @@ class SchedulerCore:
             self.tasks.fail(record, failure, router)
         self.tasks.requeue(retried, router)
         router.flush(out)
+
+    def _on_drain_workers(
+        self, client: ClientPeer, request: m.DrainWorkers, now: float, out: list[Outgoing]
+    ) -> None:
+        """The named workers get nothing more, and give back what they hold and have not started (as
+        balancing asks, §8 of PROTOCOL.md): it comes back as `returned` and is placed elsewhere."""
+        newly, draining, unknown = self.peers.drain(request.worker_names)
+        for worker in newly:
+            if worker.assigned:
+                out.append((worker.identity, m.ReleaseTasks(task_ids=list(worker.assigned))))
+        out.append((client.identity, m.DrainWorkersResponse(draining=draining, unknown=unknown)))
 
     def _on_shutdown(self, client: ClientPeer, message: m.ShutdownRequest, now: float, out: list[Outgoing]) -> None:
         if self._config.protected:

@@ -54,6 +54,7 @@ def core_status(
             processor_initialized=heartbeat.processor_rss_bytes > 0,
             has_task=len(worker.assigned) > 0,
             task_locked=False,  # no task can be suspended while it waits for nested tasks yet
+            draining=worker.draining,
         ))
     return CoreStatus(
         tasks=TaskCounts(
