@@ -21,6 +21,7 @@ from scaler.client.progress import wait_for_futures_with_progress, wait_with_pro
 from scaler.client.result_sinks import MapCollector
 from scaler.client.shared_arguments import RepeatedArguments, SharedArguments
 from scaler.client.task_warnings import issue_task_warnings
+from scaler.client.worker_drain import DrainResult, drain_request, drain_result
 from scaler.errors import ProtectedModeError
 from scaler.protocol import messages as m
 from scaler.protocol.serializer import DefaultSerializer, Serializer
@@ -323,6 +324,18 @@ class Client:
         self._call_sites.forget_sent()
         self._shared_arguments.forget_all()
         self._connection.cancel_everything_pending()
+
+    def drain_workers(self, worker_names: Iterable[str]) -> DrainResult:
+        """Ask the scheduler to send these workers (named as the monitor shows them) no new task, and to move
+        the tasks they hold and have not started to other workers; what they run finishes there. Do this
+        before stopping a worker on purpose: once the monitor shows it draining and holding no task, stopping
+        it costs nothing. Names of no connected worker come back in `unknown`. Draining again is harmless;
+        with every worker draining, tasks wait for a new worker. Raises ConnectionFailedError if the
+        scheduler does not answer within the client's timeout."""
+        request = drain_request(worker_names)
+        response = self._connection.request(request, m.DrainWorkersResponse, self._timeout_seconds)
+        assert isinstance(response, m.DrainWorkersResponse)
+        return drain_result(response)
 
     def disconnect(self) -> None:
         """Leave the scheduler; unfinished tasks of this client are canceled. Safe to call twice."""
