@@ -1,7 +1,9 @@
 """AdaptiveScaler: the I/O shell that grows and shrinks an adapter's workers with the scheduler's load.
 
 It reads the scheduler's monitor feed (about a snapshot a second), polls the adapter, hands both to the
-ScalingPolicy and carries out what the policy decides. All decisions are the policy's.
+ScalingPolicy and carries out what the policy decides. All decisions are the policy's. Given the
+scheduler's address, it drains a worker (Client.drain_workers) before stopping it, and stops it once the
+feed shows it draining and holding no task.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from scaler.adapters.scaling_policy import (
     StopGroups,
 )
 from scaler.adapters.worker_adapter import WorkerAdapter
+from scaler.client.client import Client
 from scaler.scheduler.monitor import MonitorSnapshot
 from scaler.ui.feed import MonitorSubscriber
 
@@ -31,6 +34,8 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_POLL_SECONDS = 5.0
 _STOP_JOIN_SECONDS = 30.0
+# The drain request's client waits this long for the scheduler at most: the scaling loop must not stall.
+_DRAIN_TIMEOUT_SECONDS = 10.0
 
 
 def load_from_snapshot(snapshot: MonitorSnapshot) -> ClusterLoad:
@@ -39,7 +44,7 @@ def load_from_snapshot(snapshot: MonitorSnapshot) -> ClusterLoad:
     for worker in snapshot.workers:
         # Names need not be unique (a requeued batch job reuses its names): count them together.
         tasks_by_worker[worker.name] = tasks_by_worker.get(worker.name, 0) + worker.assigned
-        if getattr(worker, "draining", False):  # reported once the scheduler can drain workers
+        if worker.draining:
             draining.add(worker.name)
     return ClusterLoad(snapshot.tasks.unassigned, tasks_by_worker, frozenset(draining))
 
@@ -50,8 +55,15 @@ class AdaptiveScaler:
     `monitor_address` is the scheduler's monitor address (printed by the scheduler at start;
     `ipc:///tmp/HOST_PORT_monitor` by default, which only a process on the scheduler's machine can read;
     give the scheduler `--monitor-address tcp://...` to scale from elsewhere). `poll_seconds` is how often
-    the adapter is asked what it runs (each time a `squeue` for Slurm). `drain_workers`, once the
-    scheduler supports draining, is called with the names of workers to drain before they are stopped.
+    the adapter is asked what it runs (each time a `squeue` for Slurm).
+
+    `scheduler_address` (the address workers and clients use) lets it drain a worker before stopping it:
+    the scheduler sends it nothing more and moves its queued tasks to other workers, and the worker is
+    stopped once it holds no task, so scaling down never kills a task mid-run. It connects there as a
+    client (CURVE keys, if any, from the SCALER_* environment variables, as any client). Without it,
+    idle workers are stopped without draining, which leaves a short window in which the scheduler may
+    have just sent one a task (the task is then run again elsewhere). `drain_workers` replaces the
+    built-in drain with a callable taking the worker names (tests use it to act at that moment).
 
     Use `run()` to scale in the calling thread until `stop()` (the command lines do), or the object as a
     context manager (`start()` in a thread, then `close()`). `close()` stops scaling and then closes
@@ -67,7 +79,8 @@ class AdaptiveScaler:
         maximum_workers: int = ScalingSettings.maximum_workers,
         idle_seconds: float = ScalingSettings.idle_seconds,
         poll_seconds: float = DEFAULT_POLL_SECONDS,
-        drain_workers: Callable[[Sequence[str]], None] | None = None,
+        scheduler_address: str | None = None,
+        drain_workers: Callable[[Sequence[str]], object] | None = None,
     ) -> None:
         settings = ScalingSettings(minimum_workers, maximum_workers, idle_seconds)
         if isinstance(poll_seconds, bool) or not isinstance(poll_seconds, (int, float)):
@@ -77,8 +90,15 @@ class AdaptiveScaler:
         self._adapter = adapter
         self._monitor_address = monitor_address
         self._poll_seconds = float(poll_seconds)
+        if scheduler_address is not None and not isinstance(scheduler_address, str):
+            raise TypeError(f"scheduler_address must be an address (str), got {scheduler_address!r}")
+        if drain_workers is not None and not callable(drain_workers):
+            raise TypeError(f"drain_workers must be callable, got {drain_workers!r}")
+        self._scheduler_address = scheduler_address
+        self._drain_client: Client | None = None
         self._drain_workers = drain_workers
-        self._policy = ScalingPolicy(settings, adapter.workers_per_group, drain_first=drain_workers is not None)
+        drain_first = drain_workers is not None or scheduler_address is not None
+        self._policy = ScalingPolicy(settings, adapter.workers_per_group, drain_first=drain_first)
         self._settings = settings
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -130,9 +150,18 @@ class AdaptiveScaler:
         logger.info(
             f"AdaptiveScaler: scaling between {settings.minimum_workers} and {settings.maximum_workers} workers "
             f"({self._adapter.workers_per_group} per group), releasing workers idle for {settings.idle_seconds:g}s; "
-            f"reading the load from {self._monitor_address}"
+            f"reading the load from {self._monitor_address}; "
+            + ("draining workers before stopping them" if self._policy.drain_first else
+               "stopping idle workers without draining them (no scheduler address given)")
         )
-        started_at = time.monotonic()
+        try:
+            self._scale(time.monotonic())
+        finally:
+            client, self._drain_client = self._drain_client, None
+            if client is not None:
+                client.disconnect()
+
+    def _scale(self, started_at: float) -> None:
         warned_silent = False
         next_poll = started_at
         with MonitorSubscriber(self._monitor_address) as subscriber:
@@ -205,9 +234,22 @@ class AdaptiveScaler:
                     self._adapter.stop_groups(action.group_ids)
                 except Exception as error:
                     logger.error(f"AdaptiveScaler: could not stop group(s) {', '.join(action.group_ids)}: {error}")
-            elif isinstance(action, DrainWorkers) and self._drain_workers is not None:
+            elif isinstance(action, DrainWorkers):
                 logger.info(f"AdaptiveScaler: draining worker(s) {', '.join(action.worker_names)} ({action.reason})")
                 try:
-                    self._drain_workers(action.worker_names)
+                    self._drain(action.worker_names)
                 except Exception as error:
+                    # Not stopped, and not left waiting for a drain that never came: live again, to retry later.
                     logger.error(f"AdaptiveScaler: could not drain {', '.join(action.worker_names)}: {error}")
+                    self._policy.on_drain_failed(action.worker_names)
+
+    def _drain(self, worker_names: Sequence[str]) -> None:
+        if self._drain_workers is not None:
+            self._drain_workers(worker_names)
+            return
+        assert self._scheduler_address is not None  # the policy drains only when one of the two is given
+        if self._drain_client is None or not self._drain_client.is_connected:
+            self._drain_client = Client(
+                self._scheduler_address, name="AdaptiveScaler", timeout_seconds=_DRAIN_TIMEOUT_SECONDS
+            )
+        self._drain_client.drain_workers(list(worker_names))

@@ -154,6 +154,13 @@ class ScalingPolicy:
         """The adapter could not even ask (a tool failed): wait before asking again."""
         self._back_off(now)
 
+    def on_drain_failed(self, worker_names: Sequence[str]) -> None:
+        """The drain could not be asked for: those groups count as live again, to be chosen again later."""
+        names = set(worker_names)
+        for tracked in self._groups.values():
+            if tracked.draining and not tracked.stopping and names.intersection(tracked.group.worker_names):
+                tracked.draining = False
+
     def on_groups(self, groups: Sequence[WorkerGroup], now: float) -> list[GroupEnded]:
         """The adapter's report; returns the groups that ended since the last one."""
         ended = []
@@ -260,6 +267,10 @@ class ScalingPolicy:
         self._next_start_at = now + delay
 
     # ------------------------------------------------------------------------------------------ state
+
+    @property
+    def drain_first(self) -> bool:
+        return self._drain_first
 
     @property
     def group_ids(self) -> list[str]:

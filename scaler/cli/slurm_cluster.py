@@ -161,6 +161,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         maximum_workers=args.max_workers,
         idle_seconds=args.idle_seconds,
         poll_seconds=args.poll_seconds,
+        scheduler_address=args.address,  # to drain a job's workers before cancelling it
     )
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: scaler.stop())

@@ -102,6 +102,10 @@ def test_a_burst_brings_workers_as_slurm_jobs_which_go_once_idle(slurm: LocalSlu
             wait_until(lambda: slurm.jobs(job_name) == {}, WAIT_SECONDS, "the jobs gone", scaler.log)
             log = scaler.log()
             assert "AdaptiveScaler: stopping group(s)" in log and "idle for 3s" in log, log
+            # Each job's worker was drained through the scheduler before its job was cancelled.
+            drains = " ".join(line for line in log.splitlines() if "AdaptiveScaler: draining worker(s)" in line)
+            assert all(f"{job_name}-{job_id}|0" in drains for job_id in jobs), log
+            assert "(drained)" in log, log
         finally:
             scaler.stop()
         assert scaler.process.returncode == 0, scaler.log()

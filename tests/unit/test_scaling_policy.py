@@ -6,6 +6,7 @@ from typing import Iterable
 
 import pytest
 
+from scaler.adapters.adaptive_scaler import load_from_snapshot
 from scaler.adapters.scaling_policy import (
     STALE_LOAD_SECONDS,
     ClusterLoad,
@@ -16,6 +17,7 @@ from scaler.adapters.scaling_policy import (
     StopGroups,
 )
 from scaler.adapters.worker_adapter import GroupState, WorkerGroup
+from scaler.protocol.monitor_messages import MonitorSnapshot, TaskCounts, WorkerStatus
 
 
 class FakeResourceManager:
@@ -232,6 +234,29 @@ def test_drain_first_drains_then_stops_only_once_drained() -> None:
     assert manager.stopped == [] and manager.started == 2
     manager.step(8.0, waiting=0, tasks={"g0|0": 0, "g1|0": 1}, draining={"g0|0"})
     assert manager.stopped == ["g0"]
+
+
+def test_a_drain_that_could_not_be_asked_for_leaves_the_group_live_to_be_chosen_again() -> None:
+    policy, manager = policy_with(maximum=2, idle=5.0, drain_first=True)
+    manager.step(0.0, waiting=2, tasks={})
+    manager.step(1.0, waiting=0, tasks={"g0|0": 0, "g1|0": 1})
+    manager.step(6.0, waiting=0, tasks={"g0|0": 0, "g1|0": 1})
+    assert manager.drained == ["g0|0"]
+    policy.on_drain_failed(["g0|0"])
+    # Live again: it counts as a running worker (nothing new is started for the task g1 holds) ...
+    manager.step(7.0, waiting=0, tasks={"g0|0": 0, "g1|0": 2})
+    assert manager.started == 2 and manager.stopped == []
+    # ... and it is never stopped on a drain the scheduler did not report, but drained again.
+    manager.step(8.0, waiting=0, tasks={"g0|0": 0, "g1|0": 1})
+    assert manager.drained == ["g0|0", "g0|0"] and manager.stopped == []
+
+
+def test_the_monitor_feeds_draining_flag_is_what_the_policy_reads() -> None:
+    snapshot = MonitorSnapshot(
+        tasks=TaskCounts(unassigned=3),
+        workers=[WorkerStatus(name="a", assigned=2), WorkerStatus(name="b", assigned=0, draining=True)],
+    )
+    assert load_from_snapshot(snapshot) == ClusterLoad(3, {"a": 2, "b": 0}, frozenset({"b"}))
 
 
 def test_drain_first_stops_groups_that_never_joined_without_draining() -> None:
