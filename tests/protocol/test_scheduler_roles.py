@@ -20,13 +20,14 @@ REFUSED_FOR_THE_ROLE = [
     ("worker", "submitTasks", {}),
     ("worker", "deleteObjects", {"objectIds": [b"\x00" * 16]}),
     ("worker", "shutdownRequest", {}),
+    ("worker", "drainWorkers", {"workerNames": ["played worker"]}),
     ("client", "taskResults", {}),
     ("client", "cancelRefused", {"taskIds": [1]}),
     ("client", "taskStarted", {"taskIds": [1]}),
 ]
 # members the scheduler never receives, from either role
 NEVER_RECEIVED = ["welcome", "refused", "heartbeatEcho", "clearResponse", "shutdownResponse", "protocolError",
-                  "processorState", "releaseTasks"]
+                  "processorState", "releaseTasks", "drainWorkersResponse"]
 
 
 @pytest.mark.role_table

@@ -166,3 +166,33 @@ def test_release_moves_unstarted_tasks(scheduler_under_test: StartScheduler) -> 
     _, rows, _ = dispatched(receiver)
     assert list(rows) == [task_id]
     assert client.quiet_for(0.3) == [], "a returned task is not the client's business"
+
+
+def task_ids_sent(worker: PlayedPeer, count: int) -> list[int]:
+    """The ids of the next `count` tasks sent to the worker, over one or more submitTasks."""
+    sent: list[int] = []
+    while len(sent) < count:
+        for group in worker.expect("submitTasks").get("groups", []):
+            sent.extend(group["taskIds"])
+    return sent
+
+
+def test_a_drained_worker_gives_back_its_queue_and_gets_nothing_new(scheduler_under_test: StartScheduler) -> None:
+    """§9 Drain: releaseTasks for all it holds, then the answer; what it gives back and what comes later go to
+    another worker, and with none, wait for one to join."""
+    scheduler, worker, client = worker_and_client(scheduler_under_test)
+    task_ids = submit(client, [[b"a"], [b"b"], [b"c"]])
+    assert sorted(task_ids_sent(worker, 3)) == sorted(task_ids)
+    client.send("drainWorkers", workerNames=["played worker", "nobody", "played worker"])
+    assert sorted(worker.expect("releaseTasks").get("taskIds", [])) == sorted(task_ids)
+    answer = client.expect("drainWorkersResponse")
+    assert (list(answer.get("draining", [])), list(answer.get("unknown", []))) == (["played worker"], ["nobody"])
+    # It had started the first task: it gives back the others, and finishes that one.
+    worker.send("taskResults", failures=[{"taskId": task_id, "kind": "returned"} for task_id in task_ids[1:]])
+    later = submit(client, [[b"d"]])
+    assert [message.member for message in worker.quiet_for(1.0)] == [], "a draining worker was sent work"
+    other = scheduler.peer("other")
+    other.register("worker", capacity=10)
+    assert sorted(task_ids_sent(other, 3)) == sorted(task_ids[1:] + later)
+    worker.send("taskResults", succeededIds=task_ids[:1], payloads=[b"r0"])
+    assert wire.results_of(client.expect("taskResults"))[0] == {task_ids[0]: b"r0"}
