@@ -38,8 +38,12 @@ class TaskTimeoutError(ScalerError, TimeoutError):
     """The task ran longer than its worker's --task-timeout-seconds; its processor was replaced."""
 
 
-class MemoryLimitError(ScalerError, MemoryError):
-    """The task's processor went over its worker's --memory-limit-bytes; the processor was replaced."""
+class MemoryLimitError(MemoryError, ScalerError):
+    """The task's processor went over its worker's --memory-limit-bytes; the processor was replaced.
+
+    MemoryError comes first: it has a constructor of its own, and picklers that rebuild an exception
+    with `cls.__new__(cls)` (tblib's, which dask.multiprocessing and distributed install) need it found
+    before ScalerError's."""
 
 
 class NestingLimitError(ScalerError):
