@@ -50,7 +50,7 @@ def test_nested_fibonacci_on_one_worker() -> None:
 def test_deeper_recursion_on_two_workers() -> None:
     with SchedulerClusterCombo(n_workers=2, logging_level="WARNING") as cluster:
         with Client(address=cluster.get_address()) as client:
-            assert client.submit(fibonacci, client, 16).result(timeout=170) == 987
+            assert client.submit(fibonacci, client, 13).result(timeout=170) == 233
 
 
 def test_nesting_beyond_the_processor_limit_is_a_clear_error_not_a_hang() -> None:
