@@ -18,6 +18,14 @@ struct MonitorSnapshot {
   clients @7 :List(ClientStatus);
   objects @8 :ObjectUsage;
   workers @9 :List(WorkerStatus);
+  # Tasks ready to run that no connected worker may run (none has all their required tags), by tag set.
+  # They wait for such a worker to join, or fail after their own wait limit (TaskGroup.waitForTagsMs).
+  waitingForTags @10 :List(TagsWait);
+}
+
+struct TagsWait {
+  tags @0 :List(Text);             # the required tags, sorted
+  tasks @1 :UInt64;                # how many tasks requiring exactly these wait
 }
 
 struct SchedulerUsage {
@@ -70,4 +78,5 @@ struct WorkerStatus {
   processorInitialized @12 :Bool;  # I: its last heartbeat reported a live processor (processorRssBytes > 0)
   hasTask @13 :Bool;               # T: it holds at least one task (assigned > 0)
   taskLocked @14 :Bool;            # L: reserved for suspended nested tasks; always false in feed version 1
+  tags @15 :List(Text);            # the capabilities from its hello, sorted
 }

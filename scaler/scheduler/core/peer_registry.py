@@ -43,6 +43,8 @@ class WorkerPeer:
     known_object_ids: set[bytes] = dataclasses.field(default_factory=set)
     tasks_sent: int = 0
     last_heartbeat: m.Heartbeat | None = None
+    # The capabilities from its hello: it runs only tasks whose required tags are all in here.
+    tags: frozenset[str] = frozenset()
 
     @property
     def free(self) -> int:
@@ -97,8 +99,13 @@ class PeerRegistry:
             capacity = min(capacity, config.per_worker_queue_size)
         if capacity <= 0:
             return m.Refused(reason="a worker must accept at least one task"), None
-        worker = self.workers[sender] = WorkerPeer(identity=sender, name=hello.name, capacity=capacity, last_seen=now)
-        logger.info(f"PeerRegistry: worker {hello.name} connected, capacity {capacity}")
+        if any(not tag for tag in hello.tags):
+            return m.Refused(reason="a worker tag is empty"), None
+        worker = self.workers[sender] = WorkerPeer(
+            identity=sender, name=hello.name, capacity=capacity, last_seen=now, tags=frozenset(hello.tags)
+        )
+        tags = f", tags {','.join(sorted(worker.tags))}" if worker.tags else ""
+        logger.info(f"PeerRegistry: worker {hello.name} connected, capacity {capacity}{tags}")
         return welcome, worker
 
     def silent_workers(self, now: float) -> list[WorkerPeer]:
