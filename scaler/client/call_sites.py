@@ -20,14 +20,17 @@ from scaler.protocol import messages as m
 from scaler.protocol.serializer import DefaultSerializer, Serializer
 from scaler.protocol.task_signature import TaskSignature
 from scaler.utility.identifiers import content_object_id
+from scaler.utility.tags import NO_TAGS, Tags
 
 # Functions (and signatures, shapes, graph wrappers) remembered.
 _CACHE_SIZE = 1024
 
 
 class CallSites:
-    def __init__(self, connection: ClientConnection, serializer: Serializer) -> None:
+    def __init__(self, connection: ClientConnection, serializer: Serializer, wait_for_tags_ms: int = 0) -> None:
         self._connection = connection
+        # TaskGroup.waitForTagsMs of every tagged task this client sends.
+        self._wait_for_tags_ms = wait_for_tags_ms
         self._serializer = serializer
         # The object holding a custom serializer, sent once before the first payload it made; b"": the default.
         self._serializer_payload = b"" if type(serializer) is DefaultSerializer else cloudpickle.dumps(serializer)
@@ -84,17 +87,21 @@ class CallSites:
             self._function_ids.clear()
 
     def signature(
-        self, function_id: bytes, width: int, keywords: tuple[str, ...], depth: int, profiling: bool
+        self, function_id: bytes, width: int, keywords: tuple[str, ...], depth: int, profiling: bool,
+        tags: Tags = NO_TAGS,
     ) -> TaskSignature:
-        """One TaskSignature object per distinct signature, so that grouping compares identities."""
-        key = (function_id, width, keywords, depth, profiling)
+        """One TaskSignature object per distinct signature, so that grouping compares identities.
+
+        `tags` are sorted and without repeats (scaler.utility.tags.checked_tags)."""
+        key = (function_id, width, keywords, depth, profiling, tags)
         signature = self._signatures.get(key)
         if signature is None:
             if len(self._signatures) >= _CACHE_SIZE:
                 self._signatures.clear()
             signature = self._signatures[key] = TaskSignature(
                 function_id=function_id, args_per_task=width, keywords=keywords, serializer_id=self.serializer_id,
-                nesting_depth=depth, profiling=profiling,
+                nesting_depth=depth, profiling=profiling, required_tags=tags,
+                wait_for_tags_ms=self._wait_for_tags_ms if tags else 0,
             )
         return signature
 
