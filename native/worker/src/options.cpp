@@ -49,7 +49,7 @@ std::string usage() {
   return "usage: scaler_native_worker [options] address\n"
          "\n"
          "Run one native Scaler worker: it runs the native functions it was built with\n"
-         "(PROTOCOL.md section 16) for clients that submit them with scaler.native.\n"
+         "(PROTOCOL.md section 16) for clients that submit them with scaler.native(name).\n"
          "\n"
          "options:\n"
          "  -h, --help                           show this help message and exit\n"
