@@ -8,6 +8,7 @@ from scaler.client.future import ScalerFuture
 from scaler.client.object_reference import ObjectReference
 from scaler.cluster.cluster import Cluster
 from scaler.cluster.combo import SchedulerClusterCombo
+from scaler.native_tasks import NeutralSerializer, native
 from scaler.protocol.serializer import Serializer
 
 try:  # registers joblib's "scaler" backend when joblib is installed (lazily: see scaler/compat/joblib)
@@ -18,12 +19,14 @@ except ImportError:
 __all__ = [
     "Client",
     "Cluster",
+    "NeutralSerializer",
     "ObjectReference",
     "ScalerFuture",
     "SchedulerClusterCombo",
     "Serializer",
     "__version__",
     "get",
+    "native",
 ]
 
 

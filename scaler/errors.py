@@ -54,6 +54,13 @@ class TaskRejectedError(ScalerError):
     """The scheduler refused the task (malformed, unknown function, or its queue is full)."""
 
 
+class NoCapableWorkerError(TaskRejectedError):
+    """No connected worker had every tag the task requires (`tags=`) within `Client(wait_for_tags_seconds=...)`.
+
+    The message names the tags the task required and those the connected workers had.
+    """
+
+
 class PayloadTooLargeError(ScalerError, ValueError):
     """An argument, object, function or result is larger than the scheduler accepts (--max-message-size-bytes)."""
 

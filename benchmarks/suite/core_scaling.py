@@ -98,7 +98,7 @@ class Simulation:
         core = self.core
         return {
             "task_records": len(core.tasks.records),
-            "unassigned_queue_entries": len(core.tasks.queue),
+            "unassigned_queue_entries": core.tasks.queue_entries(),
             "dependency_entries": len(core.graph.dependents),
             "assigned_on_workers": sum(len(worker.assigned) for worker in core.workers()),
             "client_task_ids": sum(len(client.task_ids) for client in core.peers.clients.values()),

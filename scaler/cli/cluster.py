@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import signal
@@ -35,6 +36,7 @@ from scaler.utility.ignored_settings import (
 from scaler.utility.parent_watch import exit_with_parent_pid, parent_is_gone
 from scaler.utility.readiness import FAILED, REGISTERED, ReadinessReporter
 from scaler.utility.setting_rules import BYTES_OR_OFF, POSITIVE_SECONDS, argument_type
+from scaler.utility.tags import checked_tags
 from scaler.worker.config import WorkerConfig
 
 logger = logging.getLogger(__name__)
@@ -75,6 +77,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--worker-names", "-wn", type=str, default=None,
         help="comma-separated worker names, one per worker; when not given, host name and index",
     )
+    parser.add_argument(
+        "--tags", type=str, default="", dest="tag_list",
+        help="comma-separated capabilities of these workers, e.g. gpu,fast: tasks submitted with tags={'gpu'} run "
+        "only on workers that have every tag they require (the workers always have 'python' too)",
+    )
     add_settings(parser, WorkerConfig, _SETTINGS)
     add_ignored_option(
         parser, GARBAGE_COLLECT_INTERVAL_SECONDS, "--garbage-collect-interval-seconds", "-gc",
@@ -103,7 +110,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         if not all(names):
             parser.error("argument --worker-names/-wn: a worker name is empty")
     check_curve_keys(parser, PeerKeys.resolve, args.curve_server_key, args.curve_secret_key)
-    template = config_from_arguments(WorkerConfig, args)
+    try:
+        tags = checked_tags([tag.strip() for tag in args.tag_list.split(",")] if args.tag_list else [], "--tags")
+    except (TypeError, ValueError) as error:
+        parser.error(f"argument --tags: {error}")
+    template = dataclasses.replace(config_from_arguments(WorkerConfig, args), tags=tags)
     start_logging(parser, args)
     sys.exit(run_cluster(Cluster(template, names), reporter))
 

@@ -16,18 +16,22 @@ from scaler.client.arguments import function_name, serialization_error
 from scaler.client.call_check import CallShape, call_shape
 from scaler.client.connection import ClientConnection
 from scaler.client.graph import TemplateCall
+from scaler.native_tasks import NativeFunction
 from scaler.protocol import messages as m
 from scaler.protocol.serializer import DefaultSerializer, Serializer
 from scaler.protocol.task_signature import TaskSignature
 from scaler.utility.identifiers import content_object_id
+from scaler.utility.tags import NATIVE_TAG, NO_TAGS, PYTHON_TAG, Tags
 
 # Functions (and signatures, shapes, graph wrappers) remembered.
 _CACHE_SIZE = 1024
 
 
 class CallSites:
-    def __init__(self, connection: ClientConnection, serializer: Serializer) -> None:
+    def __init__(self, connection: ClientConnection, serializer: Serializer, wait_for_tags_ms: int = 0) -> None:
         self._connection = connection
+        # TaskGroup.waitForTagsMs of every tagged task this client sends.
+        self._wait_for_tags_ms = wait_for_tags_ms
         self._serializer = serializer
         # The object holding a custom serializer, sent once before the first payload it made; b"": the default.
         self._serializer_payload = b"" if type(serializer) is DefaultSerializer else cloudpickle.dumps(serializer)
@@ -38,6 +42,8 @@ class CallSites:
         self._call_shapes: dict[int, tuple[Callable, CallShape | None]] = {}
         self._template_calls: dict[int, TemplateCall] = {}
         self._signatures: dict[tuple, TaskSignature] = {}
+        # Functions that are native stand-ins (scaler.native): their tasks require "native", all others "python".
+        self._native_function_ids: set[bytes] = set()
         self._lock = threading.Lock()
 
     def function_id(self, fn: Callable[..., Any]) -> bytes:
@@ -55,6 +61,8 @@ class CallSites:
         self._connection.limits.check_payload(payload, f"function {getattr(fn, '__qualname__', '')!r}")
         function_id = content_object_id(payload)
         with self._lock:
+            if isinstance(fn, NativeFunction):
+                self._native_function_ids.add(function_id)
             self._function_ids[key] = (fn, function_id)
             if len(self._function_ids) > _CACHE_SIZE:
                 self._function_ids.popitem(last=False)
@@ -84,17 +92,25 @@ class CallSites:
             self._function_ids.clear()
 
     def signature(
-        self, function_id: bytes, width: int, keywords: tuple[str, ...], depth: int, profiling: bool
+        self, function_id: bytes, width: int, keywords: tuple[str, ...], depth: int, profiling: bool,
+        tags: Tags = NO_TAGS,
     ) -> TaskSignature:
-        """One TaskSignature object per distinct signature, so that grouping compares identities."""
-        key = (function_id, width, keywords, depth, profiling)
+        """One TaskSignature object per distinct signature, so that grouping compares identities.
+
+        `tags` are the caller's, sorted and without repeats (scaler.utility.tags.checked_tags); the tasks also
+        require the tag of the workers that can run their function at all: "native" for a native stand-in
+        (scaler.native), "python" for any other function. So a mixed cluster needs no tags from its users."""
+        key = (function_id, width, keywords, depth, profiling, tags)
         signature = self._signatures.get(key)
         if signature is None:
+            runs_on = NATIVE_TAG if function_id in self._native_function_ids else PYTHON_TAG
+            tags = tags if runs_on in tags else tuple(sorted((runs_on, *tags)))
             if len(self._signatures) >= _CACHE_SIZE:
                 self._signatures.clear()
             signature = self._signatures[key] = TaskSignature(
                 function_id=function_id, args_per_task=width, keywords=keywords, serializer_id=self.serializer_id,
-                nesting_depth=depth, profiling=profiling,
+                nesting_depth=depth, profiling=profiling, required_tags=tags,
+                wait_for_tags_ms=self._wait_for_tags_ms if tags else 0,
             )
         return signature
 

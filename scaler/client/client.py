@@ -29,6 +29,7 @@ from scaler.utility.blocking import client_nesting_depth, waiting_for_tasks
 from scaler.utility.curve import PeerKeys
 from scaler.utility.identifiers import random_object_id
 from scaler.utility.setting_rules import POSITIVE_SECONDS
+from scaler.utility.tags import NO_TAGS, Tags, checked_tags, wait_for_tags_ms
 from scaler.utility.zmq_config import zmq_address_text
 
 DEFAULT_TIMEOUT_SECONDS = 60.0
@@ -56,6 +57,7 @@ class Client:
         profiling: bool = False,
         curve_server_key: str | None = None,
         curve_secret_key: str | None = None,
+        wait_for_tags_seconds: float | None = None,
     ) -> None:
         address = zmq_address_text(address)  # ValueError, here, for anything but tcp://, ipc:// or inproc://
         if serializer is not None and not isinstance(serializer, Serializer):
@@ -67,6 +69,9 @@ class Client:
                 POSITIVE_SECONDS.check(value)
             except (TypeError, ValueError) as error:
                 raise ValueError(f"{setting_name} {error}") from None
+        # ValueError, here: how long a task requiring tags may wait while no connected worker has them.
+        tag_wait_ms = wait_for_tags_ms(wait_for_tags_seconds)
+        self._wait_for_tags_seconds = wait_for_tags_seconds
         self._address = address
         self._serializer: Serializer = serializer if serializer is not None else DefaultSerializer()
         self._timeout_seconds = timeout_seconds
@@ -78,7 +83,7 @@ class Client:
         curve_keys = PeerKeys.resolve(curve_server_key, curve_secret_key)
         self._connection = ClientConnection(address, name, timeout_seconds, heartbeat_interval_seconds, curve_keys)
         self._connection.connect()
-        self._call_sites = CallSites(self._connection, self._serializer)
+        self._call_sites = CallSites(self._connection, self._serializer, tag_wait_ms)
         self._shared_arguments = SharedArguments(self._connection.send_object, self._connection.send_message)
         # Whoever forgets to disconnect still gets the I/O thread stopped when the client is collected.
         self._finalizer = weakref.finalize(self, self._connection.close)
@@ -96,6 +101,7 @@ class Client:
         return _reconnect, (ClientSettings(
             address=self._address, serializer=self._serializer, timeout_seconds=self._timeout_seconds,
             heartbeat_interval_seconds=self._heartbeat_interval_seconds, name=self._name, profiling=self._profiling,
+            wait_for_tags_seconds=self._wait_for_tags_seconds,
             curve_server_key=self._curve_key_options[0], curve_secret_key=self._curve_key_options[1],
         ),)
 
@@ -116,18 +122,22 @@ class Client:
     # ------------------------------------------------------------------------------------------ tasks
 
     def submit(
-        self, fn: Callable[..., Any], /, *args: Any, profiling: bool | None = None, **kwargs: Any
+        self, fn: Callable[..., Any], /, *args: Any, profiling: bool | None = None,
+        tags: Iterable[str] | None = None, **kwargs: Any,
     ) -> ScalerFuture:
         """Run `fn(*args, **kwargs)` on the cluster; returns a future of its result.
 
         `profiling=True` (or `Client(profiling=True)`) measures the call: see `future.profiling_info()`.
-        The keyword is taken by submit itself, so it never reaches `fn`. Raises TypeError here when `fn`'s
+        `tags={"gpu"}` runs it only on a worker started with those tags (`scaler_cluster --tags gpu`); while
+        no connected worker has them it waits (see `Client(wait_for_tags_seconds=...)`). Both keywords are
+        taken by submit itself, so they never reach `fn`. Raises TypeError here when `fn`'s
         signature cannot take the arguments, SerializationError when one of them (or `fn`) cannot be serialized.
         """
         connection = self._connection
         connection.check_open()
         if not callable(fn):
             raise TypeError(f"submit() needs a callable as its first argument, got {type(fn).__name__}")
+        required_tags = checked_tags(tags, "submit()") if tags is not None else NO_TAGS
         call_sites = self._call_sites
         shape = call_sites.call_shape(fn)
         if shape is not None and not (shape.fits_call(len(args), kwargs) if kwargs else shape.fits(len(args))):
@@ -153,7 +163,9 @@ class Client:
                 raise serialization_error(f"{what} of {function_name(fn)}", failure.__cause__) from failure.__cause__
             profiled = self._profiling if profiling is None else profiling
             function_id = call_sites.function_id(fn)
-            signature = call_sites.signature(function_id, len(payloads), keywords, client_nesting_depth(), profiled)
+            signature = call_sites.signature(
+                function_id, len(payloads), keywords, client_nesting_depth(), profiled, required_tags
+            )
             task_id = connection.next_task_id()
             future = ScalerFuture(task_id, connection, self._serializer)
             connection.submit_task(signature, task_id, payloads, future, object_positions)
@@ -180,8 +192,13 @@ class Client:
         self._connection.wake()
         return reference
 
-    def map(self, fn: Callable[..., Any], iterable: Iterable[tuple], *, progress: bool = False) -> list[Any]:
+    def map(
+        self, fn: Callable[..., Any], iterable: Iterable[tuple], *, progress: bool = False,
+        tags: Iterable[str] | None = None,
+    ) -> list[Any]:
         """Run `fn(*args)` for every tuple of arguments; returns the results in order.
+
+        `tags` as for `submit`: every call runs only on workers that have them all.
 
         The function is serialized once for the whole call, and so is an argument object found in
         several tuples (the same object, `is`): sent once if large, and deleted when the map is over.
@@ -193,6 +210,7 @@ class Client:
         connection.check_open()
         if not callable(fn):
             raise TypeError(f"map() needs a callable as its first argument, got {type(fn).__name__}")
+        required_tags = checked_tags(tags, "map()")
         shape = self._call_sites.call_shape(fn)
         function_id = self._call_sites.function_id(fn)
         argument_tuples = list(iterable)
@@ -201,7 +219,7 @@ class Client:
         collector = MapCollector(connection.reserve_task_ids(len(argument_tuples)), len(argument_tuples))
         try:
             try:
-                self._submit_map(fn, shape, function_id, argument_tuples, collector, repeated)
+                self._submit_map(fn, shape, function_id, argument_tuples, collector, repeated, required_tags)
             except BaseException:
                 # A bad argument further on (too large, not a tuple): the tasks already queued are not wanted.
                 self._forget_and_cancel(collector.task_ids)
@@ -231,7 +249,7 @@ class Client:
 
     def _submit_map(
         self, fn: Callable[..., Any], shape: CallShape | None, function_id: bytes, argument_tuples: list[tuple],
-        collector: MapCollector, repeated: RepeatedArguments,
+        collector: MapCollector, repeated: RepeatedArguments, tags: Tags,
     ) -> None:
         """Queue the tasks of a map in chunks; a chunk ends early where the number of arguments changes."""
         connection = self._connection
@@ -269,12 +287,13 @@ class Client:
                         failure.__cause__,
                     ) from failure.__cause__
                 end += 1
-            signature = self._call_sites.signature(function_id, width, (), depth, self._profiling)
+            signature = self._call_sites.signature(function_id, width, (), depth, self._profiling, tags)
             connection.submit_tasks(signature, task_ids[start:end], chunk_args, collector, object_positions)
             start = end
 
     def get(
-        self, graph: dict, keys: Any, block: bool = True, *, progress: bool = False, order: Order = None
+        self, graph: dict, keys: Any, block: bool = True, *, progress: bool = False, order: Order = None,
+        tags: Iterable[str] | None = None,
     ) -> dict[Hashable, Any]:
         """Compute the requested keys of a task graph; the whole graph goes to the scheduler at once.
 
@@ -293,13 +312,15 @@ class Client:
         `order` picks the topological ordering (see `plan_graph`): None, the pure-Python depth-first
         walk (the default, and the fastest measured); "python", Kahn's algorithm; "graphblas", sparse
         matrix products from the optional `graphblas` extra (python-graphblas).
+        `tags` as for `submit`: every task of the graph runs only on workers that have them all.
         """
         self._connection.check_open()
+        required_tags = checked_tags(tags, "get()")
         requested = list(keys) if isinstance(keys, (list, set)) else [keys]
         plan = plan_graph(graph, requested, order=order)
         futures = submit_graph(
             plan.calls, set(plan.targets.values()), self._call_sites, self._connection, self._serializer,
-            self._profiling,
+            self._profiling, required_tags,
         )
         outcome: dict[Hashable, Any] = {}
         for key in requested:
@@ -368,6 +389,7 @@ class ClientSettings:
     profiling: bool = False
     curve_server_key: str | None = None
     curve_secret_key: str | None = None
+    wait_for_tags_seconds: float | None = None
 
     def reuse_key(self) -> tuple:
         """Settings equal but for the serializer instance (each unpickling makes a new one) share a client."""
@@ -396,5 +418,6 @@ def _reconnect(settings: ClientSettings) -> Client:
                 profiling=settings.profiling,
                 curve_server_key=settings.curve_server_key,
                 curve_secret_key=settings.curve_secret_key,
+                wait_for_tags_seconds=settings.wait_for_tags_seconds,
             )
         return client

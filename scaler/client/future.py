@@ -12,6 +12,7 @@ import cloudpickle
 from scaler.client.profiling import ProfilingInfo
 from scaler.client.task_warnings import issue_task_warnings
 from scaler.errors import (
+    NoCapableWorkerError,
     RemoteTaskError,
     RemoteTraceback,
     SerializationError,
@@ -217,6 +218,8 @@ def exception_from_failure(failure: m.TaskFailure) -> BaseException:
             error.__cause__ = RemoteTraceback(failure.traceback)
         return error
     if kind == m.FailureKind.REJECTED:
+        if failure.type_name == NoCapableWorkerError.__name__:
+            return NoCapableWorkerError(failure.message)
         return TaskRejectedError(failure.message)
     return RemoteTaskError(failure.type_name or kind.name, failure.message)
 

@@ -20,11 +20,12 @@ from scaler.protocol import messages as m
 from scaler.protocol.serializer import Serializer
 from scaler.protocol.task_signature import TaskSignature
 from scaler.utility.blocking import client_nesting_depth
+from scaler.utility.tags import NO_TAGS, Tags
 
 
 def submit_graph(
     calls: list[PlannedCall], wanted: set[Hashable], call_sites: CallSites, connection: ClientConnection,
-    serializer: Serializer, profiling: bool,
+    serializer: Serializer, profiling: bool, tags: Tags = NO_TAGS,
 ) -> dict[Hashable, ScalerFuture]:
     """Queue the planned calls as one submission; returns a future per wanted task key.
 
@@ -34,7 +35,9 @@ def submit_graph(
     """
     sharing = RepeatedArguments([call.arguments for call in calls], connection.send_object)
     try:
-        by_key = _submit(calls, wanted, call_sites, connection, serializer, profiling, sharing if sharing else None)
+        by_key = _submit(
+            calls, wanted, call_sites, connection, serializer, profiling, tags, sharing if sharing else None
+        )
     except BaseException:
         # Refused before anything was submitted (an argument too large): the objects sent for it go too.
         if sharing.hidden and connection.is_open:
@@ -53,7 +56,7 @@ def submit_graph(
 
 def _submit(
     calls: list[PlannedCall], wanted: set[Hashable], call_sites: CallSites, connection: ClientConnection,
-    serializer: Serializer, profiling: bool, sharing: RepeatedArguments | None,
+    serializer: Serializer, profiling: bool, tags: Tags, sharing: RepeatedArguments | None,
 ) -> dict[Hashable, ScalerFuture]:
     serialize = serializer.serialize
     task_ids = {call.key: connection.next_task_id() for call in calls}
@@ -74,7 +77,7 @@ def _submit(
             function_id = call_sites.function_id(function)
         except SerializationError as error:
             raise SerializationError(f"the task at key {call.key!r}: {error}") from error.__cause__
-        signature = call_sites.signature(function_id, len(call.arguments), (), depth, profiling)
+        signature = call_sites.signature(function_id, len(call.arguments), (), depth, profiling, tags)
         if signature is not current_signature:
             # The calls of a group share a function and a width: checking the first checks them all.
             if not isinstance(function, TemplateCall):

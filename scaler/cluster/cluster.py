@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 from scaler.errors import ClusterStartError
 from scaler.utility.ignored_settings import (
@@ -26,6 +26,7 @@ from scaler.utility.parent_watch import environment_exiting_with_this_process
 from scaler.utility.process_stop import stop_processes
 from scaler.utility.readiness import FAILED, REGISTERED, ReadinessPipe
 from scaler.utility.setting_rules import POSITIVE_SECONDS
+from scaler.utility.tags import checked_tags
 from scaler.utility.zmq_config import zmq_address_text
 from scaler.worker.config import WorkerConfig
 
@@ -74,6 +75,7 @@ class Cluster:
         *,
         address: Any = None,
         start_timeout_seconds: float = DEFAULT_START_TIMEOUT_SECONDS,
+        tags: Iterable[str] | None = None,
         **legacy_settings: Any,
     ) -> None:
         if worker_config is not None and not isinstance(worker_config, WorkerConfig):
@@ -95,6 +97,8 @@ class Cluster:
             POSITIVE_SECONDS.check(start_timeout_seconds)
         except (TypeError, ValueError) as error:
             raise type(error)(f"start_timeout_seconds {error}") from None
+        if tags is not None:  # TypeError or ValueError here for a bad tag
+            worker_config = dataclasses.replace(worker_config, tags=checked_tags(tags, "Cluster(tags=...)"))
         self._template = worker_config
         self._worker_names = list(worker_names)
         self._start_timeout_seconds = start_timeout_seconds

@@ -106,6 +106,7 @@ _READ_AS: dict[str, Callable[[Any], Any]] = {
     "list[int]": list,
     "list[bytes]": lambda values: [bytes(value) for value in values],
     "list[str]": lambda values: [str(value) for value in values],
+    "tuple[str, ...]": tuple,
     "bytes": bytes,
     "Role": lambda name: _ROLE_BY_NAME[name],
 }
@@ -222,6 +223,9 @@ def _encode_submission(builder, message: TaskSubmission, frames: list[Buffer]) -
             slot.profiling = True
         if group.report_start:
             slot.reportStart = True
+        if group.required_tags:
+            slot.requiredTags = list(group.required_tags)
+            slot.waitForTagsMs = group.wait_for_tags_ms
     if message.quiet_task_ids:
         submission.quietTaskIds = message.quiet_task_ids
 
@@ -363,6 +367,8 @@ def _decode_submission(reader, frames: _FrameTable) -> TaskSubmission:
                 nesting_depth=group.nestingDepth,
                 profiling=group.profiling,
                 report_start=group.reportStart,
+                required_tags=tuple(group.requiredTags),
+                wait_for_tags_ms=group.waitForTagsMs,
             )
         )
     return TaskSubmission(objects=objects, groups=groups, quiet_task_ids=list(reader.quietTaskIds))

@@ -55,6 +55,8 @@ class Hello:
     capacity: int = 0
     protocol_version: int = PROTOCOL_VERSION
     nesting_depth: int = 0
+    # Workers only: the capabilities it offers ("python", "native", operator tags such as "gpu").
+    tags: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(slots=True)
@@ -127,6 +129,10 @@ class TaskGroup:
     profiling: bool = False
     # The worker must say TaskStarted and hear it back before running each of these tasks.
     report_start: bool = False
+    # Only a worker whose hello tags include all of these may run the tasks; empty: any worker.
+    required_tags: tuple[str, ...] = ()
+    # > 0: fail the tasks (NoCapableWorkerError) if this long after submission no connected worker has the tags.
+    wait_for_tags_ms: int = 0
 
 
 @dataclasses.dataclass(slots=True)

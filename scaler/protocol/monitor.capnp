@@ -18,6 +18,14 @@ struct MonitorSnapshot {
   clients @7 :List(ClientStatus);
   objects @8 :ObjectUsage;
   workers @9 :List(WorkerStatus);
+  # Tasks ready to run that no connected worker may run (none has all their required tags), by tag set.
+  # They wait for such a worker to join, or fail after their own wait limit (TaskGroup.waitForTagsMs).
+  waitingForTags @10 :List(TagsWait);
+}
+
+struct TagsWait {
+  tags @0 :List(Text);             # the required tags, sorted
+  tasks @1 :UInt64;                # how many tasks requiring exactly these wait
 }
 
 struct SchedulerUsage {
@@ -73,4 +81,5 @@ struct WorkerStatus {
   # A client asked the scheduler to drain it (drainWorkers): it gets no new task, and what it had not
   # started went elsewhere; it still finishes what it runs. Safe to stop once `assigned` is 0.
   draining @15 :Bool;
+  tags @16 :List(Text);            # the capabilities from its hello, sorted
 }

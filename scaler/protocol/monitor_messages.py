@@ -73,11 +73,21 @@ class WorkerStatus:
     task_locked: bool = False
     # Sent nothing more after a drainWorkers; it still runs what it had started.
     draining: bool = False
+    # Its capabilities (hello tags), sorted.
+    tags: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def flags(self) -> str:
         """The ITL column of scaler_top, one digit per flag."""
         return "".join("1" if flag else "0" for flag in (self.processor_initialized, self.has_task, self.task_locked))
+
+
+@dataclasses.dataclass(slots=True)
+class TagsWait:
+    """Tasks ready to run that no connected worker may run: none has all of `tags`."""
+
+    tags: list[str]
+    tasks: int = 0
 
 
 @dataclasses.dataclass(slots=True)
@@ -93,6 +103,7 @@ class MonitorSnapshot:
     object_count: int = 0
     object_bytes: int = 0
     workers: list[WorkerStatus] = dataclasses.field(default_factory=list)
+    waiting_for_tags: list[TagsWait] = dataclasses.field(default_factory=list)
     feed_version: int = FEED_VERSION
 
 
@@ -160,6 +171,13 @@ def encode_snapshot(snapshot: MonitorSnapshot) -> bytes:
         slot.hasTask = worker.has_task
         slot.taskLocked = worker.task_locked
         slot.draining = worker.draining
+        if worker.tags:
+            slot.tags = list(worker.tags)
+    if snapshot.waiting_for_tags:
+        waits = builder.init("waitingForTags", len(snapshot.waiting_for_tags))
+        for slot, wait in zip(waits, snapshot.waiting_for_tags):
+            slot.tags = list(wait.tags)
+            slot.tasks = _count(wait.tasks)
     return builder.to_bytes()
 
 
@@ -223,7 +241,11 @@ def _read_snapshot(reader: Any) -> MonitorSnapshot:
                 has_task=worker.hasTask,
                 task_locked=worker.taskLocked,
                 draining=worker.draining,
+                tags=[str(tag) for tag in worker.tags],
             )
             for worker in reader.workers
+        ],
+        waiting_for_tags=[
+            TagsWait(tags=[str(tag) for tag in wait.tags], tasks=wait.tasks) for wait in reader.waitingForTags
         ],
     )

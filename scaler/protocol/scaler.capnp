@@ -50,6 +50,10 @@ struct Hello {
   pid @4 :UInt32;
   capacity @5 :UInt32;     # workers only: how many tasks it accepts at once
   nestingDepth @6 :UInt32; # clients only: 0 for an application, d + 1 inside a task of depth d
+  # Workers only: the capabilities it offers, e.g. "python" (runs Python functions), "native" (runs the
+  # functions it was built with), or any tag its operator set ("gpu"). Tasks requiring tags go only to
+  # workers that have them all (TaskGroup.requiredTags).
+  tags @7 :List(Text);
 }
 
 struct Welcome {
@@ -113,6 +117,12 @@ struct TaskGroup {
   # Set by the scheduler for tasks that were held by a worker that died: before running one, the worker
   # says taskStarted and waits for the scheduler's taskStarted back (see TaskStarted).
   reportStart @13 :Bool;
+  # Run these tasks only on a worker whose hello tags include every one of these; empty: any worker.
+  # While no connected worker has them, the tasks wait in the scheduler (shown in the monitor feed).
+  requiredTags @14 :List(Text);
+  # > 0: if after this many milliseconds from submission a task still waits and no connected worker has
+  # its requiredTags, it fails (kind rejected, typeName "NoCapableWorkerError"). 0: wait for such a worker.
+  waitForTagsMs @15 :UInt32;
 }
 
 struct TaskSubmission {

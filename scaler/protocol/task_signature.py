@@ -25,6 +25,11 @@ class TaskSignature:
     # workers run the deepest first.
     nesting_depth: int = 0
     profiling: bool = False
+    # Only workers whose tags include all of these run the tasks (TaskGroup.requiredTags).
+    # Sorted, without repeats.
+    required_tags: tuple[str, ...] = ()
+    # > 0: how long the tasks may wait for a worker with those tags (TaskGroup.waitForTagsMs).
+    wait_for_tags_ms: int = 0
 
     @classmethod
     def of_group(cls, group: TaskGroup) -> TaskSignature:
@@ -35,6 +40,8 @@ class TaskSignature:
             serializer_id=group.serializer_id,
             nesting_depth=group.nesting_depth,
             profiling=group.profiling,
+            required_tags=tuple(sorted(set(group.required_tags))) if group.required_tags else (),
+            wait_for_tags_ms=group.wait_for_tags_ms,
         )
 
     def new_group(self, report_start: bool = False) -> TaskGroup:
@@ -49,4 +56,6 @@ class TaskSignature:
             nesting_depth=self.nesting_depth,
             profiling=self.profiling,
             report_start=report_start,
+            required_tags=self.required_tags,
+            wait_for_tags_ms=self.wait_for_tags_ms,
         )

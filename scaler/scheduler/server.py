@@ -78,6 +78,7 @@ class SchedulerServer:
             object_count=status.object_count,
             object_bytes=status.object_bytes,
             workers=status.workers,
+            waiting_for_tags=status.waiting_for_tags,
         )
 
     def stop(self) -> None:

@@ -82,6 +82,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("queued", "d", lambda w: str(w.queued), lambda w: w.queued),
     Column("lag", "l", lambda w: format_latency(w.latency_us), lambda w: w.latency_us),
     Column("ITL", None, lambda w: w.flags),
+    Column("tags", None, lambda w: ",".join(w.tags)),
 )
 
 DEFAULT_SORT = "cpu"
@@ -110,6 +111,11 @@ def render(snapshot: MonitorSnapshot | None, sort_by: str, address: str, seconds
     emphasized.add(len(lines))
     panels = _panels(snapshot)
     lines.extend(panels)
+    if snapshot.waiting_for_tags:
+        # Tasks no connected worker may run: the operator's cue to start a worker with those tags.
+        lines.append("waiting for a worker with tags: " + "; ".join(
+            f"{{{', '.join(wait.tags)}}} {format_count(wait.tasks)}" for wait in snapshot.waiting_for_tags
+        ))
     lines.append("-" * max(len(line) for line in panels))
     lines.append(SHORTCUTS_LINE)
     lines.append("")

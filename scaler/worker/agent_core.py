@@ -30,6 +30,7 @@ import cloudpickle
 
 from scaler.errors import MemoryLimitError, TaskTimeoutError
 from scaler.protocol import messages as m
+from scaler.utility.tags import PYTHON_TAG
 from scaler.worker.agent_actions import (
     Action,
     Exit,
@@ -52,7 +53,8 @@ class WorkerAgentCore:
         self._config = config
         self._name = name
         self._hello = m.Hello(
-            role=m.Role.WORKER, name=name, hostname=hostname, pid=pid, capacity=config.task_queue_size
+            role=m.Role.WORKER, name=name, hostname=hostname, pid=pid, capacity=config.task_queue_size,
+            tags=tuple(sorted({PYTHON_TAG, *config.tags})),
         )
         self._running_tasks = running_tasks
         self._out: list[Action] = []

@@ -20,6 +20,7 @@ from scaler.utility.setting_rules import (
     check_settings,
     setting,
 )
+from scaler.utility.tags import checked_tags
 from scaler.utility.zmq_config import parse_zmq_address
 
 
@@ -44,8 +45,12 @@ class WorkerConfig:
     # A library default: a program that starts workers from Python is not flooded (the command line says INFO).
     logging_level: str = "WARNING"
     logging_config_file: str | None = None
+    # Capabilities the operator gives this worker (`--tags gpu,fast`): tasks requiring them may run here.
+    # Its hello adds "python" (it runs Python functions) to these.
+    tags: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        self.tags = checked_tags(self.tags, "worker tags")
         if self.address:  # empty only for the template that holds the defaults the command line shows
             parse_zmq_address(self.address)
         check_settings(self)

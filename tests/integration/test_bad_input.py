@@ -71,8 +71,10 @@ class RawPeer:
         assert isinstance(message, kind), f"expected {kind.__name__}, got {message!r}"
         return message
 
-    def hello(self, role: m.Role = m.Role.CLIENT, capacity: int = 0) -> m.Welcome:
-        self.send(m.Hello(role=role, name=f"raw-{role.name.lower()}", hostname="test", pid=1, capacity=capacity))
+    def hello(self, role: m.Role = m.Role.CLIENT, capacity: int = 0, tags: tuple[str, ...] = ()) -> m.Welcome:
+        self.send(m.Hello(
+            role=role, name=f"raw-{role.name.lower()}", hostname="test", pid=1, capacity=capacity, tags=tags
+        ))
         welcome = self.expect(m.Welcome)
         assert welcome.protocol_version == m.PROTOCOL_VERSION
         if role == m.Role.CLIENT:
@@ -468,7 +470,7 @@ def test_misbehaving_worker_does_not_lose_a_clients_tasks(
 ) -> None:
     """A fake worker takes a share of a map, answers with garbage and bogus results, then leaves."""
     worker = raw_peers("bad-worker")
-    worker.hello(role=m.Role.WORKER, capacity=1000)
+    worker.hello(role=m.Role.WORKER, capacity=1000, tags=("python",))  # a Python worker, as far as it says
     arguments = [(i, 5) for i in range(60)]
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
         mapped = pool.submit(client.map, operator.mul, arguments)

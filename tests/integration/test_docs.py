@@ -34,8 +34,9 @@ NOT_RUN = {"bash", "console", "text"}
 
 # (document relative to the repository, first line of the block) of every block fenced as a fragment.
 FRAGMENTS: set[tuple[str, str]] = {
-    # needs a built native worker next to a scheduler: tests/integration/test_native_worker.py runs the same calls
-    ("README.md", "# with the scheduler and the native worker above"),
+    # needs a built native worker and a Python worker next to a scheduler: tests/integration/test_mixed_cluster.py
+    # runs the same calls and graph
+    ("README.md", "# with the scheduler, a Python worker and the native worker above"),
 }
 
 BLOCK_SECONDS = 180

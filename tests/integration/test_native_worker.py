@@ -1,8 +1,7 @@
 """End to end: the Python scheduler and client with native workers (native/worker/) running neutral tasks.
 
-Until the scheduler routes tasks by capability (issue 16), a native task sent to a Python worker would
-fail there, so this cluster has native workers only; the Python worker is tested against the same
-protocol in tests/protocol/.
+Clusters of native workers only, and Python workers reading the neutral encoding; clusters of both kinds
+running one mixed graph are in test_mixed_cluster.py.
 """
 
 from __future__ import annotations
@@ -10,65 +9,22 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import signal
-import subprocess
-import sys
 from typing import Iterator
 
 import pytest
 
 from scaler import Client, SchedulerClusterCombo
-from scaler.errors import RemoteTaskError, SerializationError
+from scaler.errors import NoCapableWorkerError, RemoteTaskError, SerializationError
 from scaler.native_tasks import NeutralSerializer, native
-from tests.conftest import child_python_environment
+from tests.integration.process_cluster import ProcessCluster
 from tests.native_worker import BUILD_TIMEOUT_SECONDS, native_worker_executable
-from tests.protocol.conftest import free_tcp_address
 
 RESULT_SECONDS = 60.0
-STOP_SECONDS = 10.0
-
-
-class NativeCluster:
-    """A scheduler process and native worker processes; every one is stopped at the end."""
-
-    def __init__(self, executable: str, log_dir: str) -> None:
-        self.address = free_tcp_address()
-        self._executable = executable
-        self._log_dir = log_dir
-        self.processes: list[subprocess.Popen] = []
-        # Dead workers are noticed within seconds, so a killed one's tasks move on quickly.
-        self.scheduler = self._start("scheduler", [
-            sys.executable, "-m", "scaler.cli.scheduler", self.address, "--worker-timeout-seconds", "2",
-            "--heartbeat-interval-seconds", "0.5", "--logging-level", "INFO",
-        ])
-
-    def add_worker(self, name: str) -> subprocess.Popen:
-        return self._start(name, [self._executable, self.address, "--worker-name", name, "--exit-with-parent"])
-
-    def _start(self, name: str, command: list[str]) -> subprocess.Popen:
-        with open(os.path.join(self._log_dir, f"{name}.log"), "wb") as log:
-            process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                       env=child_python_environment())
-        self.processes.append(process)
-        return process
-
-    def stop(self) -> None:
-        for process in self.processes:
-            if process.poll() is None:
-                process.terminate()
-        for process in self.processes:
-            try:
-                process.wait(timeout=STOP_SECONDS)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        for name in sorted(os.listdir(self._log_dir)):
-            with open(os.path.join(self._log_dir, name), errors="replace") as log:
-                print(f"---- {name} ----\n{log.read()}")
 
 
 @pytest.fixture
-def native_cluster(tmp_path: str) -> Iterator[NativeCluster]:
-    cluster = NativeCluster(native_worker_executable(), str(tmp_path))
+def native_cluster(tmp_path: str) -> Iterator[ProcessCluster]:
+    cluster = ProcessCluster(native_worker_executable(), str(tmp_path))
     try:
         yield cluster
     finally:
@@ -76,7 +32,7 @@ def native_cluster(tmp_path: str) -> Iterator[NativeCluster]:
 
 
 @pytest.mark.timeout(120 + BUILD_TIMEOUT_SECONDS)
-def test_neutral_tasks_submit_map_and_graph(native_cluster: NativeCluster) -> None:
+def test_neutral_tasks_submit_map_and_graph(native_cluster: ProcessCluster) -> None:
     native_cluster.add_worker("native-1")
     with Client(address=native_cluster.address, serializer=NeutralSerializer(), timeout_seconds=30) as client:
         assert client.submit(native("add"), 1, 2).result(timeout=RESULT_SECONDS) == 3
@@ -99,7 +55,7 @@ def test_neutral_tasks_submit_map_and_graph(native_cluster: NativeCluster) -> No
 
 
 @pytest.mark.timeout(120 + BUILD_TIMEOUT_SECONDS)
-def test_no_task_is_lost_when_a_native_worker_is_killed(native_cluster: NativeCluster) -> None:
+def test_no_task_is_lost_when_a_native_worker_is_killed(native_cluster: ProcessCluster) -> None:
     """Two native workers share 200 tasks; one is SIGKILLed once some results are in. The scheduler notices
     the silence, hands the dead worker's tasks to the other one, and every task ends with its own result."""
     victim = native_cluster.add_worker("native-victim")
@@ -122,13 +78,15 @@ def test_no_task_is_lost_when_a_native_worker_is_killed(native_cluster: NativeCl
 
 def test_python_workers_read_the_neutral_encoding() -> None:
     """The other half of a mixed graph (PROTOCOL.md §16): with python_objects=True a Python function travels
-    inside the neutral encoding, reads neutral arguments and returns a neutral result. A native function that
-    lands on a Python worker (no capability routing yet) fails with a clear TypeError."""
+    inside the neutral encoding, reads neutral arguments and returns a neutral result. A native function is
+    never sent to a Python worker: with no native worker connected it waits, here until the client's limit."""
     with SchedulerClusterCombo(n_workers=1, logging_level="WARNING") as cluster:
         serializer = NeutralSerializer(python_objects=True)
-        with Client(address=cluster.get_address(), serializer=serializer, timeout_seconds=30) as client:
+        with Client(
+            address=cluster.get_address(), serializer=serializer, timeout_seconds=30, wait_for_tags_seconds=1
+        ) as client:
             assert client.submit(lambda x: x + 1, 41).result(timeout=RESULT_SECONDS) == 42
             graph = {"a": [1, 2, 3], "b": (sum, "a"), "c": (lambda total: {"total": total}, "b")}
             assert client.get(graph, keys=["c"]) == {"c": {"total": 6}}
-            with pytest.raises(TypeError, match="runs on a native worker only"):
+            with pytest.raises(NoCapableWorkerError, match="native"):
                 client.submit(native("add"), 1, 2).result(timeout=RESULT_SECONDS)

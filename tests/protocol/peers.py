@@ -97,11 +97,14 @@ def start_worker(
     capacity: int = 1000,
     heartbeat_interval: float = 2.0,
     death_timeout: float = 300.0,
+    tags: str | None = None,
 ) -> PeerProcess:
     command = implementation.command() + [
         address, "--worker-name", name, "--per-worker-task-queue-size", str(capacity),
         "--heartbeat-interval", f"{heartbeat_interval:g}", "--death-timeout-seconds", f"{death_timeout:g}",
     ]
+    if tags is not None:
+        command += ["--tags", tags]
     return PeerProcess(command, log_path)
 
 

@@ -21,6 +21,7 @@ def main() -> None:
     parser.add_argument("--heartbeat-interval", type=float, default=2.0)
     parser.add_argument("--death-timeout-seconds", type=float, default=300.0)
     parser.add_argument("--logging-level", default="INFO")
+    parser.add_argument("--tags", default="")
     arguments = parser.parse_args()
     config = WorkerConfig(
         address=arguments.address,
@@ -30,6 +31,7 @@ def main() -> None:
         death_timeout_seconds=arguments.death_timeout_seconds,
         logging_level=arguments.logging_level,
         logging_paths=("/dev/stdout",),
+        tags=tuple(arguments.tags.split(",")) if arguments.tags else (),
     )
     command = [sys.executable, "-m", "scaler.worker.agent", json.dumps(dataclasses.asdict(config))]
     # As a Cluster starts it: the agent exits with the process that started us (the test session).

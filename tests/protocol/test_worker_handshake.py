@@ -9,6 +9,7 @@ import signal
 
 from tests.protocol import wire
 from tests.protocol.conftest import StartWorker, Worker
+from tests.protocol.dialects import Dialect
 from tests.protocol.fake_scheduler import FakeScheduler
 
 EXIT_SECONDS = 30.0
@@ -25,6 +26,17 @@ def test_hello_comes_first_and_says_worker_version_and_capacity(start: StartWork
     assert hello.get("name") == "hello-test"
     assert hello.get("pid", 0) > 0 and hello.get("hostname")
     assert link.identity
+
+
+def test_hello_advertises_the_operators_tags_and_the_payloads_it_reads(
+    start: StartWorker, scheduler: FakeScheduler, dialect: Dialect
+) -> None:
+    """§4, §16: hello.tags holds every --tags tag, and "native" (neutral payloads) or "python" (the Python
+    client's): the scheduler sends a worker only tasks whose required tags it has."""
+    start(name="tags-test", tags="gpu,fast")
+    hello = scheduler.accept().hello.fields
+    own = "python" if dialect.name == "python" else "native"
+    assert sorted(hello.get("tags", [])) == sorted({"gpu", "fast", own})
 
 
 def test_two_workers_have_different_identities(start: StartWorker, scheduler: FakeScheduler) -> None:

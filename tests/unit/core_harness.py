@@ -72,6 +72,8 @@ class SimWorker:
     received_task_ids: list = dataclasses.field(default_factory=list)
     objects: dict = dataclasses.field(default_factory=dict)
     max_pending_seen: int = 0
+    # Its hello tags: the harness checks that it is never handed a task requiring others.
+    tags: frozenset = frozenset()
 
     def submissions(self) -> list[m.TaskSubmission]:
         return [message for message in self.inbox if isinstance(message, m.TaskSubmission)]
@@ -126,6 +128,7 @@ class SimulatedCluster:
                 worker.objects[item.object_id] = item.payload
             for group in message.groups:
                 assert group.function_id in worker.objects, "task sent before its function object"
+                assert worker.tags.issuperset(group.required_tags), "task sent to a worker without its tags"
                 for task_id in group.task_ids:
                     worker.pending[task_id] = group.function_id
                     worker.received_task_ids.append(task_id)
@@ -153,10 +156,12 @@ class SimulatedCluster:
         assert isinstance(client.inbox[-1], m.Welcome), client.inbox
         return client
 
-    def add_worker(self, capacity: int = 10, identity: bytes | None = None) -> SimWorker:
+    def add_worker(
+        self, capacity: int = 10, identity: bytes | None = None, tags: Iterable[str] = ()
+    ) -> SimWorker:
         identity = identity or b"worker-%d" % len(self.workers)
-        worker = self.workers[identity] = SimWorker(identity=identity, capacity=capacity)
-        self.send(identity, m.Hello(role=m.Role.WORKER, name=identity.decode(), capacity=capacity))
+        worker = self.workers[identity] = SimWorker(identity=identity, capacity=capacity, tags=frozenset(tags))
+        self.send(identity, m.Hello(role=m.Role.WORKER, name=identity.decode(), capacity=capacity, tags=tuple(tags)))
         assert any(isinstance(message, m.Welcome) for message in worker.inbox), worker.inbox
         return worker
 
@@ -181,6 +186,8 @@ class SimulatedCluster:
         args_per_task: int = 1,
         send_object: bool | None = None,
         task_ids: list[int] | None = None,
+        tags: Iterable[str] = (),
+        wait_for_tags_ms: int = 0,
     ) -> list[int]:
         function_id = content_object_id(function_payload)
         task_ids = task_ids if task_ids is not None else client.next_task_ids(count)
@@ -194,6 +201,8 @@ class SimulatedCluster:
             keywords=(),
             task_ids=list(task_ids),
             args=[b"arg-%d-%d" % (task_id, index) for task_id in task_ids for index in range(args_per_task)],
+            required_tags=tuple(tags),
+            wait_for_tags_ms=wait_for_tags_ms,
         )
         self.send(client.identity, m.TaskSubmission(objects=objects, groups=[group]))
         return list(task_ids)

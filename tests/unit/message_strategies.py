@@ -25,6 +25,8 @@ LARGE_PAYLOAD = b"L" * m.LARGE_PAYLOAD_BYTES
 PAYLOADS = st.one_of(SMALL_BYTES, st.none().map(lambda _: LARGE_PAYLOAD))  # map: keeps the repr short
 
 ROLES = st.sampled_from(list(m.Role))
+# Worker and required tags: a small pool, so that drawn workers and tasks match now and then, and any text.
+TAGS = st.lists(st.one_of(st.sampled_from(["python", "native", "gpu"]), TEXT), max_size=3).map(tuple)
 FAILURE_KINDS = st.sampled_from(list(m.FailureKind))
 
 
@@ -54,6 +56,7 @@ def hellos() -> st.SearchStrategy[m.Hello]:
         capacity=SMALL_U32,
         protocol_version=st.one_of(st.just(m.PROTOCOL_VERSION), U32),
         nesting_depth=SMALL_U32,
+        tags=TAGS,
     )
 
 
@@ -92,6 +95,7 @@ def task_groups(
         ref_arg_indices = ref_arg_indices[: draw(st.integers(0, ref_count))]
     if not ref_ids:
         ref_arg_indices = []  # the encoder writes both lists or neither
+    required_tags = draw(TAGS)
     return m.TaskGroup(
         function_id=draw(object_ids(functions)),
         args_per_task=width,
@@ -105,6 +109,9 @@ def task_groups(
         nesting_depth=draw(SMALL_U32),
         profiling=draw(st.booleans()),
         report_start=draw(st.booleans()),
+        required_tags=required_tags,
+        # The encoder writes the wait limit only with tags.
+        wait_for_tags_ms=draw(SMALL_U32) if required_tags else 0,
     )
 
 

@@ -20,6 +20,7 @@ accepted task of a good client has exactly one outcome and the core holds no tas
 from __future__ import annotations
 
 import collections
+from collections.abc import Sequence
 
 import pytest
 from core_harness import FUNCTION_ID, FUNCTION_PAYLOAD, SimClient, SimulatedCluster, SimWorker, assert_no_task_state
@@ -60,6 +61,9 @@ CLIENT_SENDS = {
     m.DrainWorkers,
 }
 WORKER_SENDS = {m.Heartbeat, m.Disconnect, m.TaskResults, m.CancelRefused, m.TaskStarted}
+# Tags good workers offer and good tasks require: some tasks need a worker that may not be there yet.
+TAG_POOL = ["python", "native", "gpu"]
+TAG_SETS = st.lists(st.sampled_from(TAG_POOL), max_size=2, unique=True)
 ANSWERING_KINDS = [m.FailureKind.RAISED, m.FailureKind.RETURNED, m.FailureKind.WORKER_DIED, m.FailureKind.SERIALIZATION]
 
 
@@ -71,7 +75,7 @@ def core_snapshot(core: SchedulerCore) -> tuple:
         {task_id: (r.worker.identity if r.worker else None, r.waiting_on, r.cancel_requested, r.crashes, r.canceled,
                    r.suspect, r.blame_pending, r.started)
          for task_id, r in core.tasks.records.items()},
-        [r.task_id for r in core.tasks.queue if not r.canceled],
+        [r.task_id for r in core.tasks.queued_records()],
         {object_id: sorted(stored.owners) for object_id, stored in core.objects.stored.items()},
         {identity: (list(w.assigned), sorted(w.known_object_ids), w.draining)
          for identity, w in core.peers.workers.items()},
@@ -123,16 +127,19 @@ class SchedulerCoreFuzz(RuleBasedStateMachine):
         self.expected[client.identity] = set()
 
     @precondition(lambda self: len(self.cluster.workers) < 4)
-    @rule(capacity=st.integers(1, 4))
-    def add_worker(self, capacity: int) -> None:
-        self.cluster.add_worker(capacity=capacity, identity=b"good-worker-%d" % self.workers_made)
+    @rule(capacity=st.integers(1, 4), tags=TAG_SETS)
+    def add_worker(self, capacity: int, tags: Sequence[str] = ()) -> None:
+        self.cluster.add_worker(capacity=capacity, identity=b"good-worker-%d" % self.workers_made, tags=tags)
         self.workers_made += 1
 
     @precondition(lambda self: self.good_clients)
-    @rule(data=st.data(), count=st.integers(1, 5))
-    def submit(self, data: st.DataObject, count: int) -> None:
+    @rule(
+        data=st.data(), count=st.integers(1, 5), tags=TAG_SETS,
+        wait_for_tags_ms=st.sampled_from([0, 0, 500, 5000]),
+    )
+    def submit(self, data: st.DataObject, count: int, tags: list[str], wait_for_tags_ms: int) -> None:
         client = data.draw(st.sampled_from(self.good_clients))
-        task_ids = self.cluster.submit(client, count)
+        task_ids = self.cluster.submit(client, count, tags=tags, wait_for_tags_ms=wait_for_tags_ms)
         rejected = [f for f in client.failures(m.FailureKind.REJECTED) if f.task_id in task_ids]
         assert not rejected, f"a good task was rejected: {rejected}"
         self.expected[client.identity].update(task_ids)
@@ -297,7 +304,7 @@ class SchedulerCoreFuzz(RuleBasedStateMachine):
                 ignored_with(m.ProtocolError)
             elif message.protocol_version != m.PROTOCOL_VERSION:
                 ignored_with(m.Refused)
-            elif message.role == m.Role.WORKER and message.capacity == 0:
+            elif message.role == m.Role.WORKER and (message.capacity == 0 or "" in message.tags):
                 ignored_with(m.Refused)
             else:
                 assert isinstance(to_sender[0], m.Welcome), out
@@ -423,11 +430,22 @@ class SchedulerCoreFuzz(RuleBasedStateMachine):
                 late = [message for message in worker.inbox[drained_at:] if isinstance(message, m.TaskSubmission)]
                 assert not late, f"drained worker {identity!r} was sent tasks: {late}"
 
+    @invariant()
+    def no_task_waits_beside_a_free_worker_that_may_run_it(self) -> None:
+        for queue in self.core.tasks.queues.values():
+            if queue.waiting:
+                free = [w.name for w in self.core.workers()
+                        if w.free > 0 and not w.draining and w.tags.issuperset(queue.tags)]
+                assert not free, f"{queue.waiting} tasks requiring {queue.tags} wait while {free} have room"
+        waiting_for_tags = self.core.status(self.cluster.now).waiting_for_tags
+        for wait in waiting_for_tags:
+            assert not any(w.tags.issuperset(wait.tags) for w in self.core.workers()), wait
+
     def teardown(self) -> None:
         """Silent peers time out, good workers answer everything: each good task has exactly one outcome."""
         cluster = self.cluster
-        if all(self.core.peers.workers[identity].draining for identity in cluster.workers):
-            self.add_worker(capacity=3)  # with every worker drained, tasks wait for this one
+        # A worker that may run anything, so that tasks waiting for tags nobody had get their turn too.
+        self.add_worker(capacity=3, tags=TAG_POOL)
         for _ in range(100):
             if all(not self.open_tasks(client) for client in self.good_clients):
                 break

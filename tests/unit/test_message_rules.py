@@ -71,7 +71,7 @@ def state_of(core: SchedulerCore) -> tuple:
         {task_id: (record.worker.identity if record.worker else None, record.cancel_requested, record.crashes,
                    record.started, record.suspect)
          for task_id, record in core.tasks.records.items()},
-        [record.task_id for record in core.tasks.queue if not record.canceled],
+        [record.task_id for record in core.tasks.queued_records()],
         {object_id: sorted(stored.owners) for object_id, stored in core.objects.stored.items()},
         dict(core.counters),
     )

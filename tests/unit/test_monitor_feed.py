@@ -31,7 +31,8 @@ def snapshot_of(status, **server_figures) -> MonitorSnapshot:
     """The snapshot the server makes of a core's status (SchedulerServer._monitor_snapshot)."""
     return MonitorSnapshot(
         tasks=status.tasks, clients=status.clients, object_count=status.object_count,
-        object_bytes=status.object_bytes, workers=status.workers, **server_figures,
+        object_bytes=status.object_bytes, workers=status.workers, waiting_for_tags=status.waiting_for_tags,
+        **server_figures,
     )
 
 
@@ -40,8 +41,9 @@ def status_of_busy_cluster() -> MonitorSnapshot:
     cluster = SimulatedCluster()
     client = cluster.add_client()
     busy = cluster.add_worker(capacity=4)
-    cluster.add_worker(capacity=4)  # idle: the tasks fit on... whichever; only totals are checked
+    cluster.add_worker(capacity=4, tags=["python", "native"])  # idle: the tasks fit on... whichever; totals only
     cluster.submit(client, 6)
+    cluster.submit(client, 2, tags=["gpu"])  # no worker has it: they wait, counted by tag set
     cluster.complete(busy, 2)
     cluster.send(busy.identity, m.Heartbeat(
         cpu_percent=12.5, rss_bytes=50 << 20, queued_tasks=1,
@@ -67,7 +69,7 @@ def test_a_core_status_round_trips_through_the_feed() -> None:
     assert snapshot.scheduler_cpu_percent == pytest.approx(3.5)
     assert snapshot.scheduler_rss_bytes == 40 << 20
     assert snapshot.tasks == status.tasks
-    assert snapshot.tasks.success == 2 and snapshot.tasks.running + snapshot.tasks.unassigned == 4
+    assert snapshot.tasks.success == 2 and snapshot.tasks.running + snapshot.tasks.unassigned == 4 + 2
     assert snapshot.sent == status.sent and snapshot.received == status.received
     assert snapshot.clients == status.clients
     assert (snapshot.object_count, snapshot.object_bytes) == (status.object_count, status.object_bytes)
@@ -81,6 +83,9 @@ def test_a_core_status_round_trips_through_the_feed() -> None:
         assert worker.processor_rss_bytes == expected.processor_rss_bytes
         assert worker.latency_us == expected.latency_us
         assert worker.seconds_since_heard == pytest.approx(expected.seconds_since_heard, abs=1e-3)
+        assert worker.tags == expected.tags
+    assert sorted(worker.tags for worker in snapshot.workers) == [[], ["native", "python"]]
+    assert [(wait.tags, wait.tasks) for wait in snapshot.waiting_for_tags] == [(["gpu"], 2)]
 
 
 def test_itl_flags_restate_the_snapshot() -> None:

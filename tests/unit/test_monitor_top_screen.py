@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from scaler.protocol.monitor_messages import ClientStatus, MonitorSnapshot, TaskCounts, WorkerStatus
+from scaler.protocol.monitor_messages import ClientStatus, MonitorSnapshot, TagsWait, TaskCounts, WorkerStatus
 from scaler.ui.top_screen import (
     DEFAULT_SORT,
     SHORTCUTS_LINE,
@@ -79,7 +79,10 @@ def test_layout_follows_the_documents() -> None:
     assert "queued[d] lag[l]" in SHORTCUTS_LINE
     assert "Total 3 worker(s)" in lines
     columns = table_header(lines).split()
-    assert columns[:11] == ["worker", "agt_cpu", "agt_rss", "*cpu", "rss", "free", "sent", "queued", "lag", "ITL", "|"]
+    # The documents' columns, then the tags this scheduler adds (capability routing).
+    assert columns[:12] == [
+        "worker", "agt_cpu", "agt_rss", "*cpu", "rss", "free", "sent", "queued", "lag", "ITL", "tags", "|"
+    ]
     assert "client_manager" in table_header(lines)
 
 
@@ -190,3 +193,14 @@ def test_format_bytes(count: int, text: str) -> None:
 ])
 def test_format_latency(microseconds: int, text: str) -> None:
     assert format_latency(microseconds) == text
+
+
+def test_tasks_waiting_for_tags_and_each_workers_tags_are_shown() -> None:
+    """Capability routing: the operator sees which tag sets have tasks no worker can run, and what each has."""
+    shown = snapshot()
+    shown.workers[0].tags = ["gpu", "python"]
+    shown.waiting_for_tags = [TagsWait(tags=["fpga"], tasks=1_200), TagsWait(tags=["gpu", "native"], tasks=3)]
+    lines = render(shown, DEFAULT_SORT, ADDRESS, 0.5).lines
+    assert "waiting for a worker with tags: {fpga} 1,200; {gpu, native} 3" in lines
+    assert any(row.startswith("host|1 ") and "gpu,python" in row for row in worker_rows(lines))
+    assert not any("waiting for a worker" in line for line in render(snapshot(), DEFAULT_SORT, ADDRESS, 0.5).lines)

@@ -188,7 +188,7 @@ def test_every_task_gets_exactly_one_result_routed_to_its_client():
         assert set(client.outcomes) == set(submitted[client.identity]), "a result went to the wrong client"
     assert sum(len(w.received_task_ids) for w in workers) == 10_000, "a task was dispatched twice"
     assert_no_task_state(cluster.core)
-    assert len(cluster.core.tasks.queue) == 0
+    assert cluster.core.tasks.queue_entries() == 0
     assert cluster.stray == []
 
 
@@ -807,7 +807,7 @@ def test_canceling_an_unassigned_task_answers_canceled_at_once_and_never_dispatc
     assert_exactly_once(client, ids[1::2])
     assert_exactly_once(client, canceled, kind=m.FailureKind.CANCELED)
     assert_no_task_state(cluster.core)
-    assert len(cluster.core.tasks.queue) == 0
+    assert cluster.core.tasks.queue_entries() == 0
 
 
 def test_canceling_an_assigned_task_forwards_cancel_to_its_worker():
@@ -1319,7 +1319,9 @@ def test_warnings_of_a_quiet_graph_task_go_to_its_client_though_its_result_does_
 @pytest.mark.parametrize("break_it", [
     pytest.param(lambda core, task_id: core.tasks.records[task_id].client.task_ids.discard(task_id), id="client"),
     pytest.param(lambda core, task_id: setattr(core.tasks, "waiting", core.tasks.waiting + 1), id="queue-count"),
-    pytest.param(lambda core, task_id: core.tasks.queue.append(core.tasks.records[task_id]), id="queued-twice"),
+    pytest.param(
+        lambda core, task_id: core.tasks.queues[()].records.append(core.tasks.records[task_id]), id="queued-twice"
+    ),
     pytest.param(lambda core, task_id: core.objects.stored.clear(), id="objects"),
     pytest.param(lambda core, task_id: setattr(core.tasks.records[task_id], "blame_pending", True), id="blame"),
 ])

@@ -40,6 +40,16 @@ std::string host_name() {
   return name;
 }
 
+// What the hello says this worker offers: "native" (it runs the functions it was built with) and the
+// operator's --tags, sorted and without repeats as the scheduler compares them.
+std::vector<std::string> advertised_tags(const Options& options) {
+  std::vector<std::string> tags = options.tags;
+  tags.push_back("native");
+  std::sort(tags.begin(), tags.end());
+  tags.erase(std::unique(tags.begin(), tags.end()), tags.end());
+  return tags;
+}
+
 std::string random_hex(size_t digits) {
   static const char hex_digits[] = "0123456789abcdef";
   std::random_device device;
@@ -199,7 +209,7 @@ int Agent::run() {
       }
       log(LogLevel::info, who() + ": connecting to " + options_.address + " with capacity " +
                               std::to_string(options_.capacity) + " and " + std::to_string(options_.threads) + " thread(s)");
-      send(Hello{name_, host_name(), static_cast<uint32_t>(getpid()), options_.capacity});
+      send(Hello{name_, host_name(), static_cast<uint32_t>(getpid()), options_.capacity, advertised_tags(options_)});
       double last_heard = monotonic_seconds();
       double last_heartbeat = -INFINITY;
       while (!leave_) {

@@ -49,7 +49,7 @@ std::string usage() {
   return "usage: scaler_native_worker [options] address\n"
          "\n"
          "Run one native Scaler worker: it runs the native functions it was built with\n"
-         "(PROTOCOL.md section 16) for clients that submit them with scaler.native.\n"
+         "(PROTOCOL.md section 16) for clients that submit them with scaler.native(name).\n"
          "\n"
          "options:\n"
          "  -h, --help                           show this help message and exit\n"
@@ -60,7 +60,25 @@ std::string usage() {
          "  --heartbeat-interval S, -hi S        seconds between heartbeats; the scheduler may ask for more (default: 2)\n"
          "  --death-timeout-seconds S, -ds S     exit after this long without a word from the scheduler (default: 300)\n"
          "  --logging-level LEVEL, -ll LEVEL     DEBUG, INFO, WARNING, ERROR or CRITICAL (default: INFO)\n"
-         "  --exit-with-parent                   exit when the process that started this one exits\n";
+         "  --exit-with-parent                   exit when the process that started this one exits\n"
+         "  --tags TAGS                          comma-separated capabilities besides 'native', e.g. gpu,fast\n";
+}
+
+// "gpu,fast" -> {"gpu", "fast"}; an empty tag (",," or a trailing comma) is an error, as in scaler_cluster.
+std::vector<std::string> tag_list(const std::string& text) {
+  std::vector<std::string> tags;
+  size_t start = 0;
+  while (true) {
+    size_t comma = text.find(',', start);
+    std::string tag = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    size_t first = tag.find_first_not_of(' ');
+    size_t last = tag.find_last_not_of(' ');
+    tag = first == std::string::npos ? "" : tag.substr(first, last - first + 1);
+    if (tag.empty()) throw std::invalid_argument("--tags: a tag is empty in '" + text + "'");
+    tags.push_back(tag);
+    if (comma == std::string::npos) return tags;
+    start = comma + 1;
+  }
 }
 
 std::optional<Options> parse_options(const std::vector<std::string>& arguments, std::string& error) {
@@ -88,6 +106,8 @@ std::optional<Options> parse_options(const std::vector<std::string>& arguments, 
         options.death_timeout_seconds = positive_seconds(argument, value());
       } else if (argument == "--logging-level" || argument == "-ll") {
         options.logging_level = level(value());
+      } else if (argument == "--tags") {
+        options.tags = tag_list(value());
       } else if (argument == "--exit-with-parent") {
         options.exit_with_parent = true;
       } else if (!argument.empty() && argument[0] == '-') {

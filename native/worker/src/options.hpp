@@ -19,6 +19,8 @@ struct Options {
   double death_timeout_seconds = 300.0;
   LogLevel logging_level = LogLevel::info;
   bool exit_with_parent = false;
+  // Capabilities the operator adds to "native" (--tags gpu,fast): tasks requiring them may run here.
+  std::vector<std::string> tags;
 };
 
 // The options, or nullopt after printing help (`error` stays empty) or a usage error (`error` says why).

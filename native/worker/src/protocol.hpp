@@ -107,6 +107,7 @@ struct Hello {
   std::string hostname;
   uint32_t pid = 0;
   uint32_t capacity = 0;
+  std::vector<std::string> tags;  // sorted, without repeats
 };
 
 struct Heartbeat {

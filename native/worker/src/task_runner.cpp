@@ -74,7 +74,7 @@ Completion run_job(const Job& job, const StopFlag& stop) {
     } catch (const NeutralDecodeError& error) {
       return failed(job.task_id, FailureKind::serialization, "native.DecodeError",
                     "argument " + std::to_string(slot) + " of " + name + " is not a neutral value (" + error.what() +
-                        "); submit native tasks with scaler.native.NeutralSerializer",
+                        "); submit native tasks with scaler.NeutralSerializer",
                     name);
     }
     if (row.back().kind == Value::Kind::extension && row.back().extension_type == kPythonObjectExt) {

@@ -259,6 +259,8 @@ std::vector<Bytes> encode(const Outgoing& message) {
     out.setHostname(hello->hostname);
     out.setPid(hello->pid);
     out.setCapacity(hello->capacity);
+    auto tags = out.initTags(static_cast<unsigned>(hello->tags.size()));
+    for (size_t i = 0; i < hello->tags.size(); ++i) tags.set(static_cast<unsigned>(i), hello->tags[i]);
   } else if (auto heartbeat = std::get_if<Heartbeat>(&message)) {
     auto out = root.initHeartbeat();
     out.setCpuPercent(heartbeat->cpu_percent);

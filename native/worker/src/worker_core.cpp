@@ -217,7 +217,7 @@ std::optional<std::string> WorkerCore::resolve_function(const TaskGroup& group, 
   if (reference.kind != Value::Kind::extension || reference.extension_type != kNativeFunctionExt) {
     return std::string(
         "the function payload is not a neutral function reference (PROTOCOL.md §16); a native worker runs only "
-        "functions it was built with: submit scaler.native.native(\"name\") with serializer=NeutralSerializer()");
+        "functions it was built with: submit scaler.native(\"name\") with serializer=scaler.NeutralSerializer()");
   }
   *function = find_function(reference.bytes);
   if (*function == nullptr) {

@@ -34,6 +34,7 @@ from scaler.errors import PayloadTooLargeError
 from scaler.protocol import messages as m
 from scaler.utility.curve import PeerKeys, secure_peer
 from scaler.utility.setting_rules import AT_LEAST_ONE, POSITIVE_SECONDS, TASK_SLOTS, check_settings, setting
+from scaler.utility.tags import PYTHON_TAG
 from scaler.utility.zmq_config import parse_zmq_address
 from scaler.utility.zmq_util import has_input, receive_frames, send_message
 
@@ -163,7 +164,7 @@ class SymphonyWorker:
             scheduler.connect(config.address)
             send_message(scheduler, m.Hello(
                 role=m.Role.WORKER, name=self._name, hostname=socket_module.gethostname(), pid=os.getpid(),
-                capacity=config.task_queue_size,
+                capacity=config.task_queue_size, tags=(PYTHON_TAG,),  # Symphony runs the Python functions
             ))
             self._loop(scheduler)
         except WorkerExit as reason:

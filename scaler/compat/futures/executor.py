@@ -27,6 +27,7 @@ from scaler.compat.futures.executor_future import ExecutorFuture
 from scaler.errors import ConnectionFailedError
 from scaler.protocol.serializer import Serializer
 from scaler.utility.fork_safety import fix_after_fork
+from scaler.utility.tags import Tags, checked_tags
 
 
 class ScalerExecutor(concurrent.futures.Executor):
@@ -62,8 +63,12 @@ class ScalerExecutor(concurrent.futures.Executor):
         client: Client | None = None,
         n_workers: int | None = None,
         serializer: Serializer | None = None,
+        tags: Iterable[str] | None = None,
     ) -> None:
         _check_arguments(address, client, n_workers, serializer)
+        # Every call of this executor runs only on workers with these tags (see Client.submit); a call's own
+        # tags= replace them.
+        self._tags: Tags | None = checked_tags(tags, "ScalerExecutor(tags=...)") if tags is not None else None
         self._cluster: SchedulerClusterCombo | None = None
         self._owns_client = False
         if client is not None:
@@ -112,7 +117,11 @@ class ScalerExecutor(concurrent.futures.Executor):
     # ------------------------------------------------------------------------------------------ calls
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> concurrent.futures.Future:
-        """Run `fn(*args, **kwargs)` on the cluster; returns a future of its result."""
+        """Run `fn(*args, **kwargs)` on the cluster; returns a future of its result.
+
+        `tags=` and `profiling=` are taken as by `Client.submit`, never passed to `fn`."""
+        if self._tags is not None and "tags" not in kwargs:
+            kwargs["tags"] = self._tags
         with self._submit_lock:
             self._check_usable()
             try:
@@ -157,13 +166,16 @@ class ScalerExecutor(concurrent.futures.Executor):
             try:
                 if chunksize == 1:
                     submit = self._client.submit
+                    tags = self._tags
                     for arguments in argument_tuples:
-                        futures.append(submit(fn, *arguments))
+                        futures.append(submit(fn, *arguments, tags=tags))
                 else:
                     # One partial for the whole map, so the client serializes `fn` once, not per chunk.
                     run_chunk = functools.partial(_run_chunk, fn)
                     for start in range(0, len(argument_tuples), chunksize):
-                        futures.append(self._client.submit(run_chunk, argument_tuples[start:start + chunksize]))
+                        futures.append(self._client.submit(
+                            run_chunk, argument_tuples[start:start + chunksize], tags=self._tags
+                        ))
             except BaseException as error:
                 self._abandon(key, futures)
                 if isinstance(error, ConnectionFailedError):

@@ -13,7 +13,7 @@ import contextlib
 import os
 import sys
 import threading
-from typing import Any, Callable, ContextManager
+from typing import Any, Callable, ContextManager, Iterable
 
 from joblib._parallel_backends import (
     AutoBatchingMixin,
@@ -29,6 +29,7 @@ from scaler.compat import cluster_choice
 from scaler.compat.futures.cancelling import cancel_without_waiting
 from scaler.compat.joblib.callback_thread import CallbackThread
 from scaler.utility.fork_safety import fix_after_fork
+from scaler.utility.tags import checked_tags
 
 BACKEND_NAME = "scaler"
 # Long enough for a callback that serializes a large batch, short enough that a stuck one is reported.
@@ -93,8 +94,12 @@ class ScalerBackend(AutoBatchingMixin, ParallelBackendBase):
     default_n_jobs = -1
 
     def __init__(
-        self, nesting_level: int | None = None, inner_max_num_threads: int | None = None, n_workers: int | None = None
+        self, nesting_level: int | None = None, inner_max_num_threads: int | None = None, n_workers: int | None = None,
+        tags: Iterable[str] | None = None,
     ) -> None:
+        # `parallel_config(backend="scaler", tags={"gpu"})`: joblib passes the keyword here. Every batch then
+        # runs only on workers with these tags (see Client.submit).
+        self._tags = checked_tags(tags, "the scaler joblib backend's tags") if tags is not None else None
         if n_workers is not None and (isinstance(n_workers, bool) or not isinstance(n_workers, int) or n_workers < 1):
             raise ValueError(f"n_workers must be a positive integer (the cluster's worker count), got {n_workers!r}")
         super().__init__(nesting_level=nesting_level, inner_max_num_threads=inner_max_num_threads)
@@ -154,7 +159,7 @@ class ScalerBackend(AutoBatchingMixin, ParallelBackendBase):
             self._callbacks.start()
         future: concurrent.futures.Future
         try:
-            future = client.submit(_run_batch, func, self.inner_max_num_threads or 1)
+            future = client.submit(_run_batch, func, self.inner_max_num_threads or 1, tags=self._tags)
         except Exception as error:
             # joblib counts the batch as dispatched before calling us, and this may run on our
             # callback thread, where raising would leave joblib waiting for the batch forever. A

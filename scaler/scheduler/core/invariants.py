@@ -49,17 +49,30 @@ def check_invariants(
         for task_id in worker.assigned:
             held = records.get(task_id)
             _require(held is not None and held.worker is worker, "worker %r holds task %#x", identity, task_id)
+            _require(held is None or worker.tags.issuperset(held.signature.required_tags),
+                     "worker %r with tags %s holds task %#x requiring others", identity, sorted(worker.tags), task_id)
         _require(worker.known_object_ids <= stored.keys(), "worker %r keeps an object the scheduler freed", identity)
 
+    live_queue = tasks.queued_records()
     if tasks.waiting:
         # Dispatch runs after every input that can queue a task or free a slot; only draining workers are skipped.
-        for identity, worker in workers.items():
-            _require(worker.draining or worker.free == 0,
-                     "%d tasks wait while worker %r has %d free slots", tasks.waiting, identity, worker.free)
-
-    live_queue = [record for record in tasks.queue if not record.canceled]
+        for queue in tasks.queues.values():
+            if queue.waiting:
+                for identity, worker in workers.items():
+                    _require(worker.draining or worker.free == 0 or not worker.tags.issuperset(queue.tags),
+                             "%d tasks requiring %s wait while worker %r has %d free slots", queue.waiting,
+                             sorted(queue.tags), identity, worker.free)
     _require(len(live_queue) == tasks.waiting,
-             "the queue holds %d live tasks, its count says %d", len(live_queue), tasks.waiting)
+             "the queues hold %d live tasks, their count says %d", len(live_queue), tasks.waiting)
+    for tags, queue in tasks.queues.items():
+        _require(queue.tags == tags, "the queue of tags %s is filed under %s", sorted(queue.tags), sorted(tags))
+        live = [record for record in queue.records if not record.canceled]
+        _require(len(live) == queue.waiting,
+                 "the queue of tags %s holds %d live tasks, its count says %d", sorted(tags), len(live), queue.waiting)
+        for record in live:
+            _require(record.signature.required_tags == tags,
+                     "task %#x requiring %s is queued with tags %s", record.task_id,
+                     sorted(record.signature.required_tags), sorted(tags))
     queued = {record.task_id for record in live_queue}
     _require(len(queued) == len(live_queue), "a task is queued twice")
     for record in live_queue:

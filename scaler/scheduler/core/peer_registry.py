@@ -45,6 +45,8 @@ class WorkerPeer:
     last_heartbeat: m.Heartbeat | None = None
     # A client asked to drain it (drainWorkers): placement sends it nothing more, until it leaves.
     draining: bool = False
+    # The capabilities from its hello: it runs only tasks whose required tags are all in here.
+    tags: frozenset[str] = frozenset()
 
     @property
     def free(self) -> int:
@@ -99,8 +101,13 @@ class PeerRegistry:
             capacity = min(capacity, config.per_worker_queue_size)
         if capacity <= 0:
             return m.Refused(reason="a worker must accept at least one task"), None
-        worker = self.workers[sender] = WorkerPeer(identity=sender, name=hello.name, capacity=capacity, last_seen=now)
-        logger.info(f"PeerRegistry: worker {hello.name} connected, capacity {capacity}")
+        if any(not tag for tag in hello.tags):
+            return m.Refused(reason="a worker tag is empty"), None
+        worker = self.workers[sender] = WorkerPeer(
+            identity=sender, name=hello.name, capacity=capacity, last_seen=now, tags=frozenset(hello.tags)
+        )
+        tags = f", tags {','.join(sorted(worker.tags))}" if worker.tags else ""
+        logger.info(f"PeerRegistry: worker {hello.name} connected, capacity {capacity}{tags}")
         return welcome, worker
 
     def drain(self, names: list[str]) -> tuple[list[WorkerPeer], list[str], list[str]]:

@@ -3,8 +3,9 @@
 Dispatch fills the least loaded workers first ("water filling"), so that every worker ends as close as
 its capacity allows to one common number of assigned tasks: tasks trickling in one at a time still go
 to idle workers, and tasks handed back by a busy worker do not go straight back to it. Each worker gets
-one submitTasks per round, with the objects those tasks need that it does not have yet. Balancing asks
-a worker that holds far more than the others to hand back the tasks it has not started.
+one submitTasks per round and tag set, with the objects those tasks need that it does not have yet.
+Each tag set's ready queue goes only to the workers whose tags include the set (ready_queue.py).
+Balancing asks a worker that holds far more than its alike peers to hand back the tasks it has not started.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from scaler.scheduler.core.core_config import CoreConfig
 from scaler.scheduler.core.object_table import ObjectTable
 from scaler.scheduler.core.outgoing import Outgoing
 from scaler.scheduler.core.peer_registry import WorkerPeer
+from scaler.scheduler.core.ready_queue import ReadyQueue, Tags
 from scaler.scheduler.core.task_record import TaskRecord
 from scaler.scheduler.core.task_table import TaskTable
 
@@ -66,28 +68,66 @@ class Placement:
         self._workers = workers
         self._counters = counters
         self._next_balance = 0.0
-        self._imbalanced_checks = 0
+        # Per worker tag set (balance() looks at each set of alike workers on its own).
+        self._imbalanced_checks: dict[frozenset[str], int] = {}
+        # The workers whose tags include each required tag set, worked out when first needed after a
+        # worker joined or left: dispatch then scans the same list it would scan without tags.
+        self._capable_by_tags: dict[Tags, list[WorkerPeer]] = {}
+
+    def workers_changed(self) -> None:
+        """A worker joined or left."""
+        self._capable_by_tags.clear()
+
+    def capable(self, tags: Tags) -> list[WorkerPeer]:
+        """The connected workers that may run tasks requiring `tags`."""
+        capable = self._capable_by_tags.get(tags)
+        if capable is None:
+            capable = self._capable_by_tags[tags] = [w for w in self._workers.values() if w.tags.issuperset(tags)]
+        return capable
 
     def dispatch(self, out: list[Outgoing]) -> None:
-        """Hand ready tasks to workers with free slots, least loaded first; never to a draining worker, so
-        with every worker draining the tasks wait in the queue until one joins."""
+        """Hand ready tasks to workers with free slots, least loaded first, each queue to its capable workers;
+        never to a draining worker, so with every capable worker draining the tasks wait until one joins."""
         tasks = self._tasks
-        while tasks.waiting > 0:
-            available = sorted(
-                (w for w in self._workers.values() if w.free > 0 and not w.draining), key=_assigned_count
-            )
+        if tasks.waiting == 0:
+            return
+        queues = tasks.queues
+        if len(queues) == 1:
+            for queue in queues.values():
+                self._dispatch_queue(queue, out)
+            return
+        served = [queue for queue in queues.values() if queue.waiting]
+        for queue in served:
+            self._dispatch_queue(queue, out)
+        if len(served) > 1:
+            # Queues sharing workers take turns at being served first, so that none starves the others.
+            first = served[0].tags
+            queues[first] = queues.pop(first)
+
+    def _dispatch_queue(self, queue: ReadyQueue, out: list[Outgoing]) -> None:
+        tasks = self._tasks
+        capable = self.capable(queue.tags)
+        while queue.waiting > 0:
+            available = sorted((w for w in capable if w.free > 0 and not w.draining), key=_assigned_count)
             if not available:
                 return
-            shares = water_fill([len(w.assigned) for w in available], [w.free for w in available], tasks.waiting)
+            shares = water_fill([len(w.assigned) for w in available], [w.free for w in available], queue.waiting)
             handed = 0
             for worker, share in zip(available, shares):
                 if share:
-                    records = tasks.take(share)
+                    records = tasks.take(queue, share)
                     if records:
                         handed += len(records)
                         out.append((worker.identity, self._submission_for(worker, records)))
             if handed == 0:
                 return
+
+    def waiting_for_tags(self) -> dict[Tags, int]:
+        """Queued tasks that no connected worker may run, by their required tags (for the monitor)."""
+        return {
+            queue.tags: queue.waiting for queue in self._tasks.queues.values()
+            if queue.waiting and not self.capable(queue.tags)
+        }
 
     def _submission_for(self, worker: WorkerPeer, records: list[TaskRecord]) -> m.TaskSubmission:
         """Assign the tasks to the worker, in groups by signature, suspects apart (crash_blame.py)."""
@@ -118,28 +158,43 @@ class Placement:
     def balance(self, now: float, out: list[Outgoing]) -> None:
         """Every `load_balance_seconds`: ask overloaded workers to give back queued tasks when others run dry.
 
-        Only when nothing waits in the scheduler (else dispatch already feeds the idle) and the imbalance
-        was seen `load_balance_trigger_times` checks in a row. A worker above the mean load releases its
-        newest tasks down to the mean; the ones it has not started come back and are dispatched anew.
+        Workers are balanced only against workers with the same tags, which can run every task they hold:
+        a task given back is dispatched again, and dispatch sends it only to a worker with its tags.
         """
         config = self._config
         if config.load_balance_seconds <= 0 or now < self._next_balance:
             return
         self._next_balance = now + config.load_balance_seconds
         # A draining worker is neither a target nor a source: its queue was taken back when it began to drain.
-        workers = [worker for worker in self._workers.values() if not worker.draining]
-        if self._tasks.waiting or len(workers) < 2:
-            self._imbalanced_checks = 0
+        alike: dict[frozenset[str], list[WorkerPeer]] = {}
+        for worker in self._workers.values():
+            if not worker.draining:
+                alike.setdefault(worker.tags, []).append(worker)
+        for tags in list(self._imbalanced_checks):
+            if tags not in alike:
+                del self._imbalanced_checks[tags]
+        for tags, workers in alike.items():
+            self._balance_alike(tags, workers, out)
+
+    def _balance_alike(self, tags: frozenset[str], workers: list[WorkerPeer], out: list[Outgoing]) -> None:
+        """Only when nothing these workers could run waits in the scheduler (else dispatch already feeds the
+        idle) and the imbalance was seen `load_balance_trigger_times` checks in a row. A worker above the
+        mean load releases its newest tasks down to the mean; the ones it has not started come back and are
+        dispatched anew."""
+        config = self._config
+        runnable_waiting = any(queue.waiting and tags.issuperset(queue.tags) for queue in self._tasks.queues.values())
+        if runnable_waiting or len(workers) < 2:
+            self._imbalanced_checks[tags] = 0
             return
         loads = [len(worker.assigned) for worker in workers]
         mean = sum(loads) / len(workers)
         if min(loads) > mean / 2 or max(loads) < 2:
-            self._imbalanced_checks = 0
+            self._imbalanced_checks[tags] = 0
             return
-        self._imbalanced_checks += 1
-        if self._imbalanced_checks < config.load_balance_trigger_times:
+        checks = self._imbalanced_checks[tags] = self._imbalanced_checks.get(tags, 0) + 1
+        if checks < config.load_balance_trigger_times:
             return
-        self._imbalanced_checks = 0
+        self._imbalanced_checks[tags] = 0
         # Down to the mean rounded up, and not one above it: a worker running one task with one more
         # queued, next to an idle worker, would otherwise keep that task until the running one ends.
         target = math.ceil(mean)

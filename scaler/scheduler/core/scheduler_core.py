@@ -14,6 +14,8 @@ core it concerns:
     crash_blame.py     which task is blamed when a processor or a worker dies
     cancellation.py    cancelTasks and cancelRefused
     object_table.py    objects, their owners, and which worker holds which
+    ready_queue.py     the ready tasks of one set of required worker tags
+    tag_waits.py       when tasks that may wait only so long for a worker with their tags are due
     placement.py       which worker gets which task, and balancing between workers
     result_router.py   one results message per client per event
     status.py          the typed status the monitor feed publishes
@@ -23,6 +25,7 @@ core it concerns:
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 from collections.abc import Iterable
 from typing import Any, Callable
@@ -36,11 +39,16 @@ from scaler.scheduler.core.object_table import ObjectTable
 from scaler.scheduler.core.outgoing import Outgoing
 from scaler.scheduler.core.peer_registry import ClientPeer, PeerRegistry, WorkerPeer
 from scaler.scheduler.core.placement import Placement
+from scaler.scheduler.core.ready_queue import Tags, describe_tags
 from scaler.scheduler.core.result_router import ResultRouter
 from scaler.scheduler.core.status import CoreStatus, core_status
+from scaler.scheduler.core.tag_waits import TagWaits
 from scaler.scheduler.core.task_graph import TaskGraph
 from scaler.scheduler.core.task_intake import TaskIntake
 from scaler.scheduler.core.task_table import TaskTable
+
+# The typeName of the failure of a task whose wait for a worker with its tags ran out (TaskGroup.waitForTagsMs).
+NO_CAPABLE_WORKER = "NoCapableWorkerError"
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +67,8 @@ class SchedulerCore:
         self.graph = TaskGraph()
         self.tasks = TaskTable(self.graph, config.max_task_crashes, self.counters)
         self.objects = ObjectTable()
-        self._intake = TaskIntake(config, self.tasks, self.graph, self.objects, self.counters)
+        self.tag_waits = TagWaits()
+        self._intake = TaskIntake(config, self.tasks, self.graph, self.objects, self.tag_waits, self.counters)
         self._placement = Placement(config, self.tasks, self.objects, self.peers.workers, self.counters)
         handlers: dict[type, _Handler] = {
             m.Heartbeat: self._on_heartbeat,
@@ -132,9 +141,40 @@ class SchedulerCore:
             self._remove_worker(worker, f"timed out, {len(worker.assigned)} tasks to reschedule", logging.WARNING, out)
         for client in self.peers.silent_clients(now):
             self._remove_client(client, "timed out", logging.WARNING, out)
+        if len(self.tag_waits):
+            self._fail_tasks_without_capable_worker(now, out)
         self._placement.dispatch(out)
         self._placement.balance(now, out)
         return out
+
+    def _fail_tasks_without_capable_worker(self, now: float, out: list[Outgoing]) -> None:
+        """Groups whose wait for their tags is over: those of their tasks that no worker holds fail, if no
+        connected worker has the tags now; else they wait their turn like any other task."""
+        router = ResultRouter()
+        records = self.tasks.records
+        for tags, task_ids in self.tag_waits.due(now):
+            if self._placement.capable(tags):
+                continue
+            failure = m.TaskFailure(
+                task_id=0, kind=m.FailureKind.REJECTED, type_name=NO_CAPABLE_WORKER,
+                message=self._no_capable_worker_message(tags),
+            )
+            for task_id in task_ids:
+                record = records.get(task_id)
+                if record is not None and record.worker is None:
+                    self.tasks.fail(record, dataclasses.replace(failure, task_id=task_id), router)
+        router.flush(out)
+
+    def _no_capable_worker_message(self, tags: Tags) -> str:
+        workers = self.peers.workers.values()
+        connected = sorted({describe_tags(worker.tags) for worker in workers})
+        missing = frozenset(tags).difference(*(worker.tags for worker in workers))
+        absent = f" (none has {describe_tags(missing)})" if missing else ""
+        return (
+            f"no connected worker has all the tags {describe_tags(tags)} this task requires{absent};"
+            f" connected workers have {', '.join(connected) if connected else 'nothing: no worker is connected'}."
+            " Start a worker with these tags (scaler_cluster --tags), or require fewer."
+        )
 
     # ------------------------------------------------------------------------------------------ views
 
@@ -163,7 +203,9 @@ class SchedulerCore:
 
     def status(self, now: float) -> CoreStatus:
         """What the monitor feed shows of the core: task counts, clients, objects and workers."""
-        return core_status(self.peers, self.tasks, self.objects, self.counters, now)
+        return core_status(
+            self.peers, self.tasks, self.objects, self.counters, self._placement.waiting_for_tags(), now
+        )
 
     def check_invariants(self) -> None:
         """Raise CoreInvariantError if the core's parts disagree with each other. For tests: it walks the
@@ -180,6 +222,7 @@ class SchedulerCore:
         reply, worker = self.peers.on_hello(sender, message, now)
         out.append((sender, reply))
         if worker is not None:
+            self._placement.workers_changed()
             self._placement.dispatch(out)
 
     def _on_heartbeat(
@@ -207,6 +250,7 @@ class SchedulerCore:
     def _remove_worker(self, worker: WorkerPeer, why: str, level: int, out: list[Outgoing]) -> None:
         """The worker is gone: what it held is blamed (crash_blame.py), failed or queued again at the front."""
         self.peers.remove_worker(worker, why, level)
+        self._placement.workers_changed()
         router = ResultRouter()
         records = self.tasks.records
         failed, retried = crash_blame.worker_died(
@@ -250,7 +294,7 @@ class SchedulerCore:
             out.append((client.identity, m.ProtocolError(reason=problem)))
             return
         router = ResultRouter()
-        self._intake.accept(client, submission, router)
+        self._intake.accept(client, submission, router, now)
         router.flush(out)
         self._placement.dispatch(out)
 

@@ -10,7 +10,7 @@ import collections
 import dataclasses
 
 from scaler.protocol import messages as m
-from scaler.protocol.monitor_messages import ClientStatus, TaskCounts, WorkerStatus
+from scaler.protocol.monitor_messages import ClientStatus, TagsWait, TaskCounts, WorkerStatus
 from scaler.scheduler.core.object_table import ObjectTable
 from scaler.scheduler.core.peer_registry import PeerRegistry
 from scaler.scheduler.core.task_table import TaskTable
@@ -27,10 +27,13 @@ class CoreStatus:
     object_count: int
     object_bytes: int
     workers: list[WorkerStatus]
+    # Queued tasks no connected worker may run, by the tags they require.
+    waiting_for_tags: list[TagsWait] = dataclasses.field(default_factory=list)
 
 
 def core_status(
-    peers: PeerRegistry, tasks: TaskTable, objects: ObjectTable, counters: collections.Counter[str], now: float
+    peers: PeerRegistry, tasks: TaskTable, objects: ObjectTable, counters: collections.Counter[str],
+    waiting_for_tags: dict[tuple[str, ...], int], now: float,
 ) -> CoreStatus:
     running = sum(len(worker.assigned) for worker in peers.workers.values())
     object_sizes = {object_id: len(record.payload) for object_id, record in objects.stored.items()}
@@ -55,6 +58,7 @@ def core_status(
             has_task=len(worker.assigned) > 0,
             task_locked=False,  # no task can be suspended while it waits for nested tasks yet
             draining=worker.draining,
+            tags=sorted(worker.tags),
         ))
     return CoreStatus(
         tasks=TaskCounts(
@@ -78,4 +82,11 @@ def core_status(
         object_count=len(objects.stored),
         object_bytes=sum(object_sizes.values()),
         workers=workers,
+        waiting_for_tags=[
+            TagsWait(tags=list(tags), tasks=count) for tags, count in sorted(waiting_for_tags.items(), key=_by_tags)
+        ],
     )
+
+
+def _by_tags(item: tuple[tuple[str, ...], int]) -> tuple[str, ...]:
+    return item[0]

@@ -16,7 +16,9 @@ from scaler.protocol.task_signature import TaskSignature
 from scaler.scheduler.core.core_config import CoreConfig
 from scaler.scheduler.core.object_table import ObjectTable
 from scaler.scheduler.core.peer_registry import ClientPeer
+from scaler.scheduler.core.ready_queue import Tags
 from scaler.scheduler.core.result_router import ResultRouter
+from scaler.scheduler.core.tag_waits import TagWaits
 from scaler.scheduler.core.task_graph import TaskGraph, references_by_row
 from scaler.scheduler.core.task_record import TaskRecord
 from scaler.scheduler.core.task_table import TaskTable
@@ -30,25 +32,29 @@ class TaskIntake:
         tasks: TaskTable,
         graph: TaskGraph,
         objects: ObjectTable,
+        tag_waits: TagWaits,
         counters: collections.Counter[str],
     ) -> None:
+        self._tag_waits = tag_waits
         self._max_tasks_waiting = config.max_tasks_waiting
         self._tasks = tasks
         self._graph = graph
         self._objects = objects
         self._counters = counters
 
-    def accept(self, client: ClientPeer, submission: m.TaskSubmission, router: ResultRouter) -> None:
+    def accept(self, client: ClientPeer, submission: m.TaskSubmission, router: ResultRouter, now: float) -> None:
         """Take in the groups of a submission whose objects are stored already (object_table.py)."""
         tasks = self._tasks
         records = tasks.records
         limit = self._max_tasks_waiting
         quiet_ids = set(submission.quiet_task_ids)
-        ready: list[TaskRecord] = []
-        nested: list[TaskRecord] = []
+        # Queued per tag set at the end, nested ones ahead (ready_queue.py).
+        ready_by_tags: dict[Tags, list[TaskRecord]] = {}
+        nested_by_tags: dict[Tags, list[TaskRecord]] = {}
+        accepted = 0
         for group in submission.groups:
             problem = self._check_group(client, group)
-            waiting_after = tasks.waiting + len(ready) + len(nested) + len(group.task_ids)
+            waiting_after = tasks.waiting + accepted + len(group.task_ids)
             if problem is None and limit >= 0 and waiting_after > limit:
                 problem = f"scheduler queue is full ({limit} tasks waiting); submit fewer tasks at once"
             if problem is not None:
@@ -59,6 +65,16 @@ class TaskIntake:
                     ))
                 continue
             signature = TaskSignature.of_group(group)
+            tags = signature.required_tags
+            ready = ready_by_tags.get(tags)
+            if ready is None:
+                ready = ready_by_tags[tags] = []
+            nested = nested_by_tags.get(tags)
+            if nested is None:
+                nested = nested_by_tags[tags] = []
+            if group.wait_for_tags_ms and tags:
+                self._tag_waits.add(now + group.wait_for_tags_ms / 1000, tags, group.task_ids)
+            accepted += len(group.task_ids)
             width = group.args_per_task
             args = group.args
             refs_by_row = references_by_row(group) if group.ref_task_ids else {}
@@ -82,8 +98,10 @@ class TaskIntake:
                     ready.append(record)
             self._objects.claim_for_group(client, signature, group)
             self._counters["tasks_submitted"] += len(group.task_ids)
-        tasks.queue_at_front(nested)
-        tasks.queue_at_back(ready)
+        for tags, nested in nested_by_tags.items():
+            tasks.queue_group(tags, nested, at_front=True)
+        for tags, ready in ready_by_tags.items():
+            tasks.queue_group(tags, ready)
 
     def _check_group(self, client: ClientPeer, group: m.TaskGroup) -> str | None:
         """Why the group is rejected, or None."""
@@ -104,6 +122,9 @@ class TaskIntake:
                 return f"task id {task_id:#x} does not carry this client's prefix {client.id_prefix:#x}"
             if task_id in records:
                 return f"task id {task_id:#x} is already in use"
+        for tag in group.required_tags:
+            if not tag:
+                return "a required tag is empty"
         for flat_index in group.object_arg_indices:
             if flat_index >= len(group.args) or bytes(group.args[flat_index]) not in objects:
                 return "an object argument names an unknown object (was it cleared, or sent by a client that left?)"

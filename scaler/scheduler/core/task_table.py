@@ -1,9 +1,10 @@
 """Every unfinished task, where it is, and how it ends.
 
-A task is in exactly one of three places: with a worker (`record.worker`), in the ready queue, or parked
-on its dependencies (task_graph.py). It leaves the table when it ends, leaving nothing behind: a
-success (its result goes to its client and into its dependents), a failure (which every task waiting on
-it shares), or a cancel. A task a worker gives back unfinished goes to the front of the queue.
+A task is in exactly one of three places: with a worker (`record.worker`), in the ready queue of its
+required tags (ready_queue.py), or parked on its dependencies (task_graph.py). It leaves the table when
+it ends, leaving nothing behind: a success (its result goes to its client and into its dependents), a
+failure (which every task waiting on it shares), or a cancel. A task a worker gives back unfinished goes
+to the front of its queue.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from scaler.protocol import messages as m
 from scaler.scheduler.core import crash_blame
 from scaler.scheduler.core.outgoing import Outgoing
 from scaler.scheduler.core.peer_registry import ClientPeer, WorkerPeer
+from scaler.scheduler.core.ready_queue import NO_TAGS, ReadyQueue, Tags
 from scaler.scheduler.core.result_router import ResultRouter
 from scaler.scheduler.core.task_graph import Edge, TaskGraph
 from scaler.scheduler.core.task_record import TaskRecord
@@ -26,36 +28,77 @@ _NO_EDGES: tuple[Edge, ...] = ()
 class TaskTable:
     def __init__(self, graph: TaskGraph, max_task_crashes: int, counters: collections.Counter[str]) -> None:
         self.records: dict[int, TaskRecord] = {}
-        # Tasks ready to run, first out first; finished ones stay in it (canceled) until take() skips them.
-        self.queue: collections.deque[TaskRecord] = collections.deque()
-        # The unfinished tasks in `queue`.
+        # Tasks ready to run, one queue per set of required tags (ready_queue.py), in the order dispatch
+        # serves them; a queue stays once made (there are few tag sets).
+        self.queues: dict[Tags, ReadyQueue] = {NO_TAGS: ReadyQueue(NO_TAGS)}
+        # The unfinished tasks in all queues.
         self.waiting = 0
         self._graph = graph
         self._dependents = graph.dependents
         self._max_task_crashes = max_task_crashes
         self._counters = counters
 
-    # ------------------------------------------------------------------------------------------ the queue
+    # ------------------------------------------------------------------------------------------ the queues
+
+    def queue_for(self, tags: Tags) -> ReadyQueue:
+        queue = self.queues.get(tags)
+        if queue is None:
+            queue = self.queues[tags] = ReadyQueue(tags)
+        return queue
+
+    def queue_group(self, tags: Tags, records: list[TaskRecord], at_front: bool = False) -> None:
+        """Tasks that all require `tags`: at the back of their queue, or ahead of everything in it keeping
+        their own order."""
+        if not records:
+            return
+        queue = self.queue_for(tags)
+        if at_front:
+            queue.records.extendleft(reversed(records))
+        else:
+            queue.records.extend(records)
+        queue.waiting += len(records)
+        self.waiting += len(records)
 
     def queue_at_back(self, records: list[TaskRecord]) -> None:
-        self.queue.extend(records)
-        self.waiting += len(records)
+        for tags, group in self._by_tags(records).items():
+            self.queue_group(tags, group)
 
     def queue_at_front(self, records: list[TaskRecord]) -> None:
-        """Ahead of everything queued, keeping their own order."""
-        self.queue.extendleft(reversed(records))
-        self.waiting += len(records)
+        """Ahead of everything queued with the same tags, keeping their own order."""
+        for tags, group in self._by_tags(records).items():
+            self.queue_group(tags, group, at_front=True)
 
-    def take(self, count: int) -> list[TaskRecord]:
+    @staticmethod
+    def _by_tags(records: list[TaskRecord]) -> dict[Tags, list[TaskRecord]]:
+        grouped: dict[Tags, list[TaskRecord]] = {}
+        for record in records:
+            tags = record.signature.required_tags
+            group = grouped.get(tags)
+            if group is None:
+                grouped[tags] = [record]
+            else:
+                group.append(record)
+        return grouped
+
+    def take(self, queue: ReadyQueue, count: int) -> list[TaskRecord]:
         """Up to `count` tasks off the front of the queue, for a worker."""
-        queue = self.queue
+        queued = queue.records
         records: list[TaskRecord] = []
-        while queue and len(records) < count:
-            record = queue.popleft()
+        while queued and len(records) < count:
+            record = queued.popleft()
             if not record.canceled:
                 records.append(record)
+        queue.waiting -= len(records)
         self.waiting -= len(records)
         return records
+
+    def queue_entries(self) -> int:
+        """Entries in all queues, finished ones not yet skipped included (what they cost in memory)."""
+        return sum(len(queue.records) for queue in self.queues.values())
+
+    def queued_records(self) -> list[TaskRecord]:
+        """Every unfinished queued task, queue by queue (for the tests and the invariants)."""
+        return [record for queue in self.queues.values() for record in queue.records if not record.canceled]
 
     # ------------------------------------------------------------------------------------------ endings
 
@@ -68,6 +111,7 @@ class TaskTable:
         elif record.waiting_on == 0:
             record.canceled = True  # still in the queue; take() skips it
             self.waiting -= 1
+            self.queues[record.signature.required_tags].waiting -= 1
         # The graph's edges dict read directly, not through a method: this runs once for every task.
         return self._dependents.pop(record.task_id, _NO_EDGES)
 
