@@ -99,8 +99,8 @@ def test_a_task_no_worker_can_run_waits_shows_in_the_monitor_and_runs_when_one_j
     with MonitorSubscriber(default_monitor_address(address)) as monitor:
         future = client.submit(double, 21, tags={"gpu"})
         snapshot = wait_for_snapshot(
-            monitor, lambda s: [(w.tags, w.tasks) for w in s.waiting_for_tags] == [(["gpu"], 1)],
-            "one task waiting for {gpu}",
+            monitor, lambda s: [(w.tags, w.tasks) for w in s.waiting_for_tags] == [(["gpu", "python"], 1)],
+            "one task waiting for {gpu, python} (a Python function also requires python)",
         )
         assert all("gpu" not in worker.tags and "python" in worker.tags for worker in snapshot.workers)
         assert not future.done()
