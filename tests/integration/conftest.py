@@ -1,12 +1,38 @@
 from __future__ import annotations
 
 import pathlib
+import sys
 from typing import Iterator
 
 import pytest
 
 from scaler import Client, SchedulerClusterCombo
 from tests.integration.spawned import Spawned, Spawner
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """dask's own tests last, so that the suite runs while their session does (see below)."""
+    items.sort(key=lambda item: item.path.name == "test_dask_suite.py")  # a stable sort: the rest keep their order
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """dask's own tests take minutes through scaler.get, mostly waiting on round trips: when they are
+    selected, their session starts now and runs while the rest of the suite does (test_dask_suite.py)."""
+    if session.config.option.collectonly:
+        return
+    if any(item.path.name == "test_dask_suite.py" for item in session.items):
+        try:
+            from tests.integration.test_dask_suite import start_scaler_session
+        except pytest.skip.Exception:  # no dask: the module's tests skip and say so
+            return
+        start_scaler_session()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Whatever happened, no dask session outlives the suite."""
+    module = sys.modules.get("tests.integration.test_dask_suite")
+    if module is not None:
+        module.stop_sessions()
 
 
 @pytest.fixture(scope="module")

@@ -5,89 +5,64 @@ also says why the others are left out) with tests/dask_suite/plugin.py, which st
 workers and points dask's named schedulers and collection getters at `scaler.get`. Its failures must
 be exactly those listed in tests/dask_suite/expected_failures.py; a second session, with every
 compute on `dask.multiprocessing.get`, shows each listed one fails there too; and each module must
-have sent at least its share of graphs through Scaler, so a run that bypassed it cannot pass.
+have sent at least its share of graphs through Scaler, so a run that bypassed it cannot pass. The
+session through scaler.get starts when collection ends (tests/integration/conftest.py), so that the
+rest of the suite runs while it does.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import subprocess
-import sys
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 
 dask = pytest.importorskip("dask")
 
-from tests.conftest import REPO_ROOT  # noqa: E402
 from tests.dask_suite.expected_failures import EXPECTED_FAILURES  # noqa: E402
-from tests.dask_suite.selection import DESELECTED, MODULES  # noqa: E402
+from tests.dask_suite.selection import MODULES  # noqa: E402
+from tests.dask_suite.session import SESSION_TIMEOUT_SECONDS, DaskTestSession  # noqa: E402
 
-# Upper bounds against a hang, not expectations: the child's own tests time out after 120 s each.
-SESSION_TIMEOUT_SECONDS = 900
-pytestmark = pytest.mark.timeout(SESSION_TIMEOUT_SECONDS + 60)  # a test runs at most one session
-
-DASK_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(dask.__file__)))  # holds the `dask` package
+pytestmark = pytest.mark.timeout(SESSION_TIMEOUT_SECONDS + 60)  # a test waits for at most one session
 FAILING = ("failed", "error")
 
+# The session through scaler.get, if tests/integration/conftest.py started it when collection ended.
+_started: dict[str, DaskTestSession] = {}
 
-def run_dask_tests(node_ids: list[str], scheduler: str, directory: str, environment: dict[str, str]) -> dict:
-    """One pytest session over dask's tests `node_ids` with the plugin; its JSON report.
 
-    The session is a process group of its own, so that a hang kills it with its cluster and pools.
-    """
-    report_path = os.path.join(directory, f"report-{scheduler}.json")
-    command = [
-        sys.executable, "-m", "pytest", "-q",
-        "-c", os.path.join(REPO_ROOT, "tests", "dask_suite", "dask_suite.ini"), "--rootdir", DASK_ROOT,
-        "--basetemp", os.path.join(directory, f"basetemp-{scheduler}"),
-        "-p", "tests.dask_suite.plugin", f"--dask-suite-scheduler={scheduler}", f"--dask-suite-report={report_path}",
-        *[f"--deselect={node_id}" for node_id in DESELECTED],
-        *[os.path.join(DASK_ROOT, node_id) for node_id in node_ids],
-    ]
-    session = subprocess.Popen(
-        command, cwd=directory, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+def start_scaler_session() -> DaskTestSession:
+    """Start the session through scaler.get (once): conftest calls this as soon as this module is selected."""
+    if "scaler" not in _started:
+        _started["scaler"] = DaskTestSession(list(MODULES), "scaler")
+    return _started["scaler"]
+
+
+def stop_sessions() -> None:
+    for session in _started.values():
+        session.stop()
+    _started.clear()
+
+
+@pytest.fixture(scope="module")
+def scaler_report() -> Iterator[dict]:
     try:
-        output, _ = session.communicate(timeout=SESSION_TIMEOUT_SECONDS)
-    except subprocess.TimeoutExpired:
-        os.killpg(session.pid, signal.SIGKILL)
-        output, _ = session.communicate()
-        text = output.decode(errors="replace")
-        pytest.fail(f"pytest over dask's tests still ran after {SESSION_TIMEOUT_SECONDS} s:\n{text[-5000:]}")
-    text = output.decode(errors="replace")
-    assert session.returncode in (0, 1), f"pytest over dask's tests did not finish its session:\n{text[-5000:]}"
-    with open(report_path, encoding="utf-8") as report_file:
-        return json.load(report_file)
+        report = start_scaler_session().report()
+        print(f"scaler.get session: {report['seconds']:.1f} s")  # shown with -s or -rP: the note quotes these
+        print(module_table(report))
+        yield report
+    finally:
+        stop_sessions()
 
 
 @pytest.fixture(scope="module")
-def dask_environment() -> dict[str, str]:
-    environment = dict(os.environ)
-    environment["PYTHONPATH"] = REPO_ROOT + os.pathsep + environment.get("PYTHONPATH", "")
-    environment.pop("SCALER_ADDRESS", None)  # the plugin's own cluster, never one from outside
-    return environment
-
-
-@pytest.fixture(scope="module")
-def scaler_report(tmp_path_factory: pytest.TempPathFactory, dask_environment: dict[str, str]) -> dict:
-    directory = str(tmp_path_factory.mktemp("dask-suite-scaler"))
-    report = run_dask_tests(list(MODULES), "scaler", directory, dask_environment)
-    print(f"scaler.get session: {report['seconds']:.1f} s")  # shown with -s or -rP: the note quotes these
-    print(module_table(report))
-    return report
-
-
-@pytest.fixture(scope="module")
-def multiprocessing_report(tmp_path_factory: pytest.TempPathFactory, dask_environment: dict[str, str]) -> dict:
-    directory = str(tmp_path_factory.mktemp("dask-suite-multiprocessing"))
+def multiprocessing_report() -> Iterator[dict]:
     listed = sorted(EXPECTED_FAILURES)
-    report = run_dask_tests(listed, "multiprocessing", directory, dask_environment)
-    print(f"dask.multiprocessing.get session over the {len(listed)} listed failures: {report['seconds']:.1f} s")
-    return report
+    session = DaskTestSession(listed, "multiprocessing")
+    try:
+        report = session.report()
+        print(f"dask.multiprocessing.get session over the {len(listed)} listed failures: {report['seconds']:.1f} s")
+        yield report
+    finally:
+        session.stop()
 
 
 def module_of(node_id: str) -> str:

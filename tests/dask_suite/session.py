@@ -1,0 +1,89 @@
+"""One pytest session over dask's own tests, in a child process: started, then waited for.
+
+The session through `scaler.get` takes minutes, most of them spent waiting on round trips rather than
+computing, so tests/integration/conftest.py starts it as soon as collection shows that
+test_dask_suite.py will run, and the rest of the suite runs meanwhile. The child is a process group of
+its own: a hang, or the end of the parent session, kills it with its cluster and pools.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+
+from tests.conftest import REPO_ROOT
+from tests.dask_suite.selection import DESELECTED
+
+# Upper bound against a hang, not an expectation: the child's own tests time out after 120 s each.
+SESSION_TIMEOUT_SECONDS = 900
+
+
+def dask_root() -> str:
+    import dask
+
+    return os.path.dirname(os.path.dirname(os.path.abspath(dask.__file__)))  # holds the `dask` package
+
+
+def child_environment() -> dict[str, str]:
+    environment = dict(os.environ)
+    environment["PYTHONPATH"] = REPO_ROOT + os.pathsep + environment.get("PYTHONPATH", "")
+    environment.pop("SCALER_ADDRESS", None)  # the plugin's own cluster, never one from outside
+    return environment
+
+
+class DaskTestSession:
+    """pytest over dask's tests `node_ids` with tests/dask_suite/plugin.py routing every compute to `scheduler`."""
+
+    def __init__(self, node_ids: list[str], scheduler: str) -> None:
+        self.scheduler = scheduler
+        self.directory = tempfile.mkdtemp(prefix=f"scaler-dask-suite-{scheduler}-")
+        self.report_path = os.path.join(self.directory, "report.json")
+        root = dask_root()
+        command = [
+            sys.executable, "-m", "pytest", "-q",
+            "-c", os.path.join(REPO_ROOT, "tests", "dask_suite", "dask_suite.ini"), "--rootdir", root,
+            "--basetemp", os.path.join(self.directory, "basetemp"),
+            "-p", "tests.dask_suite.plugin", f"--dask-suite-scheduler={scheduler}",
+            f"--dask-suite-report={self.report_path}",
+            *[f"--deselect={node_id}" for node_id in DESELECTED],
+            *[os.path.join(root, node_id) for node_id in node_ids],
+        ]
+        self.output_path = os.path.join(self.directory, "output.txt")
+        with open(self.output_path, "wb") as output:
+            self.process = subprocess.Popen(
+                command, cwd=self.directory, env=child_environment(), stdout=output, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def report(self, timeout: float = SESSION_TIMEOUT_SECONDS) -> dict:
+        """Wait for the session (at most `timeout` seconds) and return its JSON report; AssertionError if it
+        hung or did not finish its session."""
+        try:
+            self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.stop()
+            raise AssertionError(f"pytest over dask's tests still ran after {timeout:g} s:\n{self.output()}") from None
+        assert self.process.returncode in (0, 1), (
+            f"pytest over dask's tests did not finish its session:\n{self.output()}"
+        )
+        with open(self.report_path, encoding="utf-8") as report_file:
+            return json.load(report_file)
+
+    def output(self) -> str:
+        with open(self.output_path, encoding="utf-8", errors="replace") as output:
+            return output.read()[-5000:]
+
+    def stop(self) -> None:
+        """Kill the session's process group if it still runs, and remove its directory."""
+        if self.process.poll() is None:
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.process.wait()
+        shutil.rmtree(self.directory, ignore_errors=True)
