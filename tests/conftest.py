@@ -54,6 +54,25 @@ def console_script(name: str) -> str:
     return path
 
 
+# Processes that run across test modules on purpose (the dask suite's background session): they and
+# their descendants are not any module's leftovers. Whoever adds one stops it.
+BACKGROUND_PIDS: set[int] = set()
+
+
+def _in_background(process: psutil.Process) -> bool:
+    try:
+        return process.pid in BACKGROUND_PIDS or any(parent.pid in BACKGROUND_PIDS for parent in process.parents())
+    except psutil.Error:
+        return False
+
+
+def _describe(process: psutil.Process) -> object:
+    try:
+        return (process.pid, process.cmdline())
+    except psutil.Error:
+        return process.pid
+
+
 @pytest.fixture(autouse=True, scope="module")
 def no_leftover_processes() -> Iterator[None]:
     """Every test module must reap what it started; a survivor fails the module's last test and is killed."""
@@ -61,7 +80,7 @@ def no_leftover_processes() -> Iterator[None]:
     yield
     leftovers = []
     for child in psutil.Process().children(recursive=True):
-        if child.pid in before:
+        if child.pid in before or _in_background(child):
             continue
         try:
             child.wait(timeout=5)
@@ -74,7 +93,7 @@ def no_leftover_processes() -> Iterator[None]:
             child.kill()
         except psutil.NoSuchProcess:
             pass
-    assert not leftovers, f"processes left behind: {[(c.pid, c.cmdline()) for c in leftovers if c.is_running()]}"
+    assert not leftovers, f"processes left behind: {[_describe(child) for child in leftovers]}"
 
 
 def child_python_environment() -> dict[str, str]:

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 
-from tests.conftest import REPO_ROOT
+from tests.conftest import BACKGROUND_PIDS, REPO_ROOT
 from tests.dask_suite.selection import DESELECTED
 
 # Upper bound against a hang, not an expectation: the child's own tests time out after 120 s each.
@@ -59,6 +59,7 @@ class DaskTestSession:
                 command, cwd=self.directory, env=child_environment(), stdout=output, stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+        BACKGROUND_PIDS.add(self.process.pid)
 
     def report(self, timeout: float = SESSION_TIMEOUT_SECONDS) -> dict:
         """Wait for the session (at most `timeout` seconds) and return its JSON report; AssertionError if it
@@ -86,4 +87,5 @@ class DaskTestSession:
             except ProcessLookupError:
                 pass
             self.process.wait()
+        BACKGROUND_PIDS.discard(self.process.pid)
         shutil.rmtree(self.directory, ignore_errors=True)
