@@ -76,6 +76,8 @@ class PeerRegistry:
             return m.Refused(
                 reason=f"protocol version {hello.protocol_version} not supported, scheduler speaks {m.PROTOCOL_VERSION}"
             ), None
+        if hello.role == m.Role.STORE:
+            return m.Refused(reason="this scheduler does not take stores yet"), None
         config = self._config
         welcome = m.Welcome(
             heartbeat_interval_ms=_wire_milliseconds(config.heartbeat_interval_seconds),
