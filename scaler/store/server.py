@@ -12,7 +12,6 @@ The core decides; this shell owns the segments, the spill files and the sockets,
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import resource
@@ -33,10 +32,10 @@ from scaler.store import store_core as c
 from scaler.store.process_watch import ProcessWatch
 from scaler.store.scheduler_link import DeleteOrder, SchedulerLink, StopStore, StoreIdentity
 from scaler.store.segment import Segment, check_available
+from scaler.store.server_config import StoreServerConfig, StoreStartError, tcp_bind_address
 from scaler.store.spill import SpillError, SpillFile
 from scaler.utility.host_key import this_host_key
 from scaler.utility.owned_directory import make_owned_directory, remove_abandoned_directories
-from scaler.utility.zmq_config import parse_zmq_address
 
 logger = logging.getLogger(__name__)
 
@@ -49,40 +48,6 @@ _TICK_SECONDS = 0.25
 _MAX_MESSAGES_PER_WAKE = 64
 # How long a fetch may go unanswered before its record is dropped (its readers are answered by then).
 _FETCH_RECORD_SECONDS = 3600.0
-
-
-class StoreStartError(RuntimeError):
-    """The store could not start serving (its address is taken, no shared memory here, ...)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class StoreServerConfig:
-    capacity_bytes: int
-    # tcp://HOST (a free port) or tcp://HOST:PORT; HOST is what peers connect to, so not a wildcard.
-    data_address: str = "tcp://127.0.0.1"
-    spill_directory: str = ""  # empty: the system's temporary directory
-    host_key: str = ""  # empty: this host's (see scaler/utility/host_key.py)
-    pool_idle_seconds: float = 30.0
-    work_directory_parent: str | None = None
-
-
-def tcp_bind_address(data_address: str) -> str:
-    """What to bind for a data address: tcp://HOST means a free port. ValueError for anything else."""
-    rest = data_address[len("tcp://"):] if data_address.startswith("tcp://") else None
-    if rest is not None and (":" not in rest or rest.endswith("]")):  # no port
-        if not rest:
-            raise ValueError("a data address needs a host, e.g. tcp://192.168.1.10")
-        host = parse_zmq_address(f"{data_address}:1").host
-        bind = f"{data_address}:*"
-    else:
-        parsed = parse_zmq_address(data_address)
-        if parsed.type.value != "tcp":
-            raise ValueError(f"{data_address!r}: a data address is tcp://HOST or tcp://HOST:PORT")
-        bind = parsed.to_address()
-        host = parsed.host
-    if host in ("*", "0.0.0.0", "[::]"):
-        raise ValueError(f"{data_address!r}: give the address other hosts reach this store at, not a wildcard")
-    return bind
 
 
 class StoreServer:
@@ -465,13 +430,14 @@ class StoreServer:
     # ------------------------------------------------------------------------------------------ exit
 
     def _close(self) -> None:
-        for socket in [*self._routers, *self._dealers.values(), *self._link_sockets]:
-            socket.close(linger=0)
+        # The link first: its goodbye must leave before the context goes.
         if self._link is not None:
             try:
                 self._link.close()
             except Exception:
                 logger.exception("Store: closing the scheduler link failed")
+        for socket in [*self._routers, *self._dealers.values(), *self._link_sockets]:
+            socket.close(linger=0)
         if self._context is not None:
             self._context.term()
         for segment in self._segments.values():
