@@ -17,7 +17,7 @@ import zmq
 
 from scaler.protocol import messages as m
 from scaler.store.scheduler_link import DeleteOrder, LinkEvent, SchedulerLink, StopStore, StoreIdentity
-from scaler.store.store_core import StoreStatus
+from scaler.store.store_records import StoreStatus
 from scaler.utility.curve import PeerKeys, secure_peer
 from scaler.utility.zmq_util import configure_socket, receive_frames, send_message
 
