@@ -15,15 +15,17 @@ import psutil
 import pytest
 import zmq
 
+from scaler import SchedulerClusterCombo
 from scaler.cluster.cluster import Cluster
 from scaler.cluster.combo import free_local_address
 from scaler.cluster.store_settings import StoreSettings
 from scaler.errors import ClusterStartError
 from scaler.protocol import messages as m
 from scaler.store.store_client import StoreAddress, StoreClient
+from scaler.store.store_process import StoreProcess
 from scaler.utility.host_key import this_host_key
 from scaler.worker.config import WorkerConfig
-from tests.conftest import console_script
+from tests.conftest import child_python_environment, console_script
 from tests.integration.scheduler_process import SchedulerProcess
 from tests.integration.spawned import Spawned, Spawner, start_scheduler
 
@@ -178,3 +180,94 @@ def test_store_settings_are_checked_where_given() -> None:
         StoreSettings(data_address="tcp://0.0.0.0")
     with pytest.raises(TypeError, match="StoreSettings or None"):
         Cluster(WorkerConfig(address="tcp://127.0.0.1:9"), ["a"], store=True)  # type: ignore[arg-type]
+
+
+class SchedulerStandIn:
+    """A ROUTER playing the scheduler's side of the control protocol, to see what a store says and to order it."""
+
+    def __init__(self) -> None:
+        self.context = zmq.Context()
+        self.socket = self.context.socket(zmq.ROUTER)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        port = self.socket.bind_to_random_port("tcp://127.0.0.1")
+        self.address = f"tcp://127.0.0.1:{port}"
+        self.peer = b""
+
+    def receive(self, kind: type) -> m.Message:
+        """The next message of this kind from the store (heartbeats in between are skipped unless asked for)."""
+        deadline = time.monotonic() + WAIT_SECONDS
+        while time.monotonic() < deadline:
+            if not self.socket.poll(500):
+                continue
+            identity, *frames = self.socket.recv_multipart()
+            self.peer = identity
+            message = m.decode(frames)
+            if isinstance(message, kind):
+                return message
+        raise AssertionError(f"no {kind.__name__} from the store within {WAIT_SECONDS:g}s")
+
+    def send(self, message: m.Message) -> None:
+        self.socket.send_multipart([self.peer, *m.encode(message)])
+
+    def close(self) -> None:
+        self.socket.close()
+        self.context.term()
+
+
+def test_a_store_speaks_the_store_role_and_obeys_the_scheduler(tmp_path) -> None:
+    scheduler = SchedulerStandIn()
+    try:
+        with StoreProcess.start(
+            capacity_bytes=1 << 30, spill_directory=str(tmp_path), scheduler_address=scheduler.address,
+            name="the-store", heartbeat_interval_seconds=0.2, environment=child_python_environment(),
+        ) as store:
+            hello = scheduler.receive(m.Hello)
+            assert (hello.role, hello.name, hello.pid, hello.capacity_bytes) == (
+                m.Role.STORE, "the-store", store.pid, 1 << 30,
+            )
+            assert (hello.data_address, hello.ipc_address, hello.host_key) == (
+                store.address.data_address, store.address.ipc_address, this_host_key(),
+            )
+            scheduler.send(m.Welcome(heartbeat_interval_ms=200, peer_timeout_ms=60_000))
+
+            object_id = uuid.uuid4().bytes
+            with StoreClient(store.address) as client:
+                client.put(object_id, b"y" * (2 << 20))
+                wait_until(lambda: scheduler.receive(m.Heartbeat).object_count == 1, "a heartbeat counting it")
+                heartbeat = scheduler.receive(m.Heartbeat)
+                assert heartbeat.bytes_held >= 2 << 20 and heartbeat.bytes_spilled == 0
+
+                # A store linked to a scheduler takes deletes from it, and only from it.
+                client.delete([object_id])
+                assert client.status().object_count == 1
+                scheduler.send(m.DeleteObjects(object_ids=[object_id]))
+                wait_until(lambda: client.status().object_count == 0, "the object deleted on the scheduler's word")
+
+            scheduler.send(m.Disconnect(reason="scheduler is shutting down"))
+            assert store.process.wait(timeout=WAIT_SECONDS) == 0
+    finally:
+        scheduler.close()
+
+
+def test_a_refused_store_stops(tmp_path) -> None:
+    scheduler = SchedulerStandIn()
+    try:
+        with StoreProcess.start(
+            capacity_bytes=1 << 20, spill_directory=str(tmp_path), scheduler_address=scheduler.address,
+            environment=child_python_environment(),
+        ) as store:
+            scheduler.receive(m.Hello)
+            scheduler.send(m.Refused(reason="a store with data address X is registered already"))
+            assert store.process.wait(timeout=WAIT_SECONDS) == 0
+    finally:
+        scheduler.close()
+
+
+def test_the_combo_passes_the_store_options_on() -> None:
+    with SchedulerClusterCombo(n_workers=1, store_capacity_bytes=77_777_777) as combo:
+        wait_until(lambda: directory_of(combo.get_address()).stores, "the store registered")
+        (entry,) = directory_of(combo.get_address()).stores
+        with StoreClient(StoreAddress(entry.data_address, entry.ipc_address, entry.host_key)) as store:
+            assert store.status().capacity_bytes == 77_777_777
+    with SchedulerClusterCombo(n_workers=1, store=False) as combo:
+        assert directory_of(combo.get_address()) == m.StoreDirectory()
