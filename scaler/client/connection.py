@@ -31,6 +31,7 @@ from scaler.protocol.task_signature import TaskSignature
 from scaler.utility.blocking import client_nesting_depth
 from scaler.utility.curve import PeerKeys, secure_peer
 from scaler.utility.fork_safety import fix_after_fork
+from scaler.utility.host_key import this_host_key
 from scaler.utility.identifiers import TASK_COUNTER_BITS
 from scaler.utility.zmq_util import configure_socket, has_input, receive_frames, send_frames, send_message
 
@@ -65,6 +66,8 @@ class ClientConnection:
         self._next_counter = 0
         self._counter_lock = threading.Lock()
         self._id_prefix = 0
+        # The stores the scheduler told us of, and our home among them (PROTOCOL.md §17); replaced whole.
+        self.store_directory = m.StoreDirectory()
         self._wakeup = WakeupPipe()
         # The scheduler's limits, known from its Welcome before connect() returns.
         self.limits = PayloadLimits()
@@ -245,7 +248,7 @@ class ClientConnection:
             socket.connect(self.address)
             self._send(socket, m.Hello(
                 role=m.Role.CLIENT, name=self._name, hostname=socket_module.gethostname(), pid=os.getpid(),
-                nesting_depth=client_nesting_depth(),
+                nesting_depth=client_nesting_depth(), host_key=this_host_key(),
             ))
             self._loop(socket)
         except Exception as error:  # a bug here must fail the futures, not strand them
@@ -342,7 +345,10 @@ class ClientConnection:
             self._id_prefix = message.id_prefix
             self._heartbeat_interval_seconds = message.heartbeat_interval_for(self._heartbeat_interval_seconds)
             self.limits = PayloadLimits(message.max_frame_bytes, message.max_control_frame_bytes)
+            self.store_directory = message.store_directory
             self._welcomed.set()
+        elif isinstance(message, m.StoreDirectory):
+            self.store_directory = message
         elif isinstance(message, m.Refused):
             if self._welcomed.is_set():
                 # We were welcomed once: a scheduler that no longer knows us was restarted, or dropped us for silence.

@@ -88,6 +88,21 @@ class TagsWait:
 
     tags: list[str]
     tasks: int = 0
+class StoreStatus:
+    name: str
+    hostname: str = ""
+    data_address: str = ""
+    capacity_bytes: int = 0
+    bytes_held: int = 0
+    bytes_spilled: int = 0
+    bytes_pinned: int = 0
+    objects: int = 0
+    workers: int = 0
+    seconds_since_heard: float = 0.0
+
+    @property
+    def bytes_in_memory(self) -> int:
+        return max(0, self.bytes_held - self.bytes_spilled)
 
 
 @dataclasses.dataclass(slots=True)
@@ -104,6 +119,8 @@ class MonitorSnapshot:
     object_bytes: int = 0
     workers: list[WorkerStatus] = dataclasses.field(default_factory=list)
     waiting_for_tags: list[TagsWait] = dataclasses.field(default_factory=list)
+    stores: list[StoreStatus] = dataclasses.field(default_factory=list)
+    bytes_relayed: int = 0
     feed_version: int = FEED_VERSION
 
 
@@ -178,6 +195,20 @@ def encode_snapshot(snapshot: MonitorSnapshot) -> bytes:
         for slot, wait in zip(waits, snapshot.waiting_for_tags):
             slot.tags = list(wait.tags)
             slot.tasks = _count(wait.tasks)
+
+    stores = builder.init("stores", len(snapshot.stores))
+    for slot, store in zip(stores, snapshot.stores):
+        slot.name = store.name
+        slot.hostname = store.hostname
+        slot.dataAddress = store.data_address
+        slot.capacityBytes = _count(store.capacity_bytes)
+        slot.bytesHeld = _count(store.bytes_held)
+        slot.bytesSpilled = _count(store.bytes_spilled)
+        slot.bytesPinned = _count(store.bytes_pinned)
+        slot.objects = _count(store.objects)
+        slot.workers = _count(store.workers)
+        slot.secondsSinceHeard = max(0.0, float(store.seconds_since_heard))
+    builder.bytesRelayed = _count(snapshot.bytes_relayed)
     return builder.to_bytes()
 
 
@@ -248,4 +279,20 @@ def _read_snapshot(reader: Any) -> MonitorSnapshot:
         waiting_for_tags=[
             TagsWait(tags=[str(tag) for tag in wait.tags], tasks=wait.tasks) for wait in reader.waitingForTags
         ],
+        stores=[
+            StoreStatus(
+                name=store.name,
+                hostname=store.hostname,
+                data_address=store.dataAddress,
+                capacity_bytes=store.capacityBytes,
+                bytes_held=store.bytesHeld,
+                bytes_spilled=store.bytesSpilled,
+                bytes_pinned=store.bytesPinned,
+                objects=store.objects,
+                workers=store.workers,
+                seconds_since_heard=store.secondsSinceHeard,
+            )
+            for store in reader.stores
+        ],
+        bytes_relayed=reader.bytesRelayed,
     )

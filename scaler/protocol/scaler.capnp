@@ -34,12 +34,14 @@ struct Message {
     taskStarted @18 :TaskStarted;
     drainWorkers @19 :DrainWorkers;
     drainWorkersResponse @20 :DrainWorkersResponse;
+    storeDirectory @21 :StoreDirectory;
   }
 }
 
 enum Role {
   client @0;
   worker @1;
+  store @2;                # a host's object store (data plane, PROTOCOL.md §17)
 }
 
 struct Hello {
@@ -54,6 +56,12 @@ struct Hello {
   # functions it was built with), or any tag its operator set ("gpu"). Tasks requiring tags go only to
   # workers that have them all (TaskGroup.requiredTags).
   tags @7 :List(Text);
+  # The data plane (PROTOCOL.md §17).
+  store @8 :Text;          # workers only: the data address of the store it uses; empty: none
+  hostKey @9 :Text;        # "<boot id>/<network namespace inode>": equal keys share memory; empty: unknown
+  dataAddress @10 :Text;   # stores only: tcp:// address where every peer reaches it; its identity
+  ipcAddress @11 :Text;    # stores only: ipc:// address for the processes of its host
+  capacityBytes @12 :UInt64;  # stores only: bytes it holds in memory before it spills to disk
 }
 
 struct Welcome {
@@ -65,6 +73,20 @@ struct Welcome {
   # 0 means no limit. A peer that sends more loses the message (§10 of PROTOCOL.md): check before sending.
   maxFrameBytes @4 :UInt64;
   maxControlFrameBytes @5 :UInt64;
+  storeDirectory @6 :StoreDirectory;  # clients and workers: the stores as of now (empty for stores)
+}
+
+# Scheduler to clients and workers: every registered store, and which one is the receiver's home (where it
+# puts its objects). Sent in `welcome` and again, whole, whenever a store joins or leaves.
+struct StoreDirectory {
+  stores @0 :List(StoreEntry);
+  homeStore @1 :Text;      # the data address of the receiver's home store; empty: no store at all
+}
+
+struct StoreEntry {
+  dataAddress @0 :Text;    # tcp://host:port, the store's identity
+  ipcAddress @1 :Text;     # ipc://path, usable only by processes whose host key equals `hostKey`
+  hostKey @2 :Text;
 }
 
 struct Refused {
@@ -78,6 +100,12 @@ struct Heartbeat {
   processorCpuPercent @3 :Float32;
   processorRssBytes @4 :UInt64;
   latencyUs @5 :UInt32;        # the sender's last measured heartbeat round trip
+  # Stores only: payload bytes of the objects held (in memory or on disk), those on disk, those mapped by
+  # readers, and how many objects.
+  bytesHeld @6 :UInt64;
+  bytesSpilled @7 :UInt64;
+  bytesPinned @8 :UInt64;
+  objectCount @9 :UInt64;
 }
 
 struct HeartbeatEcho {}
@@ -223,6 +251,7 @@ struct DrainWorkersResponse {
   unknown @1 :List(Text);
 }
 
+# Client to scheduler: it no longer needs these objects. Scheduler to worker or store: drop them.
 struct DeleteObjects {
   objectIds @0 :List(Data);
 }

@@ -79,6 +79,8 @@ class SchedulerServer:
             object_bytes=status.object_bytes,
             workers=status.workers,
             waiting_for_tags=status.waiting_for_tags,
+            stores=status.stores,
+            bytes_relayed=status.bytes_relayed,
         )
 
     def stop(self) -> None:

@@ -31,6 +31,7 @@ import cloudpickle
 from scaler.errors import MemoryLimitError, TaskTimeoutError
 from scaler.protocol import messages as m
 from scaler.utility.tags import PYTHON_TAG
+from scaler.utility.host_key import this_host_key
 from scaler.worker.agent_actions import (
     Action,
     Exit,
@@ -54,8 +55,10 @@ class WorkerAgentCore:
         self._name = name
         self._hello = m.Hello(
             role=m.Role.WORKER, name=name, hostname=hostname, pid=pid, capacity=config.task_queue_size,
-            tags=tuple(sorted({PYTHON_TAG, *config.tags})),
+            tags=tuple(sorted({PYTHON_TAG, *config.tags})), store=config.store_address, host_key=this_host_key(),
         )
+        # The stores the scheduler told us of, and our home among them (PROTOCOL.md §17).
+        self.store_directory = m.StoreDirectory()
         self._running_tasks = running_tasks
         self._out: list[Action] = []
         self._pool = ProcessorPool(name, config.max_processors, self._out)
@@ -130,6 +133,9 @@ class WorkerAgentCore:
             self._pool.delete_objects(message.object_ids, frames)
         elif isinstance(message, m.Welcome):
             self._on_welcome(message)
+            self.store_directory = message.store_directory
+        elif isinstance(message, m.StoreDirectory):
+            self.store_directory = message
         elif isinstance(message, m.HeartbeatEcho):
             if self._heartbeat_sent_at is not None:
                 self._latency_us = int((now - self._heartbeat_sent_at) * 1e6)

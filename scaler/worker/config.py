@@ -48,6 +48,8 @@ class WorkerConfig:
     # Capabilities the operator gives this worker (`--tags gpu,fast`): tasks requiring them may run here.
     # Its hello adds "python" (it runs Python functions) to these.
     tags: tuple[str, ...] = ()
+    # The data address (tcp://) of the store this worker's tasks keep their large data in; empty: none.
+    store_address: str = ""
 
     def __post_init__(self) -> None:
         self.tags = checked_tags(self.tags, "worker tags")

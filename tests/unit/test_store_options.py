@@ -1,11 +1,12 @@
-"""The store's command line: bad values are one-line parser errors before anything starts."""
+"""The store's options: bad values are one-line parser errors before anything starts; where a store listens."""
 
 from __future__ import annotations
 
 import pytest
 
+from scaler.cluster.store_settings import default_data_address
 from scaler.store.__main__ import build_parser
-from scaler.store.server import tcp_bind_address
+from scaler.store.server_config import tcp_bind_address
 
 
 @pytest.mark.parametrize(
@@ -59,3 +60,18 @@ def test_bad_options_are_parser_errors(arguments: list[str], message: str, capsy
 def test_the_defaults_need_no_option() -> None:
     args = build_parser().parse_args([])
     assert args.data_address == "tcp://127.0.0.1" and args.capacity_bytes is None and args.spill_directory is None
+
+
+@pytest.mark.parametrize(("scheduler", "expected"), [
+    ("tcp://127.0.0.1:2345", "tcp://127.0.0.1"),
+    ("ipc:///tmp/scheduler.sock", "tcp://127.0.0.1"),
+    ("inproc://scheduler", "tcp://127.0.0.1"),
+])
+def test_a_cluster_store_is_reached_where_its_scheduler_reaches_this_host(scheduler: str, expected: str) -> None:
+    assert default_data_address(scheduler) == expected
+
+
+def test_a_cluster_store_address_is_never_a_wildcard() -> None:
+    # Whatever interface routes to a remote scheduler, it is a concrete address peers can connect to.
+    address = default_data_address("tcp://192.0.2.1:2345")
+    assert address.startswith("tcp://") and tcp_bind_address(address).endswith(":*")
