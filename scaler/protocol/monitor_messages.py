@@ -88,6 +88,9 @@ class TagsWait:
 
     tags: list[str]
     tasks: int = 0
+
+
+@dataclasses.dataclass(slots=True)
 class StoreStatus:
     name: str
     hostname: str = ""

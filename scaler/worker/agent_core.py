@@ -30,8 +30,8 @@ import cloudpickle
 
 from scaler.errors import MemoryLimitError, TaskTimeoutError
 from scaler.protocol import messages as m
-from scaler.utility.tags import PYTHON_TAG
 from scaler.utility.host_key import this_host_key
+from scaler.utility.tags import PYTHON_TAG
 from scaler.worker.agent_actions import (
     Action,
     Exit,

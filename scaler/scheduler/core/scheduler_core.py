@@ -43,8 +43,8 @@ from scaler.scheduler.core.placement import Placement
 from scaler.scheduler.core.ready_queue import Tags, describe_tags
 from scaler.scheduler.core.result_router import ResultRouter
 from scaler.scheduler.core.status import CoreStatus, core_status
-from scaler.scheduler.core.tag_waits import TagWaits
 from scaler.scheduler.core.store_registry import StorePeer, StoreRegistry
+from scaler.scheduler.core.tag_waits import TagWaits
 from scaler.scheduler.core.task_graph import TaskGraph
 from scaler.scheduler.core.task_intake import TaskIntake
 from scaler.scheduler.core.task_table import TaskTable

@@ -108,3 +108,10 @@ def store_status(stores: StoreRegistry, peers: PeerRegistry, now: float) -> list
             data_address=address,
             capacity_bytes=store.capacity_bytes,
             bytes_held=heartbeat.bytes_held,
+            bytes_spilled=heartbeat.bytes_spilled,
+            bytes_pinned=heartbeat.bytes_pinned,
+            objects=heartbeat.object_count,
+            workers=workers_by_store[address],
+            seconds_since_heard=now - store.last_seen,
+        ))
+    return rows
