@@ -43,6 +43,8 @@ class WorkerPeer:
     known_object_ids: set[bytes] = dataclasses.field(default_factory=set)
     tasks_sent: int = 0
     last_heartbeat: m.Heartbeat | None = None
+    # The data address of the store it reads and writes stored objects through (empty: none).
+    store: str = ""
 
     @property
     def free(self) -> int:
@@ -84,6 +86,7 @@ class PeerRegistry:
             ),
             max_frame_bytes=config.max_frame_bytes,
             max_control_frame_bytes=config.max_control_frame_bytes,
+            inline_limit_bytes=config.inline_limit_bytes,
         )
         if hello.role == m.Role.CLIENT:
             prefix = self.next_id_prefix

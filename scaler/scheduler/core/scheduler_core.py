@@ -57,8 +57,8 @@ class SchedulerCore:
         self.counters: collections.Counter[str] = collections.Counter()
         self.peers = PeerRegistry(config)
         self.graph = TaskGraph()
-        self.tasks = TaskTable(self.graph, config.max_task_crashes, self.counters)
         self.objects = ObjectTable()
+        self.tasks = TaskTable(self.graph, config.max_task_crashes, self.counters, self.objects)
         self._intake = TaskIntake(config, self.tasks, self.graph, self.objects, self.counters)
         self._placement = Placement(config, self.tasks, self.objects, self.peers.workers, self.counters)
         handlers: dict[type, _Handler] = {
@@ -98,6 +98,8 @@ class SchedulerCore:
             out.append((sender, m.ProtocolError(reason=violation(role, type(message)))))
         else:
             handler(peer, message, now, out)
+        # Stored results whose last use ended while tasks ended are deleted where they are held.
+        self.objects.flush(self.peers.workers.values(), out)
         return out
 
     def on_bad_frame(self, sender: bytes, reason: str, *, drop_sender: bool = True) -> list[Outgoing]:
@@ -121,6 +123,7 @@ class SchedulerCore:
         else:
             return out
         out.append((sender, m.Disconnect(reason=why)))
+        self.objects.flush(self.peers.workers.values(), out)
         self._placement.dispatch(out)
         return out
 
@@ -131,6 +134,7 @@ class SchedulerCore:
             self._remove_worker(worker, f"timed out, {len(worker.assigned)} tasks to reschedule", logging.WARNING, out)
         for client in self.peers.silent_clients(now):
             self._remove_client(client, "timed out", logging.WARNING, out)
+        self.objects.flush(self.peers.workers.values(), out)
         self._placement.dispatch(out)
         self._placement.balance(now, out)
         return out

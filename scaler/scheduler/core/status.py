@@ -33,7 +33,7 @@ def core_status(
     peers: PeerRegistry, tasks: TaskTable, objects: ObjectTable, counters: collections.Counter[str], now: float
 ) -> CoreStatus:
     running = sum(len(worker.assigned) for worker in peers.workers.values())
-    object_sizes = {object_id: len(record.payload) for object_id, record in objects.stored.items()}
+    object_sizes = {object_id: record.byte_count for object_id, record in objects.stored.items()}
     workers = []
     for worker in peers.workers.values():
         heartbeat = worker.last_heartbeat or m.Heartbeat()
