@@ -38,6 +38,8 @@ from scaler.protocol.messages import (
     Role,
     ShutdownRequest,
     ShutdownResponse,
+    StoreDirectory,
+    StoreEntry,
     StoredResult,
     TaskFailure,
     TaskGroup,
@@ -59,7 +61,7 @@ _TRAVERSAL_SLACK_WORDS = 4096
 _NESTING_LIMIT = 16
 
 
-_ROLE_NAMES = {Role.CLIENT: "client", Role.WORKER: "worker"}
+_ROLE_NAMES = {Role.CLIENT: "client", Role.WORKER: "worker", Role.STORE: "store"}
 _ROLE_BY_NAME = {name: role for role, name in _ROLE_NAMES.items()}
 _FAILURE_NAMES = {
     FailureKind.RAISED: "raised",
@@ -97,6 +99,22 @@ _FLAT_MESSAGES: dict[type, str] = {
     ProcessorState: "processorState",
 }
 
+def _write_directory(struct, directory: StoreDirectory) -> None:
+    entries = struct.init("stores", len(directory.stores))
+    for slot, entry in zip(entries, directory.stores):
+        slot.dataAddress = entry.data_address
+        slot.ipcAddress = entry.ipc_address
+        slot.hostKey = entry.host_key
+    struct.homeStore = directory.home_store
+
+
+def _read_directory(reader) -> StoreDirectory:
+    return StoreDirectory(
+        stores=[StoreEntry(entry.dataAddress, entry.ipcAddress, entry.hostKey) for entry in reader.stores],
+        home_store=reader.homeStore,
+    )
+
+
 # How a read field becomes the dataclass's value, by its declared type: a capnp list or Data is a view
 # into the frame, which must not outlive it.
 _READ_AS: dict[str, Callable[[Any], Any]] = {
@@ -104,7 +122,20 @@ _READ_AS: dict[str, Callable[[Any], Any]] = {
     "list[bytes]": lambda values: [bytes(value) for value in values],
     "bytes": bytes,
     "Role": lambda name: _ROLE_BY_NAME[name],
+    "StoreDirectory": _read_directory,
 }
+
+
+def _set_role(struct, wire_name: str, role: Role) -> None:
+    setattr(struct, wire_name, _ROLE_NAMES[role])
+
+
+def _set_directory(struct, wire_name: str, directory: StoreDirectory) -> None:
+    _write_directory(struct.init(wire_name), directory)
+
+
+# How a field is written, by its declared type, where a plain assignment will not do.
+_WRITE_AS: dict[str, Callable[[Any, str, Any], None]] = {"Role": _set_role, "StoreDirectory": _set_directory}
 
 
 def _camel_case(name: str) -> str:
@@ -112,24 +143,27 @@ def _camel_case(name: str) -> str:
     return first + "".join(word.title() for word in rest)
 
 
-# Per class: each field's name, its name on the wire, and how it is read (None: as it is).
-_FLAT_FIELDS: dict[type, tuple[tuple[str, str, Callable[[Any], Any] | None], ...]] = {
+# Per class: each field's name, its name on the wire, how it is read and how written (None: as it is).
+_FLAT_FIELDS: dict[type, tuple[tuple[str, str, Callable[[Any], Any] | None, Callable | None], ...]] = {
     cls: tuple(
-        (field.name, _camel_case(field.name), _READ_AS.get(str(field.type))) for field in dataclasses.fields(cls)
+        (field.name, _camel_case(field.name), _READ_AS.get(str(field.type)), _WRITE_AS.get(str(field.type)))
+        for field in dataclasses.fields(cls)
     )
     for cls in (*_FLAT_MESSAGES, TaskProfile)
 }
 
 
 def _write_fields(struct, value: Any) -> None:
-    for name, wire_name, _ in _FLAT_FIELDS[type(value)]:
-        field = getattr(value, name)
-        setattr(struct, wire_name, _ROLE_NAMES[field] if type(field) is Role else field)
+    for name, wire_name, _, write_as in _FLAT_FIELDS[type(value)]:
+        if write_as is None:
+            setattr(struct, wire_name, getattr(value, name))
+        else:
+            write_as(struct, wire_name, getattr(value, name))
 
 
 def _read_fields(cls: type, reader) -> Any:
     values = {}
-    for name, wire_name, read_as in _FLAT_FIELDS[cls]:
+    for name, wire_name, read_as, _ in _FLAT_FIELDS[cls]:
         field = getattr(reader, wire_name)
         values[name] = field if read_as is None else read_as(field)
     return cls(**values)
@@ -279,6 +313,7 @@ def _encode_warnings(results, warnings: list[TaskWarning]) -> None:
 
 _ENCODERS: dict[type, Callable[[Any, Any, list[Buffer]], Any]] = {
     TaskSubmission: _encode_submission,
+    StoreDirectory: lambda builder, message, frames: _write_directory(builder.init("storeDirectory"), message),
     TaskResults: _encode_results,
     **{cls: _encode_flat for cls in _FLAT_MESSAGES},
 }
@@ -428,5 +463,6 @@ def _decode_warnings(reader) -> list[TaskWarning]:
 _DECODERS: dict[str, Callable[[Any, _FrameTable], Any]] = {
     "submitTasks": _decode_submission,
     "taskResults": _decode_results,
+    "storeDirectory": lambda reader, frames: _read_directory(reader),
     **{member: functools.partial(_decode_flat, cls) for cls, member in _FLAT_MESSAGES.items()},
 }

@@ -38,6 +38,7 @@ class ProtocolDecodeError(ValueError):
 class Role(enum.IntEnum):
     CLIENT = 0
     WORKER = 1
+    STORE = 2
 
 
 class FailureKind(enum.IntEnum):
@@ -59,6 +60,29 @@ class Hello:
     capacity: int = 0
     protocol_version: int = PROTOCOL_VERSION
     nesting_depth: int = 0
+    # The data plane: a worker's store (its data address), everyone's host key, and a store's own addresses.
+    store: str = ""
+    host_key: str = ""
+    data_address: str = ""
+    ipc_address: str = ""
+    capacity_bytes: int = 0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StoreEntry:
+    """A registered store as the other peers reach it."""
+
+    data_address: str  # tcp://: its identity
+    ipc_address: str  # ipc://: only for processes with the same host key
+    host_key: str
+
+
+@dataclasses.dataclass(slots=True)
+class StoreDirectory:
+    """The stores the scheduler knows, and the data address of the receiver's home store (empty: none)."""
+
+    stores: list[StoreEntry] = dataclasses.field(default_factory=list)
+    home_store: str = ""
 
 
 @dataclasses.dataclass(slots=True)
@@ -70,6 +94,7 @@ class Welcome:
     # The scheduler's limits on what it reads (0: none): any frame, and the control frame.
     max_frame_bytes: int = 0
     max_control_frame_bytes: int = 0
+    store_directory: StoreDirectory = dataclasses.field(default_factory=StoreDirectory)
     # Payloads this large go through a store (0: INLINE_LIMIT_BYTES).
     inline_limit_bytes: int = 0
 
@@ -104,6 +129,11 @@ class Heartbeat:
     processor_cpu_percent: float = 0.0
     processor_rss_bytes: int = 0
     latency_us: int = 0
+    # Stores only.
+    bytes_held: int = 0
+    bytes_spilled: int = 0
+    bytes_pinned: int = 0
+    object_count: int = 0
 
 
 @dataclasses.dataclass(slots=True)
@@ -300,6 +330,7 @@ Message = Union[
     ReleaseTasks,
     CancelRefused,
     TaskStarted,
+    StoreDirectory,
 ]
 
 

@@ -32,12 +32,14 @@ struct Message {
     releaseTasks @16 :ReleaseTasks;
     cancelRefused @17 :CancelRefused;
     taskStarted @18 :TaskStarted;
+    storeDirectory @19 :StoreDirectory;
   }
 }
 
 enum Role {
   client @0;
   worker @1;
+  store @2;                # a host's object store (data plane, PROTOCOL.md §17)
 }
 
 struct Hello {
@@ -48,6 +50,12 @@ struct Hello {
   pid @4 :UInt32;
   capacity @5 :UInt32;     # workers only: how many tasks it accepts at once
   nestingDepth @6 :UInt32; # clients only: 0 for an application, d + 1 inside a task of depth d
+  # The data plane (PROTOCOL.md §17).
+  store @7 :Text;          # workers only: the data address of the store it uses; empty: none
+  hostKey @8 :Text;        # "<boot id>/<network namespace inode>": equal keys share memory; empty: unknown
+  dataAddress @9 :Text;    # stores only: tcp:// address where every peer reaches it; its identity
+  ipcAddress @10 :Text;    # stores only: ipc:// address for the processes of its host
+  capacityBytes @11 :UInt64;  # stores only: bytes it holds in memory before it spills to disk
 }
 
 struct Welcome {
@@ -59,9 +67,23 @@ struct Welcome {
   # 0 means no limit. A peer that sends more loses the message (§10 of PROTOCOL.md): check before sending.
   maxFrameBytes @4 :UInt64;
   maxControlFrameBytes @5 :UInt64;
+  storeDirectory @6 :StoreDirectory;  # clients and workers: the stores as of now (empty for stores)
   # Payloads (objects, arguments, results) of this many bytes or more go through a store when one is at
   # hand (§13); smaller ones stay on the control path. 0: the sender's default (LARGE_PAYLOAD_BYTES).
-  inlineLimitBytes @6 :UInt64;
+  inlineLimitBytes @7 :UInt64;
+}
+
+# Scheduler to clients and workers: every registered store, and which one is the receiver's home (where it
+# puts its objects). Sent in `welcome` and again, whole, whenever a store joins or leaves.
+struct StoreDirectory {
+  stores @0 :List(StoreEntry);
+  homeStore @1 :Text;      # the data address of the receiver's home store; empty: no store at all
+}
+
+struct StoreEntry {
+  dataAddress @0 :Text;    # tcp://host:port, the store's identity
+  ipcAddress @1 :Text;     # ipc://path, usable only by processes whose host key equals `hostKey`
+  hostKey @2 :Text;
 }
 
 struct Refused {
@@ -75,6 +97,12 @@ struct Heartbeat {
   processorCpuPercent @3 :Float32;
   processorRssBytes @4 :UInt64;
   latencyUs @5 :UInt32;        # the sender's last measured heartbeat round trip
+  # Stores only: payload bytes of the objects held (in memory or on disk), those on disk, those mapped by
+  # readers, and how many objects.
+  bytesHeld @6 :UInt64;
+  bytesSpilled @7 :UInt64;
+  bytesPinned @8 :UInt64;
+  objectCount @9 :UInt64;
 }
 
 struct HeartbeatEcho {}
@@ -210,6 +238,7 @@ struct ReleaseTasks {
   taskIds @0 :List(UInt64);
 }
 
+# Client to scheduler: it no longer needs these objects. Scheduler to worker or store: drop them.
 struct DeleteObjects {
   objectIds @0 :List(Data);
 }

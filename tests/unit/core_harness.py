@@ -159,10 +159,8 @@ class SimulatedCluster:
         """A worker; `store` is the data address of the store it uses (empty: none)."""
         identity = identity or b"worker-%d" % len(self.workers)
         worker = self.workers[identity] = SimWorker(identity=identity, capacity=capacity)
-        self.send(identity, m.Hello(role=m.Role.WORKER, name=identity.decode(), capacity=capacity))
+        self.send(identity, m.Hello(role=m.Role.WORKER, name=identity.decode(), capacity=capacity, store=store))
         assert any(isinstance(message, m.Welcome) for message in worker.inbox), worker.inbox
-        if store:
-            self.core.peers.workers[identity].store = store
         return worker
 
     def add_store(self, data_address: str, identity: bytes | None = None) -> bytes:

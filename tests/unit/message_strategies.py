@@ -54,7 +54,17 @@ def hellos() -> st.SearchStrategy[m.Hello]:
         capacity=SMALL_U32,
         protocol_version=st.one_of(st.just(m.PROTOCOL_VERSION), U32),
         nesting_depth=SMALL_U32,
+        store=TEXT,
+        host_key=TEXT,
+        data_address=TEXT,
+        ipc_address=TEXT,
+        capacity_bytes=U64,
     )
+
+
+def store_directories() -> st.SearchStrategy[m.StoreDirectory]:
+    entries = st.builds(m.StoreEntry, data_address=TEXT, ipc_address=TEXT, host_key=TEXT)
+    return st.builds(m.StoreDirectory, stores=st.lists(entries, max_size=3), home_store=TEXT)
 
 
 def heartbeats() -> st.SearchStrategy[m.Heartbeat]:
@@ -66,6 +76,10 @@ def heartbeats() -> st.SearchStrategy[m.Heartbeat]:
         processor_cpu_percent=FLOAT32,
         processor_rss_bytes=U64,
         latency_us=U32,
+        bytes_held=U64,
+        bytes_spilled=U64,
+        bytes_pinned=U64,
+        object_count=U64,
     )
 
 
@@ -175,8 +189,9 @@ def message_strategies(
         m.Hello: hellos(),
         m.Welcome: st.builds(
             m.Welcome, id_prefix=U32, heartbeat_interval_ms=U32, peer_timeout_ms=U32, protocol_version=U32,
-            max_frame_bytes=U64, max_control_frame_bytes=U64,
+            max_frame_bytes=U64, max_control_frame_bytes=U64, store_directory=store_directories(),
         ),
+        m.StoreDirectory: store_directories(),
         m.Refused: st.builds(m.Refused, reason=TEXT),
         m.Heartbeat: heartbeats(),
         m.HeartbeatEcho: st.just(m.HeartbeatEcho()),

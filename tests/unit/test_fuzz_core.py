@@ -266,6 +266,8 @@ class SchedulerCoreFuzz(RuleBasedStateMachine):
                 ignored_with(m.Refused)
             elif message.role == m.Role.WORKER and message.capacity == 0:
                 ignored_with(m.Refused)
+            elif message.role == m.Role.STORE:
+                ignored_with(m.Refused)
             else:
                 assert isinstance(to_sender[0], m.Welcome), out
         elif not (was_client or was_worker):

@@ -53,6 +53,7 @@ def sample(kind: type, task_ids: list[int], next_id: int) -> m.Message:
         m.ReleaseTasks: m.ReleaseTasks(task_ids=task_ids),
         m.CancelRefused: m.CancelRefused(task_ids=task_ids),
         m.TaskStarted: m.TaskStarted(task_ids=task_ids),
+        m.StoreDirectory: m.StoreDirectory(stores=[m.StoreEntry("tcp://127.0.0.1:1", "ipc:///tmp/s", "b/1")]),
     }
     return samples[kind]
 

@@ -15,14 +15,15 @@ from scaler.protocol import messages as m
 _CLIENTS = frozenset({m.Role.CLIENT})
 _WORKERS = frozenset({m.Role.WORKER})
 _BOTH = _CLIENTS | _WORKERS
+_ANY = _BOTH | {m.Role.STORE}
 
 # Message type -> the roles that may send it once registered. A type missing here is one the scheduler
 # never receives (it sends it, or it belongs inside a worker). Hello opens a registration, so no
 # registered role may send it.
 SENDERS: dict[type, frozenset[m.Role]] = {
     m.Hello: frozenset(),
-    m.Heartbeat: _BOTH,
-    m.Disconnect: _BOTH,
+    m.Heartbeat: _ANY,
+    m.Disconnect: _ANY,
     m.TaskSubmission: _CLIENTS,
     m.CancelTasks: _CLIENTS,
     m.ClearRequest: _CLIENTS,
@@ -33,7 +34,7 @@ SENDERS: dict[type, frozenset[m.Role]] = {
     m.TaskStarted: _WORKERS,
 }
 
-_PLURAL = {m.Role.CLIENT: "clients", m.Role.WORKER: "workers"}
+_PLURAL = {m.Role.CLIENT: "clients", m.Role.WORKER: "workers", m.Role.STORE: "stores"}
 
 
 def violation(role: m.Role, message_type: type) -> str:

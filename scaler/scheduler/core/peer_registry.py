@@ -78,6 +78,8 @@ class PeerRegistry:
             return m.Refused(
                 reason=f"protocol version {hello.protocol_version} not supported, scheduler speaks {m.PROTOCOL_VERSION}"
             ), None
+        if hello.role == m.Role.STORE:
+            return m.Refused(reason="this scheduler does not take stores yet"), None
         config = self._config
         welcome = m.Welcome(
             heartbeat_interval_ms=_wire_milliseconds(config.heartbeat_interval_seconds),
@@ -100,7 +102,9 @@ class PeerRegistry:
             capacity = min(capacity, config.per_worker_queue_size)
         if capacity <= 0:
             return m.Refused(reason="a worker must accept at least one task"), None
-        worker = self.workers[sender] = WorkerPeer(identity=sender, name=hello.name, capacity=capacity, last_seen=now)
+        worker = self.workers[sender] = WorkerPeer(
+            identity=sender, name=hello.name, capacity=capacity, last_seen=now, store=hello.store
+        )
         logger.info(f"PeerRegistry: worker {hello.name} connected, capacity {capacity}")
         return welcome, worker
 
