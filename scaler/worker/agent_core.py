@@ -30,6 +30,7 @@ import cloudpickle
 
 from scaler.errors import MemoryLimitError, TaskTimeoutError
 from scaler.protocol import messages as m
+from scaler.utility.host_key import this_host_key
 from scaler.worker.agent_actions import (
     Action,
     Exit,
@@ -52,7 +53,8 @@ class WorkerAgentCore:
         self._config = config
         self._name = name
         self._hello = m.Hello(
-            role=m.Role.WORKER, name=name, hostname=hostname, pid=pid, capacity=config.task_queue_size
+            role=m.Role.WORKER, name=name, hostname=hostname, pid=pid, capacity=config.task_queue_size,
+            host_key=this_host_key(),
         )
         self._running_tasks = running_tasks
         self._out: list[Action] = []
@@ -128,6 +130,9 @@ class WorkerAgentCore:
             self._pool.delete_objects(message.object_ids, frames)
         elif isinstance(message, m.Welcome):
             self._on_welcome(message)
+            self._pool.set_store_directory(message.store_directory)
+        elif isinstance(message, m.StoreDirectory):
+            self._pool.set_store_directory(message)
         elif isinstance(message, m.HeartbeatEcho):
             if self._heartbeat_sent_at is not None:
                 self._latency_us = int((now - self._heartbeat_sent_at) * 1e6)
@@ -154,6 +159,8 @@ class WorkerAgentCore:
                 processor.outstanding.pop(task_id, None)
             for failure in message.failures:
                 processor.outstanding.pop(failure.task_id, None)
+            for stored in message.stored:
+                processor.outstanding.pop(stored.task_id, None)
             if self._limits.admit(frames):
                 self._out.append(ToScheduler(frames))
             else:
