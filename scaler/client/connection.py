@@ -74,6 +74,8 @@ class ClientConnection:
         self._next_counter = 0
         self._counter_lock = threading.Lock()
         self._id_prefix = 0
+        # The stores the scheduler told us of, and our home among them (PROTOCOL.md §17); replaced whole.
+        self.store_directory = m.StoreDirectory()
         self._wakeup = WakeupPipe()
         # The scheduler's limits, known from its Welcome before connect() returns.
         self.limits = PayloadLimits()
@@ -380,7 +382,10 @@ class ClientConnection:
             self._id_prefix = message.id_prefix
             self._heartbeat_interval_seconds = message.heartbeat_interval_for(self._heartbeat_interval_seconds)
             self.limits = PayloadLimits(message.max_frame_bytes, message.max_control_frame_bytes)
+            self.store_directory = message.store_directory
             self._welcomed.set()
+        elif isinstance(message, m.StoreDirectory):
+            self.store_directory = message
         elif isinstance(message, m.Refused):
             if self._welcomed.is_set():
                 # We were welcomed once: a scheduler that no longer knows us was restarted, or dropped us for silence.

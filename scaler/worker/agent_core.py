@@ -54,8 +54,10 @@ class WorkerAgentCore:
         self._name = name
         self._hello = m.Hello(
             role=m.Role.WORKER, name=name, hostname=hostname, pid=pid, capacity=config.task_queue_size,
-            host_key=this_host_key(),
+            store=config.store_address, host_key=this_host_key(),
         )
+        # The stores the scheduler told us of, and our home among them (PROTOCOL.md §17).
+        self.store_directory = m.StoreDirectory()
         self._running_tasks = running_tasks
         self._out: list[Action] = []
         self._pool = ProcessorPool(name, config.max_processors, self._out)
@@ -130,8 +132,10 @@ class WorkerAgentCore:
             self._pool.delete_objects(message.object_ids, frames)
         elif isinstance(message, m.Welcome):
             self._on_welcome(message)
+            self.store_directory = message.store_directory
             self._pool.set_store_directory(message.store_directory)
         elif isinstance(message, m.StoreDirectory):
+            self.store_directory = message
             self._pool.set_store_directory(message)
         elif isinstance(message, m.HeartbeatEcho):
             if self._heartbeat_sent_at is not None:

@@ -44,6 +44,8 @@ class WorkerConfig:
     # A library default: a program that starts workers from Python is not flooded (the command line says INFO).
     logging_level: str = "WARNING"
     logging_config_file: str | None = None
+    # The data address (tcp://) of the store this worker's tasks keep their large data in; empty: none.
+    store_address: str = ""
 
     def __post_init__(self) -> None:
         if self.address:  # empty only for the template that holds the defaults the command line shows

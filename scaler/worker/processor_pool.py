@@ -179,6 +179,8 @@ class ProcessorPool:
 
     def set_store_directory(self, directory: m.StoreDirectory) -> None:
         """The stores and this worker's home store: every processor reads stored objects through them."""
+        if not directory.stores and self._store_directory is None:
+            return  # no store yet: the processors have nothing to learn
         self._store_directory = m.encode(directory)
         for processor in self.processors.values():
             self.deliver(processor, self._store_directory)

@@ -80,6 +80,28 @@ class SimWorker:
         return [message for message in self.inbox if isinstance(message, kind)]
 
 
+@dataclasses.dataclass
+class SimStore:
+    identity: bytes
+    data_address: str
+    host_key: str
+    capacity_bytes: int
+    inbox: list = dataclasses.field(default_factory=list)
+
+    def received(self, kind: type) -> list:
+        return [message for message in self.inbox if isinstance(message, kind)]
+
+
+def last_directory(inbox: list) -> m.StoreDirectory:
+    """The store directory a peer holds now: the latest storeDirectory, else its welcome's."""
+    for message in reversed(inbox):
+        if isinstance(message, m.StoreDirectory):
+            return message
+        if isinstance(message, m.Welcome):
+            return message.store_directory
+    raise AssertionError("no welcome yet")
+
+
 class SimulatedCluster:
     def __init__(
         self, config: CoreConfig | None = None, *, now: float = 1000.0, check_invariants: bool = True
@@ -89,6 +111,7 @@ class SimulatedCluster:
         self.check_invariants = check_invariants
         self.clients: dict[bytes, SimClient] = {}
         self.workers: dict[bytes, SimWorker] = {}
+        self.stores: dict[bytes, SimStore] = {}
         # Messages the core addressed to identities the harness does not (or no longer) play.
         self.stray: list[tuple[bytes, m.Message]] = []
         self.departed: dict[bytes, list] = collections.defaultdict(list)
@@ -116,6 +139,8 @@ class SimulatedCluster:
                 self._to_worker(self.workers[identity], message)
             elif identity in self.clients:
                 self._to_client(self.clients[identity], message)
+            elif identity in self.stores:
+                self.stores[identity].inbox.append(message)
             else:
                 self.stray.append((identity, message))
 
@@ -148,26 +173,36 @@ class SimulatedCluster:
 
     # ------------------------------------------------------------------------------------------ peers
 
-    def add_client(self, identity: bytes | None = None) -> SimClient:
+    def add_client(self, identity: bytes | None = None, host_key: str = "") -> SimClient:
         identity = identity or b"client-%d" % len(self.clients)
         client = self.clients[identity] = SimClient(identity=identity)
-        self.send(identity, m.Hello(role=m.Role.CLIENT, name=identity.decode()))
+        self.send(identity, m.Hello(role=m.Role.CLIENT, name=identity.decode(), host_key=host_key))
         assert isinstance(client.inbox[-1], m.Welcome), client.inbox
         return client
 
-    def add_worker(self, capacity: int = 10, identity: bytes | None = None, store: str = "") -> SimWorker:
-        """A worker; `store` is the data address of the store it uses (empty: none)."""
+    def add_worker(
+        self, capacity: int = 10, identity: bytes | None = None, store: str = "", host_key: str = ""
+    ) -> SimWorker:
         identity = identity or b"worker-%d" % len(self.workers)
         worker = self.workers[identity] = SimWorker(identity=identity, capacity=capacity)
-        self.send(identity, m.Hello(role=m.Role.WORKER, name=identity.decode(), capacity=capacity, store=store))
+        self.send(identity, m.Hello(
+            role=m.Role.WORKER, name=identity.decode(), capacity=capacity, store=store, host_key=host_key
+        ))
         assert any(isinstance(message, m.Welcome) for message in worker.inbox), worker.inbox
         return worker
 
-    def add_store(self, data_address: str, identity: bytes | None = None) -> bytes:
-        """A store the core may send deleteObjects to; the harness keeps what it gets in `stray`."""
-        identity = identity or b"store-" + data_address.encode()
-        self.core.objects.store_identities[data_address] = identity
-        return identity
+    def add_store(
+        self, data_address: str, host_key: str = "host-a", capacity_bytes: int = 1 << 30,
+        identity: bytes | None = None,
+    ) -> SimStore:
+        identity = identity or b"store-%d" % len(self.stores)
+        store = self.stores[identity] = SimStore(identity, data_address, host_key, capacity_bytes)
+        self.send(identity, m.Hello(
+            role=m.Role.STORE, name=identity.decode(), host_key=host_key, data_address=data_address,
+            ipc_address=f"ipc:///stores/{identity.decode()}", capacity_bytes=capacity_bytes,
+        ))
+        assert isinstance(store.inbox[-1], m.Welcome), store.inbox
+        return store
 
     def forget_worker(self, worker: SimWorker) -> None:
         """The harness stops playing this worker (it crashed); what it held is lost."""
@@ -175,7 +210,7 @@ class SimulatedCluster:
 
     def heartbeat_all(self, *, except_for: Iterable[bytes] = ()) -> None:
         skip = set(except_for)
-        for identity in list(self.workers) + list(self.clients):
+        for identity in list(self.workers) + list(self.clients) + list(self.stores):
             if identity not in skip:
                 self.send(identity, m.Heartbeat())
 

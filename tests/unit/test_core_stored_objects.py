@@ -12,7 +12,7 @@ import pytest
 from scaler.protocol import capnp_codec
 from scaler.protocol import messages as m
 from scaler.utility.identifiers import random_object_id
-from tests.unit.core_harness import FUNCTION_ID, FUNCTION_PAYLOAD, SimulatedCluster
+from tests.unit.core_harness import FUNCTION_ID, FUNCTION_PAYLOAD, SimStore, SimulatedCluster
 
 STORE_A = "tcp://10.0.0.1:5000"
 STORE_B = "tcp://10.0.0.2:5000"
@@ -38,11 +38,8 @@ def _submit_with_object(cluster: SimulatedCluster, client, objects: list[m.Objec
     return task_ids
 
 
-def _deletes_to(cluster: SimulatedCluster, identity: bytes) -> set[bytes]:
-    return {
-        object_id for to, message in cluster.stray if to == identity and isinstance(message, m.DeleteObjects)
-        for object_id in message.object_ids
-    }
+def _deletes_to(cluster: SimulatedCluster, store: SimStore) -> set[bytes]:
+    return {object_id for message in store.received(m.DeleteObjects) for object_id in message.object_ids}
 
 
 def test_a_stored_client_object_reaches_the_worker_as_its_holder_and_size_only() -> None:

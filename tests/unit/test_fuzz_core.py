@@ -21,7 +21,15 @@ from __future__ import annotations
 import collections
 
 import pytest
-from core_harness import FUNCTION_ID, FUNCTION_PAYLOAD, SimClient, SimulatedCluster, SimWorker, assert_no_task_state
+from core_harness import (
+    FUNCTION_ID,
+    FUNCTION_PAYLOAD,
+    SimClient,
+    SimulatedCluster,
+    SimWorker,
+    assert_no_task_state,
+    last_directory,
+)
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -57,6 +65,7 @@ CLIENT_SENDS = {
     m.Heartbeat, m.Disconnect, m.TaskSubmission, m.CancelTasks, m.ClearRequest, m.DeleteObjects, m.ShutdownRequest,
 }
 WORKER_SENDS = {m.Heartbeat, m.Disconnect, m.TaskResults, m.CancelRefused, m.TaskStarted}
+STORE_SENDS = {m.Heartbeat, m.Disconnect}
 ANSWERING_KINDS = [m.FailureKind.RAISED, m.FailureKind.RETURNED, m.FailureKind.WORKER_DIED, m.FailureKind.SERIALIZATION]
 
 
@@ -65,6 +74,7 @@ def core_snapshot(core: SchedulerCore) -> tuple:
     return (
         sorted(core.peers.clients),
         sorted(core.peers.workers),
+        sorted(core.stores.by_address),
         {task_id: (r.worker.identity if r.worker else None, r.waiting_on, r.cancel_requested, r.crashes, r.canceled,
                    r.suspect, r.blame_pending, r.started)
          for task_id, r in core.tasks.records.items()},
@@ -86,6 +96,7 @@ class SchedulerCoreFuzz(RuleBasedStateMachine):
         # Accepted tasks of each good client: each must end with exactly one outcome.
         self.expected: dict[bytes, set[int]] = {}
         self.workers_made = 0
+        self.stores_made = 0
         self.clients_made = 0
         # How far each good worker has read its inbox (for ReleaseTasks).
         self.read_upto: dict[bytes, int] = collections.defaultdict(int)
@@ -121,6 +132,30 @@ class SchedulerCoreFuzz(RuleBasedStateMachine):
     def add_worker(self, capacity: int) -> None:
         self.cluster.add_worker(capacity=capacity, identity=b"good-worker-%d" % self.workers_made)
         self.workers_made += 1
+
+    @precondition(lambda self: len(self.cluster.stores) < 3)
+    @rule(host=st.sampled_from(["host-a", "host-b"]), capacity=st.integers(0, 3000))
+    def add_store(self, host: str, capacity: int) -> None:
+        self.cluster.add_store(
+            f"tcp://good-store-{self.stores_made}:1", host_key=host, capacity_bytes=capacity,
+            identity=b"good-store-%d" % self.stores_made,
+        )
+        self.stores_made += 1
+
+    @precondition(lambda self: self.cluster.stores)
+    @rule(data=st.data(), silently=st.booleans())
+    def store_leaves(self, data: st.DataObject, silently: bool) -> None:
+        store = data.draw(st.sampled_from(sorted(self.cluster.stores.values(), key=lambda store: store.identity)))
+        if not silently:
+            self.cluster.send(store.identity, m.Disconnect(reason="bye"))
+            assert store.identity not in self.core.stores.stores
+        del self.cluster.stores[store.identity]
+
+    @precondition(lambda self: self.cluster.stores)
+    @rule(data=st.data(), held=st.integers(0, 4000), spilled=st.integers(0, 4000))
+    def store_heartbeats(self, data: st.DataObject, held: int, spilled: int) -> None:
+        store = data.draw(st.sampled_from(sorted(self.cluster.stores.values(), key=lambda store: store.identity)))
+        self.cluster.send(store.identity, m.Heartbeat(bytes_held=held, bytes_spilled=spilled))
 
     @precondition(lambda self: self.good_clients)
     @rule(data=st.data(), count=st.integers(1, 5))
@@ -241,6 +276,8 @@ class SchedulerCoreFuzz(RuleBasedStateMachine):
         """Send as a bad peer and check the reply against PROTOCOL.md §3; no good task may be touched."""
         core = self.core
         was_client, was_worker = sender in core.peers.clients, sender in core.peers.workers
+        was_store = sender in core.stores.stores
+        address_taken = isinstance(message, m.Hello) and message.data_address in core.stores.by_address
         before = core_snapshot(core)
         good_state = {
             task_id: (record.worker.identity if record.worker else None, record.waiting_on > 0)
@@ -260,19 +297,19 @@ class SchedulerCoreFuzz(RuleBasedStateMachine):
             assert core_snapshot(core) == before, "a message that should be dropped changed the scheduler"
 
         if isinstance(message, m.Hello):
-            if was_client or was_worker:
+            if was_client or was_worker or was_store:
                 ignored_with(m.ProtocolError)
             elif message.protocol_version != m.PROTOCOL_VERSION:
                 ignored_with(m.Refused)
             elif message.role == m.Role.WORKER and message.capacity == 0:
                 ignored_with(m.Refused)
-            elif message.role == m.Role.STORE:
+            elif message.role == m.Role.STORE and (not message.data_address or address_taken):
                 ignored_with(m.Refused)
             else:
                 assert isinstance(to_sender[0], m.Welcome), out
-        elif not (was_client or was_worker):
+        elif not (was_client or was_worker or was_store):
             ignored_with(m.Refused)
-        elif type(message) not in (CLIENT_SENDS if was_client else WORKER_SENDS):
+        elif type(message) not in (CLIENT_SENDS if was_client else WORKER_SENDS if was_worker else STORE_SENDS):
             ignored_with(m.ProtocolError)
         elif was_client and isinstance(message, m.ShutdownRequest):
             assert [type(reply) for reply in to_sender] == [m.ShutdownResponse] and not to_sender[0].accepted, out
@@ -283,6 +320,7 @@ class SchedulerCoreFuzz(RuleBasedStateMachine):
             ignored_with(m.ProtocolError)
         if isinstance(message, m.Disconnect):
             assert sender not in core.peers.clients and sender not in core.peers.workers
+            assert sender not in core.stores.stores
 
         # Tasks of good clients: only those the sender held (and graph tasks waiting on them) may change
         # hands or end; queued ones may only be handed out by dispatch.
@@ -301,7 +339,8 @@ class SchedulerCoreFuzz(RuleBasedStateMachine):
     @rule(sender=st.sampled_from(BAD_IDENTITIES), role=st.sampled_from(list(m.Role)), capacity=st.integers(1, 3))
     def bad_peer_says_a_proper_hello(self, sender: bytes, role: m.Role, capacity: int) -> None:
         """So that the rule-breaking below comes from known peers too, not only from strangers."""
-        self.send_bad(sender, m.Hello(role=role, capacity=capacity, name=sender.decode()))
+        data_address = f"tcp://{sender.decode()}:{capacity}" if role == m.Role.STORE else ""
+        self.send_bad(sender, m.Hello(role=role, capacity=capacity, name=sender.decode(), data_address=data_address))
 
     @rule(sender=st.sampled_from(BAD_IDENTITIES), data=st.data())
     def bad_random_message(self, sender: bytes, data: st.DataObject) -> None:
@@ -378,6 +417,17 @@ class SchedulerCoreFuzz(RuleBasedStateMachine):
             assert not worker.received(m.Refused) and not worker.received(m.ProtocolError), worker.inbox[-3:]
             held = self.core.peers.workers[worker.identity].assigned
             assert set(held) <= set(worker.pending), "the scheduler thinks a worker holds a task it never got"
+        for store in self.cluster.stores.values():
+            assert not store.received(m.Refused) and not store.received(m.ProtocolError), store.inbox[-3:]
+
+    @invariant()
+    def peers_know_the_stores(self) -> None:
+        """Every good client and worker holds the current directory, and a home among its stores."""
+        registered = sorted(self.core.stores.by_address)
+        for peer in [*self.good_clients, *self.good_workers]:
+            directory = last_directory(peer.inbox)
+            assert [entry.data_address for entry in directory.stores] == registered, (directory, registered)
+            assert directory.home_store in registered if registered else directory.home_store == ""
 
     def teardown(self) -> None:
         """Silent peers time out, good workers answer everything: each good task has exactly one outcome."""

@@ -24,6 +24,8 @@ CLIENT_SENDS = {
     m.Heartbeat, m.Disconnect, m.TaskSubmission, m.CancelTasks, m.ClearRequest, m.DeleteObjects, m.ShutdownRequest,
 }
 WORKER_SENDS = {m.Heartbeat, m.Disconnect, m.TaskResults, m.CancelRefused, m.TaskStarted}
+STORE_SENDS = {m.Heartbeat, m.Disconnect}
+SENDS = {m.Role.CLIENT: CLIENT_SENDS, m.Role.WORKER: WORKER_SENDS, m.Role.STORE: STORE_SENDS}
 
 
 def sample(kind: type, task_ids: list[int], next_id: int) -> m.Message:
@@ -72,32 +74,34 @@ def state_of(core: SchedulerCore) -> tuple:
         [record.task_id for record in core.tasks.queue if not record.canceled],
         {object_id: sorted(stored.owners) for object_id, stored in core.objects.stored.items()},
         dict(core.counters),
+        sorted(core.stores.by_address),
     )
 
 
 def is_registered(core: SchedulerCore, identity: bytes) -> bool:
-    return identity in core.peers.clients or identity in core.peers.workers
+    return identity in core.peers.clients or identity in core.peers.workers or identity in core.stores.stores
 
 
 def busy_cluster() -> tuple[SimulatedCluster, bytes, bytes, list[int]]:
-    """An unprotected scheduler (so a shutdown would go through), a client with two tasks on a worker."""
+    """An unprotected scheduler (so a shutdown would go through), a client with two tasks on a worker, a store."""
     cluster = SimulatedCluster(CoreConfig(protected=False))
-    worker = cluster.add_worker(capacity=4)
+    cluster.add_store("tcp://127.0.0.1:7000", identity=b"store")
+    worker = cluster.add_worker(capacity=4, store="tcp://127.0.0.1:7000")
     client = cluster.add_client()
     task_ids = cluster.submit(client, 2)
     return cluster, client.identity, worker.identity, task_ids
 
 
 def test_the_table_names_every_message_type() -> None:
-    assert set(MESSAGE_TYPES) >= CLIENT_SENDS | WORKER_SENDS | {m.Hello}
+    assert set(MESSAGE_TYPES) >= CLIENT_SENDS | WORKER_SENDS | STORE_SENDS | {m.Hello}
 
 
-@pytest.mark.parametrize("role", [m.Role.CLIENT, m.Role.WORKER], ids=["client", "worker"])
+@pytest.mark.parametrize("role", list(m.Role), ids=lambda role: role.name.lower())
 @pytest.mark.parametrize("kind", MESSAGE_TYPES, ids=lambda kind: kind.__name__)
 def test_a_registered_peer_sends(role: m.Role, kind: type) -> None:
     cluster, client, worker, task_ids = busy_cluster()
-    sender = client if role == m.Role.CLIENT else worker
-    allowed = kind in (CLIENT_SENDS if role == m.Role.CLIENT else WORKER_SENDS)
+    sender = {m.Role.CLIENT: client, m.Role.WORKER: worker, m.Role.STORE: b"store"}[role]
+    allowed = kind in SENDS[role]
     next_id = cluster.clients[client].next_task_ids(1)[0]
     before = state_of(cluster.core)
 
@@ -109,7 +113,7 @@ def test_a_registered_peer_sends(role: m.Role, kind: type) -> None:
         return
     assert len(out) == 1 and out[0][0] == sender, out
     (error,) = errors
-    role_name = "client" if role == m.Role.CLIENT else "worker"
+    role_name = role.name.lower()
     assert f"a {role_name} may not send {kind.__name__}" in error.reason
     assert state_of(cluster.core) == before, "a message its sender may not send changed the scheduler"
     assert is_registered(cluster.core, sender), "the sender is told, not dropped"
@@ -140,6 +144,10 @@ def test_the_reason_says_who_may_send_it() -> None:
     assert error == m.ProtocolError(reason="a client may not send ReleaseTasks; the scheduler never receives it")
     (_, error), = cluster.send(worker, m.Hello(role=m.Role.CLIENT))
     assert "hello sent twice" in error.reason
+    (_, error), = cluster.send(b"store", m.TaskResults(succeeded_ids=[], payloads=[], failures=[]))
+    assert error == m.ProtocolError(reason="a store may not send TaskResults; only workers do")
+    (_, error), = cluster.send(b"store", m.DeleteObjects(object_ids=[]))
+    assert error == m.ProtocolError(reason="a store may not send DeleteObjects; only clients do")
 
 
 def test_a_message_its_sender_may_not_send_still_counts_as_a_sign_of_life() -> None:

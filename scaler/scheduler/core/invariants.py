@@ -12,6 +12,7 @@ import collections
 from scaler.scheduler.core.core_config import CoreConfig
 from scaler.scheduler.core.object_table import ObjectTable
 from scaler.scheduler.core.peer_registry import PeerRegistry
+from scaler.scheduler.core.store_registry import StoreRegistry
 from scaler.scheduler.core.task_graph import TaskGraph
 from scaler.scheduler.core.task_table import TaskTable
 from scaler.utility.identifiers import TASK_COUNTER_BITS
@@ -21,6 +22,17 @@ class CoreInvariantError(AssertionError):
     """The core's structures disagree with each other: a bug in the core."""
 
 
+def _check_stores(stores: StoreRegistry, other_identities: set[bytes]) -> None:
+    """Each store is filed once under its identity and once under its (non-empty) data address."""
+    _require(not stores.stores.keys() & other_identities, "an identity is both a store and a client or worker")
+    _require(len(stores.stores) == len(stores.by_address),
+             "%d stores by identity, %d by data address", len(stores.stores), len(stores.by_address))
+    for identity, store in stores.stores.items():
+        _require(store.identity == identity, "store %r is filed under %r", store.identity, identity)
+        _require(store.data_address != "" and stores.by_address.get(store.data_address) is store,
+                 "store %r is not filed under its data address %r", identity, store.data_address)
+
+
 def _require(condition: object, message: str, *values: object) -> None:
     # The message is formatted only on failure: the tests call this for every task after every message.
     if not condition:
@@ -28,12 +40,13 @@ def _require(condition: object, message: str, *values: object) -> None:
 
 
 def check_invariants(
-    config: CoreConfig, peers: PeerRegistry, tasks: TaskTable, graph: TaskGraph, objects: ObjectTable,
-    should_exit: bool,
+    config: CoreConfig, peers: PeerRegistry, stores: StoreRegistry, tasks: TaskTable, graph: TaskGraph,
+    objects: ObjectTable, should_exit: bool,
 ) -> None:
-    """Raise CoreInvariantError unless tasks, clients, workers, the queue, graph edges and objects agree."""
+    """Raise CoreInvariantError unless tasks, peers, the queue, graph edges and objects agree."""
     records, clients, workers, stored = tasks.records, peers.clients, peers.workers, objects.stored
     _require(not clients.keys() & workers.keys(), "an identity is both a client and a worker")
+    _check_stores(stores, clients.keys() | workers.keys())
     for identity, client in clients.items():
         _require(client.identity == identity, "client %r is filed under %r", client.identity, identity)
         for task_id in client.task_ids:

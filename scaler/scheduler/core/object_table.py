@@ -22,6 +22,7 @@ from scaler.protocol import messages as m
 from scaler.protocol.task_signature import TaskSignature
 from scaler.scheduler.core.outgoing import Outgoing
 from scaler.scheduler.core.peer_registry import ClientPeer, WorkerPeer
+from scaler.scheduler.core.store_registry import StoreRegistry
 from scaler.scheduler.core.task_record import TaskRecord
 from scaler.utility.identifiers import OBJECT_ID_BYTES
 
@@ -45,12 +46,11 @@ class ObjectRecord:
 
 
 class ObjectTable:
-    def __init__(self) -> None:
+    def __init__(self, stores: StoreRegistry) -> None:
         self.stored: dict[bytes, ObjectRecord] = {}
+        self._stores = stores
         # How many entries of `stored` are in stores: placement looks for holders only when there are some.
         self.in_stores = 0
-        # Stores by data address -> their peer identity, for deleteObjects (stores register as peers).
-        self.store_identities: dict[str, bytes] = {}
         # Stored results whose last use ended inside TaskTable, which has no output list: freed at `flush`.
         self._unused: list[bytes] = []
 
@@ -140,9 +140,9 @@ class ObjectTable:
                 worker.known_object_ids -= held
                 out.append((worker.identity, m.DeleteObjects(object_ids=list(held))))
         for holder, held_ids in by_holder.items():
-            identity = self.store_identities.get(holder)
-            if identity is not None:  # else the store is gone, and the objects with it
-                out.append((identity, m.DeleteObjects(object_ids=held_ids)))
+            store = self._stores.store_of(holder)
+            if store is not None:  # else the store is gone, and the objects with it
+                out.append((store.identity, m.DeleteObjects(object_ids=held_ids)))
 
     def unused_ids(self) -> set[bytes]:
         """For the invariants: stored results to be freed at the next flush."""
@@ -177,7 +177,7 @@ class ObjectTable:
             stored = self.stored[object_id]
             if stored.holders:
                 # The worker's own store if it holds it (then the worker reads it in place), else any holder.
-                holder = worker.store if worker.store in stored.holders else min(stored.holders)
+                holder = worker.store_address if worker.store_address in stored.holders else min(stored.holders)
                 objects.append(m.ObjectPayload(
                     object_id=object_id, payload=b"", name=stored.name, size=stored.size, holder=holder
                 ))

@@ -25,6 +25,7 @@ class ClientPeer:
     name: str
     id_prefix: int
     last_seen: float
+    host_key: str = ""
     # Unfinished tasks of this client, so that clear() and a disconnect find them without a scan.
     task_ids: set[int] = dataclasses.field(default_factory=set)
     # Objects this client keeps alive (object_table.py).
@@ -43,8 +44,9 @@ class WorkerPeer:
     known_object_ids: set[bytes] = dataclasses.field(default_factory=set)
     tasks_sent: int = 0
     last_heartbeat: m.Heartbeat | None = None
-    # The data address of the store it reads and writes stored objects through (empty: none).
-    store: str = ""
+    # The data address of the store it uses (its hello), registered or not; and its host key.
+    store_address: str = ""
+    host_key: str = ""
 
     @property
     def free(self) -> int:
@@ -59,6 +61,14 @@ def _wire_milliseconds(seconds: float) -> int:
     return min(max(int(seconds * 1000), 1), _MAX_WIRE_MILLISECONDS)
 
 
+def version_refusal(hello: m.Hello) -> m.Refused | None:
+    if hello.protocol_version != m.PROTOCOL_VERSION:
+        return m.Refused(
+            reason=f"protocol version {hello.protocol_version} not supported, scheduler speaks {m.PROTOCOL_VERSION}"
+        )
+    return None
+
+
 class PeerRegistry:
     """Clients and workers by routing identity. An identity is in at most one of the two tables."""
 
@@ -69,31 +79,36 @@ class PeerRegistry:
         # Task id prefixes are never reused within one scheduler process, so a task id names one client.
         self.next_id_prefix = 1
 
-    def on_hello(self, sender: bytes, hello: m.Hello, now: float) -> tuple[m.Message, WorkerPeer | None]:
-        """Register an unknown sender: the reply (welcome or refused), and the worker if one joined.
-
-        A hello from a registered identity never reaches here: message_rules.py answers it.
-        """
-        if hello.protocol_version != m.PROTOCOL_VERSION:
-            return m.Refused(
-                reason=f"protocol version {hello.protocol_version} not supported, scheduler speaks {m.PROTOCOL_VERSION}"
-            ), None
-        if hello.role == m.Role.STORE:
-            return m.Refused(reason="this scheduler does not take stores yet"), None
+    def welcome(self, role: m.Role) -> m.Welcome:
+        """The welcome of a peer of this role, before anything particular to it is filled in."""
         config = self._config
-        welcome = m.Welcome(
+        return m.Welcome(
             heartbeat_interval_ms=_wire_milliseconds(config.heartbeat_interval_seconds),
             peer_timeout_ms=_wire_milliseconds(
-                config.client_timeout_seconds if hello.role == m.Role.CLIENT else config.worker_timeout_seconds
+                config.client_timeout_seconds if role == m.Role.CLIENT else config.worker_timeout_seconds
             ),
             max_frame_bytes=config.max_frame_bytes,
             max_control_frame_bytes=config.max_control_frame_bytes,
             inline_limit_bytes=config.inline_limit_bytes,
         )
+
+    def on_hello(self, sender: bytes, hello: m.Hello, now: float) -> tuple[m.Message, WorkerPeer | None]:
+        """Register an unknown client or worker: the reply (welcome or refused), and the worker if one joined.
+
+        A hello from a registered identity never reaches here: message_rules.py answers it. Neither does a
+        store's: store_registry.py takes those, once `version_refusal` has passed them.
+        """
+        refusal = version_refusal(hello)
+        if refusal is not None:
+            return refusal, None
+        config = self._config
+        welcome = self.welcome(hello.role)
         if hello.role == m.Role.CLIENT:
             prefix = self.next_id_prefix
             self.next_id_prefix += 1
-            self.clients[sender] = ClientPeer(identity=sender, name=hello.name, id_prefix=prefix, last_seen=now)
+            self.clients[sender] = ClientPeer(
+                identity=sender, name=hello.name, id_prefix=prefix, last_seen=now, host_key=hello.host_key
+            )
             welcome.id_prefix = prefix
             logger.info(f"PeerRegistry: client {hello.name} connected")
             return welcome, None
@@ -103,7 +118,8 @@ class PeerRegistry:
         if capacity <= 0:
             return m.Refused(reason="a worker must accept at least one task"), None
         worker = self.workers[sender] = WorkerPeer(
-            identity=sender, name=hello.name, capacity=capacity, last_seen=now, store=hello.store
+            identity=sender, name=hello.name, capacity=capacity, last_seen=now, store_address=hello.store,
+            host_key=hello.host_key,
         )
         logger.info(f"PeerRegistry: worker {hello.name} connected, capacity {capacity}")
         return welcome, worker

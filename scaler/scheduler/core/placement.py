@@ -112,8 +112,8 @@ class Placement:
         loads = [len(worker.assigned) for worker in available]
         by_store: dict[str, list[int]] = {}
         for index, worker in enumerate(available):
-            if worker.store:
-                by_store.setdefault(worker.store, []).append(index)
+            if worker.store_address:
+                by_store.setdefault(worker.store_address, []).append(index)
         rest: list[TaskRecord] = []
         objects = self._objects
         for record in records:

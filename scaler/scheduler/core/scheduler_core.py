@@ -8,6 +8,7 @@ This module checks who may send what (message_rules.py) and hands each message t
 core it concerns:
 
     peer_registry.py   who is connected: hello and welcome, heartbeats, timeouts
+    store_registry.py  the stores (data plane), and the directory of them that peers are told
     task_intake.py     a client's submitTasks: checks, and where each accepted task goes
     task_table.py      every unfinished task, where it is, and how it ends (results, failures, requeues)
     task_graph.py      which task waits on which other task's result
@@ -34,10 +35,11 @@ from scaler.scheduler.core.invariants import check_invariants
 from scaler.scheduler.core.message_rules import SENDERS, violation
 from scaler.scheduler.core.object_table import ObjectTable
 from scaler.scheduler.core.outgoing import Outgoing
-from scaler.scheduler.core.peer_registry import ClientPeer, PeerRegistry, WorkerPeer
+from scaler.scheduler.core.peer_registry import ClientPeer, PeerRegistry, WorkerPeer, version_refusal
 from scaler.scheduler.core.placement import Placement
 from scaler.scheduler.core.result_router import ResultRouter
 from scaler.scheduler.core.status import CoreStatus, core_status
+from scaler.scheduler.core.store_registry import StorePeer, StoreRegistry
 from scaler.scheduler.core.task_graph import TaskGraph
 from scaler.scheduler.core.task_intake import TaskIntake
 from scaler.scheduler.core.task_table import TaskTable
@@ -53,11 +55,13 @@ class SchedulerCore:
     def __init__(self, config: CoreConfig) -> None:
         self._config = config
         self.should_exit = False
-        # Events since start, by name: tasks_<outcome>, tasks_submitted, tasks_rescheduled, balance_requests.
+        # Events since start, by name: tasks_<outcome>, tasks_submitted, tasks_rescheduled, balance_requests,
+        # stores_left (disconnected), stores_lost (timed out, or dropped after a malformed message).
         self.counters: collections.Counter[str] = collections.Counter()
         self.peers = PeerRegistry(config)
+        self.stores = StoreRegistry()
         self.graph = TaskGraph()
-        self.objects = ObjectTable()
+        self.objects = ObjectTable(self.stores)
         self.tasks = TaskTable(self.graph, config.max_task_crashes, self.counters, self.objects)
         self._intake = TaskIntake(config, self.tasks, self.graph, self.objects, self.counters)
         self._placement = Placement(config, self.tasks, self.objects, self.peers.workers, self.counters)
@@ -82,15 +86,19 @@ class SchedulerCore:
 
     def on_message(self, sender: bytes, message: m.Message, now: float) -> list[Outgoing]:
         out: list[Outgoing] = []
-        peer: ClientPeer | WorkerPeer | None = self.peers.clients.get(sender)
+        peer: ClientPeer | WorkerPeer | StorePeer | None = self.peers.clients.get(sender)
         if peer is not None:
             role = m.Role.CLIENT
         else:
             peer = self.peers.workers.get(sender)
-            if peer is None:
-                self._on_unregistered(sender, message, now, out)
-                return out
-            role = m.Role.WORKER
+            if peer is not None:
+                role = m.Role.WORKER
+            else:
+                peer = self.stores.stores.get(sender)
+                if peer is None:
+                    self._on_unregistered(sender, message, now, out)
+                    return out
+                role = m.Role.STORE
         # Any decodable message is a sign of life, even one its sender may not send.
         peer.last_seen = now
         handler = self._handlers_by_role[role].get(type(message))
@@ -115,11 +123,14 @@ class SchedulerCore:
             return out
         client = self.peers.clients.get(sender)
         worker = self.peers.workers.get(sender)
+        store = self.stores.stores.get(sender)
         why = f"dropped after a malformed message: {reason}"
         if client is not None:
             self._remove_client(client, why, logging.WARNING, out)
         elif worker is not None:
             self._remove_worker(worker, why, logging.WARNING, out)
+        elif store is not None:
+            self._remove_store(store, why, logging.WARNING, out)
         else:
             return out
         out.append((sender, m.Disconnect(reason=why)))
@@ -134,6 +145,8 @@ class SchedulerCore:
             self._remove_worker(worker, f"timed out, {len(worker.assigned)} tasks to reschedule", logging.WARNING, out)
         for client in self.peers.silent_clients(now):
             self._remove_client(client, "timed out", logging.WARNING, out)
+        for store in self.stores.silent(now, self._config.worker_timeout_seconds):
+            self._remove_store(store, "timed out", logging.WARNING, out)
         self.objects.flush(self.peers.workers.values(), out)
         self._placement.dispatch(out)
         self._placement.balance(now, out)
@@ -171,7 +184,9 @@ class SchedulerCore:
     def check_invariants(self) -> None:
         """Raise CoreInvariantError if the core's parts disagree with each other. For tests: it walks the
         whole state, so nothing in the scheduler calls it."""
-        check_invariants(self._config, self.peers, self.tasks, self.graph, self.objects, self.should_exit)
+        check_invariants(
+            self._config, self.peers, self.stores, self.tasks, self.graph, self.objects, self.should_exit
+        )
 
     # ------------------------------------------------------------------------------------------ peers
 
@@ -180,25 +195,32 @@ class SchedulerCore:
             # A peer we dropped (timed out, or never said hello): tell it, so it can reconnect or exit.
             out.append((sender, m.Refused(reason="unknown peer: send hello first (or you were timed out)")))
             return
+        if message.role == m.Role.STORE:
+            self._on_store_hello(sender, message, now, out)
+            return
         reply, worker = self.peers.on_hello(sender, message, now)
+        if isinstance(reply, m.Welcome):
+            reply.store_directory = self.stores.directory_for(message.host_key, message.store)
         out.append((sender, reply))
         if worker is not None:
             self._placement.dispatch(out)
 
     def _on_heartbeat(
-        self, peer: ClientPeer | WorkerPeer, heartbeat: m.Heartbeat, now: float, out: list[Outgoing]
+        self, peer: ClientPeer | WorkerPeer | StorePeer, heartbeat: m.Heartbeat, now: float, out: list[Outgoing]
     ) -> None:
-        if isinstance(peer, WorkerPeer):
+        if not isinstance(peer, ClientPeer):
             peer.last_heartbeat = heartbeat  # for the monitor: a client's heartbeat fields mean nothing
         out.append((peer.identity, m.HeartbeatEcho()))
 
     def _on_disconnect(
-        self, peer: ClientPeer | WorkerPeer, message: m.Disconnect, now: float, out: list[Outgoing]
+        self, peer: ClientPeer | WorkerPeer | StorePeer, message: m.Disconnect, now: float, out: list[Outgoing]
     ) -> None:
         if isinstance(peer, ClientPeer):
             self._remove_client(peer, "disconnected", logging.INFO, out)
-        else:
+        elif isinstance(peer, WorkerPeer):
             self._remove_worker(peer, "disconnected", logging.INFO, out)
+        else:
+            self._remove_store(peer, "disconnected", logging.INFO, out)
         self._placement.dispatch(out)
 
     def _remove_client(self, client: ClientPeer, why: str, level: int, out: list[Outgoing]) -> None:
@@ -220,6 +242,33 @@ class SchedulerCore:
         self.tasks.requeue(retried, router)
         router.flush(out)
 
+    # ------------------------------------------------------------------------------------------ stores
+
+    def _on_store_hello(self, sender: bytes, hello: m.Hello, now: float, out: list[Outgoing]) -> None:
+        refusal = version_refusal(hello)
+        if refusal is None:
+            reason = self.stores.on_hello(sender, hello, now)
+            if reason is not None:
+                refusal = m.Refused(reason=reason)
+        if refusal is not None:
+            out.append((sender, refusal))
+            return
+        out.append((sender, self.peers.welcome(m.Role.STORE)))
+        self._send_directory(out)
+
+    def _remove_store(self, store: StorePeer, why: str, level: int, out: list[Outgoing]) -> None:
+        """The store is gone, and with it every object it alone held (the object table's to settle)."""
+        self.stores.remove(store, why, level)
+        self.counters["stores_lost" if level >= logging.WARNING else "stores_left"] += 1
+        self._send_directory(out)
+
+    def _send_directory(self, out: list[Outgoing]) -> None:
+        """Every client and worker hears the new directory, with its own home store."""
+        for client in self.peers.clients.values():
+            out.append((client.identity, self.stores.directory_for(client.host_key)))
+        for worker in self.peers.workers.values():
+            out.append((worker.identity, self.stores.directory_for(worker.host_key, worker.store_address)))
+
     def _on_shutdown(self, client: ClientPeer, message: m.ShutdownRequest, now: float, out: list[Outgoing]) -> None:
         if self._config.protected:
             out.append((client.identity, m.ShutdownResponse(
@@ -227,7 +276,8 @@ class SchedulerCore:
             )))
             return
         logger.info("SchedulerCore: shutdown requested by a client")
-        for identity in list(self.peers.workers) + [c for c in self.peers.clients if c != client.identity]:
+        others = [identity for identity in self.peers.clients if identity != client.identity]
+        for identity in [*self.peers.workers, *self.stores.stores, *others]:
             out.append((identity, m.Disconnect(reason="scheduler is shutting down")))
         out.append((client.identity, m.ShutdownResponse(accepted=True)))
         self.should_exit = True
