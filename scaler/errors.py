@@ -72,6 +72,10 @@ class SerializationError(ScalerError, TypeError):
     """
 
 
+class ObjectLostError(ScalerError):
+    """A stored object (a large argument, an object, or a task's result) could not be read from its store."""
+
+
 class TaskNotDoneError(ScalerError, concurrent.futures.InvalidStateError, ValueError):
     """Asked for what only a finished task has (`profiling_info()`); a ValueError too, as in 1.9.x."""
 

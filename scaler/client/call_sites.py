@@ -69,7 +69,9 @@ class CallSites:
             self._send_serializer_once()
             if function_id not in self._sent_object_ids:
                 name = getattr(fn, "__qualname__", "") or type(fn).__name__
-                self._connection.send_object(m.ObjectPayload(object_id=function_id, payload=payload, name=name))
+                self._connection.send_object(
+                    m.ObjectPayload(object_id=function_id, payload=payload, name=name), may_store=False
+                )
                 self._sent_object_ids.add(function_id)
         return function_id
 
@@ -82,7 +84,7 @@ class CallSites:
         if self.serializer_id and self.serializer_id not in self._sent_object_ids:
             self._connection.send_object(m.ObjectPayload(
                 object_id=self.serializer_id, payload=self._serializer_payload, name="serializer"
-            ))
+            ), may_store=False)
             self._sent_object_ids.add(self.serializer_id)
 
     def forget_sent(self) -> None:

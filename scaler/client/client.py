@@ -19,12 +19,13 @@ from scaler.client.graph_submission import submit_graph
 from scaler.client.object_reference import ObjectReference
 from scaler.client.progress import wait_for_futures_with_progress, wait_with_progress
 from scaler.client.result_sinks import MapCollector
-from scaler.client.shared_arguments import RepeatedArguments, SharedArguments
+from scaler.client.shared_arguments import SHARED_ARGUMENT_NAME, RepeatedArguments, SharedArguments
 from scaler.client.task_warnings import issue_task_warnings
 from scaler.client.worker_drain import DrainResult, drain_request, drain_result
 from scaler.errors import ProtectedModeError
 from scaler.protocol import messages as m
-from scaler.protocol.serializer import DefaultSerializer, Serializer
+from scaler.protocol import stored_payload
+from scaler.protocol.serializer import DefaultSerializer, Serializer, StoredBuffer, loads
 from scaler.utility.blocking import client_nesting_depth, waiting_for_tasks
 from scaler.utility.curve import PeerKeys
 from scaler.utility.identifiers import random_object_id
@@ -81,10 +82,14 @@ class Client:
         # As given: a client rebuilt inside a task resolves what was not given from the worker's environment.
         self._curve_key_options = (curve_server_key, curve_secret_key)
         curve_keys = PeerKeys.resolve(curve_server_key, curve_secret_key)
-        self._connection = ClientConnection(address, name, timeout_seconds, heartbeat_interval_seconds, curve_keys)
+        self._connection = ClientConnection(
+            address, name, timeout_seconds, heartbeat_interval_seconds, curve_keys, self._serializer
+        )
         self._connection.connect()
         self._call_sites = CallSites(self._connection, self._serializer, tag_wait_ms)
-        self._shared_arguments = SharedArguments(self._connection.send_object, self._connection.send_message)
+        self._shared_arguments = SharedArguments(
+            self._connection.send_object, self._connection.send_message, self._store_shared_argument
+        )
         # Whoever forgets to disconnect still gets the I/O thread stopped when the client is collected.
         self._finalizer = weakref.finalize(self, self._connection.close)
 
@@ -180,17 +185,41 @@ class Client:
 
     def send_object(self, obj: Any, name: str | None = None) -> ObjectReference:
         """Send `obj` to the cluster once; pass the returned reference as a task argument to use it."""
-        self._connection.check_open()
+        connection = self._connection
+        connection.check_open()
+        object_id = random_object_id()
+        stores = connection.stores
         try:
+            if stores.home:
+                # Serialized once, straight into the home store when large (its buffers out-of-band).
+                prepared = stored_payload.prepare(obj, self._serializer)
+                if prepared.size >= stores.inline_limit:
+                    stored = connection.store_or_none(
+                        lambda: stores.put_prepared(object_id, prepared, name or "")
+                    )
+                    if stored is not None:
+                        self._call_sites.send_serializer()
+                        connection.send_object(stored)
+                        connection.wake()
+                        return ObjectReference(name=name or "", object_id=object_id, size=stored.size)
             payload = self._serializer.serialize(obj)
         except Exception as error:
             named = f" (name {name!r})" if name else ""
             raise serialization_error(f"the object given to send_object{named}", error) from error
-        reference = ObjectReference(name=name or "", object_id=random_object_id(), size=len(payload))
+        reference = ObjectReference(name=name or "", object_id=object_id, size=len(payload))
         self._call_sites.send_serializer()
-        self._connection.send_object(m.ObjectPayload(object_id=reference.object_id, payload=payload, name=name or ""))
-        self._connection.wake()
+        connection.send_object(m.ObjectPayload(object_id=reference.object_id, payload=payload, name=name or ""))
+        connection.wake()
         return reference
+
+    def _store_shared_argument(self, object_id: bytes, argument: Any) -> m.ObjectPayload | None:
+        """A large bytes or str argument straight into the home store (one copy); None without a store."""
+        connection = self._connection
+        if not connection.stores.home:
+            return None
+        return connection.store_or_none(
+            lambda: connection.stores.put_object(object_id, argument, self._serializer, SHARED_ARGUMENT_NAME)
+        )
 
     def map(
         self, fn: Callable[..., Any], iterable: Iterable[tuple], *, progress: bool = False,
@@ -240,8 +269,12 @@ class Client:
             if repeated.hidden and connection.is_open:
                 # After the cancel: the scheduler keeps an object a still-running task names (until clear()).
                 connection.send_message(m.DeleteObjects(object_ids=repeated.hidden))
-        deserialize = self._serializer.deserialize
-        return [deserialize(payload) for payload in collector.payloads]
+        serializer = self._serializer
+        deserialize = serializer.deserialize
+        return [
+            deserialize(payload) if type(payload) is not StoredBuffer else loads(serializer, payload)
+            for payload in collector.payloads
+        ]
 
     def _forget_and_cancel(self, task_ids: range) -> None:
         self._connection.forget(task_ids)

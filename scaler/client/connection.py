@@ -15,7 +15,7 @@ import socket as socket_module
 import threading
 import time
 import uuid
-from typing import Sequence
+from typing import Callable, Sequence
 
 import zmq
 
@@ -25,9 +25,12 @@ from scaler.client.payload_limits import PayloadLimits
 from scaler.client.result_routing import PendingResults
 from scaler.client.result_sinks import MapCollector
 from scaler.client.wakeup import WakeupPipe
-from scaler.errors import ConnectionFailedError, SchedulerLostError
+from scaler.errors import ConnectionFailedError, ObjectLostError, SchedulerLostError
 from scaler.protocol import messages as m
+from scaler.protocol.serializer import Serializer, StoredBuffer
 from scaler.protocol.task_signature import TaskSignature
+from scaler.store.peer_stores import Stores
+from scaler.store.store_client import StoreError
 from scaler.utility.blocking import client_nesting_depth
 from scaler.utility.curve import PeerKeys, secure_peer
 from scaler.utility.fork_safety import fix_after_fork
@@ -54,8 +57,13 @@ class ClientConnection:
         timeout_seconds: float,
         heartbeat_interval_seconds: float,
         curve_keys: PeerKeys | None = None,
+        serializer: Serializer | None = None,
     ) -> None:
         self.address = address
+        # The stores the scheduler names (welcome, storeDirectory): where large objects go, and results come from.
+        self.stores = Stores(timeout_seconds)
+        self._serializer = serializer
+        self._store_failure_logged = False
         self._curve_keys = curve_keys
         self._name = name or f"{socket_module.gethostname()}|{os.getpid()}"
         self._timeout_seconds = timeout_seconds
@@ -138,13 +146,35 @@ class ClientConnection:
             self._next_counter = counter + count
         return (self._id_prefix << TASK_COUNTER_BITS) | counter
 
-    def send_object(self, payload: m.ObjectPayload) -> None:
+    def send_object(self, payload: m.ObjectPayload, may_store: bool = True) -> None:
+        """Queue an object for the scheduler. A large one goes into the home store first, when there is one,
+        and only its id, size and holder are queued (`may_store=False`: functions and serializers, which the
+        worker reads from the control path)."""
+        if may_store and not payload.holder and len(payload.payload) >= self.stores.inline_limit and self.stores.home:
+            stored = self.store_or_none(lambda: self.stores.put_payload(payload, self._serializer))
+            if stored is not None:
+                self._outbox.append(stored)
+                return
+        if payload.holder:
+            self._outbox.append(payload)
+            return
         if payload.name == "shared argument":  # a large argument sent once (shared_arguments.py)
             what = "an argument"
         else:
             what = f"object {payload.name!r}" if payload.name else "an object"
         self.limits.check_payload(payload.payload, what)
         self._outbox.append(payload)
+
+    def store_or_none(self, put: Callable[[], m.ObjectPayload]) -> m.ObjectPayload | None:
+        """The stored object `put` makes, or None (logged once) when the home store fails: the payload then
+        travels on the control path, as without a store."""
+        try:
+            return put()
+        except StoreError as error:
+            if not self._store_failure_logged:
+                self._store_failure_logged = True
+                logger.warning(f"Client: the home store failed, large objects go through the scheduler: {error}")
+            return None
 
     def submit_task(
         self, signature: TaskSignature, task_id: int, args: list[bytes], future: ScalerFuture,
@@ -255,6 +285,7 @@ class ClientConnection:
             logger.exception("Client: I/O thread failed")
             self._break(SchedulerLostError(f"client I/O thread failed: {error!r}"))
         finally:
+            self.stores.close()
             socket.close(linger=int(_CLOSE_LINGER_SECONDS * 1000) if self._broken is None else 0)
             context.term()
             self._stopped.set()
@@ -336,12 +367,18 @@ class ClientConnection:
             logger.warning(f"Client: dropped an undecodable message from the scheduler: {error}")
             return
         if isinstance(message, m.TaskResults):
+            if message.stored:
+                self._fetch_stored(message)
             self._results.route(message)
         elif isinstance(message, m.HeartbeatEcho):
             pass
         elif isinstance(message, m.CancelRefused):
             self._results.refuse_cancels(message.task_ids)
+        elif isinstance(message, m.StoreDirectory):
+            self.stores.update(message)
         elif isinstance(message, m.Welcome):
+            self.stores.update(message.store_directory)
+            self.stores.inline_limit = message.inline_limit
             self._id_prefix = message.id_prefix
             self._heartbeat_interval_seconds = message.heartbeat_interval_for(self._heartbeat_interval_seconds)
             self.limits = PayloadLimits(message.max_frame_bytes, message.max_control_frame_bytes)
@@ -371,6 +408,27 @@ class ClientConnection:
             if waiter is not None:
                 waiter[1].append(message)
                 waiter[0].set()
+
+    def _fetch_stored(self, results: m.TaskResults) -> None:
+        """Results kept in stores: fetched from their holders (mapped on this host) into the message's
+        successes, so their futures complete only with the bytes here; then the scheduler may let them go.
+        A result that cannot be fetched fails its task with the reason."""
+        released = []
+        for stored in results.stored:
+            released.append(stored.object_id)
+            if not self._results.expects(stored.task_id):
+                continue  # canceled or forgotten meanwhile
+            try:
+                payload: m.Buffer | StoredBuffer = self.stores.fetch(stored.object_id, stored.holder)
+            except (StoreError, OSError) as error:
+                self._results.fail_one(stored.task_id, ObjectLostError(
+                    f"the result of task {stored.task_id:#x} (object {stored.object_id.hex()}, {stored.size:,} bytes) "
+                    f"could not be fetched from its store {stored.holder}: {error}"
+                ))
+                continue
+            results.succeeded_ids.append(stored.task_id)
+            results.payloads.append(payload)  # type: ignore[arg-type]  # loads() reads a StoredBuffer
+        self._outbox.append(m.DeleteObjects(object_ids=released))
 
     def _break(self, error: BaseException) -> None:
         """The link is unusable: every waiting caller gets `error` instead of waiting forever."""

@@ -66,6 +66,14 @@ class PendingResults:
         graphs[key] = quiet
         call_when_all_done(list(futures.values()), lambda: graphs.pop(key, None))
 
+    def expects(self, task_id: int) -> bool:
+        return task_id in self._sinks
+
+    def fail_one(self, task_id: int, error: BaseException) -> None:
+        sink = self._sinks.pop(task_id, None)
+        if sink is not None:
+            sink.fail(task_id, error)
+
     def forget(self, task_ids: Iterable[int]) -> None:
         sinks = self._sinks
         for task_id in task_ids:

@@ -101,8 +101,13 @@ class SharedArguments:
     always goes out before the first task naming it.
     """
 
-    def __init__(self, send_object: Callable[[m.ObjectPayload], None], send_message: Callable[[m.Message], None]):
+    def __init__(
+        self, send_object: Callable[[m.ObjectPayload], None], send_message: Callable[[m.Message], None],
+        store: Callable[[bytes, Any], m.ObjectPayload | None] | None = None,
+    ):
         self._send_object = send_object
+        # Puts an argument into the home store itself (one copy, no serialized bytes in between); None: no store.
+        self._store = store
         self._send_message = send_message
         self._by_id: dict[int, SharedArgument] = {}
         self._by_object_id: dict[bytes, SharedArgument] = {}
@@ -122,16 +127,20 @@ class SharedArguments:
             if entry is not None and entry.value is argument:
                 entry.unfinished_tasks += 1
                 return entry.object_id, True
-        payload = serialize(argument)
+        object_id = random_object_id()
+        stored = self._store(object_id, argument) if self._store is not None else None
+        item = stored if stored is not None else m.ObjectPayload(
+            object_id=object_id, payload=serialize(argument), name=SHARED_ARGUMENT_NAME
+        )
         with self._lock:
             entry = self._by_id.get(key)
             if entry is not None and entry.value is argument:  # another thread sent it meanwhile
                 entry.unfinished_tasks += 1
                 return entry.object_id, True
-            entry = SharedArgument(argument, random_object_id(), 1)
+            entry = SharedArgument(argument, object_id, 1)
             # Under the lock: a task of another thread that finds this entry is queued after its object.
             # Sent before it is kept, so an object refused for its size is not named by later tasks.
-            self._send_object(m.ObjectPayload(object_id=entry.object_id, payload=payload, name=SHARED_ARGUMENT_NAME))
+            self._send_object(item)
             self._by_id[key] = entry
             self._by_object_id[entry.object_id] = entry
             return entry.object_id, True

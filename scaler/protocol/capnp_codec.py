@@ -41,6 +41,7 @@ from scaler.protocol.messages import (
     ShutdownRequest,
     ShutdownResponse,
     StoreDirectory,
+    StoredResult,
     StoreEntry,
     TaskFailure,
     TaskGroup,
@@ -231,7 +232,10 @@ def _encode_submission(builder, message: TaskSubmission, frames: list[Buffer]) -
         for slot, item in zip(objects, message.objects):
             slot.objectId = item.object_id
             slot.name = item.name
-            if len(item.payload) >= LARGE_PAYLOAD_BYTES:
+            if item.holder:
+                slot.holder = item.holder
+                slot.size = item.size
+            elif len(item.payload) >= LARGE_PAYLOAD_BYTES:
                 slot.payloadFrame = len(frames)
                 frames.append(item.payload)
             else:
@@ -274,6 +278,12 @@ def _encode_results(builder, message: TaskResults, frames: list[Buffer]) -> None
             _write_fields(slot, profile)
     if message.warnings:
         _encode_warnings(results, message.warnings)
+    if message.stored:
+        stored = message.stored
+        results.storedTaskIds = [item.task_id for item in stored]
+        results.storedObjectIds = [item.object_id for item in stored]
+        results.storedSizes = [item.size for item in stored]
+        results.storedHolders = [item.holder for item in stored]
     if message.failures:
         failures = results.init("failures", len(message.failures))
         for slot, failure in zip(failures, message.failures):
@@ -375,14 +385,7 @@ class _FrameTable:
 
 
 def _decode_submission(reader, frames: _FrameTable) -> TaskSubmission:
-    objects = [
-        ObjectPayload(
-            object_id=bytes(item.objectId),
-            name=item.name,
-            payload=frames.take(item.payloadFrame) if item.payloadFrame else bytes(item.payload),
-        )
-        for item in reader.objects
-    ]
+    objects = [_decode_object(item, frames) for item in reader.objects]
     groups = []
     for group in reader.groups:
         args = list(group.args)
@@ -409,6 +412,27 @@ def _decode_submission(reader, frames: _FrameTable) -> TaskSubmission:
     return TaskSubmission(objects=objects, groups=groups, quiet_task_ids=list(reader.quietTaskIds))
 
 
+def _decode_object(item, frames: _FrameTable) -> ObjectPayload:
+    holder = item.holder
+    if holder:
+        if item.payloadFrame or len(item.payload):
+            raise ProtocolDecodeError("a stored object carries a payload too")
+        return ObjectPayload(object_id=bytes(item.objectId), payload=b"", name=item.name, size=item.size, holder=holder)
+    return ObjectPayload(
+        object_id=bytes(item.objectId),
+        name=item.name,
+        payload=frames.take(item.payloadFrame) if item.payloadFrame else bytes(item.payload),
+    )
+
+
+def _decode_stored(reader) -> list[StoredResult]:
+    columns = (list(reader.storedTaskIds), [bytes(object_id) for object_id in reader.storedObjectIds],
+               list(reader.storedSizes), list(reader.storedHolders))
+    if len({len(column) for column in columns}) != 1:
+        raise ProtocolDecodeError("the stored-result columns differ in length")
+    return [StoredResult(*row) for row in zip(*columns)]
+
+
 def _decode_results(reader, frames: _FrameTable) -> TaskResults:
     failures = [
         TaskFailure(
@@ -426,9 +450,10 @@ def _decode_results(reader, frames: _FrameTable) -> TaskResults:
         frames.place(payloads, list(reader.payloadFrameIndices), list(reader.payloadFrames))
     profiles = [_read_fields(TaskProfile, profile) for profile in reader.profiles]
     warnings = _decode_warnings(reader) if len(reader.warningTaskIds) or len(reader.warningIndices) else []
+    stored = _decode_stored(reader) if len(reader.storedTaskIds) or len(reader.storedObjectIds) else []
     return TaskResults(
         succeeded_ids=list(reader.succeededIds), payloads=payloads, failures=failures, profiles=profiles,
-        warnings=warnings,
+        warnings=warnings, stored=stored,
     )
 
 

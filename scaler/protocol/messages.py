@@ -19,6 +19,10 @@ PROTOCOL_VERSION = 1
 # A payload this large travels as its own zmq frame: nobody copies it into or out of a Cap'n Proto message.
 LARGE_PAYLOAD_BYTES = 64 * 1024
 
+# Payloads this large go through a store when one is at hand (PROTOCOL.md §13); Welcome.inline_limit_bytes
+# overrides it, 0 there meaning this default.
+INLINE_LIMIT_BYTES = LARGE_PAYLOAD_BYTES
+
 # Payloads are bytes, or zero-copy views of received frames.
 Buffer = Union[bytes, memoryview]
 
@@ -93,6 +97,12 @@ class Welcome:
     max_frame_bytes: int = 0
     max_control_frame_bytes: int = 0
     store_directory: StoreDirectory = dataclasses.field(default_factory=StoreDirectory)
+    # Payloads this large go through a store (0: INLINE_LIMIT_BYTES).
+    inline_limit_bytes: int = 0
+
+    @property
+    def inline_limit(self) -> int:
+        return self.inline_limit_bytes or INLINE_LIMIT_BYTES
 
     def heartbeat_interval_for(self, own_seconds: float) -> float:
         """How often a welcomed peer heartbeats: at its own interval, or more often if the scheduler asks.
@@ -138,6 +148,14 @@ class ObjectPayload:
     object_id: bytes
     payload: Buffer
     name: str = ""
+    # A stored object: `payload` is empty, and `size` bytes (stored-payload layout) are with the store
+    # whose data address is `holder`.
+    size: int = 0
+    holder: str = ""
+
+    @property
+    def stored(self) -> bool:
+        return bool(self.holder)
 
 
 @dataclasses.dataclass(slots=True)
@@ -208,12 +226,24 @@ class TaskWarning:
 
 
 @dataclasses.dataclass(slots=True)
+class StoredResult:
+    """A task succeeded and its result is a stored object: `size` bytes held by the store `holder`."""
+
+    task_id: int
+    object_id: bytes
+    size: int
+    holder: str
+
+
+@dataclasses.dataclass(slots=True)
 class TaskResults:
     succeeded_ids: list[int]
     payloads: list[Buffer]
     failures: list[TaskFailure]
     profiles: list[TaskProfile] = dataclasses.field(default_factory=list)
     warnings: list[TaskWarning] = dataclasses.field(default_factory=list)
+    # Successes whose results are in a store; their tasks are in neither succeeded_ids nor failures.
+    stored: list[StoredResult] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass(slots=True)

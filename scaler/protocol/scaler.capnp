@@ -74,6 +74,9 @@ struct Welcome {
   maxFrameBytes @4 :UInt64;
   maxControlFrameBytes @5 :UInt64;
   storeDirectory @6 :StoreDirectory;  # clients and workers: the stores as of now (empty for stores)
+  # Payloads (objects, arguments, results) of this many bytes or more go through a store when one is at
+  # hand (§13); smaller ones stay on the control path. 0: the sender's default (LARGE_PAYLOAD_BYTES).
+  inlineLimitBytes @7 :UInt64;
 }
 
 # Scheduler to clients and workers: every registered store, and which one is the receiver's home (where it
@@ -115,6 +118,10 @@ struct ObjectPayload {
   name @1 :Text;
   payload @2 :Data;
   payloadFrame @3 :UInt32; # 0: `payload` holds it; k > 0: the payload is frame k
+  # A stored object (§13): `payload` is empty and no frame is named; the bytes, `size` of them in the
+  # stored-payload layout, are in the store whose data address is `holder`. Empty holder: not stored.
+  size @4 :UInt64;
+  holder @5 :Text;
 }
 
 # `len(taskIds)` tasks that share a function and an argument layout. Arguments are flattened row by
@@ -193,6 +200,13 @@ struct TaskResults {
   warnings @6 :List(TaskWarning);
   warningTaskIds @7 :List(UInt64);
   warningIndices @8 :List(UInt32);
+  # Results kept in a store (§13): task storedTaskIds[k] succeeded and its result is object
+  # storedObjectIds[k], storedSizes[k] bytes in the stored-payload layout, held by the store whose data
+  # address is storedHolders[k]. Such a task is in neither succeededIds nor failures.
+  storedTaskIds @9 :List(UInt64);
+  storedObjectIds @10 :List(Data);
+  storedSizes @11 :List(UInt64);
+  storedHolders @12 :List(Text);
 }
 
 # A warning raised inside a task (Python: warnings.warn), for the client to issue again to its caller.

@@ -46,11 +46,25 @@ class DefaultSerializer(Serializer):
         return pickle.loads(payload)
 
 
-def loads(serializer: Serializer, payload: bytes | memoryview) -> Any:
-    """Deserialize a payload that may be a zero-copy view of a received frame.
+class StoredBuffer:
+    """A payload in the stored-payload layout (scaler/protocol/stored_payload.py): a result fetched from a
+    store, mapped or received. `loads` reads it as such; it keeps its mapping alive while it lives."""
+
+    __slots__ = ("buffer",)
+
+    def __init__(self, buffer: Any) -> None:
+        self.buffer = buffer
+
+
+def loads(serializer: Serializer, payload: bytes | memoryview | StoredBuffer) -> Any:
+    """Deserialize a payload that may be a zero-copy view of a received frame, or a stored payload.
 
     The default serializer reads views directly; a custom one is promised bytes, so it gets a copy.
     """
+    if type(payload) is StoredBuffer:
+        from scaler.protocol import stored_payload  # it imports this module
+
+        return stored_payload.read(payload.buffer, serializer)
     if type(payload) is memoryview and type(serializer) is not DefaultSerializer:
         payload = bytes(payload)
     return serializer.deserialize(payload)  # type: ignore[arg-type]

@@ -129,11 +129,21 @@ class StoreClient:
 
     # ------------------------------------------------------------------------------------------ reading
 
-    def get(self, object_id: bytes, holder: str = "", timeout: float | None = None) -> Any:
+    def get(
+        self, object_id: bytes, holder: str = "", timeout: float | None = None, serializer: Serializer | None = None
+    ) -> Any:
         """The object, from this store; from `holder` (another store's data address) through it if need be.
 
         Waits up to `timeout` for an object that is being put or fetched, then raises ObjectMissing.
+        `serializer` overrides this client's for this object.
         """
+        return stored_payload.read(
+            self.get_payload(object_id, holder, timeout), self._serializer if serializer is None else serializer
+        )
+
+    def get_payload(self, object_id: bytes, holder: str = "", timeout: float | None = None) -> Any:
+        """The object's stored payload (stored_payload.py), not read yet: a private mapping of its segment
+        (local: pinned in the store until the mapping and every view of it are gone) or the received bytes."""
         wait = self._timeout if timeout is None else timeout
         deadline = time.monotonic() + wait + _ANSWER_GRACE_SECONDS
         wait_ms = int(wait * 1000)
@@ -142,13 +152,12 @@ class StoreClient:
                 lambda rid: d.Get(rid, object_id, local=True, wait_ms=wait_ms, pid=self._pid, holder=holder),
                 deadline, d.Located,
             )
-            return self._read_mapped(located)
+            return self._map(located)
         answer = self._request(lambda rid: d.Get(rid, object_id, local=False, wait_ms=wait_ms, holder=holder),
                                deadline, d.ObjectData)
-        payload = answer.payload[0] if len(answer.payload) == 1 else b"".join(answer.payload)
-        return stored_payload.read(payload, self._serializer)
+        return answer.payload[0] if len(answer.payload) == 1 else b"".join(answer.payload)
 
-    def _read_mapped(self, located: d.Located) -> Any:
+    def _map(self, located: d.Located) -> Any:
         try:
             mapping = map_for_reading(located.path, located.size)
         except OSError:
@@ -156,7 +165,7 @@ class StoreClient:
             raise
         unmapped = weakref.finalize(mapping, _on_unmapped, self._releases, located.object_id, self._flush_method)
         unmapped.atexit = False  # at exit the store takes the pins back itself; no I/O while Python shuts down
-        return stored_payload.read(mapping, self._serializer)
+        return mapping
 
     # ------------------------------------------------------------------------------------------ other
 

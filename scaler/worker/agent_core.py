@@ -134,8 +134,10 @@ class WorkerAgentCore:
         elif isinstance(message, m.Welcome):
             self._on_welcome(message)
             self.store_directory = message.store_directory
+            self._pool.set_store_directory(message.store_directory)
         elif isinstance(message, m.StoreDirectory):
             self.store_directory = message
+            self._pool.set_store_directory(message)
         elif isinstance(message, m.HeartbeatEcho):
             if self._heartbeat_sent_at is not None:
                 self._latency_us = int((now - self._heartbeat_sent_at) * 1e6)
@@ -162,6 +164,8 @@ class WorkerAgentCore:
                 processor.outstanding.pop(task_id, None)
             for failure in message.failures:
                 processor.outstanding.pop(failure.task_id, None)
+            for stored in message.stored:
+                processor.outstanding.pop(stored.task_id, None)
             if self._limits.admit(frames):
                 self._out.append(ToScheduler(frames))
             else:

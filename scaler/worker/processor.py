@@ -28,7 +28,10 @@ from scaler.protocol import messages as m
 from scaler.protocol.layout import slots_by_row
 from scaler.protocol.serializer import DefaultSerializer, Serializer, loads
 from scaler.protocol.task_signature import TaskSignature
+from scaler.store.peer_stores import Stores
+from scaler.store.store_client import StoreError
 from scaler.utility.blocking import install_hooks, set_task_depth
+from scaler.utility.identifiers import random_object_id
 from scaler.utility.zmq_util import configure_socket, has_input, receive_frames, send_message
 from scaler.worker.profiler import TaskProfiler
 from scaler.worker.running_task_slot import RunningTaskSlot
@@ -38,6 +41,8 @@ logger = logging.getLogger(__name__)
 
 # Results are sent when the queue runs dry, or at least this often while it does not.
 _FLUSH_EVERY_TASKS = 1000
+# How long a read from or a write into a store may take before the task fails with the reason.
+_STORE_TIMEOUT_SECONDS = 60.0
 _FLUSH_EVERY_SECONDS = 0.005
 _PARENT_CHECK_SECONDS = 1.0
 _AGENT_ANSWER_SECONDS = 30.0
@@ -57,6 +62,11 @@ class Processor:
         self._running_task_slot = running_task_slot
         self._object_payloads: dict[bytes, m.Buffer] = {}
         self._object_names: dict[bytes, str] = {}
+        # Stored objects (PROTOCOL.md §13) by id: the store holding each; read through this worker's store.
+        self._stored_holders: dict[bytes, str] = {}
+        self._stores = Stores(_STORE_TIMEOUT_SECONDS)
+        self._store_failure_logged = False
+        self._stored_results: list[m.StoredResult] = []
         self._functions: dict[tuple[bytes, bytes], Callable[..., Any]] = {}
         self._serializers: dict[bytes, Serializer] = {b"": DefaultSerializer()}
         # Objects sent with send_object, deserialized once and shared by the tasks that use them.
@@ -101,11 +111,12 @@ class Processor:
             self._drain()
             if self._queued_ids:
                 self._run_one()
-                if len(self._succeeded_ids) + len(self._failures) >= _FLUSH_EVERY_TASKS or (
+                if len(self._succeeded_ids) + len(self._failures) + len(self._stored_results) >= _FLUSH_EVERY_TASKS or (
                     time.monotonic() - self._last_flush >= _FLUSH_EVERY_SECONDS
                 ):
                     self._flush()
         self._flush()
+        self._stores.close()
 
     # ------------------------------------------------------------------------------------------ input
 
@@ -146,13 +157,18 @@ class Processor:
                 self._on_start_granted(message.task_ids)
             elif isinstance(message, m.DeleteObjects):
                 self._forget_objects(message.object_ids)
+            elif isinstance(message, m.StoreDirectory):
+                self._stores.update(message)
             elif isinstance(message, m.Disconnect):
                 self._running = False
                 return
 
     def _accept(self, message: m.TaskSubmission) -> None:
         for item in message.objects:
-            self._object_payloads[item.object_id] = item.payload
+            if item.holder:
+                self._stored_holders[item.object_id] = item.holder
+            else:
+                self._object_payloads[item.object_id] = item.payload
             self._object_names[item.object_id] = item.name
         for group in message.groups:
             object_slots = slots_by_row(group.object_arg_indices, group.args_per_task)
@@ -164,6 +180,7 @@ class Processor:
     def _forget_objects(self, object_ids: list[bytes]) -> None:
         for object_id in object_ids:
             self._object_payloads.pop(object_id, None)
+            self._stored_holders.pop(object_id, None)
             self._object_names.pop(object_id, None)
             self._object_values.pop(object_id, None)
             self._serializers.pop(object_id, None)
@@ -281,14 +298,41 @@ class Processor:
             recorder.task_id = None
         if group.profiling:
             self._profiles.append(self._profiler.finish(task_id))
+        stores = self._stores
+        if stores.home and _buffer_bytes(result) >= stores.inline_limit:
+            # Plainly large (an array, a bytes object): serialized once, its buffers straight into the store,
+            # so that readers on this host map them instead of copying.
+            if self._store_result(task_id, lambda: stores.put_object(random_object_id(), result, serializer, "result")):
+                return
         try:
             payload = serializer.serialize(result)
         except Exception as error:
             context = f"result of {self._function_name(group)} could not be serialized"
             self._fail(task_id, m.FailureKind.SERIALIZATION, error, context)
             return
+        if len(payload) >= stores.inline_limit and stores.home:
+            item = m.ObjectPayload(object_id=random_object_id(), payload=payload, name="result")
+            if self._store_result(task_id, lambda: stores.put_payload(item, serializer)):
+                return
         self._succeeded_ids.append(task_id)
         self._payloads.append(payload)
+
+    def _store_result(self, task_id: int, put: Callable[[], m.ObjectPayload]) -> bool:
+        """A large result into this worker's store, reported as stored; False (logged once) if the store fails
+        or the result cannot be serialized that way: then it goes inline."""
+        try:
+            stored = put()
+        except StoreError as error:
+            if not self._store_failure_logged:
+                self._store_failure_logged = True
+                logger.warning(f"processor: the worker's store failed, large results go through the scheduler: {error}")
+            return False
+        except Exception:  # not picklable with out-of-band buffers: the serializer's own way reports why
+            return False
+        self._stored_results.append(m.StoredResult(
+            task_id=task_id, object_id=stored.object_id, size=stored.size, holder=stored.holder
+        ))
+        return True
 
     def _function_name(self, group: m.TaskGroup) -> str:
         function = self._functions.get((group.function_id, group.serializer_id))
@@ -297,7 +341,13 @@ class Processor:
 
     def _object_value(self, object_id: bytes, serializer: Serializer) -> Any:
         if object_id not in self._object_values:
-            self._object_values[object_id] = loads(serializer, self._object_payloads[object_id])
+            holder = self._stored_holders.get(object_id)
+            if holder is not None:
+                # Through this worker's store, which pulls it from the holder if need be; mapped, not copied.
+                value = self._stores.read(object_id, holder, serializer)
+            else:
+                value = loads(serializer, self._object_payloads[object_id])
+            self._object_values[object_id] = value
         return self._object_values[object_id]
 
     # ------------------------------------------------------------------------------------------ nesting
@@ -337,6 +387,8 @@ class Processor:
                 self._on_start_granted(message.task_ids)
             elif isinstance(message, m.DeleteObjects):
                 self._forget_objects(message.object_ids)
+            elif isinstance(message, m.StoreDirectory):
+                self._stores.update(message)
         raise NestingLimitError("the worker agent did not answer; cannot wait on nested tasks safely")
 
     def _after_waiting_on_tasks(self) -> None:
@@ -428,17 +480,29 @@ class Processor:
 
     def _flush(self) -> None:
         self._last_flush = time.monotonic()
-        if not self._succeeded_ids and not self._failures:
+        if not self._succeeded_ids and not self._failures and not self._stored_results:
             return
         results = m.TaskResults(
             succeeded_ids=self._succeeded_ids, payloads=self._payloads, failures=self._failures,
             profiles=self._profiles, warnings=self._warnings.take_finished() if self._warnings.finished else [],
+            stored=self._stored_results,
         )
         send_message(self._socket, results)
+        self._stored_results = []
         self._profiles = []
         self._succeeded_ids = []
         self._payloads = []
         self._failures = []
+
+
+def _buffer_bytes(value: Any) -> int:
+    """The size of a result that is one plain buffer (bytes, bytearray, a NumPy array), without serializing
+    it; 0 for anything else."""
+    kind = type(value)
+    if kind is bytes or kind is bytearray:
+        return len(value)
+    nbytes = getattr(value, "nbytes", None)
+    return nbytes if type(nbytes) is int and kind.__module__ == "numpy" else 0
 
 
 def _die_with_parent() -> None:

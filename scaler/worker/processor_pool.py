@@ -63,6 +63,8 @@ class ProcessorPool:
         self._started = 0
         # Kept so that a new processor can be given every object the scheduler thinks we hold.
         self.objects: dict[bytes, m.ObjectPayload] = {}
+        # The scheduler's directory of stores, encoded, for every processor (they read stored objects).
+        self._store_directory: list[m.Buffer] | None = None
 
     # ------------------------------------------------------------------------------------------ roles
 
@@ -142,6 +144,8 @@ class ProcessorPool:
         processor = ProcessorRecord(identity=identity, role=role, idle_since=now)
         self.processors[identity] = processor
         self._out.append(StartProcessor(identity))
+        if self._store_directory is not None:
+            self.deliver(processor, self._store_directory)
         self._give_missing_objects(processor)
         return processor
 
@@ -172,6 +176,14 @@ class ProcessorPool:
         for item in objects:
             self.objects[item.object_id] = item
             processor.object_ids.add(item.object_id)
+
+    def set_store_directory(self, directory: m.StoreDirectory) -> None:
+        """The stores and this worker's home store: every processor reads stored objects through them."""
+        if not directory.stores and self._store_directory is None:
+            return  # no store yet: the processors have nothing to learn
+        self._store_directory = m.encode(directory)
+        for processor in self.processors.values():
+            self.deliver(processor, self._store_directory)
 
     def delete_objects(self, object_ids: list[bytes], frames: list[m.Buffer]) -> None:
         for object_id in object_ids:

@@ -56,7 +56,7 @@ def split_results(results: m.TaskResults, limits: SizeLimits) -> tuple[list[m.Ta
 
     def make_room(size: int) -> None:
         nonlocal batch, inline
-        if inline + size > budget and (batch.succeeded_ids or batch.failures):
+        if inline + size > budget and (batch.succeeded_ids or batch.failures or batch.stored):
             batches.append(batch)
             batch, inline = m.TaskResults(succeeded_ids=[], payloads=[], failures=[]), 0
         inline += size
@@ -73,12 +73,19 @@ def split_results(results: m.TaskResults, limits: SizeLimits) -> tuple[list[m.Ta
         batch.warnings.extend(task_warnings)
         if task_id in profiles:
             batch.profiles.append(profiles[task_id])
+    for stored in results.stored:  # results in a store: a few dozen bytes each here
+        task_warnings, warnings_size = warnings_of(stored.task_id)
+        make_room(len(stored.object_id) + len(stored.holder) + 16 + warnings_size)
+        batch.stored.append(stored)
+        batch.warnings.extend(task_warnings)
+        if stored.task_id in profiles:
+            batch.profiles.append(profiles[stored.task_id])
     for failure in failures:
         task_warnings, warnings_size = warnings_of(failure.task_id)
         make_room(len(failure.message) + len(failure.traceback) + len(failure.exception) + warnings_size)
         batch.failures.append(failure)
         batch.warnings.extend(task_warnings)
-    if batch.succeeded_ids or batch.failures:
+    if batch.succeeded_ids or batch.failures or batch.stored:
         batches.append(batch)
     return batches, too_large
 

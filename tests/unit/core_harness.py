@@ -169,6 +169,8 @@ class SimulatedCluster:
         elif isinstance(message, m.TaskResults):
             for task_id, payload in zip(message.succeeded_ids, message.payloads):
                 client.outcomes[task_id].append(("ok", payload))
+            for stored in message.stored:
+                client.outcomes[stored.task_id].append(("stored", stored))
             for failure in message.failures:
                 client.outcomes[failure.task_id].append(("failed", failure))
 
@@ -278,6 +280,18 @@ class SimulatedCluster:
                 failures=[m.TaskFailure(task_id=t, kind=failure_kind, type_name="E", message="m") for t in chosen],
             )
         return self.send(worker.identity, message)
+
+    def complete_stored(self, worker: SimWorker, task_ids: Iterable[int], holder: str, size: int = 1 << 20) -> dict:
+        """The worker answers these tasks with results it wrote into the store `holder`; returns task id ->
+        the object id of its result."""
+        object_ids = {}
+        stored = []
+        for task_id in task_ids:
+            worker.pending.pop(task_id, None)
+            object_ids[task_id] = object_id = task_id.to_bytes(16, "little")
+            stored.append(m.StoredResult(task_id=task_id, object_id=object_id, size=size, holder=holder))
+        self.send(worker.identity, m.TaskResults(succeeded_ids=[], payloads=[], failures=[], stored=stored))
+        return object_ids
 
     def run_to_completion(self, batch: int = 100, max_rounds: int = 1_000_000) -> int:
         """Workers answer everything they hold, `batch` results per message, until nothing is left."""

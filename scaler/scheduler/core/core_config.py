@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from scaler.protocol import messages as m
+
 
 @dataclasses.dataclass(frozen=True)
 class CoreConfig:
@@ -25,3 +27,5 @@ class CoreConfig:
     # Announced in Welcome so that peers never send what the I/O shell would not read (0: no limit).
     max_frame_bytes: int = 0
     max_control_frame_bytes: int = 0
+    # Announced in Welcome: payloads this large go through a store when the peer has one (PROTOCOL.md §13).
+    inline_limit_bytes: int = m.INLINE_LIMIT_BYTES

@@ -128,8 +128,16 @@ def check_invariants(
         _require(record.waiting_on == live_edges[task_id],
                  "task %#x waits on %d results, its edges say %d", task_id, record.waiting_on, live_edges[task_id])
 
+    uses: collections.Counter[bytes] = collections.Counter()
+    for record in records.values():
+        uses.update(record.result_objects or ())
+    _require(objects.in_stores == sum(1 for item in stored.values() if item.holders),
+             "the count of stored objects in stores is off")
     for object_id, stored_object in stored.items():
-        _require(stored_object.owners, "object %s has no owner and was not freed", object_id.hex())
+        _require(stored_object.uses == uses[object_id], "object %s counts %d uses, the tasks say %d",
+                 object_id.hex(), stored_object.uses, uses[object_id])
+        _require(stored_object.owners or stored_object.uses > 0 or object_id in objects.unused_ids(),
+                 "object %s has no owner and was not freed", object_id.hex())
         for owner in stored_object.owners:
             _require(owner in clients and object_id in clients[owner].object_ids,
                      "object %s is owned by %r, which does not list it", object_id.hex(), owner)

@@ -5,6 +5,12 @@ it: the uploader, and every client whose tasks use it, even one another client u
 go of its objects when it clears or leaves, and of single ones with deleteObjects once no unfinished
 task of its own names them. Each worker is sent an object once, with the first task that needs it
 there, and is told to delete it when the scheduler frees it.
+
+A stored object (PROTOCOL.md §13) is known here only by its size and holders, the stores whose data
+addresses hold its bytes: a client's object put into its home store, or a task's result a worker wrote
+into its store (then `producer` names the task). A result lives while its client has not let go of it
+(a quiet graph node has no such owner) and while any unfinished task received it as an argument
+(`uses`); when it is freed, its holders are told to delete it as well as the workers that were sent it.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from scaler.protocol import messages as m
 from scaler.protocol.task_signature import TaskSignature
 from scaler.scheduler.core.outgoing import Outgoing
 from scaler.scheduler.core.peer_registry import ClientPeer, WorkerPeer
+from scaler.scheduler.core.store_registry import StoreRegistry
 from scaler.scheduler.core.task_record import TaskRecord
 from scaler.utility.identifiers import OBJECT_ID_BYTES
 
@@ -26,11 +33,26 @@ class ObjectRecord:
     name: str
     # Identities of the clients that keep it alive.
     owners: set[bytes]
+    # Stored objects only: the bytes in the stores, the data addresses of the stores that hold them, the
+    # task that made it (0: a client's object), and how many unfinished tasks received it as a result.
+    size: int = 0
+    holders: set[str] = dataclasses.field(default_factory=set)
+    producer: int = 0
+    uses: int = 0
+
+    @property
+    def byte_count(self) -> int:
+        return self.size if self.holders else len(self.payload)
 
 
 class ObjectTable:
-    def __init__(self) -> None:
+    def __init__(self, stores: StoreRegistry) -> None:
         self.stored: dict[bytes, ObjectRecord] = {}
+        self._stores = stores
+        # How many entries of `stored` are in stores: placement looks for holders only when there are some.
+        self.in_stores = 0
+        # Stored results whose last use ended inside TaskTable, which has no output list: freed at `flush`.
+        self._unused: list[bytes] = []
 
     def __contains__(self, object_id: bytes) -> bool:
         return object_id in self.stored
@@ -43,13 +65,98 @@ class ObjectTable:
         for item in items:
             stored = self.stored.get(item.object_id)
             if stored is None:
-                self.stored[item.object_id] = ObjectRecord(
-                    payload=item.payload, name=item.name, owners={client.identity}
-                )
+                record = ObjectRecord(payload=item.payload, name=item.name, owners={client.identity})
+                if item.holder:
+                    record.size = item.size
+                    record.holders.add(item.holder)
+                    self.in_stores += 1
+                self.stored[item.object_id] = record
             else:
                 stored.owners.add(client.identity)
             client.object_ids.add(item.object_id)
         return None
+
+    def check_result(self, result: m.StoredResult) -> str | None:
+        """Why a worker's stored result cannot be recorded, or None."""
+        if len(result.object_id) != OBJECT_ID_BYTES:
+            return f"the worker reported a stored result whose object id is not {OBJECT_ID_BYTES} bytes long"
+        if result.object_id in self.stored:
+            return f"the worker reported a stored result as object {result.object_id.hex()}, an id in use"
+        if not result.holder:
+            return "the worker reported a stored result without its holder"
+        return None
+
+    def add_result(self, client: ClientPeer, task_id: int, result: m.StoredResult, uses: int, for_client: bool) -> None:
+        """A task's result is in a store (checked by check_result): record where. It is kept for its client
+        (`for_client`) and for the `uses` tasks it now feeds."""
+        record = ObjectRecord(
+            payload=b"", name="result", owners=set(), size=result.size, holders={result.holder}, producer=task_id,
+            uses=uses,
+        )
+        if for_client:
+            record.owners.add(client.identity)
+            client.object_ids.add(result.object_id)
+        self.stored[result.object_id] = record
+        self.in_stores += 1
+        if not uses and not for_client:
+            self._unused.append(result.object_id)  # a quiet result nothing waits for any more
+
+    def end_uses(self, object_ids: list[bytes]) -> None:
+        """A task that received these stored results as arguments has ended."""
+        for object_id in object_ids:
+            record = self.stored.get(object_id)
+            if record is not None:
+                record.uses -= 1
+                if record.uses == 0 and not record.owners:
+                    self._unused.append(object_id)
+
+    def flush(self, workers: Iterable[WorkerPeer], out: list[Outgoing]) -> None:
+        """Free the stored results whose last use ended since the last flush."""
+        if self._unused:
+            unused, self._unused = self._unused, []
+            self._free_unneeded(unused, workers, out)
+
+    def _free_unneeded(self, object_ids: Iterable[bytes], workers: Iterable[WorkerPeer], out: list[Outgoing]) -> None:
+        """Delete, here, in the workers that were sent them and in their stores, those of these objects that
+        nobody owns and no unfinished task uses."""
+        freed = set()
+        by_holder: dict[str, list[bytes]] = {}
+        stored = self.stored
+        for object_id in object_ids:
+            record = stored.get(object_id)
+            if record is None or record.owners or record.uses:
+                continue
+            del stored[object_id]
+            freed.add(object_id)
+            if record.holders:
+                self.in_stores -= 1
+                for holder in record.holders:
+                    by_holder.setdefault(holder, []).append(object_id)
+        if not freed:
+            return
+        for worker in workers:
+            held = worker.known_object_ids & freed
+            if held:
+                worker.known_object_ids -= held
+                out.append((worker.identity, m.DeleteObjects(object_ids=list(held))))
+        for holder, held_ids in by_holder.items():
+            store = self._stores.store_of(holder)
+            if store is not None:  # else the store is gone, and the objects with it
+                out.append((store.identity, m.DeleteObjects(object_ids=held_ids)))
+
+    def unused_ids(self) -> set[bytes]:
+        """For the invariants: stored results to be freed at the next flush."""
+        return set(self._unused)
+
+    def bytes_held_by_store(self, object_ids: Iterable[bytes]) -> dict[str, int]:
+        """Of these objects, how many bytes each store holds (stored objects only)."""
+        held: dict[str, int] = {}
+        for object_id in object_ids:
+            record = self.stored.get(object_id)
+            if record is not None and record.holders:
+                for holder in record.holders:
+                    held[holder] = held.get(holder, 0) + record.size
+        return held
 
     def claim_for_group(self, client: ClientPeer, signature: TaskSignature, group: m.TaskGroup) -> None:
         """The client's accepted group uses its function, serializer and object arguments: it owns them too."""
@@ -68,7 +175,14 @@ class ObjectTable:
         """Add the object to `objects` (a submission to the worker) unless the worker has it already."""
         if object_id not in worker.known_object_ids:
             stored = self.stored[object_id]
-            objects.append(m.ObjectPayload(object_id=object_id, payload=stored.payload, name=stored.name))
+            if stored.holders:
+                # The worker's own store if it holds it (then the worker reads it in place), else any holder.
+                holder = worker.store_address if worker.store_address in stored.holders else min(stored.holders)
+                objects.append(m.ObjectPayload(
+                    object_id=object_id, payload=b"", name=stored.name, size=stored.size, holder=holder
+                ))
+            else:
+                objects.append(m.ObjectPayload(object_id=object_id, payload=stored.payload, name=stored.name))
             worker.known_object_ids.add(object_id)
 
     def delete(
@@ -104,19 +218,8 @@ class ObjectTable:
         self, client: ClientPeer, object_ids: Iterable[bytes], workers: Iterable[WorkerPeer], out: list[Outgoing]
     ) -> None:
         """The client lets go of these objects; those nobody else owns are deleted here and in the workers."""
-        freed = set()
         for object_id in object_ids:
             record = self.stored.get(object_id)
-            if record is None:
-                continue
-            record.owners.discard(client.identity)
-            if not record.owners:
-                del self.stored[object_id]
-                freed.add(object_id)
-        if not freed:
-            return
-        for worker in workers:
-            held = worker.known_object_ids & freed
-            if held:
-                worker.known_object_ids -= held
-                out.append((worker.identity, m.DeleteObjects(object_ids=list(held))))
+            if record is not None:
+                record.owners.discard(client.identity)
+        self._free_unneeded(object_ids, workers, out)

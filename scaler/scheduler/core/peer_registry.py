@@ -93,6 +93,7 @@ class PeerRegistry:
             ),
             max_frame_bytes=config.max_frame_bytes,
             max_control_frame_bytes=config.max_control_frame_bytes,
+            inline_limit_bytes=config.inline_limit_bytes,
         )
 
     def on_hello(self, sender: bytes, hello: m.Hello, now: float) -> tuple[m.Message, WorkerPeer | None]:

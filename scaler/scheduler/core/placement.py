@@ -6,6 +6,11 @@ to idle workers, and tasks handed back by a busy worker do not go straight back 
 one submitTasks per round and tag set, with the objects those tasks need that it does not have yet.
 Each tag set's ready queue goes only to the workers whose tags include the set (ready_queue.py).
 Balancing asks a worker that holds far more than its alike peers to hand back the tasks it has not started.
+
+Placement follows data: a task whose arguments include stored objects goes, among the workers with
+free slots, to one whose store holds the most bytes of them (the least loaded of those), unless that
+worker is already loaded well above the least loaded one (`_LOCALITY_SLACK`): locality is a preference,
+and balancing still spreads work when the data sits on one host. The rest are water-filled as before.
 """
 
 from __future__ import annotations
@@ -51,6 +56,12 @@ def water_fill(loads: list[int], room: list[int], count: int) -> list[int]:
 
 def _assigned_count(worker: WorkerPeer) -> int:
     return len(worker.assigned)
+
+
+def _locality_allows(load: int, least_load: int) -> bool:
+    """Whether a worker holding a task's data may take it, though `least_load` is the lightest load around:
+    up to twice the lightest load, plus one, so that data on one host still spreads over all workers."""
+    return load <= 2 * least_load + 1
 
 
 class Placement:
@@ -113,12 +124,18 @@ class Placement:
                 return
             shares = water_fill([len(w.assigned) for w in available], [w.free for w in available], queue.waiting)
             handed = 0
-            for worker, share in zip(available, shares):
-                if share:
-                    records = tasks.take(queue, share)
-                    if records:
-                        handed += len(records)
-                        out.append((worker.identity, self._submission_for(worker, records)))
+            if self._objects.in_stores:
+                records = tasks.take(queue, sum(shares))
+                for worker, batch in self._follow_data(available, records):
+                    handed += len(batch)
+                    out.append((worker.identity, self._submission_for(worker, batch)))
+            else:
+                for worker, share in zip(available, shares):
+                    if share:
+                        records = tasks.take(queue, share)
+                        if records:
+                            handed += len(records)
+                            out.append((worker.identity, self._submission_for(worker, records)))
             if handed == 0:
                 return
 
@@ -128,6 +145,47 @@ class Placement:
             queue.tags: queue.waiting for queue in self._tasks.queues.values()
             if queue.waiting and not self.capable(queue.tags)
         }
+
+    def _follow_data(self, available: list[WorkerPeer], records: list[TaskRecord]) -> list[tuple[WorkerPeer, list]]:
+        """Spread `records` (no more than the free slots of `available`) over the workers: each task with
+        stored inputs to a worker whose store holds most of their bytes when locality allows, else to the
+        least loaded worker; the tasks without stored inputs water-filled after them."""
+        batches: dict[int, list[TaskRecord]] = {index: [] for index in range(len(available))}
+        room = [worker.free for worker in available]
+        loads = [len(worker.assigned) for worker in available]
+        by_store: dict[str, list[int]] = {}
+        for index, worker in enumerate(available):
+            if worker.store_address:
+                by_store.setdefault(worker.store_address, []).append(index)
+        rest: list[TaskRecord] = []
+        objects = self._objects
+        for record in records:
+            held = objects.bytes_held_by_store(
+                bytes(record.args[slot]) for slot in record.object_slots
+            ) if record.object_slots and by_store else None
+            if not held:
+                rest.append(record)
+                continue
+            open_slots = [index for index in range(len(available)) if room[index] > 0]
+            lightest = min(open_slots, key=loads.__getitem__)
+            chosen, best_bytes = lightest, 0
+            for store, count in held.items():
+                for index in by_store.get(store, ()):
+                    if room[index] <= 0 or not _locality_allows(loads[index], loads[lightest]):
+                        continue
+                    if count > best_bytes or (count == best_bytes and loads[index] < loads[chosen]):
+                        chosen, best_bytes = index, count
+            batches[chosen].append(record)
+            room[chosen] -= 1
+            loads[chosen] += 1
+        if rest:
+            order = sorted((index for index in range(len(available)) if room[index] > 0), key=loads.__getitem__)
+            shares = water_fill([loads[index] for index in order], [room[index] for index in order], len(rest))
+            start = 0
+            for index, share in zip(order, shares):
+                batches[index].extend(rest[start:start + share])
+                start += share
+        return [(available[index], batch) for index, batch in batches.items() if batch]
 
     def _submission_for(self, worker: WorkerPeer, records: list[TaskRecord]) -> m.TaskSubmission:
         """Assign the tasks to the worker, in groups by signature, suspects apart (crash_blame.py)."""

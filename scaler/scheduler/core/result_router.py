@@ -18,6 +18,9 @@ class ResultRouter:
         results.succeeded_ids.append(task_id)
         results.payloads.append(payload)
 
+    def stored(self, client: ClientPeer, result: m.StoredResult) -> None:
+        self._results_for(client.identity).stored.append(result)
+
     def failure(self, client: ClientPeer, failure: m.TaskFailure) -> None:
         self._results_for(client.identity).failures.append(failure)
 

@@ -70,8 +70,8 @@ class SchedulerCore:
         self.peers = PeerRegistry(config)
         self.stores = StoreRegistry()
         self.graph = TaskGraph()
-        self.tasks = TaskTable(self.graph, config.max_task_crashes, self.counters)
-        self.objects = ObjectTable()
+        self.objects = ObjectTable(self.stores)
+        self.tasks = TaskTable(self.graph, config.max_task_crashes, self.counters, self.objects)
         self.tag_waits = TagWaits()
         self._intake = TaskIntake(config, self.tasks, self.graph, self.objects, self.tag_waits, self.counters)
         self._placement = Placement(config, self.tasks, self.objects, self.peers.workers, self.counters)
@@ -117,6 +117,8 @@ class SchedulerCore:
             out.append((sender, m.ProtocolError(reason=violation(role, type(message)))))
         else:
             handler(peer, message, now, out)
+        # Stored results whose last use ended while tasks ended are deleted where they are held.
+        self.objects.flush(self.peers.workers.values(), out)
         return out
 
     def on_bad_frame(self, sender: bytes, reason: str, *, drop_sender: bool = True) -> list[Outgoing]:
@@ -143,6 +145,7 @@ class SchedulerCore:
         else:
             return out
         out.append((sender, m.Disconnect(reason=why)))
+        self.objects.flush(self.peers.workers.values(), out)
         self._placement.dispatch(out)
         return out
 
@@ -157,6 +160,7 @@ class SchedulerCore:
             self._fail_tasks_without_capable_worker(now, out)
         for store in self.stores.silent(now, self._config.worker_timeout_seconds):
             self._remove_store(store, "timed out", logging.WARNING, out)
+        self.objects.flush(self.peers.workers.values(), out)
         self._placement.dispatch(out)
         self._placement.balance(now, out)
         return out

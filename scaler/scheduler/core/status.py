@@ -39,7 +39,7 @@ def core_status(
     counters: collections.Counter[str], waiting_for_tags: dict[tuple[str, ...], int], now: float,
 ) -> CoreStatus:
     running = sum(len(worker.assigned) for worker in peers.workers.values())
-    object_sizes = {object_id: len(record.payload) for object_id, record in objects.stored.items()}
+    object_sizes = {object_id: record.byte_count for object_id, record in objects.stored.items()}
     workers = []
     for worker in peers.workers.values():
         heartbeat = worker.last_heartbeat or m.Heartbeat()

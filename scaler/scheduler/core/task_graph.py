@@ -66,6 +66,32 @@ class TaskGraph:
         record.waiting_on = len(references)
 
     @staticmethod
+    def feed_object(
+        edges: Sequence[Edge], object_id: bytes, records: dict[int, TaskRecord]
+    ) -> tuple[list[TaskRecord], int]:
+        """A task succeeded with a stored result: the arguments waiting for it become object arguments naming
+        it. Returns the tasks now ready, and how many tasks received it."""
+        ready = []
+        uses = 0
+        for dependent, slot in edges:
+            if records.get(dependent.task_id) is not dependent:
+                continue
+            dependent.args[slot] = object_id
+            if dependent.object_slots is None:
+                dependent.object_slots = [slot]
+            else:
+                dependent.object_slots.append(slot)
+            if dependent.result_objects is None:
+                dependent.result_objects = [object_id]
+            else:
+                dependent.result_objects.append(object_id)
+            uses += 1
+            dependent.waiting_on -= 1
+            if dependent.waiting_on == 0:
+                ready.append(dependent)
+        return ready, uses
+
+    @staticmethod
     def feed(edges: Sequence[Edge], payload: m.Buffer, records: dict[int, TaskRecord]) -> list[TaskRecord]:
         """A task succeeded with `payload`: fill the arguments waiting for it; returns the tasks now ready."""
         ready = []

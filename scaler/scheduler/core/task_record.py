@@ -38,3 +38,5 @@ class TaskRecord:
     quiet: bool = False
     # Argument slots holding object ids; the worker must hold those objects before it runs the task.
     object_slots: list[int] | None = None
+    # Stored results it received through graph edges: their use by this task ends when it does (object_table.py).
+    result_objects: list[bytes] | None = None

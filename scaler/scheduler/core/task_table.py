@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from scaler.protocol import messages as m
 from scaler.scheduler.core import crash_blame
+from scaler.scheduler.core.object_table import ObjectTable
 from scaler.scheduler.core.outgoing import Outgoing
 from scaler.scheduler.core.peer_registry import ClientPeer, WorkerPeer
 from scaler.scheduler.core.ready_queue import NO_TAGS, ReadyQueue, Tags
@@ -26,7 +27,10 @@ _NO_EDGES: tuple[Edge, ...] = ()
 
 
 class TaskTable:
-    def __init__(self, graph: TaskGraph, max_task_crashes: int, counters: collections.Counter[str]) -> None:
+    def __init__(
+        self, graph: TaskGraph, max_task_crashes: int, counters: collections.Counter[str],
+        objects: ObjectTable,
+    ) -> None:
         self.records: dict[int, TaskRecord] = {}
         # Tasks ready to run, one queue per set of required tags (ready_queue.py), in the order dispatch
         # serves them; a queue stays once made (there are few tag sets).
@@ -37,6 +41,7 @@ class TaskTable:
         self._dependents = graph.dependents
         self._max_task_crashes = max_task_crashes
         self._counters = counters
+        self._objects = objects
 
     # ------------------------------------------------------------------------------------------ the queues
 
@@ -112,6 +117,8 @@ class TaskTable:
             record.canceled = True  # still in the queue; take() skips it
             self.waiting -= 1
             self.queues[record.signature.required_tags].waiting -= 1
+        if record.result_objects is not None:
+            self._objects.end_uses(record.result_objects)
         # The graph's edges dict read directly, not through a method: this runs once for every task.
         return self._dependents.pop(record.task_id, _NO_EDGES)
 
@@ -122,6 +129,21 @@ class TaskTable:
         self._counters["tasks_succeeded"] += 1
         if edges:
             self.queue_at_back(self._graph.feed(edges, payload, self.records))
+
+    def succeed_stored(self, record: TaskRecord, result: m.StoredResult, router: ResultRouter) -> None:
+        """The task succeeded and its result is in a store (a checked StoredResult): its client and its
+        dependents get the object id."""
+        edges = self.forget(record)
+        ready: list[TaskRecord] = []
+        uses = 0
+        if edges:
+            ready, uses = self._graph.feed_object(edges, result.object_id, self.records)
+        self._objects.add_result(record.client, record.task_id, result, uses, for_client=not record.quiet)
+        if not record.quiet:
+            router.stored(record.client, result)
+        self._counters["tasks_succeeded"] += 1
+        if ready:
+            self.queue_at_back(ready)
 
     def fail(self, record: TaskRecord, failure: m.TaskFailure, router: ResultRouter) -> None:
         """The task ends unsuccessfully, and so does every task waiting on its result, with the same failure."""
@@ -169,6 +191,20 @@ class TaskTable:
             self.succeed(record, payload, router)
             if profiles and task_id in profiles and not record.quiet:
                 router.profile(record.client, profiles[task_id])
+        for result in results.stored:
+            record = records.get(result.task_id)
+            if record is None or record.worker is not worker:
+                continue
+            problem = self._objects.check_result(result)
+            if problem is None:
+                self.succeed_stored(record, result, router)
+                if profiles and result.task_id in profiles and not record.quiet:
+                    router.profile(record.client, profiles[result.task_id])
+            else:
+                self.fail(record, m.TaskFailure(
+                    task_id=result.task_id, kind=m.FailureKind.SERIALIZATION, type_name="StoredResultError",
+                    message=problem,
+                ), router)
         # Keyed by task id: a worker naming one task twice in a message must not queue it twice.
         back_to_queue: dict[int, TaskRecord] = {}
         for failure in results.failures:

@@ -1,0 +1,151 @@
+"""The object path (issue 15): large arguments, objects and results go through a store; the scheduler moves
+only their ids, sizes and holders.
+
+A real scheduler, real workers and the real store their Cluster starts (SchedulerClusterCombo), with real
+shared memory, and a real client on the same host, whose home store is that store. What the tests watch
+is the store itself: what it holds while the work runs, and that it holds nothing more once the work is
+done and the objects were released (the scheduler told the store to delete them).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import sys
+import time
+from typing import Callable, Iterator
+
+import numpy as np
+import pytest
+
+from scaler import Client, SchedulerClusterCombo
+from scaler.store.store_client import StoreAddress, StoreClient
+from scaler.utility.host_key import this_host_key
+
+pytestmark = [
+    pytest.mark.timeout(180),
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the store's shared memory is Linux only"),
+]
+
+MB = 1 << 20
+WAIT_SECONDS = 60.0  # an upper bound against hangs, never a measure
+
+
+def wait_until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + WAIT_SECONDS
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {WAIT_SECONDS}s: {what}"
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def combo() -> Iterator[SchedulerClusterCombo]:
+    with SchedulerClusterCombo(n_workers=2, logging_level="WARNING", store_capacity_bytes=1 << 30) as started:
+        yield started
+
+
+@pytest.fixture
+def client(combo: SchedulerClusterCombo) -> Iterator[Client]:
+    with Client(address=combo.get_address()) as connected:
+        wait_until(lambda: bool(connected._connection.stores.home), "the client is told of its store")
+        yield connected
+
+
+@pytest.fixture
+def store(client: Client) -> StoreAddress:
+    stores = client._connection.stores
+    address = stores.address_of(stores.home)
+    assert address is not None and address.host_key == this_host_key()
+    return address
+
+
+def store_status(store: StoreAddress):
+    with StoreClient(store, local=True) as reader:
+        return reader.status()
+
+
+def holds_only(store: StoreAddress, object_count: int) -> Callable[[], bool]:
+    return lambda: store_status(store).object_count == object_count
+
+
+def byte_count(data: bytes) -> int:
+    return len(data)
+
+
+def make_bytes(size: int, fill: int) -> bytes:
+    return bytes([fill]) * size
+
+
+def make_array(size: int, fill: int) -> np.ndarray:
+    return np.full(size, fill, dtype=np.uint8)
+
+
+def mapped_from_a_store(array: np.ndarray) -> bool:
+    """Whether the array is a view of a store's shared-memory segment (mapped, not copied)."""
+    base = array
+    while isinstance(base, np.ndarray) and base.base is not None:
+        base = base.base
+    return isinstance(base, memoryview) and isinstance(base.obj, mmap.mmap)
+
+
+def mapped_size(array: np.ndarray) -> int:
+    return array.nbytes if mapped_from_a_store(array) else -1
+
+
+def hold_then_count(data: bytes, seconds: float) -> int:
+    time.sleep(seconds)
+    return len(data)
+
+
+def test_a_large_argument_goes_through_the_store_and_is_deleted_once_its_task_is_done(
+    client: Client, store: StoreAddress
+) -> None:
+    before = store_status(store)
+    argument = os.urandom(8 * MB)
+    future = client.submit(hold_then_count, argument, 0.5)
+    # In the store while its task runs: the client put it there and the submission named it by id.
+    wait_until(lambda: store_status(store).held_bytes >= before.held_bytes + len(argument), "the argument is stored")
+    assert future.result(timeout=WAIT_SECONDS) == len(argument)
+    # The task is done and the client released it: the scheduler told the store to delete it.
+    wait_until(holds_only(store, before.object_count), "the store drops the argument")
+
+
+def test_a_sent_object_is_put_into_the_store_and_read_by_the_task(client: Client, store: StoreAddress) -> None:
+    before = store_status(store).held_bytes
+    data = os.urandom(4 * MB)
+    reference = client.send_object(data, name="big")
+    assert reference.size >= len(data)
+    assert store_status(store).held_bytes >= before + len(data)  # in the store before anything runs
+    assert client.submit(byte_count, reference).result(timeout=WAIT_SECONDS) == len(data)
+
+
+def test_a_large_result_comes_back_from_the_store_and_is_released_after_the_fetch(
+    client: Client, store: StoreAddress
+) -> None:
+    before = store_status(store)
+    result = client.submit(make_array, 3 * MB, 7).result(timeout=WAIT_SECONDS)
+    assert result.nbytes == 3 * MB and int(result[0]) == int(result[-1]) == 7
+    assert mapped_from_a_store(result)  # the worker wrote it into the store; the client mapped it from there
+    assert client.submit(make_bytes, 3 * MB, 5).result(timeout=WAIT_SECONDS) == bytes([5]) * (3 * MB)
+    wait_until(holds_only(store, before.object_count), "the client releases the fetched results")
+
+
+def test_a_graph_passes_a_large_intermediate_through_the_store(client: Client, store: StoreAddress) -> None:
+    before = store_status(store)
+    graph = {"data": (make_array, 2 * MB, 3), "size": (mapped_size, "data")}
+    # The dependent task got the intermediate as a view of the store's segment: it never left the host.
+    assert client.get(graph, keys=["size"]) == {"size": 2 * MB}
+    wait_until(holds_only(store, before.object_count), "the quiet intermediate is deleted")
+
+
+def test_many_results_of_a_map_come_back_through_the_store(client: Client, store: StoreAddress) -> None:
+    before = store_status(store)
+    results = client.map(make_array, [(MB, index) for index in range(8)])
+    assert [int(result[-1]) for result in results] == list(range(8))
+    assert all(mapped_from_a_store(result) for result in results)
+    wait_until(holds_only(store, before.object_count), "the client releases every fetched result")
+
+
+def test_small_tasks_stay_on_the_control_path(client: Client, store: StoreAddress) -> None:
+    results = client.map(make_array, [(1000, 1)] * 20)
+    assert not any(mapped_from_a_store(result) for result in results)
