@@ -17,6 +17,24 @@ from tests import installed_scaler
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+# Set by .ci/run, where every system the tests drive (Slurm, chromium, tmux, network namespaces) is
+# installed: a test that skips there did not run, so the session fails and names it.
+FORBID_SKIPS_VARIABLE = "SCALER_TESTS_FORBID_SKIPS"
+_skipped: list[str] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped:
+        _skipped.append(f"{report.nodeid}: {report.longrepr[-1] if isinstance(report.longrepr, tuple) else ''}")
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if os.environ.get(FORBID_SKIPS_VARIABLE) == "1" and _skipped:
+        sys.stderr.write(f"\n{FORBID_SKIPS_VARIABLE}=1 and {len(_skipped)} tests skipped (they did not run):\n  "
+                         + "\n  ".join(_skipped) + "\n")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Under .ci/run, stop before the first test unless every `scaler` the tests import is the installed wheel."""
     if not installed_scaler.install_required():
