@@ -1,4 +1,4 @@
-"""`scaler_cluster -n N ADDRESS` (alias `scaler_worker`): run N workers in the foreground."""
+"""`scaler_cluster -n N ADDRESS` (alias `scaler_worker`): run N workers and their store in the foreground."""
 
 from __future__ import annotations
 
@@ -24,6 +24,9 @@ from scaler.cli.common import (
     start_logging,
 )
 from scaler.cluster.cluster import Cluster, default_worker_names
+from scaler.cluster.store_settings import StoreSettings
+from scaler.errors import ClusterStartError
+from scaler.store.server_config import default_capacity_bytes, tcp_bind_address
 from scaler.utility.curve import PeerKeys
 from scaler.utility.ignored_settings import (
     EVENT_LOOP,
@@ -84,10 +87,42 @@ def build_parser() -> argparse.ArgumentParser:
         parser, TRIM_MEMORY_THRESHOLD_BYTES, "--trim-memory-threshold-bytes", "-tm", type=argument_type(BYTES_OR_OFF)
     )
     add_ignored_option(parser, HARD_PROCESSOR_SUSPEND, "--hard-processor-suspend", "-hps")
+    add_store_arguments(parser)
     add_peer_curve_arguments(parser)
     add_ignored_option(parser, EVENT_LOOP, "--event-loop", "-el", choices=EVENT_LOOPS)
     add_final_arguments(parser, "scheduler address, e.g. tcp://127.0.0.1:2345")
     return parser
+
+
+def _data_address(text: str) -> str:
+    try:
+        tcp_bind_address(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return text
+
+
+def add_store_arguments(parser: argparse.ArgumentParser) -> None:
+    """The store of this host's objects (PROTOCOL.md §17), started before the workers."""
+    parser.add_argument(
+        "--store-capacity-bytes", type=number_type(int, 0, 2**63 - 1), default=default_capacity_bytes(),
+        help="bytes of objects the store keeps in memory; beyond, the least recently used spill to disk; "
+        "the default is 30%% of this machine's memory",
+    )
+    parser.add_argument(
+        "--data-address", type=_data_address, default=None,
+        help="where other hosts reach the store: tcp://HOST (a free port) or tcp://HOST:PORT; default: this "
+        "host's address on the route to the scheduler",
+    )
+    parser.add_argument(
+        "--no-store", dest="store", action="store_false", help="run the workers without a store",
+    )
+
+
+def store_settings(args: argparse.Namespace) -> StoreSettings | None:
+    if not args.store:
+        return None
+    return StoreSettings(capacity_bytes=args.store_capacity_bytes, data_address=args.data_address)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -105,7 +140,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     check_curve_keys(parser, PeerKeys.resolve, args.curve_server_key, args.curve_secret_key)
     template = config_from_arguments(WorkerConfig, args)
     start_logging(parser, args)
-    sys.exit(run_cluster(Cluster(template, names), reporter))
+    sys.exit(run_cluster(Cluster(template, names, store=store_settings(args)), reporter))
 
 
 def run_cluster(cluster: Cluster, reporter: ReadinessReporter | None = None) -> int:
@@ -122,7 +157,14 @@ def run_cluster(cluster: Cluster, reporter: ReadinessReporter | None = None) -> 
     parent = exit_with_parent_pid()
     everyone = len(cluster.worker_names)
     ended_by_itself = False
-    cluster.launch()
+    try:
+        cluster.launch()
+    except ClusterStartError as error:
+        logger.error(str(error))
+        reporter.report(FAILED, str(error))
+        reporter.close()
+        cluster.shutdown()
+        return 1
     try:
         while not stop.is_set():
             cluster.watch()

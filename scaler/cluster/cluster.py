@@ -1,4 +1,5 @@
-"""A Cluster: N worker processes on this machine, started, watched and stopped together."""
+"""A Cluster: N worker processes on this machine and the store of their objects, started, watched and stopped
+together: the store first and last, since the workers keep their large data in it."""
 
 from __future__ import annotations
 
@@ -8,13 +9,17 @@ import json
 import logging
 import math
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
 from typing import Any, Sequence
 
+from scaler.cluster.store_settings import StoreSettings, default_data_address
 from scaler.errors import ClusterStartError
+from scaler.store.server_config import StoreStartError
+from scaler.store.store_process import StoreProcess
 from scaler.utility.ignored_settings import (
     EVENT_LOOP,
     GARBAGE_COLLECT_INTERVAL_SECONDS,
@@ -65,6 +70,9 @@ class Cluster:
     ...)`. `start()` raises ClusterStartError (having stopped every worker) when a worker cannot join:
     it gave up (no scheduler answered within `death_timeout_seconds`, or the scheduler refused it), it
     died, or not all registered within `start_timeout_seconds`.
+
+    Before its workers it starts their store (`store`, see store_settings.py; None: no store) and waits
+    until it listens; the workers name it to the scheduler. It stops the store after the workers.
     """
 
     def __init__(
@@ -74,6 +82,7 @@ class Cluster:
         *,
         address: Any = None,
         start_timeout_seconds: float = DEFAULT_START_TIMEOUT_SECONDS,
+        store: StoreSettings | None = StoreSettings(),
         **legacy_settings: Any,
     ) -> None:
         if worker_config is not None and not isinstance(worker_config, WorkerConfig):
@@ -95,7 +104,11 @@ class Cluster:
             POSITIVE_SECONDS.check(start_timeout_seconds)
         except (TypeError, ValueError) as error:
             raise type(error)(f"start_timeout_seconds {error}") from None
+        if store is not None and not isinstance(store, StoreSettings):
+            raise TypeError(f"store must be a StoreSettings or None (no store), got {type(store).__name__}")
         self._template = worker_config
+        self._store_settings = store
+        self._store: StoreProcess | None = None
         self._worker_names = list(worker_names)
         self._start_timeout_seconds = start_timeout_seconds
         self._processes: list[subprocess.Popen] = []
@@ -124,6 +137,15 @@ class Cluster:
     def registered_workers(self) -> int:
         return self._registered
 
+    @property
+    def store_pid(self) -> int | None:
+        return self._store.pid if self._store is not None else None
+
+    @property
+    def store_address(self) -> str:
+        """The data address of this cluster's store; empty without one (or before `launch`)."""
+        return self._store.address.data_address if self._store is not None else ""
+
     # ------------------------------------------------------------------------------------------ start
 
     def start(self) -> None:
@@ -136,10 +158,15 @@ class Cluster:
             raise
 
     def launch(self) -> None:
-        """Start the workers without waiting for them (the command line watches them with `watch`)."""
+        """Start the store and wait until it listens (ClusterStartError if it cannot), then start the workers
+        without waiting for them (the command line watches them with `watch`)."""
         template = self._template
-        if self._processes:
+        if self._processes or self._store is not None:
             raise RuntimeError("this cluster is already started")
+        atexit.register(self.shutdown)
+        if self._store_settings is not None:
+            self._store = self._start_store(self._store_settings)
+            template = self._template = dataclasses.replace(template, store_address=self.store_address)
         logger.info(
             f"ClusterProcess: starting {len(self._worker_names)} workers, "
             f"heartbeat_interval_seconds={template.heartbeat_interval_seconds:g}, "
@@ -149,7 +176,6 @@ class Cluster:
         environment = pipe.child_environment(environment_exiting_with_this_process())
         self._launched_at = time.monotonic()
         self._next_warning = self._launched_at + _FIRST_WARNING_SECONDS
-        atexit.register(self.shutdown)
         try:
             with self._lock:
                 for index, name in enumerate(self._worker_names):
@@ -164,6 +190,23 @@ class Cluster:
                     logger.info(f"Worker[{index}] started")
         finally:
             pipe.children_started()
+
+    def _start_store(self, settings: StoreSettings) -> StoreProcess:
+        template = self._template
+        try:
+            store = StoreProcess.start(
+                capacity_bytes=settings.capacity_bytes,
+                data_address=settings.data_address or default_data_address(template.address),
+                spill_directory=settings.spill_directory, scheduler_address=template.address,
+                name=f"{socket.gethostname().split('.')[0]}|store", logging_level=template.logging_level.upper(),
+                logging_paths=template.logging_paths, heartbeat_interval_seconds=template.heartbeat_interval_seconds,
+                death_timeout_seconds=template.death_timeout_seconds, curve_server_key=template.curve_server_key,
+                curve_secret_key=template.curve_secret_key, timeout_seconds=self._start_timeout_seconds,
+            )
+        except StoreStartError as error:
+            raise ClusterStartError(f"Cluster: the store could not start: {error}") from None
+        logger.info(f"Cluster: store listening at {store.address.data_address} (pid {store.pid})")
+        return store
 
     def watch(self, timeout: float = _WATCH_SECONDS) -> None:
         """Take the workers' reports (waiting up to `timeout`), and say what a user should know: that they
@@ -188,6 +231,12 @@ class Cluster:
                 f"up after --death-timeout-seconds ({self._template.death_timeout_seconds:g}s)"
             )
         if not self._stopping:
+            if self._store is not None and self._store.process.poll() is not None and -1 not in self._seen_exits:
+                self._seen_exits.add(-1)
+                logger.warning(
+                    f"Cluster: the store (pid {self._store.pid}) exited with code {self._store.process.returncode}; "
+                    "the workers go on without it"
+                )
             for index, process in enumerate(self._processes):
                 code = process.poll()
                 if code is not None and index not in self._seen_exits:
@@ -257,6 +306,8 @@ class Cluster:
         for process in list(self._processes):
             if process.poll() is None:
                 process.kill()
+        if self._store is not None:
+            self._store.kill()
 
     def join(self, timeout: float | None = None) -> None:
         """Wait until every worker has exited (or `timeout` seconds have passed)."""
@@ -266,6 +317,8 @@ class Cluster:
                 process.wait(timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 return
+        if self._stopping:
+            self._stop_store()
 
     def close(self) -> None:
         """Release what the cluster holds once its workers have exited (1.9.x: Process.close)."""
@@ -282,8 +335,14 @@ class Cluster:
         with self._lock:
             processes = list(self._processes)
         stop_processes(processes, _STOP_GRACE_SECONDS)
+        self._stop_store()
         if self._pipe is not None:
             self._pipe.close()
+
+    def _stop_store(self) -> None:
+        """After the workers: they may still be handing it their last results."""
+        if self._store is not None:
+            self._store.stop(_STOP_GRACE_SECONDS)
 
     def __enter__(self) -> Cluster:
         return self

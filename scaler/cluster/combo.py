@@ -13,6 +13,7 @@ import threading
 import time
 from typing import Sequence
 
+from scaler.cluster.store_settings import StoreSettings
 from scaler.errors import ClusterStartError
 from scaler.scheduler.config import SchedulerConfig
 from scaler.utility.ignored_settings import EVENT_LOOP, OBJECT_RETENTION_SECONDS, check_ignored_settings
@@ -67,6 +68,8 @@ class SchedulerClusterCombo:
     The children log at WARNING unless told otherwise, so that a program using the combo is not
     flooded; they also exit on their own if this process dies, so nothing outlives its owner.
     `event_loop` and `object_retention_seconds` are accepted for Scaler 1.9.x code and have no effect.
+    The cluster runs a store for its workers' objects (PROTOCOL.md §17) unless `store` is false;
+    `store_capacity_bytes` None means 30% of this machine's memory.
     """
 
     def __init__(
@@ -97,6 +100,8 @@ class SchedulerClusterCombo:
         logging_paths: Sequence[str] = DEFAULT_LOGGING_PATHS,
         logging_level: str = "WARNING",
         start_timeout_seconds: float = DEFAULT_START_TIMEOUT_SECONDS,
+        store: bool = True,
+        store_capacity_bytes: int | None = None,
     ) -> None:
         for name, value, rule in (
             ("n_workers", n_workers, AT_LEAST_ONE), ("start_timeout_seconds", start_timeout_seconds, POSITIVE_SECONDS)
@@ -132,6 +137,8 @@ class SchedulerClusterCombo:
             task_timeout_seconds=task_timeout_seconds, memory_limit_bytes=memory_limit_bytes,
             io_threads=worker_io_threads, logging_paths=tuple(logging_paths), logging_level=logging_level,
         )
+        # Checked here, where it was given, as the rest.
+        self._store = StoreSettings(capacity_bytes=store_capacity_bytes) if store else None
         self._address = first_address
         self._n_workers = n_workers
         self._scheduler_config = scheduler_config
@@ -222,9 +229,17 @@ class SchedulerClusterCombo:
         return [
             "--num-of-workers", str(self._n_workers),
             *_setting_options(self._worker_config, _WORKER_OPTION_NAMES),
+            *self._store_args(),
             *self._logging_args(),
             "--", self._address,
         ]
+
+    def _store_args(self) -> list[str]:
+        if self._store is None:
+            return ["--no-store"]
+        if self._store.capacity_bytes is None:
+            return []
+        return ["--store-capacity-bytes", str(self._store.capacity_bytes)]
 
     def _logging_args(self) -> list[str]:
         config = self._worker_config

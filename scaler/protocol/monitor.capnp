@@ -18,6 +18,8 @@ struct MonitorSnapshot {
   clients @7 :List(ClientStatus);
   objects @8 :ObjectUsage;
   workers @9 :List(WorkerStatus);
+  stores @10 :List(StoreStatus);   # the object stores, one per host normally (PROTOCOL.md §17)
+  bytesRelayed @11 :UInt64;        # payload bytes the scheduler forwarded for peers that cannot reach a store
 }
 
 struct SchedulerUsage {
@@ -51,6 +53,19 @@ struct ClientStatus {
 struct ObjectUsage {
   count @0 :UInt64;
   bytes @1 :UInt64;
+}
+
+struct StoreStatus {
+  name @0 :Text;                   # as the store said in its hello
+  hostname @1 :Text;
+  dataAddress @2 :Text;            # tcp://, the store's identity
+  capacityBytes @3 :UInt64;        # memory it fills before it spills to disk
+  bytesHeld @4 :UInt64;            # from its last heartbeat: payload bytes of its objects, in memory or on disk
+  bytesSpilled @5 :UInt64;         # of those, on disk
+  bytesPinned @6 :UInt64;          # of those, mapped by readers now
+  objects @7 :UInt64;
+  workers @8 :UInt32;              # registered workers that named this store in their hello
+  secondsSinceHeard @9 :Float32;
 }
 
 struct WorkerStatus {

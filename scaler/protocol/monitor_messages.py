@@ -79,6 +79,24 @@ class WorkerStatus:
 
 
 @dataclasses.dataclass(slots=True)
+class StoreStatus:
+    name: str
+    hostname: str = ""
+    data_address: str = ""
+    capacity_bytes: int = 0
+    bytes_held: int = 0
+    bytes_spilled: int = 0
+    bytes_pinned: int = 0
+    objects: int = 0
+    workers: int = 0
+    seconds_since_heard: float = 0.0
+
+    @property
+    def bytes_in_memory(self) -> int:
+        return max(0, self.bytes_held - self.bytes_spilled)
+
+
+@dataclasses.dataclass(slots=True)
 class MonitorSnapshot:
     sequence: int = 0
     published_at: float = 0.0  # seconds since the Unix epoch, by the scheduler's clock
@@ -91,6 +109,8 @@ class MonitorSnapshot:
     object_count: int = 0
     object_bytes: int = 0
     workers: list[WorkerStatus] = dataclasses.field(default_factory=list)
+    stores: list[StoreStatus] = dataclasses.field(default_factory=list)
+    bytes_relayed: int = 0
     feed_version: int = FEED_VERSION
 
 
@@ -157,6 +177,20 @@ def encode_snapshot(snapshot: MonitorSnapshot) -> bytes:
         slot.processorInitialized = worker.processor_initialized
         slot.hasTask = worker.has_task
         slot.taskLocked = worker.task_locked
+
+    stores = builder.init("stores", len(snapshot.stores))
+    for slot, store in zip(stores, snapshot.stores):
+        slot.name = store.name
+        slot.hostname = store.hostname
+        slot.dataAddress = store.data_address
+        slot.capacityBytes = _count(store.capacity_bytes)
+        slot.bytesHeld = _count(store.bytes_held)
+        slot.bytesSpilled = _count(store.bytes_spilled)
+        slot.bytesPinned = _count(store.bytes_pinned)
+        slot.objects = _count(store.objects)
+        slot.workers = _count(store.workers)
+        slot.secondsSinceHeard = max(0.0, float(store.seconds_since_heard))
+    builder.bytesRelayed = _count(snapshot.bytes_relayed)
     return builder.to_bytes()
 
 
@@ -222,4 +256,20 @@ def _read_snapshot(reader: Any) -> MonitorSnapshot:
             )
             for worker in reader.workers
         ],
+        stores=[
+            StoreStatus(
+                name=store.name,
+                hostname=store.hostname,
+                data_address=store.dataAddress,
+                capacity_bytes=store.capacityBytes,
+                bytes_held=store.bytesHeld,
+                bytes_spilled=store.bytesSpilled,
+                bytes_pinned=store.bytesPinned,
+                objects=store.objects,
+                workers=store.workers,
+                seconds_since_heard=store.secondsSinceHeard,
+            )
+            for store in reader.stores
+        ],
+        bytes_relayed=reader.bytesRelayed,
     )

@@ -78,6 +78,8 @@ class SchedulerServer:
             object_count=status.object_count,
             object_bytes=status.object_bytes,
             workers=status.workers,
+            stores=status.stores,
+            bytes_relayed=status.bytes_relayed,
         )
 
     def stop(self) -> None:

@@ -1,5 +1,8 @@
 """`python -m scaler.store`: one store process, the data plane of one host (started before its workers).
 
+With `--scheduler-address` it is a peer of that scheduler (role `store`, PROTOCOL.md §17); without,
+a standalone store that local processes order deletes from themselves.
+
 Once it listens it tells the parent that started it, over the readiness pipe: `listening DATA_ADDRESS
 IPC_ADDRESS HOST_KEY`. It exits on SIGINT or SIGTERM, or when the parent named by SCALER_EXIT_WITH_PARENT
 is gone, and leaves nothing behind: its segments are memfds and its spill files are unlinked.
@@ -9,25 +12,20 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 from typing import Any, Callable, Sequence
 
-import psutil
-
 from scaler.cli.common import add_logging_arguments, existing_directory, start_logging
+from scaler.store.control_link import ControlLink
 from scaler.store.scheduler_link import StoreIdentity
-from scaler.store.server import StoreServerConfig, StoreStartError, run_store, tcp_bind_address
+from scaler.store.server import run_store
+from scaler.store.server_config import StoreServerConfig, StoreStartError, default_capacity_bytes, tcp_bind_address
+from scaler.utility.curve import PeerKeys
 from scaler.utility.logging_setup import logging_path_problem
 from scaler.utility.parent_watch import exit_with_parent_pid
 from scaler.utility.readiness import FAILED, LISTENING, ReadinessReporter
 
 logger = logging.getLogger(__name__)
-
-DEFAULT_CAPACITY_FRACTION = 0.3
-
-
-def default_capacity_bytes() -> int:
-    return int(psutil.virtual_memory().total * DEFAULT_CAPACITY_FRACTION)
-
 
 def _data_address(text: str) -> str:
     try:
@@ -81,8 +79,29 @@ def build_parser() -> argparse.ArgumentParser:
         "--pool-idle-seconds", type=_non_negative(float), default=30.0,
         help="free a recycled segment unused for this long",
     )
+    parser.add_argument(
+        "--scheduler-address", default=None,
+        help="the scheduler to register with (tcp://HOST:PORT); default: none, a standalone store",
+    )
+    parser.add_argument("--name", default="", help="shown in the scheduler's log and monitor")
+    parser.add_argument(
+        "--heartbeat-interval-seconds", type=_positive_seconds, default=2.0, help="how often to heartbeat",
+    )
+    parser.add_argument(
+        "--death-timeout-seconds", type=_positive_seconds, default=300.0,
+        help="stop after hearing nothing from the scheduler for this long",
+    )
+    parser.add_argument("--curve-server-key", default=None, help="the scheduler's CURVE public key file")
+    parser.add_argument("--curve-secret-key", default=None, help="this store's CURVE secret key file")
     add_logging_arguments(parser)
     return parser
+
+
+def _positive_seconds(text: str) -> float:
+    value = _non_negative(float)(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not more than 0")
+    return value
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -102,12 +121,24 @@ def main(argv: Sequence[str] | None = None) -> None:
         pool_idle_seconds=args.pool_idle_seconds,
     )
 
+    link = None
+    if args.scheduler_address:
+        try:
+            keys = PeerKeys.resolve(args.curve_server_key, args.curve_secret_key)
+        except ValueError as error:
+            parser.error(str(error))
+        link = ControlLink(
+            args.scheduler_address, args.name or f"store|{os.getpid()}", keys,
+            heartbeat_interval_seconds=args.heartbeat_interval_seconds,
+            death_timeout_seconds=args.death_timeout_seconds,
+        )
+
     def on_listening(identity: StoreIdentity) -> None:
         reporter.report(LISTENING, f"{identity.data_address} {identity.ipc_address} {identity.host_key}")
         reporter.close()
 
     try:
-        run_store(config, exit_with_parent=exit_with_parent_pid(), on_listening=on_listening)
+        run_store(config, exit_with_parent=exit_with_parent_pid(), on_listening=on_listening, link=link)
     except StoreStartError as error:
         logger.error(str(error))
         reporter.report(FAILED, str(error))

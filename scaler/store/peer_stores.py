@@ -52,6 +52,10 @@ class Stores:
         """The data address of the home store; empty when there is none (then nothing is stored)."""
         return self._home
 
+    def address_of(self, data_address: str) -> StoreAddress | None:
+        """How to reach a store of the directory (None: not in it)."""
+        return self._addresses.get(data_address)
+
     def _client_for(self, data_address: str) -> StoreClient:
         with self._lock:
             if self._closed:

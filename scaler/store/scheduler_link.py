@@ -15,7 +15,7 @@ from typing import Union
 
 import zmq
 
-from scaler.store.store_core import StoreStatus
+from scaler.store.store_records import StoreStatus
 
 
 @dataclasses.dataclass(frozen=True)

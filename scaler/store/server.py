@@ -5,14 +5,13 @@ processes of this host: allocate and seal (a writer hands over a segment it wrot
 reader maps the segment through /proc), release. The remote socket (tcp://) serves everyone: put (the
 payload comes as frames and is copied into a segment) and get (the payload leaves as a frame read by
 zmq straight from the segment's mapping). To fetch an object from another store, this store is a
-remote reader of it, through one DEALER per store.
+remote reader of it (holder_fetches.py).
 
 The core decides; this shell owns the segments, the spill files and the sockets, and reports back.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import resource
@@ -29,14 +28,17 @@ from scaler.protocol import data_messages as d
 from scaler.protocol.messages import Buffer
 from scaler.protocol.stored_payload import split_frames
 from scaler.scheduler.bad_frame_log import BadFrameLog, short_identity
+from scaler.store import store_actions as a
 from scaler.store import store_core as c
+from scaler.store import store_records as r
+from scaler.store.holder_fetches import Fetched, FetchFailed, HolderFetches
 from scaler.store.process_watch import ProcessWatch
 from scaler.store.scheduler_link import DeleteOrder, SchedulerLink, StopStore, StoreIdentity
 from scaler.store.segment import Segment, check_available
+from scaler.store.server_config import StoreServerConfig, StoreStartError, tcp_bind_address
 from scaler.store.spill import SpillError, SpillFile
 from scaler.utility.host_key import this_host_key
 from scaler.utility.owned_directory import make_owned_directory, remove_abandoned_directories
-from scaler.utility.zmq_config import parse_zmq_address
 
 logger = logging.getLogger(__name__)
 
@@ -47,42 +49,6 @@ MAX_CONTROL_FRAME_BYTES = 1 << 20
 _TICK_SECONDS = 0.25
 # Receive at most this many messages per socket before looking at timers and the other sockets.
 _MAX_MESSAGES_PER_WAKE = 64
-# How long a fetch may go unanswered before its record is dropped (its readers are answered by then).
-_FETCH_RECORD_SECONDS = 3600.0
-
-
-class StoreStartError(RuntimeError):
-    """The store could not start serving (its address is taken, no shared memory here, ...)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class StoreServerConfig:
-    capacity_bytes: int
-    # tcp://HOST (a free port) or tcp://HOST:PORT; HOST is what peers connect to, so not a wildcard.
-    data_address: str = "tcp://127.0.0.1"
-    spill_directory: str = ""  # empty: the system's temporary directory
-    host_key: str = ""  # empty: this host's (see scaler/utility/host_key.py)
-    pool_idle_seconds: float = 30.0
-    work_directory_parent: str | None = None
-
-
-def tcp_bind_address(data_address: str) -> str:
-    """What to bind for a data address: tcp://HOST means a free port. ValueError for anything else."""
-    rest = data_address[len("tcp://"):] if data_address.startswith("tcp://") else None
-    if rest is not None and (":" not in rest or rest.endswith("]")):  # no port
-        if not rest:
-            raise ValueError("a data address needs a host, e.g. tcp://192.168.1.10")
-        host = parse_zmq_address(f"{data_address}:1").host
-        bind = f"{data_address}:*"
-    else:
-        parsed = parse_zmq_address(data_address)
-        if parsed.type.value != "tcp":
-            raise ValueError(f"{data_address!r}: a data address is tcp://HOST or tcp://HOST:PORT")
-        bind = parsed.to_address()
-        host = parsed.host
-    if host in ("*", "0.0.0.0", "[::]"):
-        raise ValueError(f"{data_address!r}: give the address other hosts reach this store at, not a wildcard")
-    return bind
 
 
 class StoreServer:
@@ -99,10 +65,7 @@ class StoreServer:
         self._spill_directory = config.spill_directory or tempfile.gettempdir()
         self._watch = ProcessWatch()
         self._poller = zmq.Poller()
-        self._dealers: dict[str, zmq.Socket] = {}  # holder's data address -> our DEALER to it
-        self._holders_by_socket: dict[zmq.Socket, str] = {}
-        self._fetches: dict[tuple[str, int], tuple[bytes, float]] = {}  # (holder, request id) -> object, started
-        self._next_fetch_request = 1
+        self._holders: HolderFetches | None = None  # made with the context
         self._transfers: list[tuple[zmq.MessageTracker, int]] = []
         self._bad_frame_log = BadFrameLog()
         self._link_sockets: list[zmq.Socket] = []
@@ -133,6 +96,7 @@ class StoreServer:
             logger.info(f"Store: removed {len(removed)} work directories of stores that died")
         work_directory = make_owned_directory(WORK_DIRECTORY_PREFIX, config.work_directory_parent)
         self._context = zmq.Context(io_threads=1)
+        self._holders = HolderFetches(self._context, self._poller)
         local = self._router()
         remote = self._router()
         self._routers = [local, remote]
@@ -153,7 +117,7 @@ class StoreServer:
                 capacity_bytes=config.capacity_bytes,
                 pid=os.getpid(),
             )
-            self._core = c.StoreCore(c.StoreConfig(
+            self._core = c.StoreCore(r.StoreConfig(
                 config.capacity_bytes, own_address=data_address, pool_idle_seconds=config.pool_idle_seconds
             ))
             if self._link is not None:
@@ -197,8 +161,8 @@ class StoreServer:
             for socket, _ in self._poller.poll(max(0, int((deadline - time.monotonic()) * 1000))):
                 if socket is local or socket is remote:
                     self._drain(socket)
-                elif socket in self._holders_by_socket:
-                    self._drain_fetch_replies(socket)
+                elif self._holders is not None and self._holders.owns(socket):
+                    self._on_fetch_replies(socket)
                 elif self._link is not None:
                     self._on_link_events(self._link.on_readable(socket, time.monotonic()))
             self._finish_transfers()
@@ -216,9 +180,8 @@ class StoreServer:
         self._execute(self.core.on_tick(now))
         for pid in self._watch.gone():
             self._execute(self.core.on_process_gone(pid, now))
-        for key, (_, started) in list(self._fetches.items()):
-            if now - started > _FETCH_RECORD_SECONDS:
-                del self._fetches[key]
+        if self._holders is not None:
+            self._holders.forget_stale(now)
         for line in self._bad_frame_log.on_tick(now):
             logger.warning(_as_store_line(line))
         if self._link is not None:
@@ -263,21 +226,21 @@ class StoreServer:
         try:
             if isinstance(message, d.Put):
                 payload = message.payload
-                actions = core.on_put(c.Requester(peer, message.request_id), message.object_id, message.size,
+                actions = core.on_put(a.Requester(peer, message.request_id), message.object_id, message.size,
                                       message.name, now)
             elif isinstance(message, d.Get) and (is_local or not message.local):
                 actions = core.on_get(
-                    c.Requester(peer, message.request_id), message.object_id, message.local, message.pid,
+                    a.Requester(peer, message.request_id), message.object_id, message.local, message.pid,
                     message.wait_ms / 1000, message.holder, now, message.max_frame_bytes,
                 )
             elif not is_local and isinstance(message, (d.Allocate, d.Seal, d.Get)):
                 reason = "local requests (allocate, seal, a local get) come over the store's ipc address"
-                actions = [c.Reply(c.Requester(peer, message.request_id), d.Failed(message.request_id, reason))]
+                actions = [a.Reply(a.Requester(peer, message.request_id), d.Failed(message.request_id, reason))]
             elif isinstance(message, d.Allocate) and is_local:
-                actions = core.on_allocate(c.Requester(peer, message.request_id), message.size, message.pid, now)
+                actions = core.on_allocate(a.Requester(peer, message.request_id), message.size, message.pid, now)
             elif isinstance(message, d.Seal) and is_local:
                 actions = core.on_seal(
-                    c.Requester(peer, message.request_id), self._segment_ids_by_path.get(message.path),
+                    a.Requester(peer, message.request_id), self._segment_ids_by_path.get(message.path),
                     message.object_id, message.size, message.name, message.pid, now,
                 )
             elif isinstance(message, d.Release) and is_local:
@@ -285,7 +248,7 @@ class StoreServer:
             elif isinstance(message, d.Delete) and is_local and self._link is None:
                 actions = core.on_delete(message.object_ids, now)
             elif isinstance(message, d.StatusRequest) and is_local:
-                actions = [c.Reply(c.Requester(peer, message.request_id), _status_message(message.request_id, core))]
+                actions = [a.Reply(a.Requester(peer, message.request_id), _status_message(message.request_id, core))]
             else:
                 where = "ipc" if is_local else "tcp"
                 self._bad_frame(identity, f"a {type(message).__name__}, which the store does not take over {where}")
@@ -298,9 +261,9 @@ class StoreServer:
 
     # ------------------------------------------------------------------------------------------ actions
 
-    def _execute(self, actions: list[c.Action], payload: list[Buffer] | None = None) -> None:
+    def _execute(self, actions: list[a.Action], payload: list[Buffer] | None = None) -> None:
         """Do what the core decided, in order, then what the core says to what was reported back."""
-        follow_ups: list[c.Action] = []
+        follow_ups: list[a.Action] = []
         now = time.monotonic()
         for action in actions:
             try:
@@ -310,15 +273,15 @@ class StoreServer:
         if follow_ups:
             self._execute(follow_ups)
 
-    def _do(self, action: c.Action, payload: list[Buffer] | None, now: float) -> list[c.Action]:
+    def _do(self, action: a.Action, payload: list[Buffer] | None, now: float) -> list[a.Action]:
         core = self.core
-        if isinstance(action, c.CreateSegment):
+        if isinstance(action, a.CreateSegment):
             segment = Segment.create(action.capacity)
             self._segments[action.segment_id] = segment
             self._segment_ids_by_path[segment.path] = action.segment_id
-        elif isinstance(action, c.DestroySegment):
+        elif isinstance(action, a.DestroySegment):
             self._destroy(action.segment_id)
-        elif isinstance(action, c.SpillObject):
+        elif isinstance(action, a.SpillObject):
             segment = self._segments[action.segment_id]
             try:
                 self._spill_files[action.object_id] = SpillFile.write(segment, action.size, self._spill_directory)
@@ -326,7 +289,7 @@ class StoreServer:
                 logger.warning(f"Store: cannot spill, running over capacity for now: {error}")
                 return core.on_spill_failed(action.object_id, action.segment_id, segment.capacity, now)
             self._destroy(action.segment_id)
-        elif isinstance(action, c.ReadBack):
+        elif isinstance(action, a.ReadBack):
             spill_file = self._spill_files.pop(action.object_id)
             try:
                 spill_file.read_into(self._segments[action.segment_id])
@@ -336,37 +299,37 @@ class StoreServer:
             finally:
                 spill_file.close()
             return core.on_read_back_done(action.object_id, True, "", now)
-        elif isinstance(action, c.DropSpill):
+        elif isinstance(action, a.DropSpill):
             dropped = self._spill_files.pop(action.object_id, None)
             if dropped is not None:
                 dropped.close()
-        elif isinstance(action, c.WritePayload):
+        elif isinstance(action, a.WritePayload):
             assert payload is not None
             with memoryview(self._segments[action.segment_id].mapping()) as view:
                 offset = 0
                 for piece in payload:
                     view[offset: offset + len(piece)] = piece
                     offset += len(piece)
-        elif isinstance(action, c.Fetch):
+        elif isinstance(action, a.Fetch):
             self._fetch(action, now)
-        elif isinstance(action, c.GrantSegment):
+        elif isinstance(action, a.GrantSegment):
             path = self._segments[action.segment_id].path
             self._reply(action.to.peer, d.Segment(action.to.request_id, path, action.size))
-        elif isinstance(action, c.Locate):
+        elif isinstance(action, a.Locate):
             path = self._segments[action.segment_id].path
             self._reply(action.to.peer, d.Located(action.to.request_id, action.object_id, path, action.size))
-        elif isinstance(action, c.SendObject):
+        elif isinstance(action, a.SendObject):
             self._send_object(action)
-        elif isinstance(action, c.Reply):
+        elif isinstance(action, a.Reply):
             self._reply(action.to.peer, action.message)
-        elif isinstance(action, c.WatchProcess):
+        elif isinstance(action, a.WatchProcess):
             self._watch.watch(action.pid)
-        elif isinstance(action, c.UnwatchProcess):
+        elif isinstance(action, a.UnwatchProcess):
             self._watch.unwatch(action.pid)
-        elif isinstance(action, c.ReportHeld):
+        elif isinstance(action, a.ReportHeld):
             if self._link is not None:
                 self._link.objects_held(action.objects)
-        elif isinstance(action, c.ReportLost):
+        elif isinstance(action, a.ReportLost):
             if self._link is not None:
                 self._link.objects_lost(action.object_ids)
         return []
@@ -378,7 +341,7 @@ class StoreServer:
         except zmq.ZMQError as error:
             logger.warning(f"Store: could not answer {short_identity(identity)}: {error}")
 
-    def _send_object(self, action: c.SendObject) -> None:
+    def _send_object(self, action: a.SendObject) -> None:
         """The object's bytes leave as frames that zmq reads from the segment: pinned until zmq is done."""
         socket, identity = self._routers[action.to.peer[0]], action.to.peer[1:]
         payload: list[Buffer] = [memoryview(self._segments[action.segment_id].mapping())[: action.size]]
@@ -413,65 +376,37 @@ class StoreServer:
 
     # ------------------------------------------------------------------------------------------ fetching
 
-    def _fetch(self, action: c.Fetch, now: float) -> None:
+    def _fetch(self, action: a.Fetch, now: float) -> None:
         """Get the object from the store holding it, as any remote reader does."""
-        dealer = self._dealers.get(action.holder)
-        if dealer is None:
-            assert self._context is not None
-            dealer = self._context.socket(zmq.DEALER)
-            dealer.setsockopt(zmq.SNDHWM, 0)
-            dealer.setsockopt(zmq.RCVHWM, 0)
-            dealer.setsockopt(zmq.LINGER, 0)
-            try:
-                dealer.connect(action.holder)
-            except zmq.ZMQError as error:
-                dealer.close()
-                self._execute(self.core.on_fetch_failed(action.object_id, f"{action.holder}: {error}", now))
-                return
-            self._dealers[action.holder] = dealer
-            self._holders_by_socket[dealer] = action.holder
-            self._poller.register(dealer, zmq.POLLIN)
-        request_id = self._next_fetch_request
-        self._next_fetch_request += 1
-        self._fetches[(action.holder, request_id)] = (action.object_id, now)
-        get = d.Get(request_id, action.object_id, local=False, wait_ms=action.wait_ms,
-                    max_frame_bytes=d.COPIED_FRAME_BYTES)
-        dealer.send_multipart(d.encode(get))
+        assert self._holders is not None
+        problem = self._holders.request(action.holder, action.object_id, action.wait_ms, now)
+        if problem is not None:
+            self._execute(self.core.on_fetch_failed(action.object_id, problem, now))
 
-    def _drain_fetch_replies(self, dealer: zmq.Socket) -> None:
-        holder = self._holders_by_socket[dealer]
-        for _ in range(_MAX_MESSAGES_PER_WAKE):
-            try:
-                frames = [part.buffer for part in dealer.recv_multipart(zmq.NOBLOCK, copy=False)]
-            except zmq.Again:
-                return
-            try:
-                message = d.decode(frames)
-            except d.ProtocolDecodeError as error:
-                self._bad_frame(holder.encode(), f"an undecodable answer to a fetch ({error})")
-                continue
-            request_id = getattr(message, "request_id", None)
-            fetch = self._fetches.pop((holder, request_id), None) if isinstance(request_id, int) else None
-            if fetch is None:
-                continue  # the answer to a fetch given up on
-            object_id, _ = fetch
+    def _on_fetch_replies(self, dealer: zmq.Socket) -> None:
+        assert self._holders is not None
+        for event in self._holders.drain(dealer):
             now = time.monotonic()
-            if isinstance(message, d.ObjectData) and message.object_id == object_id:
-                self._execute(self.core.on_fetched(object_id, message.size, now), message.payload)
+            if isinstance(event, Fetched):
+                self._execute(self.core.on_fetched(event.object_id, event.size, now), event.payload)
+            elif isinstance(event, FetchFailed):
+                self._execute(self.core.on_fetch_failed(event.object_id, event.reason, now))
             else:
-                reason = getattr(message, "reason", "") or f"it answered {type(message).__name__}"
-                self._execute(self.core.on_fetch_failed(object_id, f"{holder}: {reason}", now))
+                self._bad_frame(event.holder.encode(), event.what)
 
     # ------------------------------------------------------------------------------------------ exit
 
     def _close(self) -> None:
-        for socket in [*self._routers, *self._dealers.values(), *self._link_sockets]:
-            socket.close(linger=0)
+        # The link first: its goodbye must leave before the context goes.
         if self._link is not None:
             try:
                 self._link.close()
             except Exception:
                 logger.exception("Store: closing the scheduler link failed")
+        if self._holders is not None:
+            self._holders.close()
+        for socket in [*self._routers, *self._link_sockets]:
+            socket.close(linger=0)
         if self._context is not None:
             self._context.term()
         for segment in self._segments.values():

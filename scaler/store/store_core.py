@@ -13,232 +13,46 @@ transfers (a remote send in flight, pinning the segment zmq reads from).
 
 from __future__ import annotations
 
-import bisect
-import dataclasses
-import enum
 from collections import OrderedDict
-from typing import Union
 
 from scaler.protocol import data_messages as d
 from scaler.store.segment import capacity_for
+from scaler.store.segment_pool import SegmentPool
+from scaler.store.store_actions import (
+    Action,
+    CreateSegment,
+    DestroySegment,
+    DropSpill,
+    Fetch,
+    GrantSegment,
+    Locate,
+    ReadBack,
+    ReaderId,
+    Reply,
+    ReportHeld,
+    ReportLost,
+    Requester,
+    SendObject,
+    SpillObject,
+    UnwatchProcess,
+    WatchProcess,
+    WritePayload,
+    process_reader,
+    transfer_reader,
+)
+from scaler.store.store_records import (
+    ObjectRecord,
+    ObjectState,
+    PendingGet,
+    SegmentRecord,
+    SegmentUse,
+    StoreConfig,
+    StoreStatus,
+)
 
 # How long spilling rests after the spill directory failed (full disk): the store runs over capacity
 # meanwhile rather than retrying the disk at every request.
 SPILL_RETRY_SECONDS = 10.0
-# A pooled segment serves a request up to this fraction larger than needed; beyond, it wastes memory.
-POOL_FIT_SLACK = 0.25
-
-
-@dataclasses.dataclass(frozen=True)
-class Requester:
-    """Who asked: where the answer goes (a routing key the shell chose, opaque here) and the request id."""
-
-    peer: bytes
-    request_id: int
-
-
-ReaderId = tuple[str, int]  # ("process", pid): a local reader's mapping; ("transfer", n): a send in flight
-
-
-def process_reader(pid: int) -> ReaderId:
-    return ("process", pid)
-
-
-def transfer_reader(transfer: int) -> ReaderId:
-    return ("transfer", transfer)
-
-
-# ---------------------------------------------------------------------------------------------- actions
-
-
-@dataclasses.dataclass(frozen=True)
-class CreateSegment:
-    segment_id: int
-    capacity: int
-
-
-@dataclasses.dataclass(frozen=True)
-class DestroySegment:
-    segment_id: int
-
-
-@dataclasses.dataclass(frozen=True)
-class SpillObject:
-    """Write the segment's first `size` bytes to a spill file kept for the object, then free the segment.
-    If that fails: keep the segment and report `on_spill_failed`."""
-
-    object_id: bytes
-    segment_id: int
-    size: int
-
-
-@dataclasses.dataclass(frozen=True)
-class ReadBack:
-    """Copy the object's spill file into the segment and drop the file; then report `on_read_back_done`."""
-
-    object_id: bytes
-    segment_id: int
-
-
-@dataclasses.dataclass(frozen=True)
-class DropSpill:
-    object_id: bytes
-
-
-@dataclasses.dataclass(frozen=True)
-class WritePayload:
-    """Copy the payload of the message being handled (a put, or a fetched object) into the segment."""
-
-    segment_id: int
-    size: int
-
-
-@dataclasses.dataclass(frozen=True)
-class Fetch:
-    """Ask the store at `holder` for the object; then report `on_fetched` or `on_fetch_failed`."""
-
-    object_id: bytes
-    holder: str
-    wait_ms: int
-
-
-@dataclasses.dataclass(frozen=True)
-class GrantSegment:
-    """Reply `segment` with the segment's path: the writer maps it and seals it."""
-
-    to: Requester
-    segment_id: int
-    size: int
-
-
-@dataclasses.dataclass(frozen=True)
-class Locate:
-    """Reply `located` with the segment's path (the reader has it pinned)."""
-
-    to: Requester
-    object_id: bytes
-    segment_id: int
-    size: int
-
-
-@dataclasses.dataclass(frozen=True)
-class SendObject:
-    """Reply `object` with the segment's first `size` bytes as a payload frame; report `on_transfer_done`
-    once zmq no longer reads the segment."""
-
-    to: Requester
-    object_id: bytes
-    segment_id: int
-    size: int
-    transfer: int
-    max_frame_bytes: int = 0  # 0: one frame
-
-
-@dataclasses.dataclass(frozen=True)
-class Reply:
-    to: Requester
-    message: d.DataMessage
-
-
-@dataclasses.dataclass(frozen=True)
-class WatchProcess:
-    """Report `on_process_gone` when this local process exits."""
-
-    pid: int
-
-
-@dataclasses.dataclass(frozen=True)
-class UnwatchProcess:
-    pid: int
-
-
-@dataclasses.dataclass(frozen=True)
-class ReportHeld:
-    """For the scheduler: this store now holds these objects (object id, size)."""
-
-    objects: tuple[tuple[bytes, int], ...]
-
-
-@dataclasses.dataclass(frozen=True)
-class ReportLost:
-    """For the scheduler: this store no longer has these objects, though it was not told to delete them."""
-
-    object_ids: tuple[bytes, ...]
-
-
-Action = Union[
-    CreateSegment, DestroySegment, SpillObject, ReadBack, DropSpill, WritePayload, Fetch, GrantSegment, Locate,
-    SendObject, Reply, WatchProcess, UnwatchProcess, ReportHeld, ReportLost,
-]
-
-
-# ---------------------------------------------------------------------------------------------- state
-
-
-class SegmentUse(enum.Enum):
-    HOLDS = "holds"  # an object's bytes (resident, or being read back from disk)
-    LENT = "lent"  # to a local writer, until it seals it
-    POOLED = "pooled"  # free, kept for reuse
-    ORPHANED = "orphaned"  # its object was deleted while readers had it mapped: pooled once they release it
-
-
-class ObjectState(enum.Enum):
-    RESIDENT = "resident"
-    SPILLED = "spilled"
-    READING_BACK = "reading back"
-    FETCHING = "fetching"
-
-
-@dataclasses.dataclass
-class SegmentRecord:
-    segment_id: int
-    capacity: int
-    use: SegmentUse
-    object_id: bytes = b""
-    pins: int = 0
-    lent_to: int = 0
-    pooled_at: float = 0.0
-
-
-@dataclasses.dataclass
-class ObjectRecord:
-    object_id: bytes
-    size: int
-    state: ObjectState
-    name: str = ""
-    segment_id: int | None = None
-
-
-@dataclasses.dataclass
-class PendingGet:
-    requester: Requester
-    object_id: bytes
-    local: bool
-    pid: int
-    deadline: float
-    max_frame_bytes: int = 0
-
-
-@dataclasses.dataclass(frozen=True)
-class StoreConfig:
-    capacity_bytes: int
-    own_address: str = ""  # this store's data address: a get naming it as holder is not fetched
-    pool_idle_seconds: float = 30.0
-
-
-@dataclasses.dataclass(frozen=True)
-class StoreStatus:
-    """What a heartbeat reports; every byte count is of this store's memory unless it says otherwise."""
-
-    capacity_bytes: int
-    resident_bytes: int  # all segments: objects', lent, pooled, orphaned
-    held_bytes: int  # payload bytes of the objects held, in memory or on disk
-    spilled_bytes: int  # payload bytes on disk
-    pinned_bytes: int  # segments some reader has mapped (or a send reads)
-    pooled_bytes: int
-    lent_bytes: int
-    object_count: int
-    waiting_gets: int
 
 
 class StoreCore:
@@ -250,9 +64,7 @@ class StoreCore:
         self._next_segment_id = 1
         self._next_transfer = 1
         self._lru: OrderedDict[bytes, None] = OrderedDict()  # resident objects, least recently used first
-        self._pool: OrderedDict[int, None] = OrderedDict()  # pooled segment ids, longest pooled first
-        self._pool_by_capacity: dict[int, list[int]] = {}
-        self._pool_capacities: list[int] = []  # sorted keys of _pool_by_capacity
+        self._pool = SegmentPool()
         self._pins: dict[ReaderId, dict[bytes, list[int]]] = {}  # reader -> object id -> pinned segment ids
         self._pending: dict[bytes, list[PendingGet]] = {}
         self._loans: dict[int, int] = {}  # pid -> segments it borrowed and has not sealed
@@ -474,7 +286,7 @@ class StoreCore:
                 del self.objects[object_id]  # nobody waits any more: the late answer is ignored
         idle_limit = now - self.config.pool_idle_seconds
         while self._pool:
-            segment = self.segments[next(iter(self._pool))]
+            segment = self.segments[self._pool.oldest()]
             if segment.pooled_at > idle_limit:
                 break
             self._destroy(segment, actions)
@@ -487,7 +299,7 @@ class StoreCore:
         """When on_tick next has something to do (a wait ends, a pooled segment idles out), if ever."""
         deadlines = [get.deadline for waiting in self._pending.values() for get in waiting]
         if self._pool:
-            deadlines.append(self.segments[next(iter(self._pool))].pooled_at + self.config.pool_idle_seconds)
+            deadlines.append(self.segments[self._pool.oldest()].pooled_at + self.config.pool_idle_seconds)
         return min(deadlines) if deadlines else None
 
     def status(self) -> StoreStatus:
@@ -523,7 +335,7 @@ class StoreCore:
         return [object_id for object_id in self._lru if not self._segment_of(object_id).pins]
 
     def pooled_segment_ids(self) -> list[int]:
-        return list(self._pool)
+        return self._pool.segment_ids()
 
     def spilling_rests(self, now: float) -> bool:
         return now < self._spill_resumes_at
@@ -558,9 +370,9 @@ class StoreCore:
     def _take_segment(self, size: int, now: float, actions: list[Action]) -> SegmentRecord:
         """A segment for `size` bytes: a pooled one that fits, else a new one (making room for it first)."""
         capacity = capacity_for(size)
-        index = bisect.bisect_left(self._pool_capacities, capacity)
-        if index < len(self._pool_capacities) and self._pool_capacities[index] <= capacity * (1 + POOL_FIT_SLACK):
-            segment = self.segments[self._pool_by_capacity[self._pool_capacities[index]][-1]]
+        pooled = self._pool.best_fit(capacity)
+        if pooled is not None:
+            segment = self.segments[pooled]
             self._leave_pool(segment)
             return segment
         self._make_room(capacity, now, actions)
@@ -576,20 +388,10 @@ class StoreCore:
         segment.object_id = b""
         segment.lent_to = 0
         segment.pooled_at = now
-        self._pool[segment.segment_id] = None
-        same_size = self._pool_by_capacity.get(segment.capacity)
-        if same_size is None:
-            same_size = self._pool_by_capacity[segment.capacity] = []
-            bisect.insort(self._pool_capacities, segment.capacity)
-        same_size.append(segment.segment_id)
+        self._pool.add(segment.segment_id, segment.capacity)
 
     def _leave_pool(self, segment: SegmentRecord) -> None:
-        del self._pool[segment.segment_id]
-        same_size = self._pool_by_capacity[segment.capacity]
-        same_size.remove(segment.segment_id)
-        if not same_size:
-            del self._pool_by_capacity[segment.capacity]
-            self._pool_capacities.remove(segment.capacity)
+        self._pool.remove(segment.segment_id, segment.capacity)
 
     def _destroy(self, segment: SegmentRecord, actions: list[Action]) -> None:
         if segment.use is SegmentUse.POOLED:
@@ -602,7 +404,7 @@ class StoreCore:
         """Free memory until `extra` more bytes fit the capacity: pooled segments first, then LRU spilling."""
         while self.resident_bytes + extra > self.config.capacity_bytes:
             if self._pool:
-                self._destroy(self.segments[next(iter(self._pool))], actions)
+                self._destroy(self.segments[self._pool.oldest()], actions)
                 continue
             if self.spilling_rests(now) or not self._spill_one(actions):
                 return  # everything left is mapped by readers (or lent to writers): over capacity until released

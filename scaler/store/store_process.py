@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 
-from scaler.store.server import StoreStartError
+from scaler.store.server_config import StoreStartError
 from scaler.store.store_client import StoreAddress
 from scaler.utility.parent_watch import EXIT_WITH_PARENT_ENV
 from scaler.utility.readiness import FAILED, LISTENING, ReadinessPipe
@@ -34,16 +34,29 @@ class StoreProcess:
         capacity_bytes: int | None = None, data_address: str | None = None, spill_directory: str | None = None,
         host_key: str | None = None, pool_idle_seconds: float | None = None, logging_level: str = "WARNING",
         environment: dict[str, str] | None = None, timeout_seconds: float = 30.0,
+        scheduler_address: str | None = None, name: str | None = None,
+        heartbeat_interval_seconds: float | None = None, death_timeout_seconds: float | None = None,
+        curve_server_key: str | None = None, curve_secret_key: str | None = None,
+        logging_paths: tuple[str, ...] = (),
     ) -> StoreProcess:
-        """Start `python -m scaler.store` and return once it listens; StoreStartError (nothing left running) if not."""
+        """Start `python -m scaler.store` and return once it listens; StoreStartError (nothing left running) if not.
+
+        With a scheduler address it registers there as a store (PROTOCOL.md §17); listening comes first, so
+        its registration may follow the return.
+        """
         arguments = ["--logging-level", logging_level]
         for flag, value in (
             ("--capacity-bytes", capacity_bytes), ("--data-address", data_address),
             ("--spill-directory", spill_directory), ("--host-key", host_key),
-            ("--pool-idle-seconds", pool_idle_seconds),
+            ("--pool-idle-seconds", pool_idle_seconds), ("--scheduler-address", scheduler_address),
+            ("--name", name), ("--heartbeat-interval-seconds", heartbeat_interval_seconds),
+            ("--death-timeout-seconds", death_timeout_seconds), ("--curve-server-key", curve_server_key),
+            ("--curve-secret-key", curve_secret_key),
         ):
             if value is not None:
                 arguments += [flag, str(value)]
+        if logging_paths:
+            arguments += ["--logging-paths", *logging_paths]  # last: it takes every word that follows
         pipe = ReadinessPipe()
         child_environment = dict(environment if environment is not None else os.environ)
         child_environment[EXIT_WITH_PARENT_ENV] = str(os.getpid())

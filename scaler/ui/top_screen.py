@@ -3,7 +3,7 @@
 No terminal in here: the curses shell in `top.py` only draws these lines, so the layout is tested
 without one. The layout follows the product documents: four panels (scheduler | task_manager |
 scheduler_sent | scheduler_received), a rule, the shortcuts, then the worker table with the clients
-beside it. The sorted column's header carries a `*`.
+beside it, then the stores (one per host: what each holds). The sorted column's header carries a `*`.
 """
 
 from __future__ import annotations
@@ -11,13 +11,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
-from scaler.protocol.monitor_messages import ClientStatus, MonitorSnapshot, WorkerStatus
+from scaler.protocol.monitor_messages import ClientStatus, MonitorSnapshot, StoreStatus, WorkerStatus
 
 # Seconds without a snapshot before the screen says the scheduler may be gone (it publishes every second).
 STALE_AFTER_SECONDS = 3.0
 
 _WORKER_NAME_WIDTH = 24
 _CLIENT_NAME_WIDTH = 28
+_STORE_HOST_WIDTH = 24
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,6 +117,11 @@ def render(snapshot: MonitorSnapshot | None, sort_by: str, address: str, seconds
     lines.append(f"Total {len(snapshot.workers)} worker(s)")
     emphasized.add(len(lines))
     lines.extend(_worker_table(snapshot, sort_by))
+    if snapshot.stores:
+        lines.append("")
+        lines.append(f"Total {len(snapshot.stores)} store(s)")
+        emphasized.add(len(lines))
+        lines.extend(store_table(snapshot.stores))
     return Screen(lines, emphasized)
 
 
@@ -135,6 +141,8 @@ def _panels(snapshot: MonitorSnapshot) -> list[str]:
             ("rss", format_bytes(snapshot.scheduler_rss_bytes)),
             ("objects", format_count(snapshot.object_count)),
             ("obj_size", format_bytes(snapshot.object_bytes)),
+            # Payload bytes it forwarded for peers that could not reach a store: the scheduler is not a pipe.
+            ("relayed", format_bytes(snapshot.bytes_relayed)),
         ]),
         _panel("task_manager", [
             ("unassigned", format_count(tasks.unassigned)),
@@ -176,6 +184,31 @@ def _client_line(client: ClientStatus) -> str:
     if client.objects:
         line += f" obj {format_count(client.objects)} {format_bytes(client.object_bytes)}"
     return line
+
+
+# What a store row shows: header, cell. Held counts memory and disk; spilled and pinned are parts of it.
+STORE_COLUMNS: tuple[tuple[str, Callable[[StoreStatus], str]], ...] = (
+    ("store_host", lambda s: _short_name(s.hostname or s.name, _STORE_HOST_WIDTH)),
+    ("address", lambda s: s.data_address.removeprefix("tcp://")),
+    ("held", lambda s: format_bytes(s.bytes_held)),
+    ("spilled", lambda s: format_bytes(s.bytes_spilled)),
+    ("pinned", lambda s: format_bytes(s.bytes_pinned)),
+    ("objects", lambda s: format_count(s.objects)),
+    ("capacity", lambda s: format_bytes(s.capacity_bytes)),
+    ("workers", lambda s: str(s.workers)),
+)
+
+
+def store_table(stores: list[StoreStatus]) -> list[str]:
+    """One row per store, by host then address."""
+    ordered = sorted(stores, key=lambda store: (store.hostname, store.data_address))
+    headers = [header for header, _ in STORE_COLUMNS]
+    cells = [[text(store) for _, text in STORE_COLUMNS] for store in ordered]
+    widths = [max([len(header)] + [len(row[index]) for row in cells]) for index, header in enumerate(headers)]
+    return [
+        " ".join([row[0].ljust(widths[0])] + [cell.rjust(width) for cell, width in zip(row[1:], widths[1:])]).rstrip()
+        for row in [headers, *cells]
+    ]
 
 
 def _worker_table(snapshot: MonitorSnapshot, sort_by: str) -> list[str]:

@@ -298,33 +298,41 @@ class Processor:
             recorder.task_id = None
         if group.profiling:
             self._profiles.append(self._profiler.finish(task_id))
+        stores = self._stores
+        if stores.home and _buffer_bytes(result) >= stores.inline_limit:
+            # Plainly large (an array, a bytes object): serialized once, its buffers straight into the store,
+            # so that readers on this host map them instead of copying.
+            if self._store_result(task_id, lambda: stores.put_object(random_object_id(), result, serializer, "result")):
+                return
         try:
             payload = serializer.serialize(result)
         except Exception as error:
             context = f"result of {self._function_name(group)} could not be serialized"
             self._fail(task_id, m.FailureKind.SERIALIZATION, error, context)
             return
-        if len(payload) >= self._stores.inline_limit and self._stores.home:
-            stored = self._store_result(payload, serializer)
-            if stored is not None:
-                self._stored_results.append(m.StoredResult(
-                    task_id=task_id, object_id=stored.object_id, size=stored.size, holder=stored.holder
-                ))
+        if len(payload) >= stores.inline_limit and stores.home:
+            item = m.ObjectPayload(object_id=random_object_id(), payload=payload, name="result")
+            if self._store_result(task_id, lambda: stores.put_payload(item, serializer)):
                 return
         self._succeeded_ids.append(task_id)
         self._payloads.append(payload)
 
-    def _store_result(self, payload: bytes, serializer: Serializer) -> m.ObjectPayload | None:
-        """A large result into this worker's store; None (logged once) if the store fails: then it goes inline."""
+    def _store_result(self, task_id: int, put: Callable[[], m.ObjectPayload]) -> bool:
+        """A large result into this worker's store, reported as stored; False (logged once) if the store fails
+        or the result cannot be serialized that way: then it goes inline."""
         try:
-            return self._stores.put_payload(
-                m.ObjectPayload(object_id=random_object_id(), payload=payload, name="result"), serializer
-            )
+            stored = put()
         except StoreError as error:
             if not self._store_failure_logged:
                 self._store_failure_logged = True
                 logger.warning(f"processor: the worker's store failed, large results go through the scheduler: {error}")
-            return None
+            return False
+        except Exception:  # not picklable with out-of-band buffers: the serializer's own way reports why
+            return False
+        self._stored_results.append(m.StoredResult(
+            task_id=task_id, object_id=stored.object_id, size=stored.size, holder=stored.holder
+        ))
+        return True
 
     def _function_name(self, group: m.TaskGroup) -> str:
         function = self._functions.get((group.function_id, group.serializer_id))
@@ -485,6 +493,16 @@ class Processor:
         self._succeeded_ids = []
         self._payloads = []
         self._failures = []
+
+
+def _buffer_bytes(value: Any) -> int:
+    """The size of a result that is one plain buffer (bytes, bytearray, a NumPy array), without serializing
+    it; 0 for anything else."""
+    kind = type(value)
+    if kind is bytes or kind is bytearray:
+        return len(value)
+    nbytes = getattr(value, "nbytes", None)
+    return nbytes if type(nbytes) is int and kind.__module__ == "numpy" else 0
 
 
 def _die_with_parent() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 
 import pytest
 import zmq
@@ -99,6 +100,12 @@ def test_a_client_passed_into_a_task_reconnects_to_a_cluster_secured_by_options_
             assert client.submit(nested_through, client).result(timeout=90) == (1024, "reporting-app"), (
                 log_path.read_text()
             )
+        # The cluster's store got in with the workers' keys too (PROTOCOL.md §17).
+        deadline = time.monotonic() + 60
+        while "Store: registered with the scheduler" not in log_path.read_text():
+            assert time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.1)
+        assert "StoreRegistry: store" in log_path.read_text()
     finally:
         for process in (workers, scheduler):
             stop_process(process, grace_seconds=30)

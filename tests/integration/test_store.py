@@ -17,7 +17,7 @@ import numpy as np
 import psutil
 import pytest
 
-from scaler.store.server import StoreStartError
+from scaler.store.server_config import StoreStartError
 from scaler.store.store_client import ObjectMissing, StoreAddress, StoreClient, StoreError
 from scaler.store.store_process import StoreProcess
 from scaler.utility.host_key import this_host_key

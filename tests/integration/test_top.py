@@ -10,12 +10,14 @@ import shlex
 import shutil
 import subprocess
 import time
+import uuid
 from typing import Callable, Iterator
 
 import pytest
 
 from scaler import Client, SchedulerClusterCombo
 from scaler.scheduler.config import default_monitor_address
+from scaler.store.store_client import StoreAddress, StoreClient
 from tests.conftest import console_script
 
 TMUX = shutil.which("tmux")
@@ -160,6 +162,30 @@ def test_top_counts_tasks_as_they_finish(combo: SchedulerClusterCombo, run_in_te
     with Client(address=combo.get_address(), timeout_seconds=30) as client:
         assert client.map(pow, [(i, 2) for i in range(300)]) == [i * i for i in range(300)]
     terminal.wait_for(lambda s: successes(s) >= before + 300, f"at least {before + 300} successes")
+    terminal.keys("q")
+    assert exit_code(terminal) == 0
+
+
+def store_row(screen: list[str]) -> dict[str, str]:
+    """The one store's row, by column header (the cluster runs one store)."""
+    total = screen.index("Total 1 store(s)")
+    headers = screen[total + 1].split()
+    return dict(zip(headers, screen[total + 2].split()))
+
+
+def test_top_shows_the_store_and_what_it_holds(combo: SchedulerClusterCombo, run_in_terminal) -> None:
+    terminal = run_in_terminal(default_monitor_address(combo.get_address()))
+    screen = terminal.wait_for(lambda s: "Total 1 store(s)" in s, "Total 1 store(s)")
+    row = store_row(screen)
+    assert row["workers"] == "2", screen  # both workers of the cluster keep their objects in it
+    assert any(line.split()[:2] == ["relayed", "0b"] for line in screen), screen  # no relay yet
+
+    object_id = uuid.uuid4().bytes
+    with StoreClient(StoreAddress("tcp://" + row["address"]), local=False) as store:
+        store.put(object_id, b"x" * (3 << 20))
+    screen = terminal.wait_for(lambda s: store_row(s)["objects"] != row["objects"], "the object in the store row")
+    held = store_row(screen)["held"]
+    assert held.endswith("m") and float(held[:-1]) >= 3.0, screen
     terminal.keys("q")
     assert exit_code(terminal) == 0
 

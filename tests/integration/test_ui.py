@@ -15,12 +15,14 @@ import signal
 import subprocess
 import threading
 import time
+import uuid
 from typing import Any, Callable, Iterator
 
 import pytest
 
 from scaler import Client, SchedulerClusterCombo
 from scaler.scheduler.config import default_monitor_address
+from scaler.store.store_client import StoreAddress, StoreClient
 from tests.conftest import console_script
 
 CHROMIUM = shutil.which("chromium")
@@ -204,6 +206,34 @@ def test_page_shows_live_workers_and_numbers_that_move(
     destination = os.environ.get("SCALER_UI_SCREENSHOT")
     if destination:
         shutil.copyfile(screenshot, destination)
+
+
+def store_rows(driver: Any) -> list[dict[str, str]]:
+    """The store table as shown: one dict per row, by column header."""
+    return driver.execute_script("""
+        const headers = [...document.querySelectorAll('#stores thead th')].map(th => th.textContent);
+        return [...document.querySelectorAll('#stores tr[data-store]')].map(row =>
+            Object.fromEntries([...row.children].map((td, i) => [headers[i], td.textContent])));
+    """)
+
+
+def test_page_shows_the_store_and_what_it_holds(combo: SchedulerClusterCombo, ui_url: str, browser: Any) -> None:
+    browser.get(ui_url)
+    rows = wait_until(lambda: store_rows(browser), "the store in its table")
+    (row,) = rows
+    assert text_of(browser, "#store-count") == "1"
+    assert row["workers"] == "2"  # both workers of the cluster keep their objects in it
+    scheduler_rows = browser.execute_script(
+        "return [...document.querySelectorAll('#scheduler tr')].map(tr => tr.textContent);"
+    )
+    assert "relayed0b" in scheduler_rows, scheduler_rows
+
+    with StoreClient(StoreAddress("tcp://" + row["address"]), local=False) as store:
+        store.put(uuid.uuid4().bytes, b"x" * (3 << 20))
+    shown = wait_until(
+        lambda: [r for r in store_rows(browser) if r["objects"] != row["objects"]], "the object in the store row"
+    )
+    assert shown[0]["held"] != row["held"], shown
 
 
 def test_page_says_it_waits_for_a_missing_scheduler(browser: Any, tmp_path) -> None:

@@ -17,6 +17,7 @@ from scaler.protocol.monitor_messages import (
     FEED_VERSION,
     MonitorDecodeError,
     MonitorSnapshot,
+    StoreStatus,
     WorkerStatus,
     decode_snapshot,
     encode_snapshot,
@@ -81,6 +82,32 @@ def test_a_core_status_round_trips_through_the_feed() -> None:
         assert worker.processor_rss_bytes == expected.processor_rss_bytes
         assert worker.latency_us == expected.latency_us
         assert worker.seconds_since_heard == pytest.approx(expected.seconds_since_heard, abs=1e-3)
+
+
+def test_store_rows_show_what_each_store_holds_and_its_workers() -> None:
+    cluster = SimulatedCluster()
+    quiet = cluster.add_store("tcp://10.0.0.2:1", capacity_bytes=500)
+    busy = cluster.add_store("tcp://10.0.0.1:1", capacity_bytes=1 << 30)
+    cluster.add_worker(store="tcp://10.0.0.1:1")
+    cluster.add_worker(store="tcp://10.0.0.1:1")
+    cluster.add_worker(store="tcp://10.0.0.9:1")  # a store not (yet) registered: no row
+    cluster.send(busy.identity, m.Heartbeat(bytes_held=300 << 20, bytes_spilled=100 << 20, bytes_pinned=50 << 20,
+                                            object_count=7))
+    cluster.core.counters["bytes_relayed"] += 12345
+    status = cluster.core.status(cluster.now + 2.0)
+    snapshot = decode_snapshot(encode_snapshot(MonitorSnapshot(stores=status.stores,
+                                                               bytes_relayed=status.bytes_relayed)))
+
+    assert snapshot.stores == [
+        StoreStatus(name=busy.identity.decode(), data_address="tcp://10.0.0.1:1", capacity_bytes=1 << 30,
+                    bytes_held=300 << 20, bytes_spilled=100 << 20, bytes_pinned=50 << 20, objects=7, workers=2,
+                    seconds_since_heard=2.0),
+        StoreStatus(name=quiet.identity.decode(), data_address="tcp://10.0.0.2:1", capacity_bytes=500,
+                    seconds_since_heard=2.0),
+    ]
+    assert snapshot.stores[0].bytes_in_memory == 200 << 20
+    assert snapshot.bytes_relayed == 12345
+    assert decode_snapshot(encode_snapshot(MonitorSnapshot())).stores == []
 
 
 def test_itl_flags_restate_the_snapshot() -> None:

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from scaler.protocol.monitor_messages import ClientStatus, MonitorSnapshot, TaskCounts, WorkerStatus
+from scaler.protocol.monitor_messages import ClientStatus, MonitorSnapshot, StoreStatus, TaskCounts, WorkerStatus
 from scaler.ui.top_screen import (
     DEFAULT_SORT,
     SHORTCUTS_LINE,
@@ -93,6 +93,26 @@ def task_manager_rows(lines: list[str]) -> dict[str, str]:
         if len(cells) == 2:
             rows[cells[0]] = cells[1]
     return rows
+
+
+def test_stores_follow_the_workers_with_what_each_holds() -> None:
+    with_stores = dataclasses.replace(snapshot(), bytes_relayed=5 << 20, stores=[
+        StoreStatus(name="b|store", hostname="host-b", data_address="tcp://10.0.0.2:7001", capacity_bytes=8 << 30,
+                    bytes_held=300 << 20, bytes_spilled=100 << 20, bytes_pinned=50 << 20, objects=1234, workers=4),
+        StoreStatus(name="a|store", hostname="host-a", data_address="tcp://10.0.0.1:7001", capacity_bytes=1 << 30),
+    ])
+    lines = render(with_stores, DEFAULT_SORT, ADDRESS, 0.5).lines
+    total = lines.index("Total 2 store(s)")
+    assert total > lines.index("Total 3 worker(s)")
+    assert lines[total + 1].split() == [
+        "store_host", "address", "held", "spilled", "pinned", "objects", "capacity", "workers",
+    ]
+    assert lines[total + 2].split() == ["host-a", "10.0.0.1:7001", "0b", "0b", "0b", "0", "1.0g", "0"]
+    assert lines[total + 3].split() == ["host-b", "10.0.0.2:7001", "300.0m", "100.0m", "50.0m", "1,234", "8.0g", "4"]
+    assert task_manager_rows(lines) == task_manager_rows(render(snapshot(), DEFAULT_SORT, ADDRESS, 0.5).lines)
+    assert any(line.split()[:2] == ["relayed", "5.0m"] for line in lines)
+    # No store, no store table.
+    assert not any(line.startswith("Total") and "store" in line for line in render(snapshot(), "cpu", ADDRESS, 0).lines)
 
 
 def test_tasks_held_by_workers_are_called_assigned_not_running() -> None:

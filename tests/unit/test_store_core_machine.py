@@ -18,7 +18,9 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from scaler.store import store_actions as a
 from scaler.store import store_core as c
+from scaler.store import store_records as r
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -34,7 +36,7 @@ HOLDERS = st.sampled_from(["", OWN_ADDRESS, "tcp://other:1"])
 class StoreMachine(RuleBasedStateMachine):
     @initialize(pool_idle=st.sampled_from([1.0, 100.0]))
     def start(self, pool_idle: float) -> None:
-        self.core = c.StoreCore(c.StoreConfig(CAPACITY, own_address=OWN_ADDRESS, pool_idle_seconds=pool_idle))
+        self.core = c.StoreCore(r.StoreConfig(CAPACITY, own_address=OWN_ADDRESS, pool_idle_seconds=pool_idle))
         self.now = 0.0
         self.segments: dict[int, int] = {}  # alive segment id -> capacity
         self.content: dict[int, bytes] = {}  # segment id -> the object written into it
@@ -53,27 +55,27 @@ class StoreMachine(RuleBasedStateMachine):
 
     # ------------------------------------------------------------------------------------------ the shell
 
-    def requester(self) -> c.Requester:
+    def requester(self) -> a.Requester:
         request_id = self.next_request
         self.next_request += 1
-        return c.Requester(b"peer", request_id)
+        return a.Requester(b"peer", request_id)
 
-    def answer(self, requester: c.Requester) -> None:
+    def answer(self, requester: a.Requester) -> None:
         assert requester.request_id not in self.answered, "a request is answered twice"
         self.answered.add(requester.request_id)
         self.waiting.pop(requester.request_id, None)
 
-    def run(self, actions: list[c.Action], payload_of: bytes = b"", requester_pid: int = 0) -> None:
-        follow_ups: list[c.Action] = []
+    def run(self, actions: list[a.Action], payload_of: bytes = b"", requester_pid: int = 0) -> None:
+        follow_ups: list[a.Action] = []
         for action in actions:
-            if isinstance(action, c.CreateSegment):
+            if isinstance(action, a.CreateSegment):
                 assert action.segment_id not in self.segments
                 self.segments[action.segment_id] = action.capacity
-            elif isinstance(action, c.DestroySegment):
+            elif isinstance(action, a.DestroySegment):
                 assert self.pins[action.segment_id] == 0, "a mapped segment is freed"
                 del self.segments[action.segment_id]
                 self.content.pop(action.segment_id, None)
-            elif isinstance(action, c.SpillObject):
+            elif isinstance(action, a.SpillObject):
                 assert self.pins[action.segment_id] == 0, "a mapped segment is spilled"
                 assert self.content[action.segment_id] == action.object_id
                 if self.fail_next_spill:
@@ -84,7 +86,7 @@ class StoreMachine(RuleBasedStateMachine):
                     self.spill_files[action.object_id] = action.object_id
                     del self.segments[action.segment_id]
                     del self.content[action.segment_id]
-            elif isinstance(action, c.ReadBack):
+            elif isinstance(action, a.ReadBack):
                 assert self.pins[action.segment_id] == 0, "a mapped segment is overwritten"
                 assert action.segment_id in self.segments
                 data = self.spill_files.pop(action.object_id)
@@ -94,42 +96,42 @@ class StoreMachine(RuleBasedStateMachine):
                 else:
                     self.content[action.segment_id] = data
                     follow_ups += self.core.on_read_back_done(action.object_id, True, "", self.now)
-            elif isinstance(action, c.DropSpill):
+            elif isinstance(action, a.DropSpill):
                 self.spill_files.pop(action.object_id, None)
-            elif isinstance(action, c.WritePayload):
+            elif isinstance(action, a.WritePayload):
                 assert self.pins[action.segment_id] == 0, "a mapped segment is overwritten"
                 assert action.segment_id in self.segments
                 self.content[action.segment_id] = payload_of
-            elif isinstance(action, c.Fetch):
+            elif isinstance(action, a.Fetch):
                 assert action.holder != OWN_ADDRESS
                 self.fetching.add(action.object_id)
-            elif isinstance(action, c.GrantSegment):
+            elif isinstance(action, a.GrantSegment):
                 assert self.pins[action.segment_id] == 0, "a mapped segment is lent to a writer"
                 assert action.segment_id in self.segments
                 self.content.pop(action.segment_id, None)
                 self.lent[action.segment_id] = requester_pid
                 self.answer(action.to)
-            elif isinstance(action, c.Locate):
+            elif isinstance(action, a.Locate):
                 assert self.content.get(action.segment_id) == action.object_id, "a reader maps the wrong bytes"
                 self.pins[action.segment_id] += 1
                 pid = self.core_pid_of(action.to)
                 self.mappings.setdefault((pid, action.object_id), []).append(action.segment_id)
                 self.answer(action.to)
-            elif isinstance(action, c.SendObject):
+            elif isinstance(action, a.SendObject):
                 assert self.content.get(action.segment_id) == action.object_id, "a reader gets the wrong bytes"
                 self.pins[action.segment_id] += 1
                 self.transfers[action.transfer] = action.segment_id
                 self.answer(action.to)
-            elif isinstance(action, c.Reply):
+            elif isinstance(action, a.Reply):
                 self.answer(action.to)
-            elif isinstance(action, c.WatchProcess):
+            elif isinstance(action, a.WatchProcess):
                 self.watched.add(action.pid)
-            elif isinstance(action, c.UnwatchProcess):
+            elif isinstance(action, a.UnwatchProcess):
                 self.watched.discard(action.pid)
         if follow_ups:
             self.run(follow_ups)
 
-    def core_pid_of(self, requester: c.Requester) -> int:
+    def core_pid_of(self, requester: a.Requester) -> int:
         return self.get_pids[requester.request_id]
 
     # ------------------------------------------------------------------------------------------ events
@@ -245,13 +247,13 @@ class StoreMachine(RuleBasedStateMachine):
             by_use[segment.use] += segment.capacity
             assert segment.pins == self.pins[segment.segment_id], "the core's pins differ from the readers'"
         assert status.resident_bytes == sum(by_use.values())
-        assert status.pooled_bytes == by_use[c.SegmentUse.POOLED]
-        assert status.lent_bytes == by_use[c.SegmentUse.LENT]
+        assert status.pooled_bytes == by_use[r.SegmentUse.POOLED]
+        assert status.lent_bytes == by_use[r.SegmentUse.LENT]
         assert status.spilled_bytes == sum(
-            record.size for record in self.core.objects.values() if record.state is c.ObjectState.SPILLED
+            record.size for record in self.core.objects.values() if record.state is r.ObjectState.SPILLED
         )
         assert set(self.spill_files) == {
-            object_id for object_id, record in self.core.objects.items() if record.state is c.ObjectState.SPILLED
+            object_id for object_id, record in self.core.objects.items() if record.state is r.ObjectState.SPILLED
         }
 
     @invariant()
@@ -259,7 +261,7 @@ class StoreMachine(RuleBasedStateMachine):
         if not hasattr(self, "core"):
             return
         for object_id, record in self.core.objects.items():
-            if record.state is c.ObjectState.RESIDENT:
+            if record.state is r.ObjectState.RESIDENT:
                 assert record.segment_id is not None
                 assert self.content.get(record.segment_id) == object_id
 

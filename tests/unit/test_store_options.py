@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from scaler.store.__main__ import build_parser
-from scaler.store.server import tcp_bind_address
+from scaler.store.server_config import tcp_bind_address
 
 
 @pytest.mark.parametrize(

@@ -58,7 +58,8 @@ class SchedulerCore:
         self._config = config
         self.should_exit = False
         # Events since start, by name: tasks_<outcome>, tasks_submitted, tasks_rescheduled, balance_requests,
-        # stores_left (disconnected), stores_lost (timed out, or dropped after a malformed message).
+        # stores_left (disconnected), stores_lost (timed out, or dropped after a malformed message),
+        # bytes_relayed (payload bytes forwarded for peers that cannot reach a store: the relay fallback).
         self.counters: collections.Counter[str] = collections.Counter()
         self.peers = PeerRegistry(config)
         self.stores = StoreRegistry()
@@ -185,7 +186,7 @@ class SchedulerCore:
 
     def status(self, now: float) -> CoreStatus:
         """What the monitor feed shows of the core: task counts, clients, objects and workers."""
-        return core_status(self.peers, self.tasks, self.objects, self.counters, now)
+        return core_status(self.peers, self.stores, self.tasks, self.objects, self.counters, now)
 
     def check_invariants(self) -> None:
         """Raise CoreInvariantError if the core's parts disagree with each other. For tests: it walks the

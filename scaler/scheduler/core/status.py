@@ -10,9 +10,10 @@ import collections
 import dataclasses
 
 from scaler.protocol import messages as m
-from scaler.protocol.monitor_messages import ClientStatus, TaskCounts, WorkerStatus
+from scaler.protocol.monitor_messages import ClientStatus, StoreStatus, TaskCounts, WorkerStatus
 from scaler.scheduler.core.object_table import ObjectTable
 from scaler.scheduler.core.peer_registry import PeerRegistry
+from scaler.scheduler.core.store_registry import StoreRegistry
 from scaler.scheduler.core.task_table import TaskTable
 
 # Failure kinds the feed counts as `failed`; canceled and notFound have counts of their own, and a task
@@ -27,10 +28,13 @@ class CoreStatus:
     object_count: int
     object_bytes: int
     workers: list[WorkerStatus]
+    stores: list[StoreStatus]
+    bytes_relayed: int
 
 
 def core_status(
-    peers: PeerRegistry, tasks: TaskTable, objects: ObjectTable, counters: collections.Counter[str], now: float
+    peers: PeerRegistry, stores: StoreRegistry, tasks: TaskTable, objects: ObjectTable,
+    counters: collections.Counter[str], now: float,
 ) -> CoreStatus:
     running = sum(len(worker.assigned) for worker in peers.workers.values())
     object_sizes = {object_id: record.byte_count for object_id, record in objects.stored.items()}
@@ -77,4 +81,26 @@ def core_status(
         object_count=len(objects.stored),
         object_bytes=sum(object_sizes.values()),
         workers=workers,
+        stores=store_status(stores, peers, now),
+        bytes_relayed=counters["bytes_relayed"],
     )
+
+
+def store_status(stores: StoreRegistry, peers: PeerRegistry, now: float) -> list[StoreStatus]:
+    workers_by_store = collections.Counter(worker.store_address for worker in peers.workers.values())
+    rows = []
+    for address, store in sorted(stores.by_address.items()):
+        heartbeat = store.last_heartbeat or m.Heartbeat()
+        rows.append(StoreStatus(
+            name=store.name,
+            hostname=store.hostname,
+            data_address=address,
+            capacity_bytes=store.capacity_bytes,
+            bytes_held=heartbeat.bytes_held,
+            bytes_spilled=heartbeat.bytes_spilled,
+            bytes_pinned=heartbeat.bytes_pinned,
+            objects=heartbeat.object_count,
+            workers=workers_by_store[address],
+            seconds_since_heard=now - store.last_seen,
+        ))
+    return rows

@@ -20,6 +20,7 @@ logger = logging.getLogger(__name__)
 class StorePeer:
     identity: bytes
     name: str
+    hostname: str
     data_address: str
     ipc_address: str
     host_key: str
@@ -55,8 +56,8 @@ class StoreRegistry:
         if hello.data_address in self.by_address:
             return f"a store with data address {hello.data_address} is registered already"
         store = StorePeer(
-            identity=sender, name=hello.name, data_address=hello.data_address, ipc_address=hello.ipc_address,
-            host_key=hello.host_key, capacity_bytes=hello.capacity_bytes, last_seen=now,
+            identity=sender, name=hello.name, hostname=hello.hostname, data_address=hello.data_address,
+            ipc_address=hello.ipc_address, host_key=hello.host_key, capacity_bytes=hello.capacity_bytes, last_seen=now,
         )
         self.stores[sender] = self.by_address[store.data_address] = store
         self._entries = None

@@ -1,0 +1,131 @@
+"""The store's link to a real scheduler: a DEALER speaking the control protocol as role `store` (PROTOCOL.md §17).
+
+Hello with the store's data and ipc addresses, host key and capacity; heartbeats with what it holds;
+deleteObjects in. A store that the scheduler refuses or sends away stops, as a worker does: its
+objects mean nothing to a scheduler that does not know it. One that hears nothing from the scheduler
+for the death timeout stops too (the Cluster that started it is then without a scheduler as well).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket as socket_module
+import uuid
+
+import psutil
+import zmq
+
+from scaler.protocol import messages as m
+from scaler.store.scheduler_link import DeleteOrder, LinkEvent, SchedulerLink, StopStore, StoreIdentity
+from scaler.store.store_records import StoreStatus
+from scaler.utility.curve import PeerKeys, secure_peer
+from scaler.utility.zmq_util import configure_socket, receive_frames, send_message
+
+logger = logging.getLogger(__name__)
+
+# How long a closing link may take to hand its goodbye to the network.
+_GOODBYE_LINGER_MS = 200
+_MAX_MESSAGES_PER_WAKE = 64
+
+
+class ControlLink(SchedulerLink):
+    def __init__(
+        self, scheduler_address: str, name: str, keys: PeerKeys | None = None,
+        heartbeat_interval_seconds: float = 2.0, death_timeout_seconds: float = 300.0,
+    ) -> None:
+        self._scheduler_address = scheduler_address
+        self._name = name
+        self._keys = keys
+        self._own_interval = heartbeat_interval_seconds
+        self._interval = heartbeat_interval_seconds
+        self._death_timeout = death_timeout_seconds
+        self._socket: zmq.Socket | None = None
+        self._welcomed = False
+        self._last_heard = 0.0
+        self._next_heartbeat = 0.0
+        self._process = psutil.Process()
+
+    def start(self, context: zmq.Context, identity: StoreIdentity, now: float) -> list[zmq.Socket]:
+        socket = self._socket = context.socket(zmq.DEALER)
+        configure_socket(socket, f"S|{self._name}|{uuid.uuid4().hex[:8]}".encode())
+        if self._keys is not None:
+            secure_peer(socket, self._keys)
+        socket.connect(self._scheduler_address)
+        send_message(socket, m.Hello(
+            role=m.Role.STORE, name=self._name, hostname=socket_module.gethostname(), pid=identity.pid,
+            host_key=identity.host_key, data_address=identity.data_address, ipc_address=identity.ipc_address,
+            capacity_bytes=identity.capacity_bytes,
+        ))
+        self._last_heard = now
+        self._next_heartbeat = now + self._interval
+        self._process.cpu_percent()  # the first call only starts the measurement
+        return [socket]
+
+    def on_readable(self, socket: zmq.Socket, now: float) -> list[LinkEvent]:
+        events: list[LinkEvent] = []
+        for _ in range(_MAX_MESSAGES_PER_WAKE):
+            try:
+                frames = receive_frames(socket, zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            self._last_heard = now
+            try:
+                message = m.decode(frames)
+            except m.ProtocolDecodeError as error:
+                logger.warning(f"Store: dropped an undecodable message from the scheduler: {error}")
+                continue
+            events.extend(self._on_message(message, now))
+        return events
+
+    def _on_message(self, message: m.Message, now: float) -> list[LinkEvent]:
+        if isinstance(message, m.DeleteObjects):
+            return [DeleteOrder(tuple(message.object_ids))]
+        if isinstance(message, m.Welcome):
+            self._welcomed = True
+            self._interval = message.heartbeat_interval_for(self._own_interval)
+            self._next_heartbeat = min(self._next_heartbeat, now + self._interval)
+            logger.info(f"Store: registered with the scheduler at {self._scheduler_address}")
+        elif isinstance(message, m.Refused):
+            return [StopStore(f"the scheduler at {self._scheduler_address} refused this store: {message.reason}")]
+        elif isinstance(message, m.Disconnect):
+            return [StopStore(f"the scheduler asked the store to leave: {message.reason}")]
+        elif isinstance(message, m.ProtocolError):
+            logger.warning(f"Store: the scheduler reports a protocol error: {message.reason}")
+        return []
+
+    def on_tick(self, status: StoreStatus, now: float) -> list[LinkEvent]:
+        if now - self._last_heard > self._death_timeout:
+            return [StopStore(
+                f"no word from the scheduler at {self._scheduler_address} for {self._death_timeout:g}s"
+            )]
+        if now >= self._next_heartbeat and self._socket is not None:
+            self._next_heartbeat = now + self._interval
+            send_message(self._socket, m.Heartbeat(
+                cpu_percent=self._process.cpu_percent(), rss_bytes=self._process.memory_info().rss,
+                bytes_held=status.held_bytes, bytes_spilled=status.spilled_bytes,
+                bytes_pinned=status.pinned_bytes, object_count=status.object_count,
+            ), zmq.NOBLOCK)
+        return []
+
+    def objects_held(self, objects: tuple[tuple[bytes, int], ...]) -> None:
+        # The scheduler learns of holders from the results that name this store; a message for copies
+        # fetched from another store comes with the object table (issue 15, point 1).
+        pass
+
+    def objects_lost(self, object_ids: tuple[bytes, ...]) -> None:
+        logger.warning(f"Store: lost {len(object_ids)} objects (unreadable spill file); the scheduler is not told yet")
+
+    def close(self) -> None:
+        socket, self._socket = self._socket, None
+        if socket is None:
+            return
+        try:
+            if self._welcomed:
+                send_message(socket, m.Disconnect(reason="store stopping"), zmq.NOBLOCK)
+        except zmq.ZMQError:
+            pass
+        socket.close(linger=_GOODBYE_LINGER_MS)
+
+    @property
+    def welcomed(self) -> bool:
+        return self._welcomed

@@ -1,0 +1,75 @@
+"""What the store's core remembers: its segments, its objects, the gets waiting for an object, its
+configuration, and the status its heartbeats report."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+
+from scaler.store.store_actions import Requester
+
+
+class SegmentUse(enum.Enum):
+    HOLDS = "holds"  # an object's bytes (resident, or being read back from disk)
+    LENT = "lent"  # to a local writer, until it seals it
+    POOLED = "pooled"  # free, kept for reuse
+    ORPHANED = "orphaned"  # its object was deleted while readers had it mapped: pooled once they release it
+
+
+class ObjectState(enum.Enum):
+    RESIDENT = "resident"
+    SPILLED = "spilled"
+    READING_BACK = "reading back"
+    FETCHING = "fetching"
+
+
+@dataclasses.dataclass
+class SegmentRecord:
+    segment_id: int
+    capacity: int
+    use: SegmentUse
+    object_id: bytes = b""
+    pins: int = 0
+    lent_to: int = 0
+    pooled_at: float = 0.0
+
+
+@dataclasses.dataclass
+class ObjectRecord:
+    object_id: bytes
+    size: int
+    state: ObjectState
+    name: str = ""
+    segment_id: int | None = None
+
+
+@dataclasses.dataclass
+class PendingGet:
+    requester: Requester
+    object_id: bytes
+    local: bool
+    pid: int
+    deadline: float
+    max_frame_bytes: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class StoreConfig:
+    capacity_bytes: int
+    own_address: str = ""  # this store's data address: a get naming it as holder is not fetched
+    pool_idle_seconds: float = 30.0
+
+
+@dataclasses.dataclass(frozen=True)
+class StoreStatus:
+    """What a heartbeat reports; every byte count is of this store's memory unless it says otherwise."""
+
+    capacity_bytes: int
+    resident_bytes: int  # all segments: objects', lent, pooled, orphaned
+    held_bytes: int  # payload bytes of the objects held, in memory or on disk
+    spilled_bytes: int  # payload bytes on disk
+    pinned_bytes: int  # segments some reader has mapped (or a send reads)
+    pooled_bytes: int
+    lent_bytes: int
+    object_count: int
+    waiting_gets: int

@@ -1,0 +1,180 @@
+"""A Cluster's store, for real: `scaler_cluster` starts it before its workers and stops it after them, it
+registers with a real scheduler as a store (PROTOCOL.md §17), peers are told of it, and a SIGKILLed
+cluster leaves neither a store process nor a shared-memory segment behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+import uuid
+from typing import Callable
+
+import psutil
+import pytest
+import zmq
+
+from scaler.cluster.cluster import Cluster
+from scaler.cluster.combo import free_local_address
+from scaler.cluster.store_settings import StoreSettings
+from scaler.errors import ClusterStartError
+from scaler.protocol import messages as m
+from scaler.store.store_client import StoreAddress, StoreClient
+from scaler.utility.host_key import this_host_key
+from scaler.worker.config import WorkerConfig
+from tests.conftest import console_script
+from tests.integration.scheduler_process import SchedulerProcess
+from tests.integration.spawned import Spawned, Spawner, start_scheduler
+
+pytestmark = [
+    pytest.mark.timeout(180),
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the store's shared memory is Linux only"),
+]
+
+WAIT_SECONDS = 60.0  # an upper bound against hangs, never a measure
+
+
+def wait_until(condition: Callable[[], object], what: str) -> None:
+    deadline = time.monotonic() + WAIT_SECONDS
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {WAIT_SECONDS:g}s: {what}"
+        time.sleep(0.05)
+
+
+def directory_of(address: str) -> m.StoreDirectory:
+    """What a client on this host is told of the stores: hello as a peer in another language would."""
+    context = zmq.Context()
+    socket = context.socket(zmq.DEALER)
+    socket.setsockopt(zmq.LINGER, 0)
+    socket.setsockopt(zmq.IDENTITY, f"probe-{uuid.uuid4().hex[:8]}".encode())
+    try:
+        socket.connect(address)
+        socket.send(m.encode(m.Hello(role=m.Role.CLIENT, name="probe", host_key=this_host_key()))[0])
+        assert socket.poll(WAIT_SECONDS * 1000), "no welcome"
+        welcome = m.decode(socket.recv_multipart())
+        assert isinstance(welcome, m.Welcome), welcome
+        socket.send(m.encode(m.Disconnect(reason="seen enough"))[0])
+        return welcome.store_directory
+    finally:
+        socket.close()
+        context.term()
+
+
+def store_processes(spawned_pid: int) -> list[psutil.Process]:
+    return [
+        child for child in psutil.Process(spawned_pid).children(recursive=True)
+        if "scaler.store" in " ".join(child.cmdline())
+    ]
+
+
+def scaler_segments() -> set[str]:
+    return {name for name in os.listdir("/dev/shm") if "scaler" in name or "psm_" in name}
+
+
+def scheduler_at_a_free_address(spawn: Spawner) -> tuple[str, Spawned]:
+    address = free_local_address()
+    return address, start_scheduler(spawn, address)
+
+
+def test_scaler_cluster_starts_its_store_first_and_peers_are_told_of_it(spawn: Spawner) -> None:
+    address, scheduler = scheduler_at_a_free_address(spawn)
+    cluster = spawn("cluster", [
+        console_script("scaler_cluster"), "-n", "2", "--store-capacity-bytes", "123456789", address,
+    ])
+    cluster.wait_for_log("all 2 workers registered")
+
+    wait_until(lambda: directory_of(address).stores, "the store registered")
+    directory = directory_of(address)
+    (entry,) = directory.stores
+    assert directory.home_store == entry.data_address
+    assert entry.host_key == this_host_key() and entry.ipc_address.startswith("ipc://")
+    with StoreClient(StoreAddress(entry.data_address, entry.ipc_address, entry.host_key)) as store:
+        assert store.status().capacity_bytes == 123456789
+    (store_process,) = store_processes(cluster.pid)
+    workers = [child for child in cluster.descendants() if "scaler.worker.agent" in " ".join(child.cmdline())]
+    assert len(workers) == 2
+    assert all(store_process.create_time() <= worker.create_time() for worker in workers)
+
+    cluster.process.send_signal(signal.SIGTERM)
+    assert cluster.wait_exit() == 0
+    assert not store_process.is_running() or store_process.status() == psutil.STATUS_ZOMBIE
+    wait_until(lambda: "disconnected" in scheduler.log().split("StoreRegistry: store", 1)[1], "the store said bye")
+    assert directory_of(address).stores == []
+
+
+def test_no_store_means_none(spawn: Spawner) -> None:
+    address, _ = scheduler_at_a_free_address(spawn)
+    cluster = spawn("cluster", [console_script("scaler_cluster"), "-n", "1", "--no-store", address])
+    cluster.wait_for_log("all 1 workers registered")
+    assert store_processes(cluster.pid) == []
+    assert directory_of(address) == m.StoreDirectory()
+
+
+def test_a_sigkilled_cluster_leaves_no_store_and_no_segment(spawn: Spawner) -> None:
+    segments_before = scaler_segments()
+    address, _ = scheduler_at_a_free_address(spawn)
+    cluster = spawn("cluster", [console_script("scaler_cluster"), "-n", "1", address])
+    cluster.wait_for_log("all 1 workers registered")
+    wait_until(lambda: directory_of(address).stores, "the store registered")
+    (entry,) = directory_of(address).stores
+    (store_process,) = store_processes(cluster.pid)
+    # Objects in it, in shared memory and spilled, so that there is something to leave behind.
+    with StoreClient(StoreAddress(entry.data_address, entry.ipc_address, entry.host_key)) as store:
+        for index in range(3):
+            store.put(b"object-%09d" % index, b"x" * (4 << 20))
+        assert store.status().object_count == 3
+
+    cluster.process.send_signal(signal.SIGKILL)
+    cluster.wait_exit()
+
+    wait_until(
+        lambda: not store_process.is_running() or store_process.status() == psutil.STATUS_ZOMBIE,
+        "the store exited with its cluster",
+    )
+    assert scaler_segments() <= segments_before
+    leftovers = [
+        process for process in psutil.process_iter(["cmdline"])
+        if entry.data_address in " ".join(process.info["cmdline"] or ())
+    ]
+    assert leftovers == []
+
+
+def test_cluster_from_python_stops_its_store_after_its_workers(tmp_path) -> None:
+    scheduler = SchedulerProcess(str(tmp_path))
+    try:
+        cluster = Cluster(WorkerConfig(address=scheduler.address), ["only"])
+        cluster.start()
+        try:
+            store_pid = cluster.store_pid
+            assert store_pid is not None and psutil.pid_exists(store_pid)
+            assert cluster.store_address.startswith("tcp://127.0.0.1:")
+            wait_until(lambda: directory_of(scheduler.address).stores, "the store registered")
+            assert [entry.data_address for entry in directory_of(scheduler.address).stores] == [cluster.store_address]
+        finally:
+            cluster.shutdown()
+        assert not psutil.pid_exists(store_pid) or psutil.Process(store_pid).status() == psutil.STATUS_ZOMBIE
+        assert directory_of(scheduler.address).stores == []
+    finally:
+        scheduler.stop()
+
+
+def test_a_store_that_cannot_start_stops_the_cluster_before_any_worker(tmp_path) -> None:
+    # 192.0.2.0/24 is TEST-NET-1: no interface here has it, so the store cannot bind it.
+    cluster = Cluster(
+        WorkerConfig(address="tcp://127.0.0.1:9"), ["never"], store=StoreSettings(data_address="tcp://192.0.2.1"),
+        start_timeout_seconds=30,
+    )
+    with pytest.raises(ClusterStartError, match="the store could not start.*192.0.2.1"):
+        cluster.start()
+    assert cluster.worker_pids == []
+    assert cluster.store_pid is None
+
+
+def test_store_settings_are_checked_where_given() -> None:
+    with pytest.raises(ValueError, match="whole number"):
+        StoreSettings(capacity_bytes=-1)
+    with pytest.raises(ValueError, match="not a wildcard"):
+        StoreSettings(data_address="tcp://0.0.0.0")
+    with pytest.raises(TypeError, match="StoreSettings or None"):
+        Cluster(WorkerConfig(address="tcp://127.0.0.1:9"), ["a"], store=True)  # type: ignore[arg-type]
