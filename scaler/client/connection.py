@@ -72,6 +72,9 @@ class ClientConnection:
         self._store_failure_logged = False
         # What this client stored, until it deletes it: sent again if its store is lost (resendObjects).
         self.sent_objects = SentObjects()
+        # I/O thread only: stores that did not answer a fetch, not waited for again until the directory changes
+        # (this thread also keeps the link to the scheduler alive). Those it no longer lists are gone already.
+        self._silent_holders: set[str] = set()
         self._curve_keys = curve_keys
         self._name = name or f"{socket_module.gethostname()}|{os.getpid()}"
         self._timeout_seconds = timeout_seconds
@@ -411,6 +414,7 @@ class ClientConnection:
             self._resend(message.object_ids)
         elif isinstance(message, m.StoreDirectory):
             self.stores.update(message)
+            self._silent_holders.clear()
         elif isinstance(message, m.Welcome):
             self.stores.update(message.store_directory)
             self.stores.inline_limit = message.inline_limit
@@ -461,14 +465,19 @@ class ClientConnection:
         The wait for a holder grows with the object's size, so a slow link is not taken for a dead holder."""
         released = []
         lost = []
+        silent = self._silent_holders
         for stored in results.stored:
             if not self._results.expects(stored.task_id):
                 released.append(stored.object_id)
                 continue  # canceled or forgotten meanwhile
             wait = min(self._timeout_seconds, _FETCH_WAIT_BASE_SECONDS + stored.size / _FETCH_WAIT_BYTES_PER_SECOND)
             try:
+                if stored.holder in silent or self.stores.address_of(stored.holder) is None:
+                    raise StoreTimeout(f"the store at {stored.holder} is gone")
                 payload: m.Buffer | StoredBuffer = self.stores.fetch(stored.object_id, stored.holder, wait)
             except (ObjectMissing, StoreTimeout, OSError) as error:
+                if isinstance(error, StoreTimeout):
+                    silent.add(stored.holder)
                 logger.warning(
                     f"Client: the result of task {stored.task_id:#x} (object {stored.object_id.hex()}, "
                     f"{stored.size:,} bytes) could not be fetched from {stored.holder} ({error}); "

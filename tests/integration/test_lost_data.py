@@ -100,6 +100,15 @@ def store_of(cluster: Spawned, client: Client) -> StoreAddress:
     return address
 
 
+def kill_store_then_cluster(cluster: Spawned) -> None:
+    """SIGKILL to the cluster's store (it cannot say goodbye), then to the cluster and its workers."""
+    (store_process,) = [child for child in cluster.descendants() if "scaler.store" in " ".join(child.cmdline())]
+    store_process.kill()
+    store_process.wait(WAIT_SECONDS)
+    cluster.process.send_signal(signal.SIGKILL)
+    cluster.wait_exit()
+
+
 def object_count(store: StoreAddress) -> int:
     with StoreClient(store, local=True, timeout_seconds=10) as reader:
         return reader.status().object_count
@@ -148,3 +157,32 @@ def test_a_cluster_killed_while_its_store_holds_intermediates_and_an_object_lose
         assert results == {f"digest-{index}": expected_digest(index, blob) for index in range(PARTS)}
         spy.assert_exactly_once(list(futures.values()))
         assert readers.process.poll() is None
+
+
+def test_a_result_whose_store_dies_before_its_client_fetches_it_is_made_again_for_the_same_future(
+    spawn: Spawner, scheduler_address: str
+) -> None:
+    doomed = start_cluster(spawn, "doomed", scheduler_address, 1 << 30)
+    with Client(address=scheduler_address, timeout_seconds=60) as client:
+        doomed_store = store_of(doomed, client)
+        spy = DeliverySpy(client)
+        # The cluster that makes the results again; results are stored by whichever worker made them.
+        start_cluster(spawn, "survivor", scheduler_address, 1 << 30)
+        wait_until(lambda: len(client._connection.stores._addresses) == 2, "the survivor's store registered")
+        stores = client._connection.stores
+        fetch = stores.fetch
+        killed: list[str] = []
+
+        def fetch_after_the_holder_died(object_id: bytes, holder: str, *how_long: float | None):
+            # The fault, at the worst moment: the doomed cluster dies just as the client fetches from its store.
+            if holder == doomed_store.data_address and not killed:
+                kill_store_then_cluster(doomed)
+                killed.append(holder)
+            return fetch(object_id, holder, *how_long)
+
+        stores.fetch = fetch_after_the_holder_died  # type: ignore[method-assign]
+        futures = [client.submit(make_part, index, PART_BYTES) for index in range(PARTS)]
+        results = [future.result(timeout=WAIT_SECONDS) for future in futures]
+        assert killed, "no result was stored by the doomed cluster: the fault never happened"
+        assert results == [make_part(index, PART_BYTES) for index in range(PARTS)]
+        spy.assert_exactly_once(futures)
