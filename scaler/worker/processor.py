@@ -70,6 +70,9 @@ class Processor:
         # Stored objects (PROTOCOL.md §13) by id: the store holding each and its size; read through this
         # worker's store.
         self._stored_holders: dict[bytes, tuple[str, int]] = {}
+        # Stored inputs reported lost: the tasks queued behind that need one go back at once, until the scheduler
+        # names the object again (a client sent it again) or deletes it (a result made again has a new id).
+        self._lost_inputs: set[bytes] = set()
         self._stores = Stores(_STORE_TIMEOUT_SECONDS)
         self._store_failure_logged = False
         self._stored_results: list[m.StoredResult] = []
@@ -173,8 +176,12 @@ class Processor:
         for item in message.objects:
             if item.holder:
                 self._stored_holders[item.object_id] = (item.holder, item.size)
+                self._lost_inputs.discard(item.object_id)
             else:
                 self._object_payloads[item.object_id] = item.payload
+                # A lost object sent again by a client with no store comes inline.
+                self._stored_holders.pop(item.object_id, None)
+                self._lost_inputs.discard(item.object_id)
             self._object_names[item.object_id] = item.name
         for group in message.groups:
             object_slots = slots_by_row(group.object_arg_indices, group.args_per_task)
@@ -187,6 +194,7 @@ class Processor:
         for object_id in object_ids:
             self._object_payloads.pop(object_id, None)
             self._stored_holders.pop(object_id, None)
+            self._lost_inputs.discard(object_id)
             self._object_names.pop(object_id, None)
             self._object_values.pop(object_id, None)
             self._serializers.pop(object_id, None)
@@ -346,10 +354,11 @@ class Processor:
     def _give_back(self, task_id: int, object_id: bytes, reason: str) -> None:
         """An input's holders did not give it: the scheduler hears which object (so it brings it back) before the
         task comes back untried (so it parks the task until then, instead of failing it)."""
-        logger.warning(f"processor: input {object_id.hex()} of task {task_id:#x} could not be read ({reason}); "
-                       "reported lost, the task goes back to the scheduler")
-        self._stored_holders.pop(object_id, None)
-        send_message(self._socket, m.ObjectsLost(object_ids=[object_id]))
+        if object_id not in self._lost_inputs:
+            logger.warning(f"processor: input {object_id.hex()} of task {task_id:#x} could not be read ({reason}); "
+                           "reported lost, the task goes back to the scheduler")
+            self._lost_inputs.add(object_id)
+            send_message(self._socket, m.ObjectsLost(object_ids=[object_id]))
         self._failures.append(m.TaskFailure(task_id=task_id, kind=m.FailureKind.RETURNED))
 
     def _function_name(self, group: m.TaskGroup) -> str:
@@ -361,6 +370,8 @@ class Processor:
         if object_id not in self._object_values:
             stored = self._stored_holders.get(object_id)
             if stored is not None:
+                if object_id in self._lost_inputs:
+                    raise _InputLost(object_id, "reported lost already")
                 holder, size = stored
                 wait = _INPUT_WAIT_BASE_SECONDS + size / _INPUT_WAIT_BYTES_PER_SECOND
                 try:

@@ -186,3 +186,34 @@ def test_a_result_whose_store_dies_before_its_client_fetches_it_is_made_again_fo
         assert killed, "no result was stored by the doomed cluster: the fault never happened"
         assert results == [make_part(index, PART_BYTES) for index in range(PARTS)]
         spy.assert_exactly_once(futures)
+
+
+def count_after(seconds: float, blob: bytes) -> int:
+    time.sleep(seconds)
+    return len(blob)
+
+
+def test_workers_whose_own_store_died_read_from_the_holder_and_nothing_is_taken_for_lost(
+    spawn: Spawner, tmp_path
+) -> None:
+    # The scheduler is slow to notice a silent store here: the workers must find out for themselves.
+    address = free_local_address()
+    scheduler = start_scheduler(spawn, address, "--worker-timeout-seconds", "60")
+    holder = start_cluster(spawn, "holder", address, 2 << 30)
+    with Client(address=address, timeout_seconds=60) as client:
+        holder_store = store_of(holder, client)
+        wait_until(lambda: client._connection.stores.home == holder_store.data_address, "the client's home")
+        orphaned = start_cluster(spawn, "orphaned", address, 1 << 30)
+        wait_until(lambda: len(client._connection.stores._addresses) == 2, "the second store registered")
+        (store_process,) = [child for child in orphaned.descendants() if "scaler.store" in " ".join(child.cmdline())]
+        store_process.kill()
+        store_process.wait(WAIT_SECONDS)
+        blob = os.urandom(2 * MB)
+        reference = client.send_object(blob, name="blob")
+        spy = DeliverySpy(client)
+        futures = [client.submit(count_after, 0.2, reference) for _ in range(40)]
+        assert [future.result(timeout=WAIT_SECONDS) for future in futures] == [len(blob)] * 40
+        spy.assert_exactly_once(futures)
+        ran_on = {line for line in orphaned.log().splitlines() if "could not be read" in line}
+        assert not ran_on, f"a worker took a living object for lost: {sorted(ran_on)[:2]}"
+    assert "Lineage:" not in scheduler.log(), "an object was taken for lost while its holder lived"
