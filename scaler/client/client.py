@@ -199,6 +199,7 @@ class Client:
                     )
                     if stored is not None:
                         self._call_sites.send_serializer()
+                        connection.remember_stored(stored, obj)
                         connection.send_object(stored)
                         connection.wake()
                         return ObjectReference(name=name or "", object_id=object_id, size=stored.size)
@@ -217,9 +218,12 @@ class Client:
         connection = self._connection
         if not connection.stores.home:
             return None
-        return connection.store_or_none(
+        stored = connection.store_or_none(
             lambda: connection.stores.put_object(object_id, argument, self._serializer, SHARED_ARGUMENT_NAME)
         )
+        if stored is not None:
+            connection.remember_stored(stored, argument)
+        return stored
 
     def map(
         self, fn: Callable[..., Any], iterable: Iterable[tuple], *, progress: bool = False,
@@ -377,6 +381,7 @@ class Client:
         self._connection.request(m.ClearRequest(), m.ClearResponse, self._timeout_seconds)
         self._call_sites.forget_sent()
         self._shared_arguments.forget_all()
+        self._connection.sent_objects.forget_all()
         self._connection.cancel_everything_pending()
 
     def drain_workers(self, worker_names: Iterable[str]) -> DrainResult:

@@ -15,7 +15,7 @@ import socket as socket_module
 import threading
 import time
 import uuid
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import zmq
 
@@ -24,13 +24,15 @@ from scaler.client.outbox import OutboxItem, TaskBatch, messages_from
 from scaler.client.payload_limits import PayloadLimits
 from scaler.client.result_routing import PendingResults
 from scaler.client.result_sinks import MapCollector
+from scaler.client.sent_objects import SentObjects
 from scaler.client.wakeup import WakeupPipe
 from scaler.errors import ConnectionFailedError, ObjectLostError, SchedulerLostError
 from scaler.protocol import messages as m
-from scaler.protocol.serializer import Serializer, StoredBuffer
+from scaler.protocol import stored_payload
+from scaler.protocol.serializer import DefaultSerializer, Serializer, StoredBuffer
 from scaler.protocol.task_signature import TaskSignature
 from scaler.store.peer_stores import Stores
-from scaler.store.store_client import StoreError
+from scaler.store.store_client import ObjectMissing, StoreError, StoreTimeout
 from scaler.utility.blocking import client_nesting_depth
 from scaler.utility.curve import PeerKeys, secure_peer
 from scaler.utility.fork_safety import fix_after_fork
@@ -41,6 +43,10 @@ from scaler.utility.zmq_util import configure_socket, has_input, receive_frames,
 logger = logging.getLogger(__name__)
 
 _IDLE_POLL_SECONDS = 0.25
+# How long fetching a stored result may take before its holder counts as gone (objectsLost): a base, plus its
+# size at a pace far below any working link (bounded by the client's timeout).
+_FETCH_WAIT_BASE_SECONDS = 10.0
+_FETCH_WAIT_BYTES_PER_SECOND = 20e6
 # What a graceful close gives queued messages to leave, and what close() waits for the I/O thread:
 # the thread never blocks on a send, so only this linger can hold it.
 _CLOSE_LINGER_SECONDS = 2.0
@@ -64,6 +70,11 @@ class ClientConnection:
         self.stores = Stores(timeout_seconds)
         self._serializer = serializer
         self._store_failure_logged = False
+        # What this client stored, until it deletes it: sent again if its store is lost (resendObjects).
+        self.sent_objects = SentObjects()
+        # I/O thread only: stores that did not answer a fetch, not waited for again until the directory changes
+        # (this thread also keeps the link to the scheduler alive). Those it no longer lists are gone already.
+        self._silent_holders: set[str] = set()
         self._curve_keys = curve_keys
         self._name = name or f"{socket_module.gethostname()}|{os.getpid()}"
         self._timeout_seconds = timeout_seconds
@@ -149,10 +160,12 @@ class ClientConnection:
     def send_object(self, payload: m.ObjectPayload, may_store: bool = True) -> None:
         """Queue an object for the scheduler. A large one goes into the home store first, when there is one,
         and only its id, size and holder are queued (`may_store=False`: functions and serializers, which the
-        worker reads from the control path)."""
+        worker reads from the control path). One the caller stored already names its holder; the caller
+        calls `remember_stored` for it."""
         if may_store and not payload.holder and len(payload.payload) >= self.stores.inline_limit and self.stores.home:
             stored = self.store_or_none(lambda: self.stores.put_payload(payload, self._serializer))
             if stored is not None:
+                self.sent_objects.remember(payload.object_id, lambda: self._put_payload_again(payload))
                 self._outbox.append(stored)
                 return
         if payload.holder:
@@ -164,6 +177,27 @@ class ClientConnection:
             what = f"object {payload.name!r}" if payload.name else "an object"
         self.limits.check_payload(payload.payload, what)
         self._outbox.append(payload)
+
+    def _put_payload_again(self, sent: m.ObjectPayload) -> m.ObjectPayload:
+        """A lost object this client had serialized: into the home store again, or inline when there is none."""
+        if self.stores.home:
+            return self.stores.put_payload(sent, self._serializer)
+        self.limits.check_payload(sent.payload, f"lost object {sent.object_id.hex()}")
+        return sent
+
+    def remember_stored(self, stored: m.ObjectPayload, value: Any) -> None:
+        """`stored` names `value`, which the caller put into the home store: kept to store it again if lost."""
+        self.sent_objects.remember(stored.object_id, lambda: self._put_value_again(stored, value))
+
+    def _put_value_again(self, stored: m.ObjectPayload, value: Any) -> m.ObjectPayload:
+        """A lost object this client had stored from its value: stored again, or inline when there is no store."""
+        if self.stores.home:
+            return self.stores.put_prepared(
+                stored.object_id, stored_payload.prepare(value, self._serializer), stored.name
+            )
+        payload = (self._serializer or DefaultSerializer()).serialize(value)
+        self.limits.check_payload(payload, f"lost object {stored.object_id.hex()}")
+        return m.ObjectPayload(object_id=stored.object_id, payload=payload, name=stored.name)
 
     def store_or_none(self, put: Callable[[], m.ObjectPayload]) -> m.ObjectPayload | None:
         """The stored object `put` makes, or None (logged once) when the home store fails: the payload then
@@ -219,6 +253,8 @@ class ClientConnection:
         self.send_message(submission)
 
     def send_message(self, message: m.Message) -> None:
+        if isinstance(message, m.DeleteObjects):
+            self.sent_objects.forget(message.object_ids)
         self._outbox.append(message)
         self._wakeup.wake()
 
@@ -374,8 +410,11 @@ class ClientConnection:
             pass
         elif isinstance(message, m.CancelRefused):
             self._results.refuse_cancels(message.task_ids)
+        elif isinstance(message, m.ResendObjects):
+            self._resend(message.object_ids)
         elif isinstance(message, m.StoreDirectory):
             self.stores.update(message)
+            self._silent_holders.clear()
         elif isinstance(message, m.Welcome):
             self.stores.update(message.store_directory)
             self.stores.inline_limit = message.inline_limit
@@ -409,26 +448,57 @@ class ClientConnection:
                 waiter[1].append(message)
                 waiter[0].set()
 
+    def _resend(self, object_ids: list[bytes]) -> None:
+        """The scheduler lost objects of ours with their store: stored again (named in a submission with no
+        tasks), and those we no longer hold said to be lost, so that their tasks fail instead of waiting."""
+        sent, lost = self.sent_objects.resend([bytes(object_id) for object_id in object_ids])
+        self._outbox.extend(sent)
+        if lost:
+            self._outbox.append(m.ObjectsLost(object_ids=lost))
+
     def _fetch_stored(self, results: m.TaskResults) -> None:
         """Results kept in stores: fetched from their holders (mapped on this host) into the message's
         successes, so their futures complete only with the bytes here; then the scheduler may let them go.
-        A result that cannot be fetched fails its task with the reason."""
+
+        A result whose holders do not give it is reported lost and not let go of: the scheduler runs its task
+        again and sends the new result, which its future waits for (or the failure if it cannot be made).
+        The wait for a holder grows with the object's size, so a slow link is not taken for a dead holder."""
         released = []
+        lost = []
+        silent = self._silent_holders
         for stored in results.stored:
-            released.append(stored.object_id)
             if not self._results.expects(stored.task_id):
+                released.append(stored.object_id)
                 continue  # canceled or forgotten meanwhile
+            wait = min(self._timeout_seconds, _FETCH_WAIT_BASE_SECONDS + stored.size / _FETCH_WAIT_BYTES_PER_SECOND)
             try:
-                payload: m.Buffer | StoredBuffer = self.stores.fetch(stored.object_id, stored.holder)
-            except (StoreError, OSError) as error:
+                if stored.holder in silent or self.stores.address_of(stored.holder) is None:
+                    raise StoreTimeout(f"the store at {stored.holder} is gone")
+                payload: m.Buffer | StoredBuffer = self.stores.fetch(stored.object_id, stored.holder, wait)
+            except (ObjectMissing, StoreTimeout, OSError) as error:
+                if isinstance(error, StoreTimeout):
+                    silent.add(stored.holder)
+                logger.warning(
+                    f"Client: the result of task {stored.task_id:#x} (object {stored.object_id.hex()}, "
+                    f"{stored.size:,} bytes) could not be fetched from {stored.holder} ({error}); "
+                    "reported lost, waiting for it to be made again"
+                )
+                lost.append(stored.object_id)
+                continue
+            except StoreError as error:
+                released.append(stored.object_id)
                 self._results.fail_one(stored.task_id, ObjectLostError(
                     f"the result of task {stored.task_id:#x} (object {stored.object_id.hex()}, {stored.size:,} bytes) "
                     f"could not be fetched from its store {stored.holder}: {error}"
                 ))
                 continue
+            released.append(stored.object_id)
             results.succeeded_ids.append(stored.task_id)
             results.payloads.append(payload)  # type: ignore[arg-type]  # loads() reads a StoredBuffer
-        self._outbox.append(m.DeleteObjects(object_ids=released))
+        if lost:
+            self._outbox.append(m.ObjectsLost(object_ids=lost))
+        if released:
+            self._outbox.append(m.DeleteObjects(object_ids=released))
 
     def _break(self, error: BaseException) -> None:
         """The link is unusable: every waiting caller gets `error` instead of waiting forever."""

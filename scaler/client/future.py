@@ -13,6 +13,7 @@ from scaler.client.profiling import ProfilingInfo
 from scaler.client.task_warnings import issue_task_warnings
 from scaler.errors import (
     NoCapableWorkerError,
+    ObjectLostError,
     RemoteTaskError,
     RemoteTraceback,
     SerializationError,
@@ -204,6 +205,8 @@ def exception_from_failure(failure: m.TaskFailure) -> BaseException:
             loaded = cloudpickle.loads(failure.exception) if failure.exception else None
         except Exception:
             loaded = None
+        if loaded is None and failure.type_name == "scaler.errors.ObjectLostError":
+            return ObjectLostError(failure.message)  # the scheduler's own failure (lineage, PROTOCOL.md §18)
         error: BaseException = (
             loaded if isinstance(loaded, BaseException) else RemoteTaskError(failure.type_name, failure.message)
         )

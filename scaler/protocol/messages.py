@@ -292,6 +292,20 @@ class DeleteObjects:
 
 
 @dataclasses.dataclass(slots=True)
+class ObjectsLost:
+    """Reader to scheduler: these stored objects could not be read from their holders (§18)."""
+
+    object_ids: list[bytes]
+
+
+@dataclasses.dataclass(slots=True)
+class ResendObjects:
+    """Scheduler to client: put these objects of yours into a store again, they were lost (§18)."""
+
+    object_ids: list[bytes]
+
+
+@dataclasses.dataclass(slots=True)
 class ClearRequest:
     pass
 
@@ -354,6 +368,8 @@ Message = Union[
     DrainWorkers,
     DrainWorkersResponse,
     StoreDirectory,
+    ObjectsLost,
+    ResendObjects,
 ]
 
 

@@ -35,6 +35,8 @@ struct Message {
     drainWorkers @19 :DrainWorkers;
     drainWorkersResponse @20 :DrainWorkersResponse;
     storeDirectory @21 :StoreDirectory;
+    objectsLost @22 :ObjectsLost;
+    resendObjects @23 :ResendObjects;
   }
 }
 
@@ -267,6 +269,20 @@ struct DrainWorkersResponse {
 
 # Client to scheduler: it no longer needs these objects. Scheduler to worker or store: drop them.
 struct DeleteObjects {
+  objectIds @0 :List(Data);
+}
+
+# Worker or client to scheduler (PROTOCOL.md §18): these stored objects could not be read from the
+# holders it was told of (the holder answered `missing` or did not answer). A client also sends it for the
+# objects of a resendObjects it cannot send again. The scheduler drops those holders for those objects;
+# an object left with none is lost, and is recomputed, asked for again, or its tasks fail.
+struct ObjectsLost {
+  objectIds @0 :List(Data);
+}
+
+# Scheduler to client (§18): these objects of yours were lost with their store; put them again and name
+# them in a submitTasks (objects only), or answer objectsLost for those you no longer have.
+struct ResendObjects {
   objectIds @0 :List(Data);
 }
 

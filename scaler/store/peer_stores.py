@@ -19,7 +19,7 @@ from typing import Any
 from scaler.protocol import messages as m
 from scaler.protocol import stored_payload
 from scaler.protocol.serializer import DefaultSerializer, Serializer, StoredBuffer
-from scaler.store.store_client import StoreAddress, StoreClient
+from scaler.store.store_client import StoreAddress, StoreClient, StoreTimeout
 
 logger = logging.getLogger(__name__)
 
@@ -87,18 +87,25 @@ class Stores:
 
     # ------------------------------------------------------------------------------------------ reading
 
-    def fetch(self, object_id: bytes, holder: str) -> StoredBuffer:
+    def fetch(self, object_id: bytes, holder: str, timeout: float | None = None) -> StoredBuffer:
         """The stored payload of an object, from its holder: mapped (same host) or received (another host).
 
         A mapping stays pinned in its store until the returned buffer and every view of it are gone.
+        `timeout` (None: the one these stores were made with) bounds the wait for the object.
         """
-        return StoredBuffer(self._client_for(holder).get_payload(object_id))
+        return StoredBuffer(self._client_for(holder).get_payload(object_id, timeout=timeout))
 
-    def read(self, object_id: bytes, holder: str, serializer: Serializer | None) -> Any:
+    def read(self, object_id: bytes, holder: str, serializer: Serializer | None, timeout: float | None = None) -> Any:
         """The object itself: through the home store when there is one (it fetches from the holder if it has
-        not got it: the store-to-store pull), else from the holder directly."""
+        not got it: the store-to-store pull), else from the holder directly. A home store that does not answer
+        is passed by: the holder may well be alive, and a reader that reports its object lost makes it rerun."""
         via = self._home or holder
-        return self._client_for(via).get(object_id, holder="" if via == holder else holder, serializer=serializer)
+        if via == holder:
+            return self._client_for(holder).get(object_id, timeout=timeout, serializer=serializer)
+        try:
+            return self._client_for(via).get(object_id, holder=holder, timeout=timeout, serializer=serializer)
+        except StoreTimeout:
+            return self._client_for(holder).get(object_id, timeout=timeout, serializer=serializer)
 
     def close(self) -> None:
         with self._lock:

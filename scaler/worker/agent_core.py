@@ -176,6 +176,10 @@ class WorkerAgentCore:
             self._pool.hand_over(processor, task_ids, frames, now)
         elif isinstance(message, m.TaskStarted):
             self._out.append(ToScheduler(frames))  # a suspect task asks to start; the scheduler answers
+        elif isinstance(message, m.ObjectsLost):
+            # An input its holders did not give; its task follows as `returned`, and must reach the scheduler
+            # after this, so that it parks the task until the input is back instead of sending it out again.
+            self._out.append(ToScheduler(frames))
         elif isinstance(message, m.Hello):
             self._pool.on_hello(processor)
         elif isinstance(message, m.ProcessorState):

@@ -29,7 +29,7 @@ from scaler.protocol.layout import slots_by_row
 from scaler.protocol.serializer import DefaultSerializer, Serializer, loads
 from scaler.protocol.task_signature import TaskSignature
 from scaler.store.peer_stores import Stores
-from scaler.store.store_client import StoreError
+from scaler.store.store_client import ObjectMissing, StoreError, StoreTimeout
 from scaler.utility.blocking import install_hooks, set_task_depth
 from scaler.utility.identifiers import random_object_id
 from scaler.utility.zmq_util import configure_socket, has_input, receive_frames, send_message
@@ -43,6 +43,11 @@ logger = logging.getLogger(__name__)
 _FLUSH_EVERY_TASKS = 1000
 # How long a read from or a write into a store may take before the task fails with the reason.
 _STORE_TIMEOUT_SECONDS = 60.0
+# How long reading a stored input may take before its holder counts as gone (objectsLost, task given back):
+# a base for any object, plus its size at a pace far below any working link, so that a slow but living
+# holder is not declared lost (that would only cost a rerun, but a needless one).
+_INPUT_WAIT_BASE_SECONDS = 10.0
+_INPUT_WAIT_BYTES_PER_SECOND = 20e6
 _FLUSH_EVERY_SECONDS = 0.005
 _PARENT_CHECK_SECONDS = 1.0
 _AGENT_ANSWER_SECONDS = 30.0
@@ -62,8 +67,12 @@ class Processor:
         self._running_task_slot = running_task_slot
         self._object_payloads: dict[bytes, m.Buffer] = {}
         self._object_names: dict[bytes, str] = {}
-        # Stored objects (PROTOCOL.md §13) by id: the store holding each; read through this worker's store.
-        self._stored_holders: dict[bytes, str] = {}
+        # Stored objects (PROTOCOL.md §13) by id: the store holding each and its size; read through this
+        # worker's store.
+        self._stored_holders: dict[bytes, tuple[str, int]] = {}
+        # Stored inputs reported lost: the tasks queued behind that need one go back at once, until the scheduler
+        # names the object again (a client sent it again) or deletes it (a result made again has a new id).
+        self._lost_inputs: set[bytes] = set()
         self._stores = Stores(_STORE_TIMEOUT_SECONDS)
         self._store_failure_logged = False
         self._stored_results: list[m.StoredResult] = []
@@ -166,9 +175,13 @@ class Processor:
     def _accept(self, message: m.TaskSubmission) -> None:
         for item in message.objects:
             if item.holder:
-                self._stored_holders[item.object_id] = item.holder
+                self._stored_holders[item.object_id] = (item.holder, item.size)
+                self._lost_inputs.discard(item.object_id)
             else:
                 self._object_payloads[item.object_id] = item.payload
+                # A lost object sent again by a client with no store comes inline.
+                self._stored_holders.pop(item.object_id, None)
+                self._lost_inputs.discard(item.object_id)
             self._object_names[item.object_id] = item.name
         for group in message.groups:
             object_slots = slots_by_row(group.object_arg_indices, group.args_per_task)
@@ -181,6 +194,7 @@ class Processor:
         for object_id in object_ids:
             self._object_payloads.pop(object_id, None)
             self._stored_holders.pop(object_id, None)
+            self._lost_inputs.discard(object_id)
             self._object_names.pop(object_id, None)
             self._object_values.pop(object_id, None)
             self._serializers.pop(object_id, None)
@@ -269,6 +283,9 @@ class Processor:
                 ]
             else:
                 args = [deserialize(payload) for payload in raw_args]
+        except _InputLost as lost:
+            self._give_back(task_id, lost.object_id, lost.reason)
+            return
         except Exception as error:
             context = f"could not load {self._function_name(group)} or its arguments"
             self._fail(task_id, m.FailureKind.SERIALIZATION, error, context)
@@ -334,6 +351,16 @@ class Processor:
         ))
         return True
 
+    def _give_back(self, task_id: int, object_id: bytes, reason: str) -> None:
+        """An input's holders did not give it: the scheduler hears which object (so it brings it back) before the
+        task comes back untried (so it parks the task until then, instead of failing it)."""
+        if object_id not in self._lost_inputs:
+            logger.warning(f"processor: input {object_id.hex()} of task {task_id:#x} could not be read ({reason}); "
+                           "reported lost, the task goes back to the scheduler")
+            self._lost_inputs.add(object_id)
+            send_message(self._socket, m.ObjectsLost(object_ids=[object_id]))
+        self._failures.append(m.TaskFailure(task_id=task_id, kind=m.FailureKind.RETURNED))
+
     def _function_name(self, group: m.TaskGroup) -> str:
         function = self._functions.get((group.function_id, group.serializer_id))
         name = getattr(function, "__qualname__", None) if function is not None else None
@@ -341,10 +368,17 @@ class Processor:
 
     def _object_value(self, object_id: bytes, serializer: Serializer) -> Any:
         if object_id not in self._object_values:
-            holder = self._stored_holders.get(object_id)
-            if holder is not None:
-                # Through this worker's store, which pulls it from the holder if need be; mapped, not copied.
-                value = self._stores.read(object_id, holder, serializer)
+            stored = self._stored_holders.get(object_id)
+            if stored is not None:
+                if object_id in self._lost_inputs:
+                    raise _InputLost(object_id, "reported lost already")
+                holder, size = stored
+                wait = _INPUT_WAIT_BASE_SECONDS + size / _INPUT_WAIT_BYTES_PER_SECOND
+                try:
+                    # Through this worker's store, which pulls it from the holder if need be; mapped, not copied.
+                    value = self._stores.read(object_id, holder, serializer, wait)
+                except (ObjectMissing, StoreTimeout) as error:  # a refusal or garbage is the task's failure
+                    raise _InputLost(object_id, f"{holder}: {error}") from error
             else:
                 value = loads(serializer, self._object_payloads[object_id])
             self._object_values[object_id] = value
@@ -493,6 +527,15 @@ class Processor:
         self._succeeded_ids = []
         self._payloads = []
         self._failures = []
+
+
+class _InputLost(Exception):
+    """A stored input of the task could not be read from its holders."""
+
+    def __init__(self, object_id: bytes, reason: str) -> None:
+        super().__init__(reason)
+        self.object_id = object_id
+        self.reason = reason
 
 
 def _buffer_bytes(value: Any) -> int:

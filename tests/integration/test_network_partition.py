@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import hashlib
 import os
 import re
 import secrets
@@ -37,6 +38,7 @@ from scaler import Client
 from scaler.protocol import messages as m
 from scaler.protocol.monitor_messages import MonitorSnapshot
 from scaler.ui.feed import MonitorSubscriber
+from scaler.utility.host_key import this_host_key
 from scaler.utility.parent_watch import environment_exiting_with_this_process
 
 HEARTBEAT_SECONDS = 0.5
@@ -267,6 +269,14 @@ class Lab:
             self.address,
         )
         return host.process
+
+    def route_between_hosts(self) -> None:
+        """Hosts reach each other through the scheduler's namespace, as machines on one network do: what their
+        stores need to fetch from one another. A cut link then cuts a host off from the others too."""
+        subprocess.run(["ip", "netns", "exec", self.scheduler_netns, "sysctl", "-qw", "net.ipv4.ip_forward=1"],
+                       check=True, capture_output=True)
+        for host in self.hosts.values():
+            _ip("route", "add", f"10.213.{self._subnet}.0/24", "via", self.scheduler_ip, netns=host.netns)
 
     # The events under test.
 
@@ -525,3 +535,71 @@ def test_cut_for_good_the_worker_gives_up_after_its_death_timeout(run: Run, host
     assert gave_up_after >= host_a_death_timeout - HEARTBEAT_SECONDS
     wait_until(lambda: not _pids_in(run.a.netns), 10, "no process left on host-a")
     run.check_every_result_exactly_once()
+
+
+# ------------------------------------------------------------------------------------------ lost data
+
+PART_BYTES = 256 * 1024  # above the inline limit: each part is kept in the store of the host that made it
+PARTS = 8
+
+
+def make_part(index: int, size: int) -> bytes:
+    return hashlib.sha256(b"part-%d" % index).digest() * (size // 32)
+
+
+def wait_for_file(path: str, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} did not appear within {seconds:g}s")
+        time.sleep(0.05)
+    return True
+
+
+def digest_of(part: bytes, gate: bool, index: int) -> tuple[int, str]:
+    return index, hashlib.sha256(part).hexdigest()
+
+
+@pytest.mark.timeout(180)
+def test_a_host_cut_off_while_holding_intermediates_the_graph_still_completes_exactly_once(
+    lab: Lab, tmp_path
+) -> None:
+    lab.start_scheduler()
+    a, b = lab.add_host("host-a"), lab.add_host("host-b")
+    lab.route_between_hosts()
+    lab.start_worker(a)
+    lab.start_worker(b)
+    gate = str(tmp_path / "gate")
+    with MonitorSubscriber(lab.monitor_address) as monitor:
+        wait_for(monitor, lambda s: worker_names(s) == {"host-a", "host-b"} and len(s.stores) == 2, 60,
+                 "both hosts and their stores connected")
+        with Client(lab.address, timeout_seconds=60, heartbeat_interval_seconds=HEARTBEAT_SECONDS) as client:
+            # Each host is a machine of its own: no store shares memory with another host's processes.
+            wait_until(lambda: len(client._connection.stores._addresses) == 2, 30, "the client told of both stores")
+            host_keys = {address.host_key for address in client._connection.stores._addresses.values()}
+            assert len(host_keys) == 2 and this_host_key() not in host_keys, host_keys
+            tally = Tally(client)
+            graph: dict = {"gate": (wait_for_file, gate, 120.0)}
+            for index in range(PARTS):
+                graph[f"part-{index}"] = (make_part, index, PART_BYTES)
+                graph[f"digest-{index}"] = (digest_of, f"part-{index}", "gate", index)
+            futures = client.get(graph, [f"digest-{index}" for index in range(PARTS)], block=False)
+            # Every part made and held where it was made; their readers wait for the gate.
+            snapshot = wait_for(monitor, lambda s: sum(store.objects for store in s.stores) >= PARTS, 60,
+                                "the parts in the hosts' stores")
+            fullest = max(snapshot.stores, key=lambda store: store.objects)
+            (holder,) = [host for host in (a, b) if f"//{host.address}:" in fullest.data_address]
+            lab.cut(holder)
+            with open(gate, "w"):
+                pass
+            done, not_done = concurrent.futures.wait(list(futures.values()), timeout=120)
+            assert not not_done, f"{len(not_done)} of {PARTS} futures never finished"
+            results = {key: future.result() for key, future in futures.items()}
+            assert results == {
+                f"digest-{index}": (index, hashlib.sha256(make_part(index, PART_BYTES)).hexdigest())
+                for index in range(PARTS)
+            }
+            assert not tally.failures, f"failures reached the client: {tally.failures[:3]}"
+            repeated = {task_id: count for task_id, count in tally.successes.items() if count != 1}
+            assert not repeated, f"delivered more than once: {repeated}"
+    assert "Lineage:" in scheduler_log(lab), "no object was lost: the cut proved nothing"

@@ -304,6 +304,11 @@ class SimulatedAgent:
             self._read(processor)
         return task_id
 
+    def lose_input(self, processor: SimProcessor, object_id: bytes) -> int:
+        """Its task cannot read a stored input: it reports the object lost, then gives the task back."""
+        self._from_processor(processor, m.ObjectsLost(object_ids=[object_id]))
+        return self.finish(processor, failure=m.FailureKind.RETURNED)
+
     def answer_batch(self, processor: SimProcessor, results: m.TaskResults) -> None:
         """It ran these tasks one after the other and answers them in one message, as it batches."""
         answered = {*results.succeeded_ids, *(failure.task_id for failure in results.failures)}

@@ -117,6 +117,7 @@ class SimulatedCluster:
         # Messages the core addressed to identities the harness does not (or no longer) play.
         self.stray: list[tuple[bytes, m.Message]] = []
         self.departed: dict[bytes, list] = collections.defaultdict(list)
+        self.stored_runs: dict[int, int] = {}
 
     # ------------------------------------------------------------------------------------------ plumbing
 
@@ -288,7 +289,9 @@ class SimulatedCluster:
         stored = []
         for task_id in task_ids:
             worker.pending.pop(task_id, None)
-            object_ids[task_id] = object_id = task_id.to_bytes(16, "little")
+            # A task run again (lineage) writes a new object: the id counts the runs.
+            runs = self.stored_runs[task_id] = self.stored_runs.get(task_id, -1) + 1
+            object_ids[task_id] = object_id = task_id.to_bytes(12, "little") + runs.to_bytes(4, "little")
             stored.append(m.StoredResult(task_id=task_id, object_id=object_id, size=size, holder=holder))
         self.send(worker.identity, m.TaskResults(succeeded_ids=[], payloads=[], failures=[], stored=stored))
         return object_ids

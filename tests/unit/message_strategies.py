@@ -209,6 +209,8 @@ def message_strategies(
         m.CancelRefused: st.builds(m.CancelRefused, task_ids=id_lists),
         m.TaskStarted: st.builds(m.TaskStarted, task_ids=id_lists),
         m.DeleteObjects: st.builds(m.DeleteObjects, object_ids=st.lists(object_ids(functions), max_size=3)),
+        m.ObjectsLost: st.builds(m.ObjectsLost, object_ids=st.lists(object_ids(functions), max_size=3)),
+        m.ResendObjects: st.builds(m.ResendObjects, object_ids=st.lists(object_ids(functions), max_size=3)),
         m.ClearRequest: st.just(m.ClearRequest()),
         m.ClearResponse: st.builds(m.ClearResponse, canceled_tasks=U32),
         m.Disconnect: st.builds(m.Disconnect, reason=TEXT),

@@ -446,3 +446,20 @@ def test_an_undecodable_message_from_the_scheduler_is_dropped(
     with caplog.at_level(logging.WARNING):
         assert agent.core.on_scheduler_frames([b"not capnp"], agent.now) == []
     assert "dropped an undecodable message from the scheduler" in caplog.text
+
+
+def test_an_input_a_processor_could_not_read_is_reported_lost_before_its_task_comes_back(
+    agent: SimulatedAgent,
+) -> None:
+    (task_id,) = agent.submit(1)
+    processor = agent.run_next()
+    lost_input = b"\x07" * 32
+    agent.lose_input(processor, lost_input)
+    messages = [message for message in agent.to_scheduler if isinstance(message, (m.ObjectsLost, m.TaskResults))]
+    assert messages == [
+        m.ObjectsLost(object_ids=[lost_input]),
+        m.TaskResults(
+            succeeded_ids=[], payloads=[], failures=[m.TaskFailure(task_id=task_id, kind=m.FailureKind.RETURNED)]
+        ),
+    ]
+    agent.check()

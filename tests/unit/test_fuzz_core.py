@@ -67,8 +67,9 @@ BAD_IDENTITIES = [b"bad-0", b"bad-1", b"bad-2"]
 CLIENT_SENDS = {
     m.Heartbeat, m.Disconnect, m.TaskSubmission, m.CancelTasks, m.ClearRequest, m.DeleteObjects, m.ShutdownRequest,
     m.DrainWorkers,
+    m.ObjectsLost,
 }
-WORKER_SENDS = {m.Heartbeat, m.Disconnect, m.TaskResults, m.CancelRefused, m.TaskStarted}
+WORKER_SENDS = {m.Heartbeat, m.Disconnect, m.TaskResults, m.CancelRefused, m.TaskStarted, m.ObjectsLost}
 # Tags good workers offer and good tasks require: some tasks need a worker that may not be there yet.
 TAG_POOL = ["python", "native", "gpu"]
 TAG_SETS = st.lists(st.sampled_from(TAG_POOL), max_size=2, unique=True)
@@ -120,7 +121,12 @@ class SchedulerCoreFuzz(RuleBasedStateMachine):
         return list(self.cluster.workers.values())
 
     def open_tasks(self, client: SimClient) -> list[int]:
-        return sorted(task_id for task_id in self.expected[client.identity] if not client.outcomes.get(task_id))
+        """Tasks with no outcome yet, and tasks run again because their stored result was lost (lineage)."""
+        records = self.core.tasks.records
+        return sorted(
+            task_id for task_id in self.expected[client.identity]
+            if not client.outcomes.get(task_id) or task_id in records
+        )
 
     # ------------------------------------------------------------------------------------------ good peers
 
@@ -142,6 +148,28 @@ class SchedulerCoreFuzz(RuleBasedStateMachine):
     def add_worker(self, capacity: int, tags: Sequence[str] = ()) -> None:
         self.cluster.add_worker(capacity=capacity, identity=b"good-worker-%d" % self.workers_made, tags=tags)
         self.workers_made += 1
+
+    @precondition(lambda self: self.cluster.stores and any(worker.pending for worker in self.good_workers))
+    @rule(data=st.data())
+    def worker_answers_stored(self, data: st.DataObject) -> None:
+        """Large results: written into a registered store, named by id to the scheduler."""
+        worker = data.draw(st.sampled_from([w for w in self.good_workers if w.pending]))
+        holder = data.draw(st.sampled_from(sorted(self.core.stores.by_address)))
+        chosen = data.draw(st.lists(st.sampled_from(sorted(worker.pending)), min_size=1, max_size=3, unique=True))
+        self.cluster.complete_stored(worker, chosen, holder=holder)
+
+    @precondition(lambda self: any(worker.pending for worker in self.good_workers))
+    @rule(data=st.data())
+    def reader_misses_its_inputs(self, data: st.DataObject) -> None:
+        """A worker could not fetch the stored inputs it was sent: it reports them lost and gives tasks back."""
+        worker = data.draw(st.sampled_from([w for w in self.good_workers if w.pending]))
+        in_stores = sorted(oid for oid in worker.objects if oid in self.core.objects.stored
+                           and self.core.objects.stored[oid].holders)
+        if in_stores:
+            lost = data.draw(st.lists(st.sampled_from(in_stores), min_size=1, max_size=2, unique=True))
+            self.cluster.send(worker.identity, m.ObjectsLost(object_ids=lost))
+        chosen = data.draw(st.lists(st.sampled_from(sorted(worker.pending)), min_size=1, max_size=3, unique=True))
+        self.cluster.complete(worker, task_ids=chosen, failure_kind=m.FailureKind.RETURNED)
 
     @precondition(lambda self: len(self.cluster.stores) < 3)
     @rule(host=st.sampled_from(["host-a", "host-b"]), capacity=st.integers(0, 3000))
@@ -450,9 +478,15 @@ class SchedulerCoreFuzz(RuleBasedStateMachine):
     def good_peers_are_served(self) -> None:
         for client in self.good_clients:
             assert not client.received(m.Refused) and not client.received(m.ProtocolError), client.inbox[-3:]
+            owned = self.core.peers.clients[client.identity].object_ids
             for task_id, outcomes in client.outcomes.items():
                 assert task_id in self.expected[client.identity], f"{client.identity!r} got a stranger's {task_id:#x}"
-                assert len(outcomes) == 1, f"task {task_id:#x} has {len(outcomes)} outcomes: {outcomes}"
+                # One outcome; only a stored result that was lost before its client let go of it is followed by
+                # another (the task ran again).
+                for kind, earlier in outcomes[:-1]:
+                    assert kind == "stored" and earlier.object_id not in owned, (
+                        f"task {task_id:#x} has {len(outcomes)} outcomes: {outcomes}"
+                    )
         for worker in self.good_workers:
             assert not worker.received(m.Refused) and not worker.received(m.ProtocolError), worker.inbox[-3:]
             held = self.core.peers.workers[worker.identity].assigned

@@ -23,8 +23,9 @@ pytestmark = pytest.mark.timeout(60)
 CLIENT_SENDS = {
     m.Heartbeat, m.Disconnect, m.TaskSubmission, m.CancelTasks, m.ClearRequest, m.DeleteObjects, m.ShutdownRequest,
     m.DrainWorkers,
+    m.ObjectsLost,
 }
-WORKER_SENDS = {m.Heartbeat, m.Disconnect, m.TaskResults, m.CancelRefused, m.TaskStarted}
+WORKER_SENDS = {m.Heartbeat, m.Disconnect, m.TaskResults, m.CancelRefused, m.TaskStarted, m.ObjectsLost}
 STORE_SENDS = {m.Heartbeat, m.Disconnect}
 SENDS = {m.Role.CLIENT: CLIENT_SENDS, m.Role.WORKER: WORKER_SENDS, m.Role.STORE: STORE_SENDS}
 
@@ -46,6 +47,8 @@ def sample(kind: type, task_ids: list[int], next_id: int) -> m.Message:
         ]),
         m.CancelTasks: m.CancelTasks(task_ids=task_ids, force=True),
         m.DeleteObjects: m.DeleteObjects(object_ids=[FUNCTION_ID]),
+        m.ObjectsLost: m.ObjectsLost(object_ids=[FUNCTION_ID]),
+        m.ResendObjects: m.ResendObjects(object_ids=[FUNCTION_ID]),
         m.ClearRequest: m.ClearRequest(),
         m.ClearResponse: m.ClearResponse(canceled_tasks=2),
         m.Disconnect: m.Disconnect(reason="bye"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 
 from scaler.scheduler.core.core_config import CoreConfig
+from scaler.scheduler.core.lineage import Lineage
 from scaler.scheduler.core.object_table import ObjectTable
 from scaler.scheduler.core.peer_registry import PeerRegistry
 from scaler.scheduler.core.store_registry import StoreRegistry
@@ -33,6 +34,28 @@ def _check_stores(stores: StoreRegistry, other_identities: set[bytes]) -> None:
                  "store %r is not filed under its data address %r", identity, store.data_address)
 
 
+def _check_lineage(lineage: Lineage, tasks: TaskTable, objects: ObjectTable) -> None:
+    """Lost objects are marked and known as such; nothing queued or sent names one; reruns are live tasks."""
+    stored = objects.stored
+    for object_id, item in stored.items():
+        _require(item.lost == (object_id in lineage.lost), "object %s lost: %s, lineage says otherwise",
+                 object_id.hex(), item.lost)
+        _require(not (item.lost and item.holders), "lost object %s has holders", object_id.hex())
+    for object_id in lineage.lost:
+        _require(object_id in stored, "lost object %s is no longer in the table", object_id.hex())
+    for record in tasks.queued_records():
+        for object_id in (record.signature.function_id, record.signature.serializer_id):
+            _require(object_id not in lineage.lost, "queued task %#x needs a lost object", record.task_id)
+        for slot in record.object_slots or ():
+            _require(bytes(record.args[slot]) not in lineage.lost, "queued task %#x needs a lost object",
+                     record.task_id)
+    for task_id in lineage.reruns:
+        _require(task_id in tasks.records, "rerun %#x is no longer a task", task_id)
+    for object_id in lineage.recipes:
+        _require(object_id in stored or lineage.input_refs.get(object_id, 0) > 0,
+                 "the recipe of %s is kept though nothing needs it", object_id.hex())
+
+
 def _require(condition: object, message: str, *values: object) -> None:
     # The message is formatted only on failure: the tests call this for every task after every message.
     if not condition:
@@ -41,7 +64,7 @@ def _require(condition: object, message: str, *values: object) -> None:
 
 def check_invariants(
     config: CoreConfig, peers: PeerRegistry, stores: StoreRegistry, tasks: TaskTable, graph: TaskGraph,
-    objects: ObjectTable, should_exit: bool,
+    objects: ObjectTable, lineage: Lineage, should_exit: bool,
 ) -> None:
     """Raise CoreInvariantError unless tasks, peers, the queue, graph edges and objects agree."""
     records, clients, workers, stored = tasks.records, peers.clients, peers.workers, objects.stored
@@ -124,9 +147,12 @@ def check_invariants(
         for dependent, _ in edges:
             if records.get(dependent.task_id) is dependent:
                 live_edges[dependent.task_id] += 1
+    resend_waits = lineage.waits_on_resends()
     for task_id, record in records.items():
-        _require(record.waiting_on == live_edges[task_id],
-                 "task %#x waits on %d results, its edges say %d", task_id, record.waiting_on, live_edges[task_id])
+        waits = live_edges[task_id] + resend_waits[task_id]
+        _require(record.waiting_on == waits,
+                 "task %#x waits on %d results, its edges and resends say %d", task_id, record.waiting_on, waits)
+    _check_lineage(lineage, tasks, objects)
 
     uses: collections.Counter[bytes] = collections.Counter()
     for record in records.values():

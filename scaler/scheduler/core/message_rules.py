@@ -28,6 +28,7 @@ SENDERS: dict[type, frozenset[m.Role]] = {
     m.CancelTasks: _CLIENTS,
     m.ClearRequest: _CLIENTS,
     m.DeleteObjects: _CLIENTS,
+    m.ObjectsLost: _BOTH,
     m.ShutdownRequest: _CLIENTS,
     m.DrainWorkers: _CLIENTS,
     m.TaskResults: _WORKERS,

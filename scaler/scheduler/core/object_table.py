@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
+from typing import Callable
 
 from scaler.protocol import messages as m
 from scaler.protocol.task_signature import TaskSignature
@@ -39,6 +40,8 @@ class ObjectRecord:
     holders: set[str] = dataclasses.field(default_factory=set)
     producer: int = 0
     uses: int = 0
+    # lineage.py: its last holder is gone; it stays here while something still names it.
+    lost: bool = False
 
     @property
     def byte_count(self) -> int:
@@ -53,6 +56,10 @@ class ObjectTable:
         self.in_stores = 0
         # Stored results whose last use ended inside TaskTable, which has no output list: freed at `flush`.
         self._unused: list[bytes] = []
+        # Lost objects a client stored again (lineage.py takes them after the submission).
+        self.recovered: list[bytes] = []
+        # lineage.py: told of the objects that leave the table.
+        self.on_freed: Callable[[Iterable[bytes]], None] | None = None
 
     def __contains__(self, object_id: bytes) -> bool:
         return object_id in self.stored
@@ -73,8 +80,80 @@ class ObjectTable:
                 self.stored[item.object_id] = record
             else:
                 stored.owners.add(client.identity)
+                if stored.lost and (item.holder or item.payload):
+                    self._recover(item.object_id, stored, item)
             client.object_ids.add(item.object_id)
         return None
+
+    def _recover(self, object_id: bytes, stored: ObjectRecord, item: m.ObjectPayload) -> None:
+        """A lost client object sent again (resendObjects): stored again, or inline if its client has no store."""
+        stored.lost = False
+        if item.holder:
+            stored.size = item.size
+            stored.holders = {item.holder}
+            self.in_stores += 1
+        else:
+            stored.payload = item.payload
+        self.recovered.append(object_id)
+
+    # ------------------------------------------------------------------------------------------ losses
+
+    def drop_holder(self, holder: str) -> list[bytes]:
+        """The store at `holder` is gone: the ids of the objects it was the last holder of."""
+        orphans = []
+        for object_id, record in self.stored.items():
+            if holder in record.holders:
+                record.holders.discard(holder)
+                if not record.holders:
+                    self.in_stores -= 1
+                    orphans.append(object_id)
+        return orphans
+
+    def drop_holders(self, object_ids: Iterable[bytes], out: list[Outgoing]) -> list[bytes]:
+        """A reader could not get these objects from their holders: they count as gone from all of them (a
+        holder that still has one is told to delete it). Returns the ids now without a holder."""
+        orphans = []
+        by_holder: dict[str, list[bytes]] = {}
+        for object_id in object_ids:
+            record = self.stored.get(object_id)
+            if record is None or not record.holders:
+                continue
+            for holder in record.holders:
+                by_holder.setdefault(holder, []).append(object_id)
+            record.holders = set()
+            self.in_stores -= 1
+            orphans.append(object_id)
+        for holder, held_ids in by_holder.items():
+            store = self._stores.store_of(holder)
+            if store is not None:
+                out.append((store.identity, m.DeleteObjects(object_ids=held_ids)))
+        return orphans
+
+    def mark_lost(self, object_id: bytes, workers: Iterable[WorkerPeer]) -> None:
+        """No holder has it: no worker may be shipped it by the old holder again."""
+        self.stored[object_id].lost = True
+        for worker in workers:
+            worker.known_object_ids.discard(object_id)
+
+    def disown(self, client: ClientPeer, object_id: bytes) -> None:
+        """The client no longer owns this (lost) result: it will hear of another for the same task."""
+        record = self.stored[object_id]
+        record.owners.discard(client.identity)
+        client.object_ids.discard(object_id)
+        if not record.owners and not record.uses:
+            self._unused.append(object_id)
+
+    def add_use(self, record: TaskRecord, slot: int, object_id: bytes) -> None:
+        """The task receives this stored result in `slot` (a rerun, or a task whose input came back)."""
+        self.stored[object_id].uses += 1
+        if record.result_objects is None:
+            record.result_objects = [object_id]
+        else:
+            record.result_objects.append(object_id)
+        if record.object_slots is None:
+            record.object_slots = [slot]
+        elif slot not in record.object_slots:
+            record.object_slots.append(slot)
 
     def check_result(self, result: m.StoredResult) -> str | None:
         """Why a worker's stored result cannot be recorded, or None."""
@@ -134,6 +213,8 @@ class ObjectTable:
                     by_holder.setdefault(holder, []).append(object_id)
         if not freed:
             return
+        if self.on_freed is not None:
+            self.on_freed(freed)
         for worker in workers:
             held = worker.known_object_ids & freed
             if held:

@@ -17,6 +17,7 @@ core it concerns:
     object_table.py    objects, their owners, and which worker holds which
     ready_queue.py     the ready tasks of one set of required worker tags
     tag_waits.py       when tasks that may wait only so long for a worker with their tags are due
+    lineage.py         lost stored objects: results run again, client objects asked for again
     placement.py       which worker gets which task, and balancing between workers
     result_router.py   one results message per client per event
     status.py          the typed status the monitor feed publishes
@@ -35,6 +36,7 @@ from scaler.protocol import messages as m
 from scaler.scheduler.core import cancellation, crash_blame
 from scaler.scheduler.core.core_config import CoreConfig
 from scaler.scheduler.core.invariants import check_invariants
+from scaler.scheduler.core.lineage import Lineage
 from scaler.scheduler.core.message_rules import SENDERS, violation
 from scaler.scheduler.core.object_table import ObjectTable
 from scaler.scheduler.core.outgoing import Outgoing
@@ -72,6 +74,9 @@ class SchedulerCore:
         self.graph = TaskGraph()
         self.objects = ObjectTable(self.stores)
         self.tasks = TaskTable(self.graph, config.max_task_crashes, self.counters, self.objects)
+        self.lineage = Lineage(self.tasks, self.graph, self.objects, self.peers, self.counters)
+        self.tasks.lineage = self.lineage
+        self.objects.on_freed = self.lineage.freed
         self.tag_waits = TagWaits()
         self._intake = TaskIntake(config, self.tasks, self.graph, self.objects, self.tag_waits, self.counters)
         self._placement = Placement(config, self.tasks, self.objects, self.peers.workers, self.counters)
@@ -82,6 +87,7 @@ class SchedulerCore:
             m.CancelTasks: self._on_cancel,
             m.ClearRequest: self._on_clear,
             m.DeleteObjects: self._on_delete_objects,
+            m.ObjectsLost: self._on_objects_lost,
             m.ShutdownRequest: self._on_shutdown,
             m.DrainWorkers: self._on_drain_workers,
             m.TaskResults: self._on_results,
@@ -229,7 +235,8 @@ class SchedulerCore:
         """Raise CoreInvariantError if the core's parts disagree with each other. For tests: it walks the
         whole state, so nothing in the scheduler calls it."""
         check_invariants(
-            self._config, self.peers, self.stores, self.tasks, self.graph, self.objects, self.should_exit
+            self._config, self.peers, self.stores, self.tasks, self.graph, self.objects, self.lineage,
+            self.should_exit,
         )
 
     # ------------------------------------------------------------------------------------------ peers
@@ -271,8 +278,15 @@ class SchedulerCore:
     def _remove_client(self, client: ClientPeer, why: str, level: int, out: list[Outgoing]) -> None:
         """The client is gone: its unfinished tasks end without an outcome, and its objects are let go."""
         self.tasks.drop_client_tasks(client, force=False, out=out)
+        self._drop_lineage(client, out)
         self.objects.release_all(client, self.peers.workers.values(), out)
         self.peers.remove_client(client, why, level)
+
+    def _drop_lineage(self, client: ClientPeer, out: list[Outgoing]) -> None:
+        """The client's tasks are gone: so are its recipes, and it will send no lost object again."""
+        router = ResultRouter()
+        self.lineage.drop_client(client, router)
+        router.flush(out)
 
     def _remove_worker(self, worker: WorkerPeer, why: str, level: int, out: list[Outgoing]) -> None:
         """The worker is gone: what it held is blamed (crash_blame.py), failed or queued again at the front."""
@@ -317,6 +331,11 @@ class SchedulerCore:
         self.stores.remove(store, why, level)
         self.counters["stores_lost" if level >= logging.WARNING else "stores_left"] += 1
         self._send_directory(out)
+        orphans = self.objects.drop_holder(store.data_address)
+        if orphans:
+            router = ResultRouter()
+            self.lineage.lose(orphans, router, out)
+            router.flush(out)
 
     def _send_directory(self, out: list[Outgoing]) -> None:
         """Every client and worker hears the new directory, with its own home store."""
@@ -348,6 +367,9 @@ class SchedulerCore:
             out.append((client.identity, m.ProtocolError(reason=problem)))
             return
         router = ResultRouter()
+        if self.objects.recovered:
+            recovered, self.objects.recovered = self.objects.recovered, []
+            self.lineage.resent(recovered, router)
         self._intake.accept(client, submission, router, now)
         router.flush(out)
         self._placement.dispatch(out)
@@ -358,6 +380,7 @@ class SchedulerCore:
     def _on_clear(self, client: ClientPeer, message: m.ClearRequest, now: float, out: list[Outgoing]) -> None:
         """Everything the client has ends, running tasks included, and its objects are let go; it stays."""
         canceled = self.tasks.drop_client_tasks(client, force=True, out=out)
+        self._drop_lineage(client, out)
         self.objects.release_all(client, self.peers.workers.values(), out)
         out.append((client.identity, m.ClearResponse(canceled_tasks=canceled)))
         self._placement.dispatch(out)
@@ -366,6 +389,20 @@ class SchedulerCore:
         self, client: ClientPeer, request: m.DeleteObjects, now: float, out: list[Outgoing]
     ) -> None:
         self.objects.delete(client, request.object_ids, self.tasks.records, self.peers.workers.values(), out)
+
+    def _on_objects_lost(
+        self, peer: ClientPeer | WorkerPeer, message: m.ObjectsLost, now: float, out: list[Outgoing]
+    ) -> None:
+        """A reader could not get these objects from their holders; a client asked to send some again cannot."""
+        router = ResultRouter()
+        object_ids = [bytes(object_id) for object_id in message.object_ids]
+        if isinstance(peer, ClientPeer):
+            self.lineage.refused(peer, object_ids, router)
+        orphans = self.objects.drop_holders(object_ids, out)
+        if orphans:
+            self.lineage.lose(orphans, router, out)
+        router.flush(out)
+        self._placement.dispatch(out)
 
     # ------------------------------------------------------------------------------------------ workers
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from scaler.protocol import messages as m
 from scaler.scheduler.core import crash_blame
@@ -22,6 +23,9 @@ from scaler.scheduler.core.ready_queue import NO_TAGS, ReadyQueue, Tags
 from scaler.scheduler.core.result_router import ResultRouter
 from scaler.scheduler.core.task_graph import Edge, TaskGraph
 from scaler.scheduler.core.task_record import TaskRecord
+
+if TYPE_CHECKING:
+    from scaler.scheduler.core.lineage import Lineage
 
 _NO_EDGES: tuple[Edge, ...] = ()
 
@@ -42,6 +46,8 @@ class TaskTable:
         self._max_task_crashes = max_task_crashes
         self._counters = counters
         self._objects = objects
+        # Lost data (lineage.py): set by the core once both exist.
+        self.lineage: Lineage | None = None
 
     # ------------------------------------------------------------------------------------------ the queues
 
@@ -72,6 +78,15 @@ class TaskTable:
         """Ahead of everything queued with the same tags, keeping their own order."""
         for tags, group in self._by_tags(records).items():
             self.queue_group(tags, group, at_front=True)
+
+    def unqueue(self, task_ids: set[int]) -> None:
+        """These queued tasks wait for something again (lineage.py): out of their queues. Rare: it rebuilds them."""
+        for queue in self.queues.values():
+            queue.records = collections.deque(
+                record for record in queue.records if not record.canceled and record.task_id not in task_ids
+            )
+            queue.waiting = len(queue.records)
+        self.waiting = sum(queue.waiting for queue in self.queues.values())
 
     @staticmethod
     def _by_tags(records: list[TaskRecord]) -> dict[Tags, list[TaskRecord]]:
@@ -124,6 +139,9 @@ class TaskTable:
 
     def succeed(self, record: TaskRecord, payload: m.Buffer, router: ResultRouter) -> None:
         edges = self.forget(record)
+        lineage = self.lineage
+        if lineage is not None and lineage.reruns and record.task_id in lineage.reruns:
+            lineage.rerun_ended(record, payload=payload)
         if not record.quiet:
             router.success(record.client, record.task_id, payload)
         self._counters["tasks_succeeded"] += 1
@@ -139,6 +157,11 @@ class TaskTable:
         if edges:
             ready, uses = self._graph.feed_object(edges, result.object_id, self.records)
         self._objects.add_result(record.client, record.task_id, result, uses, for_client=not record.quiet)
+        lineage = self.lineage
+        if lineage is not None:
+            lineage.remember(result.object_id, record)
+            if record.task_id in lineage.reruns:
+                lineage.rerun_ended(record, object_id=result.object_id)
         if not record.quiet:
             router.stored(record.client, result)
         self._counters["tasks_succeeded"] += 1
@@ -151,6 +174,9 @@ class TaskTable:
         while pending:
             current, current_failure = pending.pop()
             edges = self.forget(current)
+            lineage = self.lineage
+            if lineage is not None and lineage.reruns and current.task_id in lineage.reruns:
+                lineage.rerun_ended(current, failure=current_failure)
             if not current.quiet:
                 router.failure(current.client, current_failure)
             self._counters[f"tasks_{current_failure.kind.name.lower()}"] += 1
@@ -171,6 +197,8 @@ class TaskTable:
                 record.worker.assigned.pop(record.task_id, None)
                 record.worker = None
             record.started = False  # crash_blame.py: wherever it runs next, it has not started there
+            if self.lineage is not None and self.lineage.hold_back(record, router):
+                continue  # an input of it was lost: it waits for it to come back (or failed)
             requeued.append(record)
         self.queue_at_front(requeued)
         self._counters["tasks_rescheduled"] += len(requeued)

@@ -1,0 +1,219 @@
+"""Lost data (issue 15 point 5, PROTOCOL.md §18), with real processes: a store that dies takes objects with
+it, and what is still needed comes back. A lost intermediate is made again by rerunning the task that
+made it, a lost client object is put again by the client that sent it, and every future still gets
+exactly one outcome, the right one.
+
+A real scheduler and real `scaler_cluster` processes, each starting its own store, on this host; the
+clients are real clients. A cluster is killed with SIGKILL, as a machine that vanishes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import sys
+import time
+from typing import Callable, Iterator
+
+import psutil
+import pytest
+
+from scaler import Client
+from scaler.cluster.combo import free_local_address
+from scaler.store.store_client import StoreAddress, StoreClient
+from tests.conftest import console_script
+from tests.integration.spawned import Spawned, Spawner, start_scheduler
+from tests.integration.test_fault_injection import DeliverySpy
+
+pytestmark = [
+    pytest.mark.timeout(240),
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the store's shared memory is Linux only"),
+]
+
+MB = 1 << 20
+PART_BYTES = 1 * MB
+PARTS = 8
+WAIT_SECONDS = 120.0  # an upper bound against hangs, never a measure
+# A store that stops answering is dropped by the scheduler after this (its stores time out as workers do).
+PEER_TIMEOUT_SECONDS = "5"
+
+
+def wait_until(condition: Callable[[], object], what: str) -> None:
+    deadline = time.monotonic() + WAIT_SECONDS
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {WAIT_SECONDS:g}s: {what}"
+        time.sleep(0.05)
+
+
+# ---------------------------------------------------------------------------------------------- tasks
+
+
+def make_part(index: int, size: int) -> bytes:
+    return hashlib.sha256(b"part-%d" % index).digest() * (size // 32)
+
+
+def digest_of(part: bytes, gate: bool, blob: bytes, index: int) -> tuple[int, str, int]:
+    return index, hashlib.sha256(part).hexdigest(), len(blob)
+
+
+def wait_for_file(path: str, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} did not appear within {seconds:g}s")
+        time.sleep(0.05)
+    return True
+
+
+def expected_digest(index: int, blob: bytes) -> tuple[int, str, int]:
+    return index, hashlib.sha256(make_part(index, PART_BYTES)).hexdigest(), len(blob)
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+
+
+def start_cluster(spawn: Spawner, name: str, address: str, capacity_bytes: int) -> Spawned:
+    cluster = spawn(name, [
+        console_script("scaler_cluster"), "-n", "2", "--store-capacity-bytes", str(capacity_bytes),
+        "--death-timeout-seconds", "30", address,
+    ])
+    cluster.wait_for_log("all 2 workers registered")
+    return cluster
+
+
+def store_of(cluster: Spawned, client: Client) -> StoreAddress:
+    """The store this cluster started, as the scheduler's directory names it to the client."""
+    (store_process,) = [child for child in cluster.descendants() if "scaler.store" in " ".join(child.cmdline())]
+    stores = client._connection.stores
+
+    def listed() -> str | None:
+        ports = [
+            f"tcp://127.0.0.1:{connection.laddr.port}" for connection in store_process.net_connections("tcp")
+            if connection.status == psutil.CONN_LISTEN
+        ]
+        return next((port for port in ports if stores.address_of(port) is not None), None)
+
+    wait_until(listed, "the store is in the client's directory")
+    address = stores.address_of(listed() or "")
+    assert address is not None
+    return address
+
+
+def kill_store_then_cluster(cluster: Spawned) -> None:
+    """SIGKILL to the cluster's store (it cannot say goodbye), then to the cluster and its workers."""
+    (store_process,) = [child for child in cluster.descendants() if "scaler.store" in " ".join(child.cmdline())]
+    store_process.kill()
+    store_process.wait(WAIT_SECONDS)
+    cluster.process.send_signal(signal.SIGKILL)
+    cluster.wait_exit()
+
+
+def object_count(store: StoreAddress) -> int:
+    with StoreClient(store, local=True, timeout_seconds=10) as reader:
+        return reader.status().object_count
+
+
+@pytest.fixture
+def scheduler_address(spawn: Spawner) -> Iterator[str]:
+    address = free_local_address()
+    start_scheduler(spawn, address, "--worker-timeout-seconds", PEER_TIMEOUT_SECONDS)
+    yield address
+
+
+# ---------------------------------------------------------------------------------------------- tests
+
+
+def test_a_cluster_killed_while_its_store_holds_intermediates_and_an_object_loses_no_result(
+    spawn: Spawner, scheduler_address: str, tmp_path
+) -> None:
+    # The first cluster's store has the most room: the client's home, where its object goes too.
+    holder = start_cluster(spawn, "holder", scheduler_address, 2 << 30)
+    gate = str(tmp_path / "gate")
+    with Client(address=scheduler_address, timeout_seconds=60) as client:
+        holder_store = store_of(holder, client)
+        wait_until(lambda: client._connection.stores.home == holder_store.data_address, "the client's home")
+        spy = DeliverySpy(client)
+        blob = os.urandom(4 * MB)
+        reference = client.send_object(blob, name="blob")
+        graph: dict = {"gate": (wait_for_file, gate, 90.0)}
+        for index in range(PARTS):
+            graph[f"part-{index}"] = (make_part, index, PART_BYTES)
+            graph[f"digest-{index}"] = (digest_of, f"part-{index}", "gate", reference, index)
+        keys = [f"digest-{index}" for index in range(PARTS)]
+        futures = client.get(graph, keys, block=False)
+        # Every part is made and held by the holder's store (with the object), none read yet: the gate holds
+        # their readers back.
+        wait_until(lambda: object_count(holder_store) >= PARTS + 1, "the parts are in the holder's store")
+
+        readers = start_cluster(spawn, "readers", scheduler_address, 1 << 30)
+        wait_until(lambda: len(client._connection.stores._addresses) == 2, "the readers' store registered")
+        holder.process.send_signal(signal.SIGKILL)
+        holder.wait_exit()
+        with open(gate, "w"):
+            pass
+
+        results = {key: future.result(timeout=WAIT_SECONDS) for key, future in futures.items()}
+        assert results == {f"digest-{index}": expected_digest(index, blob) for index in range(PARTS)}
+        spy.assert_exactly_once(list(futures.values()))
+        assert readers.process.poll() is None
+
+
+def test_a_result_whose_store_dies_before_its_client_fetches_it_is_made_again_for_the_same_future(
+    spawn: Spawner, scheduler_address: str
+) -> None:
+    doomed = start_cluster(spawn, "doomed", scheduler_address, 1 << 30)
+    with Client(address=scheduler_address, timeout_seconds=60) as client:
+        doomed_store = store_of(doomed, client)
+        spy = DeliverySpy(client)
+        # The cluster that makes the results again; results are stored by whichever worker made them.
+        start_cluster(spawn, "survivor", scheduler_address, 1 << 30)
+        wait_until(lambda: len(client._connection.stores._addresses) == 2, "the survivor's store registered")
+        stores = client._connection.stores
+        fetch = stores.fetch
+        killed: list[str] = []
+
+        def fetch_after_the_holder_died(object_id: bytes, holder: str, *how_long: float | None):
+            # The fault, at the worst moment: the doomed cluster dies just as the client fetches from its store.
+            if holder == doomed_store.data_address and not killed:
+                kill_store_then_cluster(doomed)
+                killed.append(holder)
+            return fetch(object_id, holder, *how_long)
+
+        stores.fetch = fetch_after_the_holder_died  # type: ignore[method-assign]
+        futures = [client.submit(make_part, index, PART_BYTES) for index in range(PARTS)]
+        results = [future.result(timeout=WAIT_SECONDS) for future in futures]
+        assert killed, "no result was stored by the doomed cluster: the fault never happened"
+        assert results == [make_part(index, PART_BYTES) for index in range(PARTS)]
+        spy.assert_exactly_once(futures)
+
+
+def count_after(seconds: float, blob: bytes) -> int:
+    time.sleep(seconds)
+    return len(blob)
+
+
+def test_workers_whose_own_store_died_read_from_the_holder_and_nothing_is_taken_for_lost(
+    spawn: Spawner, tmp_path
+) -> None:
+    # The scheduler is slow to notice a silent store here: the workers must find out for themselves.
+    address = free_local_address()
+    scheduler = start_scheduler(spawn, address, "--worker-timeout-seconds", "60")
+    holder = start_cluster(spawn, "holder", address, 2 << 30)
+    with Client(address=address, timeout_seconds=60) as client:
+        holder_store = store_of(holder, client)
+        wait_until(lambda: client._connection.stores.home == holder_store.data_address, "the client's home")
+        orphaned = start_cluster(spawn, "orphaned", address, 1 << 30)
+        wait_until(lambda: len(client._connection.stores._addresses) == 2, "the second store registered")
+        (store_process,) = [child for child in orphaned.descendants() if "scaler.store" in " ".join(child.cmdline())]
+        store_process.kill()
+        store_process.wait(WAIT_SECONDS)
+        blob = os.urandom(2 * MB)
+        reference = client.send_object(blob, name="blob")
+        spy = DeliverySpy(client)
+        futures = [client.submit(count_after, 0.2, reference) for _ in range(40)]
+        assert [future.result(timeout=WAIT_SECONDS) for future in futures] == [len(blob)] * 40
+        spy.assert_exactly_once(futures)
+        ran_on = {line for line in orphaned.log().splitlines() if "could not be read" in line}
+        assert not ran_on, f"a worker took a living object for lost: {sorted(ran_on)[:2]}"
+    assert "Lineage:" not in scheduler.log(), "an object was taken for lost while its holder lived"
