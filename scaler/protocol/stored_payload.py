@@ -205,6 +205,43 @@ def prepare(obj: Any, serializer: Serializer | None = None) -> PreparedPayload:
     return PreparedPayload(PayloadFormat.PICKLE, stream.getvalue(), buffers)
 
 
+# Values of these exact types are never large: a caller on a hot path skips prepare_if_large for them.
+NEVER_LARGE_TYPES = frozenset({int, float, bool, complex, type(None)})
+# Values of these exact types have no out-of-band buffers: the serializer's fast path is the whole story.
+_NO_BUFFER_TYPES = NEVER_LARGE_TYPES | {str}
+
+
+def prepare_if_large(obj: Any, serializer: Serializer | None, limit: int) -> bytes | PreparedPayload:
+    """Serialize `obj` once: its serializer's bytes when they and its buffers together stay under `limit`
+    (the control path), else a PreparedPayload for a store, its buffers out-of-band and not copied.
+
+    The size is only known once serialized, so the default serializer pickles with its buffers kept
+    aside; an object that has some but is small after all (a tiny array) is pickled again in-band.
+    """
+    if not _is_default(serializer):
+        assert serializer is not None
+        main = serializer.serialize(obj)
+        if len(main) < limit:
+            return main
+        return PreparedPayload(PayloadFormat.SERIALIZER, bytes(main), [])
+    kind = type(obj)
+    if kind in _NO_BUFFER_TYPES or (kind is bytes and len(obj) < OUT_OF_BAND_BYTES_MIN):
+        main = DefaultSerializer.serialize(obj)
+        if len(main) < limit:
+            return main
+        return PreparedPayload(PayloadFormat.PICKLE, main, [])
+    buffers: list[pickle.PickleBuffer] = []
+    main = cloudpickle.dumps(_with_bytes_out_of_band(obj), protocol=5, buffer_callback=buffers.append)
+    if not buffers:
+        if len(main) < limit:
+            return main  # exactly what the serializer makes: nothing was taken out
+        return PreparedPayload(PayloadFormat.PICKLE, main, [])
+    views = [buffer.raw() for buffer in buffers]
+    if len(main) + sum(view.nbytes for view in views) < limit:
+        return DefaultSerializer.serialize(obj)
+    return PreparedPayload(PayloadFormat.PICKLE, main, views)
+
+
 def read_layout(buffer: Any) -> PayloadLayout:
     """The checked layout of the payload at the start of `buffer`; StoredPayloadError if it is not one."""
     view = memoryview(buffer).cast("B")
