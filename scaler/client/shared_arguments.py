@@ -80,11 +80,14 @@ class RepeatedArguments:
 
     def stand_in(self, argument: Any, serialize: Callable[[Any], bytes]) -> tuple[bytes, bool]:
         known = self._known[id(argument)]
-        if known is None and self._storing is not None:
-            known = self._known[id(argument)] = self._storing.stand_in(argument)
-        elif known is None:
-            payload = serialize(argument)
-            if len(payload) >= LARGE_PAYLOAD_BYTES:
+        if known is None:
+            if self._storing is not None:
+                payload, is_object_id = self._storing.stand_in(argument)
+            else:
+                payload, is_object_id = serialize(argument), False
+            if is_object_id:
+                known = (payload, True)
+            elif len(payload) >= LARGE_PAYLOAD_BYTES:  # no store, or it failed: sent once, on the control path
                 object_id = random_object_id()
                 self._send_object(m.ObjectPayload(object_id=object_id, payload=payload, name=SHARED_ARGUMENT_NAME))
                 self.hidden.append(object_id)
