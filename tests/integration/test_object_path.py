@@ -15,10 +15,11 @@ import sys
 import time
 from typing import Callable, Iterator
 
+import cloudpickle
 import numpy as np
 import pytest
 
-from scaler import Client, SchedulerClusterCombo
+from scaler import Client, SchedulerClusterCombo, Serializer
 from scaler.store.store_client import StoreAddress, StoreClient
 from scaler.utility.host_key import this_host_key
 
@@ -223,3 +224,40 @@ def test_the_scheduler_never_holds_a_large_numpy_argument() -> None:
             grown = peak_rss_bytes(combo.scheduler_pid) - peak_before
     # Through the scheduler, the argument's 96 MB would have been in its memory at least once.
     assert grown < 16 * MB, f"the scheduler's peak memory grew by {grown:,} bytes"
+
+
+class PrefixedSerializer(Serializer):
+    """A user's own serializer: its bytes are stored as they are (no out-of-band buffers)."""
+
+    @staticmethod
+    def serialize(obj: object) -> bytes:
+        return b"user:" + cloudpickle.dumps(obj)
+
+    @staticmethod
+    def deserialize(payload: bytes) -> object:
+        assert bytes(payload[:5]) == b"user:", "not this serializer's bytes"
+        return cloudpickle.loads(payload[5:])
+
+
+def total(numbers: list) -> int:
+    return sum(numbers)
+
+
+def test_large_arguments_without_buffers_and_of_a_custom_serializer_go_through_the_store(
+    combo: SchedulerClusterCombo, store: StoreAddress
+) -> None:
+    numbers = list(range(200_000))  # about 1 MB pickled, all of it in the main part
+    for serializer in (None, PrefixedSerializer()):
+        with Client(address=combo.get_address(), serializer=serializer) as connected:
+            wait_until(lambda: bool(connected._connection.stores.home), "the client is told of its store")
+            before = store_status(store)
+            future = connected.submit(hold_then_total, numbers, 0.5)
+            stored = before.held_bytes + 500_000
+            wait_until(lambda: store_status(store).held_bytes >= stored, "the list is stored")  # noqa: B023
+            assert future.result(timeout=WAIT_SECONDS) == sum(numbers)
+            wait_until(holds_only(store, before.object_count), "the stored list is deleted")
+
+
+def hold_then_total(numbers: list, seconds: float) -> int:
+    time.sleep(seconds)
+    return total(numbers)
