@@ -14,6 +14,11 @@ Large `bytes` go out-of-band only at the top of the object and one level into an
 dict: the C pickler never calls `reducer_override` (nor a dispatch table) for exact `bytes`, and a
 `persistent_id` hook, which it does call, costs a Python call per pickled object (measured: 2 to 4
 times slower on a list of a million ints). Deeper `bytes` stay in the main part: one more copy.
+
+A NumPy array that is not contiguous (a column slice) is pickled in-band by NumPy, copied into the
+stream and again by every reader; at the top of the object it is made contiguous first (the same one
+copy), so that it goes out-of-band and readers map it (measured on a 4 MB column slice, prepare +
+write + read: 12.8 ms in-band, 0.6 ms so).
 """
 
 from __future__ import annotations
@@ -168,11 +173,23 @@ def _is_large_bytes(value: Any) -> bool:
     return type(value) is bytes and len(value) >= OUT_OF_BAND_BYTES_MIN
 
 
+def _is_strided_array(value: Any) -> bool:
+    """A NumPy array that is neither C- nor Fortran-contiguous (a column slice, say): NumPy pickles those
+    in-band, a copy in the stream that every reader copies again."""
+    if type(value).__name__ != "ndarray" or type(value).__module__ != "numpy":
+        return False
+    flags = value.flags
+    return not (flags.c_contiguous or flags.f_contiguous) and value.dtype.hasobject is False
+
+
 def _with_bytes_out_of_band(obj: Any) -> Any:
-    """`obj`, with its large `bytes` (at the top, or one level into an exact tuple, list or dict) wrapped."""
+    """`obj`, with its large `bytes` (at the top, or one level into an exact tuple, list or dict) wrapped,
+    and at the top a strided array made contiguous (one copy, and then out-of-band: readers map it)."""
     if _is_large_bytes(obj):
         return _OutOfBandBytes(obj)
     kind = type(obj)
+    if _is_strided_array(obj):
+        return obj.copy()  # C order; the copy is what NumPy's in-band pickling would have made anyway
     if kind is tuple or kind is list:
         if any(map(_is_large_bytes, obj)):
             return kind(_OutOfBandBytes(item) if _is_large_bytes(item) else item for item in obj)
