@@ -1,8 +1,9 @@
 """Task arguments into payloads, for submit, map and graphs alike; and the errors that name the culprit.
 
 An ObjectReference travels as its object id. So does an argument that the call's sharing policy
-(scaler/client/shared_arguments.py) stands in for by an object sent once. Everything else is
-serialized, argument by argument, on the caller's thread.
+(scaler/client/shared_arguments.py) stands in for by an object sent once, and one that is large once
+serialized, put into the home store (scaler/client/stored_arguments.py). Everything else is serialized,
+argument by argument, on the caller's thread.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from typing import Any, Callable, Iterable, Protocol
 
 from scaler.client.graph import TemplateCall
 from scaler.client.object_reference import ObjectReference
+from scaler.client.shared_arguments import NEVER_LARGE_TYPES
+from scaler.client.stored_arguments import StoredArguments
 from scaler.errors import ScalerError, SerializationError
 
 
@@ -33,10 +36,11 @@ class Unserializable(Exception):
 
 def serialize_arguments(
     arguments: Iterable[Any], serialize: Callable[[Any], bytes], sharing: ArgumentSharing | None,
-    payloads: list, object_positions: list[int],
+    payloads: list, object_positions: list[int], storing: StoredArguments | None = None,
 ) -> None:
     """Append what travels for each argument to `payloads`, and the place in `payloads` of each object id
-    to `object_positions`. Raises Unserializable with the argument's index in `arguments`."""
+    to `object_positions`. With `storing`, an argument that is large once serialized goes into the home
+    store and travels as an object id. Raises Unserializable with the argument's index in `arguments`."""
     first = len(payloads)  # one payload an argument: the failing argument's index is what was added before it
     try:
         for argument in arguments:
@@ -45,6 +49,11 @@ def serialize_arguments(
                 payloads.append(argument.object_id)
             elif sharing is not None and sharing.shares(argument):
                 payload, is_object_id = sharing.stand_in(argument, serialize)
+                if is_object_id:
+                    object_positions.append(len(payloads))
+                payloads.append(payload)
+            elif storing is not None and type(argument) not in NEVER_LARGE_TYPES:
+                payload, is_object_id = storing.stand_in(argument)
                 if is_object_id:
                     object_positions.append(len(payloads))
                 payloads.append(payload)

@@ -20,6 +20,7 @@ from scaler.client.object_reference import ObjectReference
 from scaler.client.progress import wait_for_futures_with_progress, wait_with_progress
 from scaler.client.result_sinks import MapCollector
 from scaler.client.shared_arguments import SHARED_ARGUMENT_NAME, RepeatedArguments, SharedArguments
+from scaler.client.stored_arguments import StoredArguments, stored_arguments_of
 from scaler.client.task_warnings import issue_task_warnings
 from scaler.client.worker_drain import DrainResult, drain_request, drain_result
 from scaler.errors import ProtectedModeError
@@ -152,14 +153,15 @@ class Client:
         shared = self._shared_arguments
         payloads: list[bytes] = []
         object_positions: list[int] = []
+        storing = self._stored_arguments()
         try:
             serialize = self._serializer.serialize
             keywords: tuple[str, ...] = ()
             try:
-                serialize_arguments(args, serialize, shared, payloads, object_positions)
+                serialize_arguments(args, serialize, shared, payloads, object_positions, storing)
                 if kwargs:
                     keywords = tuple(kwargs)
-                    serialize_arguments(kwargs.values(), serialize, shared, payloads, object_positions)
+                    serialize_arguments(kwargs.values(), serialize, shared, payloads, object_positions, storing)
             except Unserializable as failure:
                 # `keywords` is set once the positional arguments are done.
                 what = f"keyword argument {keywords[failure.position]!r}" if keywords else (
@@ -177,11 +179,23 @@ class Client:
         except BaseException:
             if object_positions:  # nothing was submitted: the shared arguments claimed so far are not used
                 shared.release([payloads[position] for position in object_positions])
+                self._delete_stored(storing)
             raise
         if object_positions:
             named = [payloads[position] for position in object_positions]
             future.add_done_callback(lambda _: shared.release(named))
+            if storing is not None and storing.stored_ids:
+                future.add_done_callback(lambda _: self._delete_stored(storing))
         return future
+
+    def _stored_arguments(self) -> StoredArguments | None:
+        """Where this call's large arguments go: the home store; None without one."""
+        return stored_arguments_of(self._connection, self._serializer)
+
+    def _delete_stored(self, storing: StoredArguments | None) -> None:
+        """The tasks of a call are done (or were never submitted): the arguments it stored are not needed."""
+        if storing is not None and storing.stored_ids and self._connection.is_open:
+            self._connection.send_message(m.DeleteObjects(object_ids=storing.stored_ids))
 
     def send_object(self, obj: Any, name: str | None = None) -> ObjectReference:
         """Send `obj` to the cluster once; pass the returned reference as a task argument to use it."""
@@ -248,11 +262,14 @@ class Client:
         function_id = self._call_sites.function_id(fn)
         argument_tuples = list(iterable)
         # Holding argument_tuples keeps every argument alive, so an id names one object for the whole call.
-        repeated = RepeatedArguments(argument_tuples, connection.send_object)
+        storing = self._stored_arguments()
+        repeated = RepeatedArguments(argument_tuples, connection.send_object, storing)
         collector = MapCollector(connection.reserve_task_ids(len(argument_tuples)), len(argument_tuples))
         try:
             try:
-                self._submit_map(fn, shape, function_id, argument_tuples, collector, repeated, required_tags)
+                self._submit_map(
+                    fn, shape, function_id, argument_tuples, collector, repeated, required_tags, storing
+                )
             except BaseException:
                 # A bad argument further on (too large, not a tuple): the tasks already queued are not wanted.
                 self._forget_and_cancel(collector.task_ids)
@@ -273,6 +290,7 @@ class Client:
             if repeated.hidden and connection.is_open:
                 # After the cancel: the scheduler keeps an object a still-running task names (until clear()).
                 connection.send_message(m.DeleteObjects(object_ids=repeated.hidden))
+            self._delete_stored(storing)
         serializer = self._serializer
         deserialize = serializer.deserialize
         return [
@@ -286,7 +304,7 @@ class Client:
 
     def _submit_map(
         self, fn: Callable[..., Any], shape: CallShape | None, function_id: bytes, argument_tuples: list[tuple],
-        collector: MapCollector, repeated: RepeatedArguments, tags: Tags,
+        collector: MapCollector, repeated: RepeatedArguments, tags: Tags, storing: StoredArguments | None,
     ) -> None:
         """Queue the tasks of a map in chunks; a chunk ends early where the number of arguments changes."""
         connection = self._connection
@@ -317,7 +335,7 @@ class Client:
                 elif len(arguments) != width:
                     break  # a new group starts with the new number of arguments
                 try:
-                    serialize_arguments(arguments, serialize, sharing, chunk_args, object_positions)
+                    serialize_arguments(arguments, serialize, sharing, chunk_args, object_positions, storing)
                 except Unserializable as failure:
                     raise serialization_error(
                         f"argument {failure.position} of argument tuple {end} of map({function_name(fn)})",

@@ -15,6 +15,7 @@ from scaler.client.connection import ClientConnection
 from scaler.client.future import ScalerFuture, call_when_all_done
 from scaler.client.graph import PlannedCall, TemplateCall
 from scaler.client.shared_arguments import RepeatedArguments
+from scaler.client.stored_arguments import StoredArguments, stored_arguments_of
 from scaler.errors import SerializationError
 from scaler.protocol import messages as m
 from scaler.protocol.serializer import Serializer
@@ -33,16 +34,21 @@ def submit_graph(
     object deleted when every wanted task is done (and so every task that needed it, unless one failed
     first: the scheduler then keeps the objects still-running tasks name until clear()).
     """
-    sharing = RepeatedArguments([call.arguments for call in calls], connection.send_object)
+    storing = stored_arguments_of(connection, serializer)
+    sharing = RepeatedArguments([call.arguments for call in calls], connection.send_object, storing)
     try:
         by_key = _submit(
-            calls, wanted, call_sites, connection, serializer, profiling, tags, sharing if sharing else None
+            calls, wanted, call_sites, connection, serializer, profiling, tags, sharing if sharing else None,
+            storing,
         )
     except BaseException:
         # Refused before anything was submitted (an argument too large): the objects sent for it go too.
-        if sharing.hidden and connection.is_open:
-            connection.send_message(m.DeleteObjects(object_ids=sharing.hidden))
+        hidden = sharing.hidden + (storing.stored_ids if storing is not None else [])
+        if hidden and connection.is_open:
+            connection.send_message(m.DeleteObjects(object_ids=hidden))
         raise
+    if storing is not None and storing.stored_ids:
+        sharing.hidden.extend(storing.stored_ids)
     if sharing.hidden:
         hidden = sharing.hidden
 
@@ -57,6 +63,7 @@ def submit_graph(
 def _submit(
     calls: list[PlannedCall], wanted: set[Hashable], call_sites: CallSites, connection: ClientConnection,
     serializer: Serializer, profiling: bool, tags: Tags, sharing: RepeatedArguments | None,
+    storing: StoredArguments | None,
 ) -> dict[Hashable, ScalerFuture]:
     serialize = serializer.serialize
     task_ids = {call.key: connection.next_task_id() for call in calls}
@@ -88,7 +95,7 @@ def _submit(
         assert group is not None
         task_id = task_ids[call.key]
         group.task_ids.append(task_id)
-        _add_arguments(group, call, task_ids, serialize, sharing, function)
+        _add_arguments(group, call, task_ids, serialize, sharing, storing, function)
         if call.key in wanted:
             future = ScalerFuture(task_id, connection, serializer)
             futures[task_id] = future
@@ -101,13 +108,13 @@ def _submit(
 
 def _add_arguments(
     group: m.TaskGroup, call: PlannedCall, task_ids: dict[Hashable, int], serialize: Callable[[Any], bytes],
-    sharing: RepeatedArguments | None, function: Callable[..., Any],
+    sharing: RepeatedArguments | None, storing: StoredArguments | None, function: Callable[..., Any],
 ) -> None:
     """Append one call's arguments to its group: other tasks' results as empty slots, the rest as payloads."""
     slots = call.reference_slots
     try:
         if not slots:
-            serialize_arguments(call.arguments, serialize, sharing, group.args, group.object_arg_indices)
+            serialize_arguments(call.arguments, serialize, sharing, group.args, group.object_arg_indices, storing)
             return
         base = len(group.args)
         for position, argument in enumerate(call.arguments):
@@ -117,7 +124,7 @@ def _add_arguments(
                 group.args.append(b"")
                 continue
             try:
-                serialize_arguments((argument,), serialize, sharing, group.args, group.object_arg_indices)
+                serialize_arguments((argument,), serialize, sharing, group.args, group.object_arg_indices, storing)
             except Unserializable as failure:
                 raise Unserializable(position) from failure.__cause__
     except Unserializable as failure:

@@ -19,11 +19,14 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from scaler.protocol import messages as m
 from scaler.protocol.messages import LARGE_PAYLOAD_BYTES
 from scaler.utility.identifiers import random_object_id
+
+if TYPE_CHECKING:
+    from scaler.client.stored_arguments import StoredArguments
 
 # The name of the objects that stand for shared arguments (error messages call them "an argument").
 SHARED_ARGUMENT_NAME = "shared argument"
@@ -58,10 +61,15 @@ class RepeatedArguments:
     delete when the tasks are over); a small one is reused as it is.
     """
 
-    def __init__(self, argument_tuples: list, send_object: Callable[[m.ObjectPayload], None]) -> None:
+    def __init__(
+        self, argument_tuples: list, send_object: Callable[[m.ObjectPayload], None],
+        storing: StoredArguments | None = None,
+    ) -> None:
         # The caller holds every argument until the tasks are queued, so an id names one object meanwhile.
         self._known = _repeated_argument_ids(argument_tuples) if len(argument_tuples) > 1 else {}
         self._send_object = send_object
+        # With a home store, a large one goes there (its buffers out-of-band); the caller deletes what it stored.
+        self._storing = storing
         self.hidden: list[bytes] = []
 
     def __bool__(self) -> bool:
@@ -73,8 +81,13 @@ class RepeatedArguments:
     def stand_in(self, argument: Any, serialize: Callable[[Any], bytes]) -> tuple[bytes, bool]:
         known = self._known[id(argument)]
         if known is None:
-            payload = serialize(argument)
-            if len(payload) >= LARGE_PAYLOAD_BYTES:
+            if self._storing is not None:
+                payload, is_object_id = self._storing.stand_in(argument)
+            else:
+                payload, is_object_id = serialize(argument), False
+            if is_object_id:
+                known = (payload, True)
+            elif len(payload) >= LARGE_PAYLOAD_BYTES:  # no store, or it failed: sent once, on the control path
                 object_id = random_object_id()
                 self._send_object(m.ObjectPayload(object_id=object_id, payload=payload, name=SHARED_ARGUMENT_NAME))
                 self.hidden.append(object_id)

@@ -14,6 +14,11 @@ Large `bytes` go out-of-band only at the top of the object and one level into an
 dict: the C pickler never calls `reducer_override` (nor a dispatch table) for exact `bytes`, and a
 `persistent_id` hook, which it does call, costs a Python call per pickled object (measured: 2 to 4
 times slower on a list of a million ints). Deeper `bytes` stay in the main part: one more copy.
+
+A NumPy array that is not contiguous (a column slice) is pickled in-band by NumPy, copied into the
+stream and again by every reader; at the top of the object it is made contiguous first (the same one
+copy), so that it goes out-of-band and readers map it (measured on a 4 MB column slice, prepare +
+write + read: 12.8 ms in-band, 0.6 ms so).
 """
 
 from __future__ import annotations
@@ -168,11 +173,23 @@ def _is_large_bytes(value: Any) -> bool:
     return type(value) is bytes and len(value) >= OUT_OF_BAND_BYTES_MIN
 
 
+def _is_strided_array(value: Any) -> bool:
+    """A NumPy array that is neither C- nor Fortran-contiguous (a column slice, say): NumPy pickles those
+    in-band, a copy in the stream that every reader copies again."""
+    if type(value).__name__ != "ndarray" or type(value).__module__ != "numpy":
+        return False
+    flags = value.flags
+    return not (flags.c_contiguous or flags.f_contiguous) and value.dtype.hasobject is False
+
+
 def _with_bytes_out_of_band(obj: Any) -> Any:
-    """`obj`, with its large `bytes` (at the top, or one level into an exact tuple, list or dict) wrapped."""
+    """`obj`, with its large `bytes` (at the top, or one level into an exact tuple, list or dict) wrapped,
+    and at the top a strided array made contiguous (one copy, and then out-of-band: readers map it)."""
     if _is_large_bytes(obj):
         return _OutOfBandBytes(obj)
     kind = type(obj)
+    if _is_strided_array(obj):
+        return obj.copy()  # C order; the copy is what NumPy's in-band pickling would have made anyway
     if kind is tuple or kind is list:
         if any(map(_is_large_bytes, obj)):
             return kind(_OutOfBandBytes(item) if _is_large_bytes(item) else item for item in obj)
@@ -203,6 +220,43 @@ def prepare(obj: Any, serializer: Serializer | None = None) -> PreparedPayload:
     stream = io.BytesIO()
     cloudpickle.Pickler(stream, protocol=5, buffer_callback=keep).dump(_with_bytes_out_of_band(obj))
     return PreparedPayload(PayloadFormat.PICKLE, stream.getvalue(), buffers)
+
+
+# Values of these exact types are never large: a caller on a hot path skips prepare_if_large for them.
+NEVER_LARGE_TYPES = frozenset({int, float, bool, complex, type(None)})
+# Values of these exact types have no out-of-band buffers: the serializer's fast path is the whole story.
+_NO_BUFFER_TYPES = NEVER_LARGE_TYPES | {str}
+
+
+def prepare_if_large(obj: Any, serializer: Serializer | None, limit: int) -> bytes | PreparedPayload:
+    """Serialize `obj` once: its serializer's bytes when they and its buffers together stay under `limit`
+    (the control path), else a PreparedPayload for a store, its buffers out-of-band and not copied.
+
+    The size is only known once serialized, so the default serializer pickles with its buffers kept
+    aside; an object that has some but is small after all (a tiny array) is pickled again in-band.
+    """
+    if not _is_default(serializer):
+        assert serializer is not None
+        main = serializer.serialize(obj)
+        if len(main) < limit:
+            return main
+        return PreparedPayload(PayloadFormat.SERIALIZER, bytes(main), [])
+    kind = type(obj)
+    if kind in _NO_BUFFER_TYPES or (kind is bytes and len(obj) < OUT_OF_BAND_BYTES_MIN):
+        main = DefaultSerializer.serialize(obj)
+        if len(main) < limit:
+            return main
+        return PreparedPayload(PayloadFormat.PICKLE, main, [])
+    buffers: list[pickle.PickleBuffer] = []
+    main = cloudpickle.dumps(_with_bytes_out_of_band(obj), protocol=5, buffer_callback=buffers.append)
+    if not buffers:
+        if len(main) < limit:
+            return main  # exactly what the serializer makes: nothing was taken out
+        return PreparedPayload(PayloadFormat.PICKLE, main, [])
+    views = [buffer.raw() for buffer in buffers]
+    if len(main) + sum(view.nbytes for view in views) < limit:
+        return DefaultSerializer.serialize(obj)
+    return PreparedPayload(PayloadFormat.PICKLE, main, views)
 
 
 def read_layout(buffer: Any) -> PayloadLayout:

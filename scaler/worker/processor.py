@@ -25,6 +25,7 @@ import zmq
 
 from scaler.errors import NestingLimitError
 from scaler.protocol import messages as m
+from scaler.protocol import stored_payload
 from scaler.protocol.layout import slots_by_row
 from scaler.protocol.serializer import DefaultSerializer, Serializer, loads
 from scaler.protocol.task_signature import TaskSignature
@@ -316,21 +317,29 @@ class Processor:
         if group.profiling:
             self._profiles.append(self._profiler.finish(task_id))
         stores = self._stores
-        if stores.home and _buffer_bytes(result) >= stores.inline_limit:
-            # Plainly large (an array, a bytes object): serialized once, its buffers straight into the store,
-            # so that readers on this host map them instead of copying.
-            if self._store_result(task_id, lambda: stores.put_object(random_object_id(), result, serializer, "result")):
-                return
         try:
-            payload = serializer.serialize(result)
+            if stores.home and type(result) not in stored_payload.NEVER_LARGE_TYPES:
+                # Serialized once; a large result (of any type) with its buffers out-of-band, straight into the
+                # store, so that readers on this host map them instead of copying.
+                try:
+                    sized = stored_payload.prepare_if_large(result, serializer, stores.inline_limit)
+                except Exception:  # not picklable with out-of-band buffers: the serializer's own way says why
+                    sized = serializer.serialize(result)
+                if isinstance(sized, stored_payload.PreparedPayload):
+                    prepared = sized
+                    if self._store_result(
+                        task_id, lambda: stores.put_prepared(random_object_id(), prepared, "result")
+                    ):
+                        return
+                    payload = serializer.serialize(result)  # the store failed: in-band, on the control path
+                else:
+                    payload = sized
+            else:
+                payload = serializer.serialize(result)
         except Exception as error:
             context = f"result of {self._function_name(group)} could not be serialized"
             self._fail(task_id, m.FailureKind.SERIALIZATION, error, context)
             return
-        if len(payload) >= stores.inline_limit and stores.home:
-            item = m.ObjectPayload(object_id=random_object_id(), payload=payload, name="result")
-            if self._store_result(task_id, lambda: stores.put_payload(item, serializer)):
-                return
         self._succeeded_ids.append(task_id)
         self._payloads.append(payload)
 
@@ -536,16 +545,6 @@ class _InputLost(Exception):
         super().__init__(reason)
         self.object_id = object_id
         self.reason = reason
-
-
-def _buffer_bytes(value: Any) -> int:
-    """The size of a result that is one plain buffer (bytes, bytearray, a NumPy array), without serializing
-    it; 0 for anything else."""
-    kind = type(value)
-    if kind is bytes or kind is bytearray:
-        return len(value)
-    nbytes = getattr(value, "nbytes", None)
-    return nbytes if type(nbytes) is int and kind.__module__ == "numpy" else 0
 
 
 def _die_with_parent() -> None:

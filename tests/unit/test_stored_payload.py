@@ -100,6 +100,19 @@ def test_nested_structures_with_several_arrays_come_back_with_every_contiguous_a
     segment.close()
 
 
+def test_a_strided_array_at_the_top_is_made_contiguous_once_and_then_mapped() -> None:
+    block = np.arange(512 * 512, dtype=np.float64).reshape(512, 512)
+    column_slice = block[:, :64]  # what a rechunk's slicing task returns: not contiguous
+    segment = stored(column_slice)
+    mapping = segment.map_private()
+
+    result = sp.read(mapping)
+
+    np.testing.assert_array_equal(result, column_slice)
+    assert is_view_of(result, mapping) and result.flags.c_contiguous
+    segment.close()
+
+
 def test_out_of_band_buffers_are_64_byte_aligned_in_the_mapping() -> None:
     arrays = [np.arange(n, dtype=np.uint8) for n in (1, 63, 65, 4097, 100_003)]
     payload = sp.prepare(arrays)
