@@ -70,6 +70,10 @@ class StoreServer:
         self._bad_frame_log = BadFrameLog()
         self._link_sockets: list[zmq.Socket] = []
         self.identity: StoreIdentity | None = None
+        # stop() writes here, so that a poll in progress ends at once instead of at its timeout.
+        self._wake_read, self._wake_write = os.pipe()
+        os.set_blocking(self._wake_read, False)
+        os.set_blocking(self._wake_write, False)
 
     @property
     def core(self) -> c.StoreCore:
@@ -79,6 +83,12 @@ class StoreServer:
     def stop(self) -> None:
         """Ask the loop to finish; safe from any thread or a signal handler."""
         self._stop_requested.set()
+        if self._wake_write < 0:
+            return  # the loop is over and its pipe closed
+        try:
+            os.write(self._wake_write, b"\0")
+        except OSError:  # full: a wake-up is pending anyway
+            pass
 
     def run(
         self, exit_with_parent: int | None = None, on_listening: Callable[[StoreIdentity], None] | None = None
@@ -149,6 +159,7 @@ class StoreServer:
         local, remote = self._routers
         for socket in (local, remote, *self._link_sockets):
             self._poller.register(socket, zmq.POLLIN)
+        self._poller.register(self._wake_read, zmq.POLLIN)
         next_tick = time.monotonic() + _TICK_SECONDS
         while not self._stop_requested.is_set():
             deadline = next_tick
@@ -163,6 +174,8 @@ class StoreServer:
                     self._drain(socket)
                 elif self._holders is not None and self._holders.owns(socket):
                     self._on_fetch_replies(socket)
+                elif socket == self._wake_read:
+                    continue  # stop() was called: the loop condition ends it
                 elif self._link is not None:
                     self._on_link_events(self._link.on_readable(socket, time.monotonic()))
             self._finish_transfers()
@@ -416,6 +429,10 @@ class StoreServer:
             spill_file.close()
         self._spill_files.clear()
         self._watch.close()
+        descriptors = (self._wake_read, self._wake_write)
+        self._wake_read = self._wake_write = -1  # before closing: stop() must not write to a reused number
+        for descriptor in descriptors:
+            os.close(descriptor)
 
 
 def _raise_open_file_limit() -> None:
