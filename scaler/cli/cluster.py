@@ -23,11 +23,12 @@ from scaler.cli.common import (
     number_type,
     parse_command_line,
     start_logging,
+    store_data_address,
 )
 from scaler.cluster.cluster import Cluster, default_worker_names
 from scaler.cluster.store_settings import StoreSettings
 from scaler.errors import ClusterStartError
-from scaler.store.server_config import default_capacity_bytes, tcp_bind_address
+from scaler.store.server_config import default_capacity_bytes
 from scaler.utility.curve import PeerKeys
 from scaler.utility.ignored_settings import (
     EVENT_LOOP,
@@ -101,14 +102,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _data_address(text: str) -> str:
-    try:
-        tcp_bind_address(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-    return text
-
-
 def add_store_arguments(parser: argparse.ArgumentParser) -> None:
     """The store of this host's objects (PROTOCOL.md §17), started before the workers."""
     parser.add_argument(
@@ -117,7 +110,7 @@ def add_store_arguments(parser: argparse.ArgumentParser) -> None:
         "the default is 30%% of this machine's memory",
     )
     parser.add_argument(
-        "--data-address", type=_data_address, default=None,
+        "--data-address", type=store_data_address, default=None,
         help="where other hosts reach the store: tcp://HOST (a free port) or tcp://HOST:PORT; default: this "
         "host's address on the route to the scheduler",
     )

@@ -14,6 +14,7 @@ from typing import Any, Callable, Sequence
 
 import zmq.auth
 
+from scaler.store.server_config import tcp_bind_address
 from scaler.utility.curve import AUTHORIZED_KEYS_ENV, SCHEDULER_SECRET_KEY_ENV, SECRET_KEY_ENV, SERVER_KEY_ENV
 from scaler.utility.ignored_settings import IgnoredSetting
 from scaler.utility.logging_setup import DEFAULT_LOGGING_PATHS, LOGGING_LEVELS, logging_path_problem, setup_logging
@@ -36,6 +37,15 @@ def zmq_address(text: str) -> str:
         return parse_zmq_address(text).to_address()
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def store_data_address(text: str) -> str:
+    """argparse type: the address a store binds its data port to (tcp://HOST picks a free port)."""
+    try:
+        tcp_bind_address(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return text
 
 
 # An option that sets a numeric config field: the field's name, the option's flags, its help.

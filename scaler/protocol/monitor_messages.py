@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any
+from typing import Any, Callable
 
 import capnp
 
@@ -135,6 +135,74 @@ def _count(value: int | float) -> int:
     return max(0, int(value))
 
 
+def _seconds(value: float) -> float:
+    return max(0.0, float(value))
+
+
+def _as_is(value: Any) -> Any:
+    return value
+
+
+# A flat row's fields: (dataclass field, schema field, how its value is written). One table serves both
+# directions, so a field added to a row and the schema is added here once. Lists (tags) go apart.
+_Fields = tuple[tuple[str, str, Callable[[Any], Any]], ...]
+
+_TASK_COUNT_FIELDS: _Fields = (
+    ("unassigned", "unassigned", _count),
+    ("running", "running", _count),
+    ("waiting_on_dependencies", "waitingOnDependencies", _count),
+    ("success", "success", _count),
+    ("failed", "failed", _count),
+    ("canceled", "canceled", _count),
+    ("not_found", "notFound", _count),
+)
+_CLIENT_FIELDS: _Fields = (
+    ("name", "name", _as_is),
+    ("tasks", "tasks", _count),
+    ("objects", "objects", _count),
+    ("object_bytes", "objectBytes", _count),
+)
+_WORKER_FIELDS: _Fields = (
+    ("name", "name", _as_is),
+    ("capacity", "capacity", _count),
+    ("free", "free", _count),
+    ("sent", "sent", _count),
+    ("assigned", "assigned", _count),
+    ("queued", "queued", _count),
+    ("agent_cpu_percent", "agentCpuPercent", float),
+    ("agent_rss_bytes", "agentRssBytes", _count),
+    ("processor_cpu_percent", "processorCpuPercent", float),
+    ("processor_rss_bytes", "processorRssBytes", _count),
+    ("latency_us", "latencyUs", _count),
+    ("seconds_since_heard", "secondsSinceHeard", _seconds),
+    ("processor_initialized", "processorInitialized", _as_is),
+    ("has_task", "hasTask", _as_is),
+    ("task_locked", "taskLocked", _as_is),
+    ("draining", "draining", _as_is),
+)
+_STORE_FIELDS: _Fields = (
+    ("name", "name", _as_is),
+    ("hostname", "hostname", _as_is),
+    ("data_address", "dataAddress", _as_is),
+    ("capacity_bytes", "capacityBytes", _count),
+    ("bytes_held", "bytesHeld", _count),
+    ("bytes_spilled", "bytesSpilled", _count),
+    ("bytes_pinned", "bytesPinned", _count),
+    ("objects", "objects", _count),
+    ("workers", "workers", _count),
+    ("seconds_since_heard", "secondsSinceHeard", _seconds),
+)
+
+
+def _write_row(slot: Any, row: Any, fields: _Fields) -> None:
+    for field, schema_field, write in fields:
+        setattr(slot, schema_field, write(getattr(row, field)))
+
+
+def _read_row(reader: Any, fields: _Fields) -> dict[str, Any]:
+    return {field: getattr(reader, schema_field) for field, schema_field, _ in fields}
+
+
 def encode_snapshot(snapshot: MonitorSnapshot) -> bytes:
     """One feed frame. Always writes the FEED_VERSION this module reads, whatever `feed_version` says."""
     builder = _schema.MonitorSnapshot.new_message()
@@ -146,15 +214,7 @@ def encode_snapshot(snapshot: MonitorSnapshot) -> bytes:
     usage.cpuPercent = float(snapshot.scheduler_cpu_percent)
     usage.rssBytes = _count(snapshot.scheduler_rss_bytes)
 
-    tasks = snapshot.tasks
-    counts = builder.init("tasks")
-    counts.unassigned = _count(tasks.unassigned)
-    counts.running = _count(tasks.running)
-    counts.waitingOnDependencies = _count(tasks.waiting_on_dependencies)
-    counts.success = _count(tasks.success)
-    counts.failed = _count(tasks.failed)
-    counts.canceled = _count(tasks.canceled)
-    counts.notFound = _count(tasks.not_found)
+    _write_row(builder.init("tasks"), snapshot.tasks, _TASK_COUNT_FIELDS)
 
     for field, by_name in (("sent", snapshot.sent), ("received", snapshot.received)):
         entries = builder.init(field, len(by_name))
@@ -162,35 +222,15 @@ def encode_snapshot(snapshot: MonitorSnapshot) -> bytes:
             slot.name = name
             slot.count = _count(count)
 
-    clients = builder.init("clients", len(snapshot.clients))
-    for slot, client in zip(clients, snapshot.clients):
-        slot.name = client.name
-        slot.tasks = _count(client.tasks)
-        slot.objects = _count(client.objects)
-        slot.objectBytes = _count(client.object_bytes)
+    for slot, client in zip(builder.init("clients", len(snapshot.clients)), snapshot.clients):
+        _write_row(slot, client, _CLIENT_FIELDS)
 
     objects = builder.init("objects")
     objects.count = _count(snapshot.object_count)
     objects.bytes = _count(snapshot.object_bytes)
 
-    workers = builder.init("workers", len(snapshot.workers))
-    for slot, worker in zip(workers, snapshot.workers):
-        slot.name = worker.name
-        slot.capacity = _count(worker.capacity)
-        slot.free = _count(worker.free)
-        slot.sent = _count(worker.sent)
-        slot.assigned = _count(worker.assigned)
-        slot.queued = _count(worker.queued)
-        slot.agentCpuPercent = float(worker.agent_cpu_percent)
-        slot.agentRssBytes = _count(worker.agent_rss_bytes)
-        slot.processorCpuPercent = float(worker.processor_cpu_percent)
-        slot.processorRssBytes = _count(worker.processor_rss_bytes)
-        slot.latencyUs = _count(worker.latency_us)
-        slot.secondsSinceHeard = max(0.0, float(worker.seconds_since_heard))
-        slot.processorInitialized = worker.processor_initialized
-        slot.hasTask = worker.has_task
-        slot.taskLocked = worker.task_locked
-        slot.draining = worker.draining
+    for slot, worker in zip(builder.init("workers", len(snapshot.workers)), snapshot.workers):
+        _write_row(slot, worker, _WORKER_FIELDS)
         if worker.tags:
             slot.tags = list(worker.tags)
     if snapshot.waiting_for_tags:
@@ -199,18 +239,8 @@ def encode_snapshot(snapshot: MonitorSnapshot) -> bytes:
             slot.tags = list(wait.tags)
             slot.tasks = _count(wait.tasks)
 
-    stores = builder.init("stores", len(snapshot.stores))
-    for slot, store in zip(stores, snapshot.stores):
-        slot.name = store.name
-        slot.hostname = store.hostname
-        slot.dataAddress = store.data_address
-        slot.capacityBytes = _count(store.capacity_bytes)
-        slot.bytesHeld = _count(store.bytes_held)
-        slot.bytesSpilled = _count(store.bytes_spilled)
-        slot.bytesPinned = _count(store.bytes_pinned)
-        slot.objects = _count(store.objects)
-        slot.workers = _count(store.workers)
-        slot.secondsSinceHeard = max(0.0, float(store.seconds_since_heard))
+    for slot, store in zip(builder.init("stores", len(snapshot.stores)), snapshot.stores):
+        _write_row(slot, store, _STORE_FIELDS)
     builder.bytesRelayed = _count(snapshot.bytes_relayed)
     return builder.to_bytes()
 
@@ -233,69 +263,25 @@ def decode_snapshot(frame: Buffer) -> MonitorSnapshot:
 
 
 def _read_snapshot(reader: Any) -> MonitorSnapshot:
-    tasks = reader.tasks
     return MonitorSnapshot(
         feed_version=reader.feedVersion,
         sequence=reader.sequence,
         published_at=reader.publishedAtUs / 1_000_000,
         scheduler_cpu_percent=reader.scheduler.cpuPercent,
         scheduler_rss_bytes=reader.scheduler.rssBytes,
-        tasks=TaskCounts(
-            unassigned=tasks.unassigned,
-            running=tasks.running,
-            waiting_on_dependencies=tasks.waitingOnDependencies,
-            success=tasks.success,
-            failed=tasks.failed,
-            canceled=tasks.canceled,
-            not_found=tasks.notFound,
-        ),
+        tasks=TaskCounts(**_read_row(reader.tasks, _TASK_COUNT_FIELDS)),
         sent={entry.name: entry.count for entry in reader.sent},
         received={entry.name: entry.count for entry in reader.received},
-        clients=[
-            ClientStatus(name=client.name, tasks=client.tasks, objects=client.objects, object_bytes=client.objectBytes)
-            for client in reader.clients
-        ],
+        clients=[ClientStatus(**_read_row(client, _CLIENT_FIELDS)) for client in reader.clients],
         object_count=reader.objects.count,
         object_bytes=reader.objects.bytes,
         workers=[
-            WorkerStatus(
-                name=worker.name,
-                capacity=worker.capacity,
-                free=worker.free,
-                sent=worker.sent,
-                assigned=worker.assigned,
-                queued=worker.queued,
-                agent_cpu_percent=worker.agentCpuPercent,
-                agent_rss_bytes=worker.agentRssBytes,
-                processor_cpu_percent=worker.processorCpuPercent,
-                processor_rss_bytes=worker.processorRssBytes,
-                latency_us=worker.latencyUs,
-                seconds_since_heard=worker.secondsSinceHeard,
-                processor_initialized=worker.processorInitialized,
-                has_task=worker.hasTask,
-                task_locked=worker.taskLocked,
-                draining=worker.draining,
-                tags=[str(tag) for tag in worker.tags],
-            )
+            WorkerStatus(**_read_row(worker, _WORKER_FIELDS), tags=[str(tag) for tag in worker.tags])
             for worker in reader.workers
         ],
         waiting_for_tags=[
             TagsWait(tags=[str(tag) for tag in wait.tags], tasks=wait.tasks) for wait in reader.waitingForTags
         ],
-        stores=[
-            StoreStatus(
-                name=store.name,
-                hostname=store.hostname,
-                data_address=store.dataAddress,
-                capacity_bytes=store.capacityBytes,
-                bytes_held=store.bytesHeld,
-                bytes_spilled=store.bytesSpilled,
-                bytes_pinned=store.bytesPinned,
-                objects=store.objects,
-                workers=store.workers,
-                seconds_since_heard=store.secondsSinceHeard,
-            )
-            for store in reader.stores
-        ],
+        stores=[StoreStatus(**_read_row(store, _STORE_FIELDS)) for store in reader.stores],
         bytes_relayed=reader.bytesRelayed,
     )

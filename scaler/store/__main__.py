@@ -15,25 +15,17 @@ import logging
 import os
 from typing import Any, Callable, Sequence
 
-from scaler.cli.common import add_logging_arguments, existing_directory, start_logging
+from scaler.cli.common import add_logging_arguments, existing_directory, start_logging, store_data_address
 from scaler.store.control_link import ControlLink
 from scaler.store.scheduler_link import StoreIdentity
 from scaler.store.server import run_store
-from scaler.store.server_config import StoreServerConfig, StoreStartError, default_capacity_bytes, tcp_bind_address
+from scaler.store.server_config import StoreServerConfig, StoreStartError, default_capacity_bytes
 from scaler.utility.curve import PeerKeys
 from scaler.utility.logging_setup import logging_path_problem
 from scaler.utility.parent_watch import exit_with_parent_pid
 from scaler.utility.readiness import FAILED, LISTENING, ReadinessReporter
 
 logger = logging.getLogger(__name__)
-
-def _data_address(text: str) -> str:
-    try:
-        tcp_bind_address(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-    return text
-
 
 def _non_negative(kind: type) -> Callable[[str], Any]:
     def check(text: str) -> Any:
@@ -60,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument(
-        "--data-address", type=_data_address, default="tcp://127.0.0.1",
+        "--data-address", type=store_data_address, default="tcp://127.0.0.1",
         help="where other hosts reach this store: tcp://HOST (a free port) or tcp://HOST:PORT",
     )
     parser.add_argument(

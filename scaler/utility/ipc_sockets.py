@@ -14,6 +14,8 @@ import socket
 import stat
 import time
 
+from scaler.utility.own_entries import own_entries
+
 # What default_monitor_address makes of tcp://HOST:PORT: /tmp/HOST_PORT_monitor.
 _MONITOR_FILE_NAME = re.compile(r"^.+_\d{1,5}_monitor$")
 # A socket that refused once is looked at again after this long before it is removed: a process that
@@ -62,20 +64,11 @@ def remove_if_same(path: str, identity: tuple[int, int] | None) -> None:
 
 def remove_stale_monitor_sockets(directory: str) -> list[str]:
     """Remove the monitor sockets in `directory` that belong to us and that no process listens on."""
-    candidates = []
-    try:
-        entries = list(os.scandir(directory))
-    except OSError:
-        return []
-    for entry in entries:
-        if not _MONITOR_FILE_NAME.match(entry.name):
-            continue
-        try:
-            status = entry.stat(follow_symlinks=False)
-        except OSError:
-            continue
-        if stat.S_ISSOCK(status.st_mode) and status.st_uid == os.getuid() and not is_listening(entry.path):
-            candidates.append((entry.path, (status.st_dev, status.st_ino)))
+    candidates = [
+        (entry.path, (entry.status.st_dev, entry.status.st_ino))
+        for entry in own_entries(directory, _MONITOR_FILE_NAME, stat.S_ISSOCK)
+        if not is_listening(entry.path)
+    ]
     if not candidates:
         return []
     time.sleep(_SECOND_LOOK_SECONDS)

@@ -5,19 +5,20 @@ it is (`PREFIX-PID-STARTTIME-random`), and every process of the kind that starts
 owner is gone: the start time tells a dead owner from a new process that got the same pid. mkdtemp
 makes the directory with mode 0700, so no other user can reach the sockets inside.
 
-(scaler/worker/work_directory.py does the same for worker agents, with a fallback for directories of
-earlier versions; it can use these functions once it is next changed.)
+(scaler/worker/work_directory.py uses these for worker agents, with a fallback for directories of
+earlier versions.)
 """
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import stat
 import tempfile
 
 import psutil
+
+from scaler.utility.own_entries import own_entries
 
 
 def _start_stamp(process: psutil.Process) -> int:
@@ -30,7 +31,7 @@ def make_owned_directory(prefix: str, parent: str | None = None) -> str:
     return tempfile.mkdtemp(prefix=f"{prefix}{me.pid}-{_start_stamp(me)}-", dir=parent)
 
 
-def _owner_is_alive(pid: int, stamp: int) -> bool:
+def owner_is_alive(pid: int, stamp: int) -> bool:
     try:
         # create_time is a float rounded differently on the way in and out: a second either way is the same process
         return abs(_start_stamp(psutil.Process(pid)) - stamp) <= 1
@@ -42,24 +43,10 @@ def _owner_is_alive(pid: int, stamp: int) -> bool:
 
 def remove_abandoned_directories(prefix: str, parent: str | None = None) -> list[str]:
     """Remove the directories made by make_owned_directory(prefix) (ours, by uid) whose owner is gone."""
-    parent = parent or tempfile.gettempdir()
     owned_name = re.compile(rf"^{re.escape(prefix)}(\d+)-(\d+)-")
     removed = []
-    try:
-        entries = list(os.scandir(parent))
-    except OSError:
-        return []
-    for entry in entries:
-        match = owned_name.match(entry.name)
-        if match is None:
-            continue
-        try:
-            status = entry.stat(follow_symlinks=False)
-        except OSError:
-            continue
-        if not stat.S_ISDIR(status.st_mode) or status.st_uid != os.getuid():
-            continue
-        if not _owner_is_alive(int(match.group(1)), int(match.group(2))):
+    for entry in own_entries(parent or tempfile.gettempdir(), owned_name, stat.S_ISDIR):
+        if not owner_is_alive(int(entry.name_match.group(1)), int(entry.name_match.group(2))):
             shutil.rmtree(entry.path, ignore_errors=True)
             removed.append(entry.path)
     return removed

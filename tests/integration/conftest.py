@@ -38,11 +38,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 @pytest.fixture(scope="module")
 def combo() -> Iterator[SchedulerClusterCombo]:
     """One scheduler with two workers, shared by the tests of a module."""
-    cluster = SchedulerClusterCombo(n_workers=2, logging_level="WARNING")
-    try:
+    with SchedulerClusterCombo(n_workers=2, logging_level="WARNING") as cluster:
         yield cluster
-    finally:
-        cluster.shutdown()
 
 
 @pytest.fixture

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import time
 from typing import Callable
 
@@ -12,52 +10,28 @@ from scaler.cluster.combo import free_local_address
 from scaler.scheduler.monitor import MonitorSnapshot
 from scaler.ui.feed import MonitorSubscriber
 from tests.conftest import child_python_environment, console_script
+from tests.integration.spawned import Spawned
 
 STARTUP_SECONDS = 30.0
 
 
-class SchedulerProcess:
+class SchedulerProcess(Spawned):
     """`scaler_scheduler ADDRESS --monitor-address ipc://<directory>/monitor`, logging to <directory>/scheduler.log."""
 
     def __init__(self, directory: str, *options: str) -> None:
         self.address = free_local_address()
         self.monitor_address = f"ipc://{os.path.join(directory, 'monitor')}"
-        self.log_path = os.path.join(directory, "scheduler.log")
         environment = child_python_environment()
         environment.pop("SCALER_EXIT_WITH_PARENT", None)
-        with open(self.log_path, "wb") as log:
-            self.process = subprocess.Popen(
-                [console_script("scaler_scheduler"), self.address, "--monitor-address", self.monitor_address,
-                 *options],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=environment,
-            )
+        super().__init__(
+            [console_script("scaler_scheduler"), self.address, "--monitor-address", self.monitor_address, *options],
+            os.path.join(directory, "scheduler.log"), environment,
+        )
         try:
-            self.wait_for_log(f"listening on {self.address}")
+            self.wait_for_log(f"listening on {self.address}", STARTUP_SECONDS)
         except BaseException:
             self.stop()
             raise
-
-    def log(self) -> str:
-        with open(self.log_path, encoding="utf-8", errors="replace") as log:
-            return log.read()
-
-    def wait_for_log(self, needle: str, timeout: float = STARTUP_SECONDS) -> None:
-        deadline = time.monotonic() + timeout
-        while needle not in self.log():
-            if self.process.poll() is not None:
-                raise AssertionError(f"scheduler exited with {self.process.returncode}:\n{self.log()}")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{needle!r} not logged within {timeout:g}s:\n{self.log()}")
-            time.sleep(0.05)
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
 
     def __enter__(self) -> SchedulerProcess:
         return self

@@ -52,9 +52,10 @@ class Spawned:
         except psutil.NoSuchProcess:
             return []
 
-    def stop(self) -> None:
-        """Terminate (then kill) the process and anything it left behind; safe to call twice."""
-        stop_process(self.process, STOP_GRACE_SECONDS)
+    def stop(self, grace_seconds: float = STOP_GRACE_SECONDS) -> int:
+        """Terminate (then kill) the process and anything it left behind; its exit code. Safe to call twice."""
+        stop_process(self.process, grace_seconds)
+        return self.process.returncode
 
 
 # spawn(name, args): starts a process logging to NAME.log; the `spawn` fixture stops them all at the end.

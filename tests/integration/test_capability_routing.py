@@ -6,7 +6,6 @@ NoCapableWorkerError after the client's limit. Bad tags are an error at the call
 from __future__ import annotations
 
 import os
-import time
 from typing import Iterator
 
 import joblib
@@ -20,6 +19,7 @@ from scaler.scheduler.config import default_monitor_address
 from scaler.ui.feed import MonitorSubscriber
 from scaler.worker.config import WorkerConfig
 from tests.conftest import console_script
+from tests.integration.scheduler_process import wait_for_snapshot
 from tests.integration.spawned import Spawner
 
 pytestmark = pytest.mark.timeout(120)
@@ -37,19 +37,10 @@ def double(value: int) -> int:
 
 
 @pytest.fixture(scope="module")
-def plain() -> Iterator[SchedulerClusterCombo]:
-    """A scheduler with one worker that has no operator tags (so: "python" only)."""
-    cluster = SchedulerClusterCombo(n_workers=1, logging_level="WARNING")
-    try:
+def combo() -> Iterator[SchedulerClusterCombo]:
+    """Instead of conftest's, for its `client` too: one worker with no operator tags (so: "python" only)."""
+    with SchedulerClusterCombo(n_workers=1, logging_level="WARNING") as cluster:
         yield cluster
-    finally:
-        cluster.shutdown()
-
-
-@pytest.fixture
-def client(plain: SchedulerClusterCombo) -> Iterator[Client]:
-    with Client(address=plain.get_address(), timeout_seconds=30) as connected:
-        yield connected
 
 
 def gpu_cluster(address: str) -> Cluster:
@@ -58,19 +49,10 @@ def gpu_cluster(address: str) -> Cluster:
     return cluster
 
 
-def wait_for_snapshot(monitor: MonitorSubscriber, condition, what: str, seconds: float = 30.0):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        snapshot = monitor.receive(timeout_seconds=1.0)
-        if snapshot is not None and condition(snapshot):
-            return snapshot
-    raise AssertionError(f"the monitor feed never showed {what} within {seconds:g}s")
-
-
 def test_tasks_requiring_gpu_run_only_on_the_gpu_worker_through_every_api(
-    plain: SchedulerClusterCombo, client: Client
+    combo: SchedulerClusterCombo, client: Client
 ) -> None:
-    gpu = gpu_cluster(plain.get_address())
+    gpu = gpu_cluster(combo.get_address())
     try:
         gpu_pids = set(gpu.worker_pids)
         submitted = {client.submit(agent_pid, tags={"gpu"}).result(RESULT_SECONDS) for _ in range(10)}
@@ -93,26 +75,26 @@ def test_tasks_requiring_gpu_run_only_on_the_gpu_worker_through_every_api(
 
 
 def test_a_task_no_worker_can_run_waits_shows_in_the_monitor_and_runs_when_one_joins(
-    plain: SchedulerClusterCombo, client: Client, spawn: Spawner
+    combo: SchedulerClusterCombo, client: Client, spawn: Spawner
 ) -> None:
-    address = plain.get_address()
+    address = combo.get_address()
     with MonitorSubscriber(default_monitor_address(address)) as monitor:
         future = client.submit(double, 21, tags={"gpu"})
         snapshot = wait_for_snapshot(
             monitor, lambda s: [(w.tags, w.tasks) for w in s.waiting_for_tags] == [(["gpu", "python"], 1)],
-            "one task waiting for {gpu, python} (a Python function also requires python)",
+            30.0, "one task waiting for {gpu, python} (a Python function also requires python)",
         )
         assert all("gpu" not in worker.tags and "python" in worker.tags for worker in snapshot.workers)
         assert not future.done()
         worker = spawn("gpu-worker", [console_script("scaler_cluster"), "-n", "1", "--tags", "gpu", address])
         assert future.result(RESULT_SECONDS) == 42
-        snapshot = wait_for_snapshot(monitor, lambda s: not s.waiting_for_tags, "the wait ended")
+        snapshot = wait_for_snapshot(monitor, lambda s: not s.waiting_for_tags, 30.0, "the wait ended")
         assert any(worker.tags == ["gpu", "python"] for worker in snapshot.workers)
         worker.stop()
 
 
-def test_with_a_limit_a_task_no_worker_can_run_fails_naming_the_tags(plain: SchedulerClusterCombo) -> None:
-    with Client(address=plain.get_address(), timeout_seconds=30, wait_for_tags_seconds=1) as client:
+def test_with_a_limit_a_task_no_worker_can_run_fails_naming_the_tags(combo: SchedulerClusterCombo) -> None:
+    with Client(address=combo.get_address(), timeout_seconds=30, wait_for_tags_seconds=1) as client:
         future = client.submit(double, 1, tags={"fpga", "python"})
         with pytest.raises(NoCapableWorkerError) as raised:
             future.result(RESULT_SECONDS)

@@ -4,12 +4,12 @@ cluster leaves neither a store process nor a shared-memory segment behind."""
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import sys
 import time
 import uuid
-from typing import Callable
 
 import psutil
 import pytest
@@ -26,6 +26,7 @@ from scaler.store.store_process import StoreProcess
 from scaler.utility.host_key import this_host_key
 from scaler.worker.config import WorkerConfig
 from tests.conftest import child_python_environment, console_script
+from tests.integration import waiting
 from tests.integration.scheduler_process import SchedulerProcess
 from tests.integration.spawned import Spawned, Spawner, start_scheduler
 
@@ -35,13 +36,7 @@ pytestmark = [
 ]
 
 WAIT_SECONDS = 60.0  # an upper bound against hangs, never a measure
-
-
-def wait_until(condition: Callable[[], object], what: str) -> None:
-    deadline = time.monotonic() + WAIT_SECONDS
-    while not condition():
-        assert time.monotonic() < deadline, f"not within {WAIT_SECONDS:g}s: {what}"
-        time.sleep(0.05)
+wait_until = functools.partial(waiting.wait_until, timeout=WAIT_SECONDS)
 
 
 def directory_of(address: str) -> m.StoreDirectory:

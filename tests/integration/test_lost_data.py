@@ -9,12 +9,13 @@ clients are real clients. A cluster is killed with SIGKILL, as a machine that va
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import signal
 import sys
 import time
-from typing import Callable, Iterator
+from typing import Iterator
 
 import psutil
 import pytest
@@ -23,8 +24,10 @@ from scaler import Client
 from scaler.cluster.combo import free_local_address
 from scaler.store.store_client import StoreAddress, StoreClient
 from tests.conftest import console_script
+from tests.integration import waiting
 from tests.integration.spawned import Spawned, Spawner, start_scheduler
 from tests.integration.test_fault_injection import DeliverySpy
+from tests.integration.waiting import wait_for_file
 
 pytestmark = [
     pytest.mark.timeout(240),
@@ -35,15 +38,9 @@ MB = 1 << 20
 PART_BYTES = 1 * MB
 PARTS = 8
 WAIT_SECONDS = 120.0  # an upper bound against hangs, never a measure
+wait_until = functools.partial(waiting.wait_until, timeout=WAIT_SECONDS)
 # A store that stops answering is dropped by the scheduler after this (its stores time out as workers do).
 PEER_TIMEOUT_SECONDS = "5"
-
-
-def wait_until(condition: Callable[[], object], what: str) -> None:
-    deadline = time.monotonic() + WAIT_SECONDS
-    while not condition():
-        assert time.monotonic() < deadline, f"not within {WAIT_SECONDS:g}s: {what}"
-        time.sleep(0.05)
 
 
 # ---------------------------------------------------------------------------------------------- tasks
@@ -55,15 +52,6 @@ def make_part(index: int, size: int) -> bytes:
 
 def digest_of(part: bytes, gate: bool, blob: bytes, index: int) -> tuple[int, str, int]:
     return index, hashlib.sha256(part).hexdigest(), len(blob)
-
-
-def wait_for_file(path: str, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while not os.path.exists(path):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{path} did not appear within {seconds:g}s")
-        time.sleep(0.05)
-    return True
 
 
 def expected_digest(index: int, blob: bytes) -> tuple[int, str, int]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from typing import Iterator
 
 import pytest
@@ -17,15 +16,17 @@ import pytest
 import scaler
 from scaler import Client, NeutralSerializer
 from scaler.errors import SerializationError
-from scaler.protocol.monitor_messages import MonitorSnapshot
 from scaler.scheduler.config import default_monitor_address
 from scaler.ui.feed import MonitorSubscriber
 from tests.integration.process_cluster import ProcessCluster
+from tests.integration.scheduler_process import wait_for_snapshot
 from tests.native_worker import BUILD_TIMEOUT_SECONDS, native_worker_executable
 
 pytestmark = pytest.mark.timeout(180 + BUILD_TIMEOUT_SECONDS)
 
 RESULT_SECONDS = 90.0
+# How long the monitor feed may take to show a state the test waits for.
+FEED_SECONDS = 30.0
 
 
 def plus_one(value: int) -> int:
@@ -90,15 +91,6 @@ def test_one_graph_mixes_python_and_native_nodes_both_ways(mixed: ProcessCluster
             client.get({"s": (set, [1, 2]), "n": (add, "s", 1)}, ["n"])
 
 
-def snapshot_where(monitor: MonitorSubscriber, condition, what: str, seconds: float = 30.0) -> MonitorSnapshot:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        snapshot = monitor.receive(timeout_seconds=1.0)
-        if snapshot is not None and condition(snapshot):
-            return snapshot
-    raise AssertionError(f"the monitor feed never showed {what} within {seconds:g}s")
-
-
 def test_a_worker_killed_in_the_middle_of_a_mixed_graph_loses_no_result(mixed: ProcessCluster) -> None:
     """200 chains python -> native -> python -> native. Once a tenth of the nodes are done the native worker
     is SIGKILLed; the scheduler notices, the native nodes it held wait for a native worker, a new one joins,
@@ -117,20 +109,24 @@ def test_a_worker_killed_in_the_middle_of_a_mixed_graph_loses_no_result(mixed: P
     with MonitorSubscriber(default_monitor_address(mixed.address)) as monitor, mixed_client(mixed) as client:
         assert client.submit(add, 1, 1).result(RESULT_SECONDS) == 2  # the native worker is up
         assert client.submit(plus_one, 1).result(RESULT_SECONDS) == 2  # and the Python one
-        before = snapshot_where(monitor, lambda s: s.tasks.success >= 2, "the warm-up tasks").tasks
+        before = wait_for_snapshot(monitor, lambda s: s.tasks.success >= 2, FEED_SECONDS, "the warm-up tasks").tasks
         futures = client.get(graph, sinks, block=False)
         # The native worker sleeps about 4 s in all: a tenth of the nodes done is well inside the run.
-        snapshot_where(monitor, lambda s: s.tasks.success - before.success >= len(graph) // 10, "progress")
+        wait_for_snapshot(
+            monitor, lambda s: s.tasks.success - before.success >= len(graph) // 10, FEED_SECONDS, "progress"
+        )
         os.kill(victim.pid, signal.SIGKILL)
         victim.wait()
         assert sum(future.done() for future in futures.values()) < chains, "the kill came after the run"
-        snapshot_where(monitor, lambda s: not any("native" in w.tags for w in s.workers), "the dead worker dropped")
+        wait_for_snapshot(
+            monitor, lambda s: not any("native" in w.tags for w in s.workers), FEED_SECONDS, "the dead worker dropped"
+        )
         mixed.add_worker("native-2")
         results = {key: future.result(RESULT_SECONDS) for key, future in futures.items()}
         assert results == expected
-        after = snapshot_where(
+        after = wait_for_snapshot(
             monitor, lambda s: s.tasks.success - before.success >= len(graph) and not s.tasks.running,
-            "every node's success",
+            FEED_SECONDS, "every node's success",
         ).tasks
     assert after.success - before.success == len(graph), "a node succeeded twice, or one is missing"
     assert after.failed == before.failed

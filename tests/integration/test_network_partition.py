@@ -40,6 +40,7 @@ from scaler.protocol.monitor_messages import MonitorSnapshot
 from scaler.ui.feed import MonitorSubscriber
 from scaler.utility.host_key import this_host_key
 from scaler.utility.parent_watch import environment_exiting_with_this_process
+from tests.integration.waiting import wait_for_file
 
 HEARTBEAT_SECONDS = 0.5
 WORKER_TIMEOUT_SECONDS = 3.0
@@ -545,15 +546,6 @@ PARTS = 8
 
 def make_part(index: int, size: int) -> bytes:
     return hashlib.sha256(b"part-%d" % index).digest() * (size // 32)
-
-
-def wait_for_file(path: str, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while not os.path.exists(path):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{path} did not appear within {seconds:g}s")
-        time.sleep(0.05)
-    return True
 
 
 def digest_of(part: bytes, gate: bool, index: int) -> tuple[int, str]:

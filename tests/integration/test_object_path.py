@@ -9,6 +9,7 @@ done and the objects were released (the scheduler told the store to delete them)
 
 from __future__ import annotations
 
+import functools
 import mmap
 import os
 import sys
@@ -22,6 +23,7 @@ import pytest
 from scaler import Client, SchedulerClusterCombo, Serializer
 from scaler.store.store_client import StoreAddress, StoreClient
 from scaler.utility.host_key import this_host_key
+from tests.integration import waiting
 
 pytestmark = [
     pytest.mark.timeout(180),
@@ -30,13 +32,7 @@ pytestmark = [
 
 MB = 1 << 20
 WAIT_SECONDS = 60.0  # an upper bound against hangs, never a measure
-
-
-def wait_until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT_SECONDS
-    while not condition():
-        assert time.monotonic() < deadline, f"not within {WAIT_SECONDS}s: {what}"
-        time.sleep(0.05)
+wait_until = functools.partial(waiting.wait_until, timeout=WAIT_SECONDS)
 
 
 @pytest.fixture(scope="module")

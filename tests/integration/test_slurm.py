@@ -6,8 +6,6 @@ workers that join a real scheduler; the test watches them in squeue and in the s
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import sys
 import time
 from typing import Iterator
@@ -18,12 +16,15 @@ from scaler import Client
 from scaler.ui.feed import MonitorSubscriber
 from tests.conftest import child_python_environment, console_script
 from tests.integration.scheduler_process import SchedulerProcess, wait_for_snapshot
+from tests.integration.spawned import Spawned
 from tests.slurm.local_slurm import LocalSlurm, unavailable_reason
 
 pytestmark = pytest.mark.timeout(240)
 
 IDLE_SECONDS = 3.0
 WAIT_SECONDS = 90.0  # upper bounds only, for a loaded machine
+# It cancels its Slurm jobs on SIGTERM before it exits.
+SCALER_STOP_SECONDS = 60.0
 
 
 @pytest.fixture(scope="module")
@@ -39,34 +40,19 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSlurm]:
         local.stop()
 
 
-class SlurmScaler:
+class SlurmScaler(Spawned):
     """`scaler_slurm_cluster` as a user runs it, logging to a file."""
 
     def __init__(self, slurm: LocalSlurm, scheduler: SchedulerProcess, directory: str, job_name: str) -> None:
-        self.log_path = os.path.join(directory, f"{job_name}.log")
-        with open(self.log_path, "wb") as log:
-            self.process = subprocess.Popen(
-                [
-                    console_script("scaler_slurm_cluster"), scheduler.address, "--partition", "scaler",
-                    "--max-workers", "2", "--idle-seconds", str(IDLE_SECONDS), "--poll-seconds", "0.5",
-                    "--monitor-address", scheduler.monitor_address, "--job-name", job_name,
-                    "--output", os.path.join(directory, "%x-%j.out"),
-                ],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=slurm.environment,
-            )
-
-    def log(self) -> str:
-        with open(self.log_path, errors="replace") as log:
-            return log.read()
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        super().__init__(
+            [
+                console_script("scaler_slurm_cluster"), scheduler.address, "--partition", "scaler",
+                "--max-workers", "2", "--idle-seconds", str(IDLE_SECONDS), "--poll-seconds", "0.5",
+                "--monitor-address", scheduler.monitor_address, "--job-name", job_name,
+                "--output", os.path.join(directory, "%x-%j.out"),
+            ],
+            os.path.join(directory, f"{job_name}.log"), slurm.environment,
+        )
 
 
 def slow_square(value: int) -> int:
@@ -107,7 +93,7 @@ def test_a_burst_brings_workers_as_slurm_jobs_which_go_once_idle(slurm: LocalSlu
             assert all(f"{job_name}-{job_id}|0" in drains for job_id in jobs), log
             assert "(drained)" in log, log
         finally:
-            scaler.stop()
+            scaler.stop(SCALER_STOP_SECONDS)
         assert scaler.process.returncode == 0, scaler.log()
 
 
@@ -132,6 +118,6 @@ def test_a_job_cancelled_mid_run_loses_no_task_and_is_replaced(slurm: LocalSlurm
             # The work outlived the job: another one was submitted while tasks waited.
             assert scaler.log().count("SlurmAdapter: submitted job") >= 3, scaler.log()
         finally:
-            scaler.stop()
+            scaler.stop(SCALER_STOP_SECONDS)
         # Stopping scaler_slurm_cluster cancels what it still runs.
         wait_until(lambda: slurm.jobs(job_name) == {}, WAIT_SECONDS, "the jobs gone", scaler.log)

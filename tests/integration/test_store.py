@@ -4,6 +4,7 @@ processes; stores and readers killed with SIGKILL."""
 
 from __future__ import annotations
 
+import functools
 import gc
 import os
 import signal
@@ -11,7 +12,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Callable, Iterator
+from typing import Iterator
 
 import numpy as np
 import psutil
@@ -22,6 +23,7 @@ from scaler.store.store_client import ObjectMissing, StoreAddress, StoreClient, 
 from scaler.store.store_process import StoreProcess
 from scaler.utility.host_key import this_host_key
 from tests.conftest import child_python_environment
+from tests.integration import waiting
 
 pytestmark = [
     pytest.mark.timeout(180),
@@ -31,6 +33,7 @@ pytestmark = [
 MB = 1 << 20
 GB = 1 << 30
 WAIT_SECONDS = 30.0  # an upper bound against hangs, never a measure
+wait_until = functools.partial(waiting.wait_until, timeout=WAIT_SECONDS)
 
 
 def start_store(spill_directory: str, **options) -> StoreProcess:
@@ -51,13 +54,6 @@ def fresh_store(tmp_path) -> Iterator[StoreProcess]:
 
 def object_id(name: str) -> bytes:
     return name.encode().ljust(16, b".")
-
-
-def wait_until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT_SECONDS
-    while not condition():
-        assert time.monotonic() < deadline, f"not within {WAIT_SECONDS}s: {what}"
-        time.sleep(0.05)
 
 
 def memfd_inodes(pid: int) -> set[int]:

@@ -8,7 +8,6 @@ documented SDK surface and the Scaler protocol correctly, not how Symphony itsel
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -20,41 +19,28 @@ from scaler import Client
 from scaler.ui.feed import MonitorSubscriber
 from tests.conftest import REPO_ROOT, child_python_environment, console_script
 from tests.integration.scheduler_process import SchedulerProcess, wait_for_snapshot
+from tests.integration.spawned import Spawned
 
 pytestmark = pytest.mark.timeout(180)
 
 DOUBLE = os.path.join(REPO_ROOT, "tests", "symphony_double")
 SERVICE = os.path.join(REPO_ROOT, "examples", "symphony", "scaler_service.py")
 WAIT_SECONDS = 60.0  # upper bounds only
+# It ends its Symphony session on SIGTERM before it exits.
+WORKER_STOP_SECONDS = 30.0
 
 
-class SymphonyWorkerProcess:
+class SymphonyWorkerProcess(Spawned):
     def __init__(self, scheduler: SchedulerProcess, directory: str, base_concurrency: int, slots: int) -> None:
         environment = child_python_environment()
         environment["PYTHONPATH"] = os.pathsep.join([DOUBLE, environment["PYTHONPATH"]])
         environment["SOAMAPI_DOUBLE_SERVICES"] = f"ScalerService={SERVICE}"
         environment["SOAMAPI_DOUBLE_SLOTS"] = str(slots)
-        self.log_path = os.path.join(directory, "symphony_worker.log")
-        with open(self.log_path, "wb") as log:
-            self.process = subprocess.Popen(
-                [console_script("scaler_symphony_cluster"), scheduler.address, "ScalerService",
-                 "--base-concurrency", str(base_concurrency), "--worker-name", "symphony-test"],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=environment,
-            )
-
-    def log(self) -> str:
-        with open(self.log_path, errors="replace") as log:
-            return log.read()
-
-    def stop(self) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        return self.process.returncode
+        super().__init__(
+            [console_script("scaler_symphony_cluster"), scheduler.address, "ScalerService",
+             "--base-concurrency", str(base_concurrency), "--worker-name", "symphony-test"],
+            os.path.join(directory, "symphony_worker.log"), environment,
+        )
 
 
 Cluster = Callable[..., Client]
@@ -86,7 +72,7 @@ def symphony_cluster(tmp_path) -> Iterator[Cluster]:
             if isinstance(item, Client):
                 item.disconnect()
             elif isinstance(item, SymphonyWorkerProcess):
-                code = item.stop()
+                code = item.stop(WORKER_STOP_SECONDS)
                 assert code == 0, item.log()
             else:
                 item.stop()

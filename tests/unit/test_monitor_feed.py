@@ -3,6 +3,7 @@ pair delivers snapshots in-process over an ipc socket in a temporary folder (no 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
@@ -15,9 +16,11 @@ from hypothesis import strategies as st
 from scaler.protocol import messages as m
 from scaler.protocol.monitor_messages import (
     FEED_VERSION,
+    ClientStatus,
     MonitorDecodeError,
     MonitorSnapshot,
     StoreStatus,
+    TaskCounts,
     WorkerStatus,
     decode_snapshot,
     encode_snapshot,
@@ -272,3 +275,30 @@ def test_the_draining_flag_round_trips_through_the_feed() -> None:
     snapshot = MonitorSnapshot(workers=[WorkerStatus(name="kept"), WorkerStatus(name="leaving", draining=True)])
     decoded = decode_snapshot(encode_snapshot(snapshot))
     assert [(worker.name, worker.draining) for worker in decoded.workers] == [("kept", False), ("leaving", True)]
+
+
+def _every_field_set(row_type: type, **lists) -> object:
+    """A row whose every scalar field holds a value unlike its default and unlike its neighbours'."""
+    values: dict[str, object] = {}
+    for index, field in enumerate(dataclasses.fields(row_type), start=1):
+        if field.name in lists:
+            values[field.name] = lists[field.name]
+        elif field.type == "str":
+            values[field.name] = f"{field.name}-{index}"
+        elif field.type == "bool":
+            values[field.name] = True
+        elif field.type == "float":
+            values[field.name] = index + 0.5
+        else:
+            values[field.name] = index * 11
+    return row_type(**values)
+
+
+def test_every_field_of_every_row_round_trips_through_the_feed() -> None:
+    snapshot = MonitorSnapshot(
+        tasks=_every_field_set(TaskCounts),
+        clients=[_every_field_set(ClientStatus)],
+        workers=[_every_field_set(WorkerStatus, tags=["gpu", "python"])],
+        stores=[_every_field_set(StoreStatus)],
+    )
+    assert decode_snapshot(encode_snapshot(snapshot)) == snapshot
