@@ -89,3 +89,22 @@ class DaskTestSession:
             self.process.wait()
         BACKGROUND_PIDS.discard(self.process.pid)
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+# The session through scaler.get, once started. Kept here, not in test_dask_suite.py: pytest imports that
+# file as a top-level module (tests/integration is no package) and conftest as part of `tests`, so a
+# registry there would be two, and the session would run twice.
+_started: dict[str, DaskTestSession] = {}
+
+
+def start_scaler_session(modules: list[str]) -> DaskTestSession:
+    """Start the session through scaler.get over `modules` (once); later calls return the same one."""
+    if "scaler" not in _started:
+        _started["scaler"] = DaskTestSession(modules, "scaler")
+    return _started["scaler"]
+
+
+def stop_sessions() -> None:
+    for session in _started.values():
+        session.stop()
+    _started.clear()

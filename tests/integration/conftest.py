@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import importlib.util
 import pathlib
 import sys
 from typing import Iterator
@@ -20,17 +21,18 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     selected, their session starts now and runs while the rest of the suite does (test_dask_suite.py)."""
     if session.config.option.collectonly:
         return
+    if importlib.util.find_spec("dask") is None:
+        return  # test_dask_suite.py skips and says so
     if any(item.path.name == "test_dask_suite.py" for item in session.items):
-        try:
-            from tests.integration.test_dask_suite import start_scaler_session
-        except pytest.skip.Exception:  # no dask: the module's tests skip and say so
-            return
-        start_scaler_session()
+        from tests.dask_suite.selection import MODULES
+        from tests.dask_suite.session import start_scaler_session
+
+        start_scaler_session(list(MODULES))
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """Whatever happened, no dask session outlives the suite."""
-    module = sys.modules.get("tests.integration.test_dask_suite")
+    module = sys.modules.get("tests.dask_suite.session")
     if module is not None:
         module.stop_sessions()
 

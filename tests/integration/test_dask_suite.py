@@ -20,32 +20,21 @@ dask = pytest.importorskip("dask")
 
 from tests.dask_suite.expected_failures import EXPECTED_FAILURES  # noqa: E402
 from tests.dask_suite.selection import MODULES  # noqa: E402
-from tests.dask_suite.session import SESSION_TIMEOUT_SECONDS, DaskTestSession  # noqa: E402
+from tests.dask_suite.session import (  # noqa: E402
+    SESSION_TIMEOUT_SECONDS,
+    DaskTestSession,
+    start_scaler_session,
+    stop_sessions,
+)
 
 pytestmark = pytest.mark.timeout(SESSION_TIMEOUT_SECONDS + 60)  # a test waits for at most one session
 FAILING = ("failed", "error")
-
-# The session through scaler.get, if tests/integration/conftest.py started it when collection ended.
-_started: dict[str, DaskTestSession] = {}
-
-
-def start_scaler_session() -> DaskTestSession:
-    """Start the session through scaler.get (once): conftest calls this as soon as this module is selected."""
-    if "scaler" not in _started:
-        _started["scaler"] = DaskTestSession(list(MODULES), "scaler")
-    return _started["scaler"]
-
-
-def stop_sessions() -> None:
-    for session in _started.values():
-        session.stop()
-    _started.clear()
 
 
 @pytest.fixture(scope="module")
 def scaler_report() -> Iterator[dict]:
     try:
-        report = start_scaler_session().report()
+        report = start_scaler_session(list(MODULES)).report()
         print(f"scaler.get session: {report['seconds']:.1f} s")  # shown with -s or -rP: the note quotes these
         print(module_table(report))
         yield report
