@@ -211,7 +211,9 @@ def test_generator_unordered_hands_back_the_fast_results_before_a_slow_one(
     path, marks = gate
     count = 10
     with parallel_config(backend="scaler"):
-        results = Parallel(n_jobs=n_jobs, return_as="generator_unordered")(
+        # One call per batch: joblib's automatic batching grows batches once calls prove fast, and a batch
+        # holding the slow call and fast ones could not hand the fast ones back early whatever we did.
+        results = Parallel(n_jobs=n_jobs, return_as="generator_unordered", batch_size=1)(
             delayed(slow_at)(i, 1, path, str(marks)) for i in range(count)
         )
         # The slow call runs on one worker until the gate opens; calls queued behind it there must
