@@ -72,9 +72,12 @@ class Stores:
         """Put `obj` into the home store (serialized once, its buffers out-of-band); what names it."""
         return self.put_prepared(object_id, stored_payload.prepare(obj, serializer), name)
 
-    def put_prepared(self, object_id: bytes, prepared: stored_payload.PreparedPayload, name: str) -> m.ObjectPayload:
+    def put_prepared(
+        self, object_id: bytes, prepared: stored_payload.PreparedPayload, name: str, wait: bool = True
+    ) -> m.ObjectPayload:
+        """`wait=False`: do not wait for the store's answer to a local seal (StoreClient.put_prepared)."""
         home = self._home
-        size = self._client_for(home).put_prepared(object_id, prepared, name)
+        size = self._client_for(home).put_prepared(object_id, prepared, name, wait=wait)
         return m.ObjectPayload(object_id=object_id, payload=b"", name=name, size=size, holder=home)
 
     def put_payload(self, item: m.ObjectPayload, serializer: Serializer | None) -> m.ObjectPayload:

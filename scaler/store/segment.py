@@ -7,6 +7,8 @@ unmaps it. Another process of the same user opens the store's descriptor as `/pr
 Readers map privately and writable: a task that changes its input array changes only its own pages
 (copy-on-write). They do not ask for MAP_POPULATE: on a private writable mapping the kernel populates
 by write faults, which copies every page (measured: 200 MB mapped in 130 ms, all of it copied).
+They ask instead for the read-only page table entries in one call (MADV_POPULATE_READ, Linux 5.14):
+no copy, and a reader that copies a 50 MB object out (a `bytes`) does it in 13 ms instead of 25.
 Writers map shared with MAP_POPULATE: they write every page anyway, and faulting fresh pages in bulk
 is cheaper than one by one.
 """
@@ -24,6 +26,8 @@ PAGE_BYTES = mmap.PAGESIZE
 _AVAILABLE = sys.platform.startswith("linux") and hasattr(os, "memfd_create")
 # Python 3.13 can map without keeping a duplicate of the descriptor open for as long as the mapping lives.
 _MAP_KEYWORDS: dict[str, Any] = {"trackfd": False} if sys.version_info >= (3, 13) else {}
+# Not in the mmap module before Python 3.13 (Linux's value); kernels before 5.14 refuse it with EINVAL.
+_MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22)
 
 
 class SharedMemoryUnavailable(RuntimeError):
@@ -124,6 +128,11 @@ def map_for_reading(path: str, size: int) -> mmap.mmap:
     """A private, writable (copy-on-write) mapping of the first `size` bytes of the segment at `path`."""
     fd = _open(path, os.O_RDONLY)
     try:
-        return mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE, **_MAP_KEYWORDS)
+        mapping = mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE, **_MAP_KEYWORDS)
     finally:
         os.close(fd)
+    try:
+        mapping.madvise(_MADV_POPULATE_READ)
+    except OSError:
+        pass  # an older kernel: the pages fault in as they are read
+    return mapping

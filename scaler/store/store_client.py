@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import logging
 import os
 import threading
 import time
@@ -27,6 +28,8 @@ from scaler.protocol import stored_payload
 from scaler.protocol.messages import Buffer
 from scaler.store.segment import map_for_reading, map_for_writing
 from scaler.utility.host_key import this_host_key
+
+logger = logging.getLogger(__name__)
 
 # A store answers a get that waits at the end of its wait; this much later, its silence is an error.
 _ANSWER_GRACE_SECONDS = 5.0
@@ -97,6 +100,8 @@ class StoreClient:
         self._socket.connect(store.ipc_address if self.local else store.data_address)
         self._lock = threading.Lock()
         self._next_request = 1
+        # Requests sent without waiting (seals of results): request id -> object id, until their answer comes.
+        self._unawaited: dict[int, bytes] = {}
         self._releases: collections.deque[bytes] = collections.deque()
         self._flush_method = weakref.WeakMethod(self.flush_releases)
         self._pid = os.getpid()
@@ -109,8 +114,13 @@ class StoreClient:
         return self.put_prepared(object_id, stored_payload.prepare(obj, self._serializer), name, timeout)
 
     def put_prepared(
-        self, object_id: bytes, payload: stored_payload.PreparedPayload, name: str = "", timeout: float | None = None
+        self, object_id: bytes, payload: stored_payload.PreparedPayload, name: str = "", timeout: float | None = None,
+        wait: bool = True,
     ) -> int:
+        """Store a prepared payload; its stored size in bytes. `wait=False` (local stores): return once the
+        payload is written, without waiting for the store's answer to the seal. A reader that asks before the
+        seal arrives waits for it; a refused seal is logged when its answer comes (the object is then lost,
+        and its readers report it so: lineage.py)."""
         deadline = self._deadline(timeout)
         if self.local:
             segment = self._request(lambda rid: d.Allocate(rid, payload.size, self._pid), deadline, d.Segment)
@@ -119,9 +129,14 @@ class StoreClient:
                 payload.write_into(mapping)
             finally:
                 mapping.close()
-            self._request(
-                lambda rid: d.Seal(rid, object_id, segment.path, payload.size, self._pid, name), deadline, d.Stored
-            )
+
+            def seal(rid: int) -> d.Seal:
+                return d.Seal(rid, object_id, segment.path, payload.size, self._pid, name)
+
+            if wait:
+                self._request(seal, deadline, d.Stored)
+            else:
+                self._tell(seal, object_id)
         else:
             pieces = payload.pieces(d.COPIED_FRAME_BYTES)  # the store copies them into a segment
             self._request(lambda rid: d.Put(rid, object_id, pieces, name), deadline, d.Stored)
@@ -221,6 +236,15 @@ class StoreClient:
         if object_ids and not self._closed:
             self._send(d.Release(object_ids, self._pid))
 
+    def _tell(self, make: Callable[[int], d.DataMessage], object_id: bytes) -> None:
+        """Send a request whose answer a later request reads (and logs, if it is a refusal)."""
+        with self._lock:
+            request_id = self._next_request
+            self._next_request += 1
+            self._send_releases()
+            self._send(make(request_id))
+            self._unawaited[request_id] = object_id
+
     def _request(self, make: Callable[[int], d.DataMessage], deadline: float, expected: type) -> Any:
         with self._lock:
             request_id = self._next_request
@@ -250,7 +274,13 @@ class StoreClient:
                 answer = d.decode(frames)
             except d.ProtocolDecodeError as error:
                 raise StoreError(f"the store at {self.store.data_address} sent a bad answer: {error}") from None
-            if getattr(answer, "request_id", None) == request_id:
+            answered = getattr(answer, "request_id", None)
+            if answered == request_id:
                 return answer
+            if answered in self._unawaited:
+                object_id = self._unawaited.pop(answered)
+                if isinstance(answer, d.Failed):
+                    logger.warning(f"store client: the store at {self.store.data_address} refused object "
+                                   f"{object_id.hex()}: {answer.reason}")
             if isinstance(answer, d.Located):
                 self._releases.append(answer.object_id)  # a late answer to a get we gave up on: it pinned the object

@@ -14,6 +14,7 @@ import time
 
 from scaler.store.server_config import StoreStartError
 from scaler.store.store_client import StoreAddress
+from scaler.utility.large_pages import with_large_pages
 from scaler.utility.parent_watch import EXIT_WITH_PARENT_ENV
 from scaler.utility.readiness import FAILED, LISTENING, ReadinessPipe
 
@@ -58,7 +59,7 @@ class StoreProcess:
         if logging_paths:
             arguments += ["--logging-paths", *logging_paths]  # last: it takes every word that follows
         pipe = ReadinessPipe()
-        child_environment = dict(environment if environment is not None else os.environ)
+        child_environment = with_large_pages(environment if environment is not None else os.environ)  # fetched frames
         child_environment[EXIT_WITH_PARENT_ENV] = str(os.getpid())
         try:
             process = subprocess.Popen(

@@ -25,6 +25,7 @@ import zmq
 
 from scaler.protocol import messages as m
 from scaler.utility.curve import PeerKeys, secure_peer
+from scaler.utility.large_pages import with_large_pages
 from scaler.utility.parent_watch import parent_is_gone
 from scaler.utility.process_stop import stop_process
 from scaler.utility.readiness import FAILED, REGISTERED, ReadinessReporter
@@ -221,6 +222,7 @@ class WorkerAgent:
             [sys.executable, "-m", "scaler.worker.processor", self._processor_address, identity.decode(), slot_path,
              str(os.getpid())],
             stdin=subprocess.DEVNULL,
+            env=with_large_pages(os.environ),
         )
         psutil_process = psutil.Process(process.pid)
         psutil_process.cpu_percent()

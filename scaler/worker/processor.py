@@ -34,6 +34,7 @@ from scaler.store.store_client import ObjectMissing, StoreError, StoreTimeout
 from scaler.utility.blocking import install_hooks, set_task_depth
 from scaler.utility.identifiers import random_object_id
 from scaler.utility.zmq_util import configure_socket, has_input, receive_frames, send_message
+from scaler.worker.own_results import ABSENT, OwnResults
 from scaler.worker.profiler import TaskProfiler
 from scaler.worker.running_task_slot import RunningTaskSlot
 from scaler.worker.warning_recorder import WarningRecorder
@@ -81,6 +82,7 @@ class Processor:
         self._serializers: dict[bytes, Serializer] = {b"": DefaultSerializer()}
         # Objects sent with send_object, deserialized once and shared by the tasks that use them.
         self._object_values: dict[bytes, Any] = {}
+        self._own_results = OwnResults()
         # Queued tasks by nesting depth: the deepest run first, since shallower tasks may be waiting on them.
         self._queues: dict[int, collections.deque[_PendingTask]] = {}
         self._queued_ids: set[int] = set()
@@ -192,6 +194,7 @@ class Processor:
                 self._queued_ids.add(task_id)
 
     def _forget_objects(self, object_ids: list[bytes]) -> None:
+        self._own_results.forget(object_ids)
         for object_id in object_ids:
             self._object_payloads.pop(object_id, None)
             self._stored_holders.pop(object_id, None)
@@ -328,7 +331,7 @@ class Processor:
                 if isinstance(sized, stored_payload.PreparedPayload):
                     prepared = sized
                     if self._store_result(
-                        task_id, lambda: stores.put_prepared(random_object_id(), prepared, "result")
+                        task_id, lambda: stores.put_prepared(random_object_id(), prepared, "result", wait=False), result
                     ):
                         return
                     payload = serializer.serialize(result)  # the store failed: in-band, on the control path
@@ -343,7 +346,7 @@ class Processor:
         self._succeeded_ids.append(task_id)
         self._payloads.append(payload)
 
-    def _store_result(self, task_id: int, put: Callable[[], m.ObjectPayload]) -> bool:
+    def _store_result(self, task_id: int, put: Callable[[], m.ObjectPayload], result: Any) -> bool:
         """A large result into this worker's store, reported as stored; False (logged once) if the store fails
         or the result cannot be serialized that way: then it goes inline."""
         try:
@@ -358,6 +361,7 @@ class Processor:
         self._stored_results.append(m.StoredResult(
             task_id=task_id, object_id=stored.object_id, size=stored.size, holder=stored.holder
         ))
+        self._own_results.add(stored.object_id, result, stored.size)
         return True
 
     def _give_back(self, task_id: int, object_id: bytes, reason: str) -> None:
@@ -378,7 +382,10 @@ class Processor:
     def _object_value(self, object_id: bytes, serializer: Serializer) -> Any:
         if object_id not in self._object_values:
             stored = self._stored_holders.get(object_id)
-            if stored is not None:
+            own = self._own_results.take(object_id)
+            if own is not ABSENT:
+                value = own
+            elif stored is not None:
                 if object_id in self._lost_inputs:
                     raise _InputLost(object_id, "reported lost already")
                 holder, size = stored

@@ -164,6 +164,26 @@ def test_placement_prefers_the_worker_whose_store_holds_the_inputs() -> None:
     assert list(near_a.pending) == [task_id]
 
 
+def test_among_the_workers_of_one_store_a_dependent_goes_to_the_worker_that_made_its_input() -> None:
+    cluster = SimulatedCluster()
+    cluster.add_store(STORE_A)
+    client = cluster.add_client()
+    first, second = (cluster.add_worker(capacity=1, store=STORE_A) for _ in range(2))
+    [blocker] = cluster.submit(client, 1)  # the first worker is busy, so the second makes the input
+    [parent_id, child_id] = client.next_task_ids(2)
+    group = m.TaskGroup(
+        function_id=FUNCTION_ID, args_per_task=1, keywords=(), task_ids=[parent_id, child_id],
+        args=[b"x", b""], ref_arg_indices=[1], ref_task_ids=[parent_id],
+    )
+    cluster.send(client.identity, m.TaskSubmission(objects=[], groups=[group]))
+    assert list(first.pending) == [blocker] and list(second.pending) == [parent_id]
+    cluster.complete(first, task_ids=[blocker])
+    cluster.complete_stored(second, [parent_id], holder=STORE_A)
+    # Both workers share the store and are idle, the first would come first: the maker's processor still
+    # has the value, so it gets the child.
+    assert list(second.pending) == [child_id] and not first.pending
+
+
 def test_placement_by_data_still_spreads_tasks_when_all_data_is_on_one_host() -> None:
     cluster = SimulatedCluster()
     client = cluster.add_client()

@@ -39,6 +39,9 @@ class ObjectRecord:
     size: int = 0
     holders: set[str] = dataclasses.field(default_factory=set)
     producer: int = 0
+    # The worker whose processor made it (a result): that processor still has its value, so a dependent
+    # placed there reads nothing at all (worker/own_results.py).
+    made_by: bytes = b""
     uses: int = 0
     # lineage.py: its last holder is gone; it stays here while something still names it.
     lost: bool = False
@@ -165,12 +168,14 @@ class ObjectTable:
             return "the worker reported a stored result without its holder"
         return None
 
-    def add_result(self, client: ClientPeer, task_id: int, result: m.StoredResult, uses: int, for_client: bool) -> None:
-        """A task's result is in a store (checked by check_result): record where. It is kept for its client
-        (`for_client`) and for the `uses` tasks it now feeds."""
+    def add_result(
+        self, client: ClientPeer, task_id: int, result: m.StoredResult, uses: int, for_client: bool, made_by: bytes
+    ) -> None:
+        """A task's result is in a store (checked by check_result): record where, and which worker made it. It
+        is kept for its client (`for_client`) and for the `uses` tasks it now feeds."""
         record = ObjectRecord(
             payload=b"", name="result", owners=set(), size=result.size, holders={result.holder}, producer=task_id,
-            uses=uses,
+            made_by=made_by, uses=uses,
         )
         if for_client:
             record.owners.add(client.identity)
@@ -229,15 +234,19 @@ class ObjectTable:
         """For the invariants: stored results to be freed at the next flush."""
         return set(self._unused)
 
-    def bytes_held_by_store(self, object_ids: Iterable[bytes]) -> dict[str, int]:
-        """Of these objects, how many bytes each store holds (stored objects only)."""
+    def bytes_held(self, object_ids: Iterable[bytes]) -> tuple[dict[str, int], dict[bytes, int]]:
+        """Of these objects (stored ones only), how many bytes each store holds, and how many bytes each
+        worker made (results whose values its processor may still have)."""
         held: dict[str, int] = {}
+        made: dict[bytes, int] = {}
         for object_id in object_ids:
             record = self.stored.get(object_id)
             if record is not None and record.holders:
                 for holder in record.holders:
                     held[holder] = held.get(holder, 0) + record.size
-        return held
+                if record.made_by:
+                    made[record.made_by] = made.get(record.made_by, 0) + record.size
+        return held, made
 
     def claim_for_group(self, client: ClientPeer, signature: TaskSignature, group: m.TaskGroup) -> None:
         """The client's accepted group uses its function, serializer and object arguments: it owns them too."""

@@ -10,7 +10,9 @@ Balancing asks a worker that holds far more than its alike peers to hand back th
 Placement follows data: a task whose arguments include stored objects goes, among the workers with
 free slots, to one whose store holds the most bytes of them (the least loaded of those), unless that
 worker is already loaded well above the least loaded one (`_LOCALITY_SLACK`): locality is a preference,
-and balancing still spreads work when the data sits on one host. The rest are water-filled as before.
+and balancing still spreads work when the data sits on one host. Among the workers of one store, the one
+that made an input counts its bytes twice: its processor still has the value. The rest are water-filled
+as before.
 """
 
 from __future__ import annotations
@@ -160,9 +162,9 @@ class Placement:
         rest: list[TaskRecord] = []
         objects = self._objects
         for record in records:
-            held = objects.bytes_held_by_store(
+            held, made = objects.bytes_held(
                 bytes(record.args[slot]) for slot in record.object_slots
-            ) if record.object_slots and by_store else None
+            ) if record.object_slots and by_store else ({}, {})
             if not held:
                 rest.append(record)
                 continue
@@ -173,8 +175,11 @@ class Placement:
                 for index in by_store.get(store, ()):
                     if room[index] <= 0 or not _locality_allows(loads[index], loads[lightest]):
                         continue
-                    if count > best_bytes or (count == best_bytes and loads[index] < loads[chosen]):
-                        chosen, best_bytes = index, count
+                    # Its store's bytes, and again those its processor made: among the workers of one host,
+                    # the one that made an input reads it without even asking the store.
+                    score = count + made.get(available[index].identity, 0)
+                    if score > best_bytes or (score == best_bytes and loads[index] < loads[chosen]):
+                        chosen, best_bytes = index, score
             batches[chosen].append(record)
             room[chosen] -= 1
             loads[chosen] += 1

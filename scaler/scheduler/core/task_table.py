@@ -151,12 +151,15 @@ class TaskTable:
     def succeed_stored(self, record: TaskRecord, result: m.StoredResult, router: ResultRouter) -> None:
         """The task succeeded and its result is in a store (a checked StoredResult): its client and its
         dependents get the object id."""
+        made_by = record.worker.identity if record.worker is not None else b""
         edges = self.forget(record)
         ready: list[TaskRecord] = []
         uses = 0
         if edges:
             ready, uses = self._graph.feed_object(edges, result.object_id, self.records)
-        self._objects.add_result(record.client, record.task_id, result, uses, for_client=not record.quiet)
+        self._objects.add_result(
+            record.client, record.task_id, result, uses, for_client=not record.quiet, made_by=made_by
+        )
         lineage = self.lineage
         if lineage is not None:
             lineage.remember(result.object_id, record)
