@@ -130,11 +130,16 @@ def test_a_sigkilled_cluster_leaves_no_store_and_no_segment(spawn: Spawner) -> N
         "the store exited with its cluster",
     )
     assert scaler_segments() <= segments_before
-    leftovers = [
-        process for process in psutil.process_iter(["cmdline"])
-        if entry.data_address in " ".join(process.info["cmdline"] or ())
-    ]
-    assert leftovers == []
+
+    def leftovers() -> list[psutil.Process]:
+        return [
+            process for process in psutil.process_iter(["cmdline", "status"])
+            if entry.data_address in " ".join(process.info["cmdline"] or ())
+            and process.info["status"] != psutil.STATUS_ZOMBIE
+        ]
+
+    # Its worker's processes notice their parent is gone within their watch interval, then exit.
+    wait_until(lambda: leftovers() == [], "every process of the killed cluster exited")
 
 
 def test_cluster_from_python_stops_its_store_after_its_workers(tmp_path) -> None:

@@ -61,9 +61,14 @@ def produce(seed: int) -> dict:
 
 
 def consume(left: dict, right: dict) -> tuple[list[str], str, bool, int]:
-    """The hosts its inputs were made on, its own host, whether both came mapped, and their checksum."""
+    """The hosts its inputs were made on, its own host, whether both came uncopied (mapped from this host's
+    store, or the maker's own array when it was made in this very process), and their checksum."""
     time.sleep(0.3)
-    mapped = mapped_from_a_store(left["data"]) and mapped_from_a_store(right["data"])
+    here = this_host()
+    mapped = all(
+        mapped_from_a_store(part["data"]) or (part["host"] == here and part["data"].flags.owndata)
+        for part in (left, right)
+    )
     return [left["host"], right["host"]], this_host(), mapped, checksum(left["data"]) + checksum(right["data"])
 
 
