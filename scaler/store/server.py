@@ -34,9 +34,16 @@ from scaler.scheduler.bad_frame_log import BadFrameLog, short_identity
 from scaler.store import store_actions as a
 from scaler.store import store_core as c
 from scaler.store import store_records as r
-from scaler.store.holder_fetches import Fetched, FetchFailed, HolderFetches
+from scaler.store.holder_fetches import Fetched, FetchEvent, FetchFailed, HolderFetches
 from scaler.store.process_watch import ProcessWatch
-from scaler.store.scheduler_link import DeleteOrder, RelayedRequest, SchedulerLink, StopStore, StoreIdentity
+from scaler.store.scheduler_link import (
+    DeleteOrder,
+    RelayedAnswer,
+    RelayedRequest,
+    SchedulerLink,
+    StopStore,
+    StoreIdentity,
+)
 from scaler.store.segment import Segment, check_available
 from scaler.store.server_config import StoreServerConfig, StoreStartError, tcp_bind_address
 from scaler.store.spill import SpillError, SpillFile
@@ -112,7 +119,7 @@ class StoreServer:
             logger.info(f"Store: removed {len(removed)} work directories of stores that died")
         work_directory = make_owned_directory(WORK_DIRECTORY_PREFIX, config.work_directory_parent)
         self._context = zmq.Context(io_threads=1)
-        self._holders = HolderFetches(self._context, self._poller)
+        self._holders = HolderFetches(self._context, self._poller, self._link.send_relay if self._link else None)
         local = self._router()
         remote = self._router()
         self._routers = [local, remote]
@@ -179,7 +186,7 @@ class StoreServer:
                 if socket is local or socket is remote:
                     self._drain(socket)
                 elif self._holders is not None and self._holders.owns(socket):
-                    self._on_fetch_replies(socket)
+                    self._on_fetch_events(self._holders.drain(socket))
                 elif socket == self._wake_read:
                     continue  # stop() was called: the loop condition ends it
                 elif self._link is not None:
@@ -201,6 +208,7 @@ class StoreServer:
             self._execute(self.core.on_process_gone(pid, now))
         if self._holders is not None:
             self._holders.forget_stale(now)
+            self._holders.check_probes(now)
         for line in self._bad_frame_log.on_tick(now):
             logger.warning(_as_store_line(line))
         if self._link is not None:
@@ -215,6 +223,10 @@ class StoreServer:
                 self.stop()
             elif isinstance(event, RelayedRequest):
                 self._handle([event.peer, *event.frames], _RELAYED)
+            elif isinstance(event, RelayedAnswer) and self._holders is not None:
+                self._on_fetch_events(self._holders.on_relayed_answer(
+                    event.store, event.request_id, event.frames, event.error
+                ))
 
     def _drain(self, socket: zmq.Socket) -> None:
         origin = _LOCAL if socket is self._routers[0] else _REMOTE
@@ -416,9 +428,8 @@ class StoreServer:
         if problem is not None:
             self._execute(self.core.on_fetch_failed(action.object_id, problem, now))
 
-    def _on_fetch_replies(self, dealer: zmq.Socket) -> None:
-        assert self._holders is not None
-        for event in self._holders.drain(dealer):
+    def _on_fetch_events(self, events: list[FetchEvent]) -> None:
+        for event in events:
             now = time.monotonic()
             if isinstance(event, Fetched):
                 self._execute(self.core.on_fetched(event.object_id, event.size, now), event.payload)

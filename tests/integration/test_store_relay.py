@@ -1,10 +1,11 @@
-"""The relay fallback (issue 15, point 3; PROTOCOL.md §19): a client that can reach the scheduler but not the store.
+"""The relay fallback (issue 15, point 3; PROTOCOL.md §19): peers that can reach the scheduler but not a store.
 
 The worker host is a network namespace (test_network_partition.py's Lab) that reaches the scheduler's namespace
 only; nothing routes between it and the client's namespace, as for a client outside a cluster's network (behind
 NAT, or a data port nobody opened). The client's large argument and large result must still travel, through the
 scheduler: the client finds no connection to the store's data address within its probe time, says so once, and
-relays; the scheduler says so once too, and the monitor feed shows the bytes it relayed.
+relays; the scheduler says so once too, and the monitor feed shows the bytes it relayed. Two such hosts, with no
+route between them, are two stores out of each other's reach: the one that fetches relays too.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pytest
 from scaler import Client
 from scaler.ui.feed import MonitorSubscriber
 from tests.integration.test_network_partition import Lab, lab, network_namespaces, wait_for  # noqa: F401
+from tests.integration.test_stores_across_hosts import checksum, read_here
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -26,6 +28,7 @@ MB = 1 << 20
 WAIT_SECONDS = 120.0  # an upper bound against hangs, never a measure
 CLIENT_LOG = "relaying its data through the scheduler"
 SCHEDULER_LOG = "RelayRouter: relaying data between client"
+STORE_TO_STORE_LOG = "RelayRouter: relaying data between store"
 
 
 def pattern(size: int, seed: int) -> np.ndarray:
@@ -77,6 +80,30 @@ def test_a_client_that_cannot_reach_the_store_sends_and_gets_large_data_through_
         time.sleep(0.2)
     scheduler_lines = [line for line in _read(the_lab.scheduler_log).splitlines() if SCHEDULER_LOG in line]
     assert len(scheduler_lines) == 1 and store_address in scheduler_lines[0], scheduler_lines
+
+
+def test_a_store_that_cannot_reach_the_holder_fetches_through_the_scheduler(lab: Lab) -> None:  # noqa: F811
+    hosts = [lab.add_host("host-a"), lab.add_host("host-b")]  # no route between them, nor to the client
+    lab.start_scheduler()
+    for host in hosts:
+        lab.start_worker(host)
+    with MonitorSubscriber(lab.monitor_address) as monitor:
+        wait_for(monitor, lambda s: len(s.stores) == 2 and len(s.workers) == 2, 60, "two stores and two workers")
+        with Client(address=lab.address, timeout_seconds=60) as client:
+            array = pattern(4 * MB, 7)
+            reference = client.send_object(array, name="big")  # into one host's store, relayed
+            runs = client.map(read_here, [(reference, 0.3)] * 12)
+            assert len({host for host, _, _ in runs}) == 2, f"every task ran on one host: {runs}"
+            assert all(mapped and total == checksum(array) for _, mapped, total in runs), runs
+            # The client's put, then the other store's fetch: each carried the object through the scheduler.
+            wait_for(monitor, lambda s: s.bytes_relayed >= 2 * array.nbytes, 30, "the object relayed twice")
+    deadline = time.monotonic() + 30
+    while STORE_TO_STORE_LOG not in _read(lab.scheduler_log) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    lines = [line for line in _read(lab.scheduler_log).splitlines() if STORE_TO_STORE_LOG in line]
+    assert len(lines) == 1, lines
+    fetching = [host for host in hosts if "relaying its data through the scheduler" in host.log()]
+    assert len(fetching) == 1, "exactly the store without the object fetched it, and said so"
 
 
 def _read(path: str) -> str:
