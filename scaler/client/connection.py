@@ -317,7 +317,7 @@ class ClientConnection:
             if self._curve_keys is not None:
                 secure_peer(socket, self._curve_keys)
             socket.connect(self.address)
-            self.relay.attach(socket, lambda message: self._send(socket, message))
+            self.relay.attach(socket, lambda message: self._send(socket, message), lambda: self._send_unsent(socket))
             self._send(socket, m.Hello(
                 role=m.Role.CLIENT, name=self._name, hostname=socket_module.gethostname(), pid=os.getpid(),
                 nesting_depth=client_nesting_depth(), host_key=this_host_key(),
@@ -352,11 +352,13 @@ class ClientConnection:
                 wakeup.consume()
             if events.get(socket, 0) & zmq.POLLIN:
                 last_heard = time.monotonic()
-                while has_input(socket):
-                    self._on_frames(receive_frames(socket))
-            while self.relay.deferred:  # read while a stored result was fetched through the scheduler
-                last_heard = time.monotonic()
-                self._on_message(self.relay.deferred.popleft())
+                # Messages read while an answer relayed from a store was awaited on this thread come first.
+                while self.relay.deferred or has_input(socket):
+                    if self.relay.deferred:
+                        last_heard = time.monotonic()
+                        self._on_message(self.relay.deferred.popleft())
+                    else:
+                        self._on_frames(receive_frames(socket))
             if self._welcomed.is_set():
                 for message in messages_from(self._outbox, self.limits.inline_budget):
                     self._send(socket, message)

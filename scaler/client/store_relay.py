@@ -32,14 +32,18 @@ class StoreRelay:
         self._io_thread: threading.Thread | None = None
         self._socket: zmq.Socket | None = None
         self._send_now: Callable[[m.Message], None] | None = None
+        self._send_unsent: Callable[[], None] | None = None
         # I/O thread only: messages read while it waited for a relayed answer, for its loop to handle.
         self.deferred: collections.deque[m.Message] = collections.deque()
 
-    def attach(self, socket: zmq.Socket, send_now: Callable[[m.Message], None]) -> None:
-        """The I/O thread, once its socket is connected."""
+    def attach(
+        self, socket: zmq.Socket, send_now: Callable[[m.Message], None], send_unsent: Callable[[], None]
+    ) -> None:
+        """The I/O thread, once its socket is connected: how it sends now, and sends what zmq could not take yet."""
         self._io_thread = threading.current_thread()
         self._socket = socket
         self._send_now = send_now
+        self._send_unsent = send_unsent
 
     def send(self, store: str, request_id: int, frames: list[m.Buffer]) -> None:
         relay = m.Relay(frames=frames, store=store, request_id=request_id)
@@ -75,7 +79,8 @@ class StoreRelay:
 
     def _read_socket(self, timeout: float) -> None:
         socket = self._socket
-        assert socket is not None
+        assert socket is not None and self._send_unsent is not None
+        self._send_unsent()  # the relayed request may wait there, behind messages sent before a reconnect
         if not socket.poll(max(1, int(timeout * 1000))):
             return
         while has_input(socket):
