@@ -27,6 +27,7 @@ from scaler.errors import ProtectedModeError
 from scaler.protocol import messages as m
 from scaler.protocol import stored_payload
 from scaler.protocol.serializer import DefaultSerializer, Serializer, StoredBuffer, loads
+from scaler.store.relay_path import DEFAULT_PROBE_SECONDS
 from scaler.utility.blocking import client_nesting_depth, waiting_for_tasks
 from scaler.utility.curve import PeerKeys
 from scaler.utility.identifiers import random_object_id
@@ -60,12 +61,14 @@ class Client:
         curve_server_key: str | None = None,
         curve_secret_key: str | None = None,
         wait_for_tags_seconds: float | None = None,
+        store_probe_seconds: float = DEFAULT_PROBE_SECONDS,
     ) -> None:
         address = zmq_address_text(address)  # ValueError, here, for anything but tcp://, ipc:// or inproc://
         if serializer is not None and not isinstance(serializer, Serializer):
             raise TypeError("serializer must be an instance of scaler.Serializer")
         for setting_name, value in (
-            ("timeout_seconds", timeout_seconds), ("heartbeat_interval_seconds", heartbeat_interval_seconds)
+            ("timeout_seconds", timeout_seconds), ("heartbeat_interval_seconds", heartbeat_interval_seconds),
+            ("store_probe_seconds", store_probe_seconds),
         ):
             try:
                 POSITIVE_SECONDS.check(value)
@@ -84,7 +87,8 @@ class Client:
         self._curve_key_options = (curve_server_key, curve_secret_key)
         curve_keys = PeerKeys.resolve(curve_server_key, curve_secret_key)
         self._connection = ClientConnection(
-            address, name, timeout_seconds, heartbeat_interval_seconds, curve_keys, self._serializer
+            address, name, timeout_seconds, heartbeat_interval_seconds, curve_keys, self._serializer,
+            store_probe_seconds,
         )
         self._connection.connect()
         self._call_sites = CallSites(self._connection, self._serializer, tag_wait_ms)

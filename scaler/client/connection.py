@@ -25,6 +25,7 @@ from scaler.client.payload_limits import PayloadLimits
 from scaler.client.result_routing import PendingResults
 from scaler.client.result_sinks import MapCollector
 from scaler.client.sent_objects import SentObjects
+from scaler.client.store_relay import StoreRelay
 from scaler.client.wakeup import WakeupPipe
 from scaler.errors import ConnectionFailedError, ObjectLostError, SchedulerLostError
 from scaler.protocol import messages as m
@@ -32,6 +33,7 @@ from scaler.protocol import stored_payload
 from scaler.protocol.serializer import DefaultSerializer, Serializer, StoredBuffer
 from scaler.protocol.task_signature import TaskSignature
 from scaler.store.peer_stores import Stores
+from scaler.store.relay_path import DEFAULT_PROBE_SECONDS
 from scaler.store.store_client import ObjectMissing, StoreError, StoreTimeout
 from scaler.utility.blocking import client_nesting_depth
 from scaler.utility.curve import PeerKeys, secure_peer
@@ -64,10 +66,13 @@ class ClientConnection:
         heartbeat_interval_seconds: float,
         curve_keys: PeerKeys | None = None,
         serializer: Serializer | None = None,
+        store_probe_seconds: float = DEFAULT_PROBE_SECONDS,
     ) -> None:
         self.address = address
-        # The stores the scheduler names (welcome, storeDirectory): where large objects go, and results come from.
-        self.stores = Stores(timeout_seconds)
+        # The stores the scheduler names (welcome, storeDirectory): where large objects go, and results come from;
+        # those out of reach through the scheduler.
+        self.relay = StoreRelay(self.send_message)
+        self.stores = Stores(timeout_seconds, self.relay, store_probe_seconds)
         self._serializer = serializer
         self._store_failure_logged = False
         # What this client stored, until it deletes it: sent again if its store is lost (resendObjects).
@@ -312,6 +317,7 @@ class ClientConnection:
             if self._curve_keys is not None:
                 secure_peer(socket, self._curve_keys)
             socket.connect(self.address)
+            self.relay.attach(socket, lambda message: self._send(socket, message), lambda: self._send_unsent(socket))
             self._send(socket, m.Hello(
                 role=m.Role.CLIENT, name=self._name, hostname=socket_module.gethostname(), pid=os.getpid(),
                 nesting_depth=client_nesting_depth(), host_key=this_host_key(),
@@ -346,8 +352,13 @@ class ClientConnection:
                 wakeup.consume()
             if events.get(socket, 0) & zmq.POLLIN:
                 last_heard = time.monotonic()
-                while has_input(socket):
-                    self._on_frames(receive_frames(socket))
+                # Messages read while an answer relayed from a store was awaited on this thread come first.
+                while self.relay.deferred or has_input(socket):
+                    if self.relay.deferred:
+                        last_heard = time.monotonic()
+                        self._on_message(self.relay.deferred.popleft())
+                    else:
+                        self._on_frames(receive_frames(socket))
             if self._welcomed.is_set():
                 for message in messages_from(self._outbox, self.limits.inline_budget):
                     self._send(socket, message)
@@ -402,18 +413,24 @@ class ClientConnection:
         except m.ProtocolDecodeError as error:
             logger.warning(f"Client: dropped an undecodable message from the scheduler: {error}")
             return
+        self._on_message(message)
+
+    def _on_message(self, message: m.Message) -> None:
         if isinstance(message, m.TaskResults):
             if message.stored:
                 self._fetch_stored(message)
             self._results.route(message)
         elif isinstance(message, m.HeartbeatEcho):
             pass
+        elif isinstance(message, m.Relay):
+            self.relay.deliver(message)
         elif isinstance(message, m.CancelRefused):
             self._results.refuse_cancels(message.task_ids)
         elif isinstance(message, m.ResendObjects):
             self._resend(message.object_ids)
         elif isinstance(message, m.StoreDirectory):
             self.stores.update(message)
+            self.store_directory = message
             self._silent_holders.clear()
         elif isinstance(message, m.Welcome):
             self.stores.update(message.store_directory)
@@ -423,8 +440,6 @@ class ClientConnection:
             self.limits = PayloadLimits(message.max_frame_bytes, message.max_control_frame_bytes)
             self.store_directory = message.store_directory
             self._welcomed.set()
-        elif isinstance(message, m.StoreDirectory):
-            self.store_directory = message
         elif isinstance(message, m.Refused):
             if self._welcomed.is_set():
                 # We were welcomed once: a scheduler that no longer knows us was restarted, or dropped us for silence.

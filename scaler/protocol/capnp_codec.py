@@ -37,6 +37,7 @@ from scaler.protocol.messages import (
     ProtocolDecodeError,
     ProtocolError,
     Refused,
+    Relay,
     ReleaseTasks,
     ResendObjects,
     Role,
@@ -324,8 +325,19 @@ def _encode_warnings(results, warnings: list[TaskWarning]) -> None:
     results.warningIndices = indices
 
 
+def _encode_relay(builder, message: Relay, frames: list[Buffer]) -> None:
+    relay = builder.init("relay")
+    relay.store = message.store
+    relay.peer = message.peer
+    relay.requestId = message.request_id
+    relay.error = message.error
+    relay.dataFrames = len(message.frames)
+    frames.extend(message.frames)  # passed on as they came: never copied
+
+
 _ENCODERS: dict[type, Callable[[Any, Any, list[Buffer]], Any]] = {
     TaskSubmission: _encode_submission,
+    Relay: _encode_relay,
     StoreDirectory: lambda builder, message, frames: _write_directory(builder.init("storeDirectory"), message),
     TaskResults: _encode_results,
     **{cls: _encode_flat for cls in _FLAT_MESSAGES},
@@ -475,8 +487,19 @@ def _decode_warnings(reader) -> list[TaskWarning]:
     return [TaskWarning(task_id, *entries[index]) for task_id, index in zip(task_ids, indices)]
 
 
+def _decode_relay(reader, frames: _FrameTable) -> Relay:
+    count = reader.dataFrames
+    if (count == 0) != bool(reader.error):
+        raise ProtocolDecodeError("a relay carries a data message or an error, exactly one of them")
+    return Relay(
+        frames=[frames.take(number) for number in range(1, count + 1)], store=reader.store, peer=bytes(reader.peer),
+        request_id=reader.requestId, error=reader.error,
+    )
+
+
 _DECODERS: dict[str, Callable[[Any, _FrameTable], Any]] = {
     "submitTasks": _decode_submission,
+    "relay": _decode_relay,
     "taskResults": _decode_results,
     "storeDirectory": lambda reader, frames: _read_directory(reader),
     **{member: functools.partial(_decode_flat, cls) for cls, member in _FLAT_MESSAGES.items()},

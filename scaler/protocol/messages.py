@@ -306,6 +306,24 @@ class ResendObjects:
 
 
 @dataclasses.dataclass(slots=True)
+class Relay:
+    """A data-protocol message (`frames`: its control frame, then its payload frames) carried through the scheduler
+    for a peer that cannot reach the store directly (PROTOCOL.md §19). `store` names the store (requests to the
+    scheduler, answers from it); `peer` the requester (between the scheduler and the store); `error`: undeliverable."""
+
+    frames: list[Buffer]
+    store: str = ""
+    peer: bytes = b""
+    request_id: int = 0
+    error: str = ""
+
+    @property
+    def payload_bytes(self) -> int:
+        """The bytes of the data message's payload frames (the object, if it carries one)."""
+        return sum(map(len, self.frames[1:]))
+
+
+@dataclasses.dataclass(slots=True)
 class ClearRequest:
     pass
 
@@ -370,6 +388,7 @@ Message = Union[
     StoreDirectory,
     ObjectsLost,
     ResendObjects,
+    Relay,
 ]
 
 

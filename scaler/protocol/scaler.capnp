@@ -37,6 +37,7 @@ struct Message {
     storeDirectory @21 :StoreDirectory;
     objectsLost @22 :ObjectsLost;
     resendObjects @23 :ResendObjects;
+    relay @24 :Relay;
   }
 }
 
@@ -284,6 +285,22 @@ struct ObjectsLost {
 # them in a submitTasks (objects only), or answer objectsLost for those you no longer have.
 struct ResendObjects {
   objectIds @0 :List(Data);
+}
+
+# The relay fallback (PROTOCOL.md §19): a data-protocol message (data.capnp) for a store that its sender cannot
+# reach directly, carried through the scheduler over the store's control link, and the store's answer back.
+# The data message's frames (its control frame, then its payload frames) follow this message's frame.
+# Client or store -> scheduler: a request for the store whose data address is `store`.
+# Scheduler -> store: the same request; `peer` names the requester (opaque: the store sends it back).
+# Store -> scheduler: the answer to the request from `peer`.
+# Scheduler -> requester: the answer from `store`; or, with `error` set and no frames, why the request could
+# not be delivered (no such store is registered).
+struct Relay {
+  store @0 :Text;          # a store's data address (tcp://)
+  peer @1 :Data;           # the requester's routing identity, between the scheduler and the store
+  requestId @2 :UInt64;    # the data message's request id, for a requester to match an error to its request
+  error @3 :Text;
+  dataFrames @4 :UInt32;   # how many frames the data message has (0 only with an error)
 }
 
 struct ClearRequest {}

@@ -16,7 +16,15 @@ import psutil
 import zmq
 
 from scaler.protocol import messages as m
-from scaler.store.scheduler_link import DeleteOrder, LinkEvent, SchedulerLink, StopStore, StoreIdentity
+from scaler.store.scheduler_link import (
+    DeleteOrder,
+    LinkEvent,
+    RelayedAnswer,
+    RelayedRequest,
+    SchedulerLink,
+    StopStore,
+    StoreIdentity,
+)
 from scaler.store.store_records import StoreStatus
 from scaler.utility.curve import PeerKeys, secure_peer
 from scaler.utility.zmq_util import configure_socket, receive_frames, send_message
@@ -80,6 +88,10 @@ class ControlLink(SchedulerLink):
     def _on_message(self, message: m.Message, now: float) -> list[LinkEvent]:
         if isinstance(message, m.DeleteObjects):
             return [DeleteOrder(tuple(message.object_ids))]
+        if isinstance(message, m.Relay):
+            if message.peer:
+                return [RelayedRequest(message.peer, message.frames)]
+            return [RelayedAnswer(message.store, message.request_id, message.frames, message.error)]
         if isinstance(message, m.Welcome):
             self._welcomed = True
             self._interval = message.heartbeat_interval_for(self._own_interval)
@@ -114,6 +126,18 @@ class ControlLink(SchedulerLink):
 
     def objects_lost(self, object_ids: tuple[bytes, ...]) -> None:
         logger.warning(f"Store: lost {len(object_ids)} objects (unreadable spill file); the scheduler is not told yet")
+
+    def send_relay(self, relay: m.Relay, track: bool = False) -> zmq.MessageTracker | None:
+        socket = self._socket
+        if socket is None:
+            return None
+        frames = m.encode(relay)
+        if not track:
+            socket.send_multipart(frames, zmq.NOBLOCK, copy=False)
+            return None
+        trackers = [socket.send(frame, zmq.SNDMORE | zmq.NOBLOCK, copy=False, track=True) for frame in frames[:-1]]
+        trackers.append(socket.send(frames[-1], zmq.NOBLOCK, copy=False, track=True))
+        return zmq.MessageTracker(*[tracker for tracker in trackers if tracker])
 
     def close(self) -> None:
         socket, self._socket = self._socket, None

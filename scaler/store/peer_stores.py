@@ -4,7 +4,8 @@ The scheduler sends the directory of stores (welcome.storeDirectory, then storeD
 changes) and names this peer's home store. A payload of `inline_limit` bytes or more is put into the
 home store and travels on the control path as its id, size and holder (PROTOCOL.md §13); without a
 home store everything stays on the control path, as it always did. A stored object is read from its
-holder: through shared memory when the holder is on this host (same host key), else over TCP.
+holder: through shared memory when the holder is on this host (same host key), else over TCP, or
+through the scheduler when this peer has a relay path and the store's TCP address is out of its reach.
 
 Puts and gets run on the caller's thread; each StoreClient serializes its own requests, so one lock
 per store is all the sharing there is.
@@ -19,14 +20,19 @@ from typing import Any
 from scaler.protocol import messages as m
 from scaler.protocol import stored_payload
 from scaler.protocol.serializer import DefaultSerializer, Serializer, StoredBuffer
+from scaler.store.relay_path import DEFAULT_PROBE_SECONDS, RelayPath
 from scaler.store.store_client import StoreAddress, StoreClient, StoreTimeout
 
 logger = logging.getLogger(__name__)
 
 
 class Stores:
-    def __init__(self, timeout_seconds: float) -> None:
+    def __init__(
+        self, timeout_seconds: float, relay: RelayPath | None = None, probe_seconds: float = DEFAULT_PROBE_SECONDS
+    ) -> None:
         self._timeout_seconds = timeout_seconds
+        self._relay = relay
+        self._probe_seconds = probe_seconds
         self._lock = threading.Lock()
         self._addresses: dict[str, StoreAddress] = {}
         self._home = ""
@@ -63,7 +69,9 @@ class Stores:
             client = self._clients.get(data_address)
             if client is None:
                 address = self._addresses.get(data_address) or StoreAddress(data_address)
-                client = self._clients[data_address] = StoreClient(address, timeout_seconds=self._timeout_seconds)
+                client = self._clients[data_address] = StoreClient(
+                    address, timeout_seconds=self._timeout_seconds, relay=self._relay, probe_seconds=self._probe_seconds
+                )
             return client
 
     # ------------------------------------------------------------------------------------------ writing

@@ -15,6 +15,7 @@ from typing import Union
 
 import zmq
 
+from scaler.protocol import messages as m
 from scaler.store.store_records import StoreStatus
 
 
@@ -39,7 +40,26 @@ class StopStore:
     reason: str
 
 
-LinkEvent = Union[DeleteOrder, StopStore]
+@dataclasses.dataclass(frozen=True)
+class RelayedRequest:
+    """A data message from a peer that cannot reach this store directly, passed on by the scheduler (§19).
+    `peer` is opaque: the answer goes back naming it."""
+
+    peer: bytes
+    frames: list[m.Buffer]
+
+
+@dataclasses.dataclass(frozen=True)
+class RelayedAnswer:
+    """The answer of a store this one cannot reach directly, to a request it relayed (or why it could not be)."""
+
+    store: str
+    request_id: int
+    frames: list[m.Buffer]
+    error: str
+
+
+LinkEvent = Union[DeleteOrder, StopStore, RelayedRequest, RelayedAnswer]
 
 
 class SchedulerLink(abc.ABC):
@@ -62,6 +82,10 @@ class SchedulerLink(abc.ABC):
     @abc.abstractmethod
     def objects_lost(self, object_ids: tuple[bytes, ...]) -> None:
         """This store lost these objects without being told to delete them (an unreadable spill file)."""
+
+    @abc.abstractmethod
+    def send_relay(self, relay: m.Relay, track: bool = False) -> zmq.MessageTracker | None:
+        """Send a relay to the scheduler: an answer to a relayed request, or a request this store relays."""
 
     @abc.abstractmethod
     def close(self) -> None:

@@ -5,7 +5,9 @@ processes of this host: allocate and seal (a writer hands over a segment it wrot
 reader maps the segment through /proc), release. The remote socket (tcp://) serves everyone: put (the
 payload comes as frames and is copied into a segment) and get (the payload leaves as a frame read by
 zmq straight from the segment's mapping). To fetch an object from another store, this store is a
-remote reader of it (holder_fetches.py).
+remote reader of it (holder_fetches.py). A peer that cannot reach the tcp socket sends its requests
+through the scheduler, which passes them over the scheduler link (relay, PROTOCOL.md §19): they are
+served as remote requests, and answered the same way.
 
 The core decides; this shell owns the segments, the spill files and the sockets, and reports back.
 """
@@ -25,15 +27,23 @@ from typing import Callable
 import zmq
 
 from scaler.protocol import data_messages as d
+from scaler.protocol import messages as m
 from scaler.protocol.messages import Buffer
 from scaler.protocol.stored_payload import split_frames
 from scaler.scheduler.bad_frame_log import BadFrameLog, short_identity
 from scaler.store import store_actions as a
 from scaler.store import store_core as c
 from scaler.store import store_records as r
-from scaler.store.holder_fetches import Fetched, FetchFailed, HolderFetches
+from scaler.store.holder_fetches import Fetched, FetchEvent, FetchFailed, HolderFetches
 from scaler.store.process_watch import ProcessWatch
-from scaler.store.scheduler_link import DeleteOrder, SchedulerLink, StopStore, StoreIdentity
+from scaler.store.scheduler_link import (
+    DeleteOrder,
+    RelayedAnswer,
+    RelayedRequest,
+    SchedulerLink,
+    StopStore,
+    StoreIdentity,
+)
 from scaler.store.segment import Segment, check_available
 from scaler.store.server_config import StoreServerConfig, StoreStartError, tcp_bind_address
 from scaler.store.spill import SpillError, SpillFile
@@ -49,6 +59,9 @@ MAX_CONTROL_FRAME_BYTES = 1 << 20
 _TICK_SECONDS = 0.25
 # Receive at most this many messages per socket before looking at timers and the other sockets.
 _MAX_MESSAGES_PER_WAKE = 64
+# Where a request came from, the first byte of its answer's routing key: the ipc socket, the tcp socket, or
+# the scheduler link (relayed: the rest of the key is the requester's identity at the scheduler).
+_LOCAL, _REMOTE, _RELAYED = 0, 1, 2
 
 
 class StoreServer:
@@ -106,7 +119,7 @@ class StoreServer:
             logger.info(f"Store: removed {len(removed)} work directories of stores that died")
         work_directory = make_owned_directory(WORK_DIRECTORY_PREFIX, config.work_directory_parent)
         self._context = zmq.Context(io_threads=1)
-        self._holders = HolderFetches(self._context, self._poller)
+        self._holders = HolderFetches(self._context, self._poller, self._link.send_relay if self._link else None)
         local = self._router()
         remote = self._router()
         self._routers = [local, remote]
@@ -173,7 +186,7 @@ class StoreServer:
                 if socket is local or socket is remote:
                     self._drain(socket)
                 elif self._holders is not None and self._holders.owns(socket):
-                    self._on_fetch_replies(socket)
+                    self._on_fetch_events(self._holders.drain(socket))
                 elif socket == self._wake_read:
                     continue  # stop() was called: the loop condition ends it
                 elif self._link is not None:
@@ -195,6 +208,7 @@ class StoreServer:
             self._execute(self.core.on_process_gone(pid, now))
         if self._holders is not None:
             self._holders.forget_stale(now)
+            self._holders.check_probes(now)
         for line in self._bad_frame_log.on_tick(now):
             logger.warning(_as_store_line(line))
         if self._link is not None:
@@ -207,22 +221,29 @@ class StoreServer:
             elif isinstance(event, StopStore):
                 logger.warning(f"Store: stopping: {event.reason}")
                 self.stop()
+            elif isinstance(event, RelayedRequest):
+                self._handle([event.peer, *event.frames], _RELAYED)
+            elif isinstance(event, RelayedAnswer) and self._holders is not None:
+                self._on_fetch_events(self._holders.on_relayed_answer(
+                    event.store, event.request_id, event.frames, event.error
+                ))
 
     def _drain(self, socket: zmq.Socket) -> None:
-        is_local = socket is self._routers[0]
+        origin = _LOCAL if socket is self._routers[0] else _REMOTE
         for _ in range(_MAX_MESSAGES_PER_WAKE):
             try:
                 frames: list[Buffer] = [part.buffer for part in socket.recv_multipart(zmq.NOBLOCK, copy=False)]
             except zmq.Again:
                 return
-            self._handle(frames, is_local)
+            self._handle(frames, origin)
 
     def _bad_frame(self, sender: bytes, what: str) -> None:
         for line in self._bad_frame_log.on_dropped(sender, what, time.monotonic()):
             logger.warning(_as_store_line(line))
 
-    def _handle(self, frames: list[Buffer], is_local: bool) -> None:
+    def _handle(self, frames: list[Buffer], origin: int) -> None:
         identity = bytes(frames[0])
+        is_local = origin == _LOCAL
         if len(frames) < 2 or len(frames[1]) > MAX_CONTROL_FRAME_BYTES:
             self._bad_frame(identity, "a message without a data protocol frame")
             return
@@ -231,8 +252,8 @@ class StoreServer:
         except d.ProtocolDecodeError as error:
             self._bad_frame(identity, f"an undecodable message ({error})")
             return
-        # The answer's routing key: which socket (local 0, remote 1), then the peer's identity on it.
-        peer = (b"\x00" if is_local else b"\x01") + identity
+        # The answer's routing key: where the request came from, then the peer's identity there.
+        peer = bytes((origin,)) + identity
         now = time.monotonic()
         core = self.core
         payload: list[Buffer] | None = None
@@ -348,28 +369,39 @@ class StoreServer:
         return []
 
     def _reply(self, peer: bytes, message: d.DataMessage) -> None:
-        socket, identity = self._routers[peer[0]], peer[1:]
         try:
-            socket.send_multipart([identity, *d.encode(message)], copy=False)
+            self._send_data(peer, d.encode(message), track=False)
         except zmq.ZMQError as error:
-            logger.warning(f"Store: could not answer {short_identity(identity)}: {error}")
+            logger.warning(f"Store: could not answer {short_identity(peer[1:])}: {error}")
+
+    def _send_data(self, peer: bytes, frames: list[Buffer], track: bool) -> zmq.MessageTracker | None:
+        """A data message to the peer a request came from: on its socket, or back through the scheduler."""
+        identity = peer[1:]
+        if peer[0] == _RELAYED:
+            assert self._link is not None
+            return self._link.send_relay(m.Relay(frames=frames, peer=identity), track)
+        socket = self._routers[peer[0]]
+        if not track:
+            socket.send_multipart([identity, *frames], copy=False)
+            return None
+        trackers = [socket.send(identity, zmq.SNDMORE, copy=False, track=True)]
+        trackers += [socket.send(frame, zmq.SNDMORE, copy=False, track=True) for frame in frames[:-1]]
+        trackers.append(socket.send(frames[-1], copy=False, track=True))
+        return zmq.MessageTracker(*[tracker for tracker in trackers if tracker])
 
     def _send_object(self, action: a.SendObject) -> None:
         """The object's bytes leave as frames that zmq reads from the segment: pinned until zmq is done."""
-        socket, identity = self._routers[action.to.peer[0]], action.to.peer[1:]
         payload: list[Buffer] = [memoryview(self._segments[action.segment_id].mapping())[: action.size]]
         if action.max_frame_bytes:
             payload = split_frames(payload, action.max_frame_bytes)
-        frames = [identity, *d.encode(d.ObjectData(action.to.request_id, action.object_id, payload))]
-        trackers = []
+        frames = d.encode(d.ObjectData(action.to.request_id, action.object_id, payload))
+        tracker = None
         try:
-            for frame in frames[:-1]:
-                trackers.append(socket.send(frame, zmq.SNDMORE, copy=False, track=True))
-            trackers.append(socket.send(frames[-1], copy=False, track=True))
+            tracker = self._send_data(action.to.peer, frames, track=True)
         except zmq.ZMQError as error:
-            logger.warning(f"Store: could not send an object to {short_identity(identity)}: {error}")
-        # Each frame is released on its own: the segment stays pinned until zmq has let go of all of them.
-        self._transfers.append((zmq.MessageTracker(*[tracker for tracker in trackers if tracker]), action.transfer))
+            logger.warning(f"Store: could not send an object to {short_identity(action.to.peer[1:])}: {error}")
+        # The segment stays pinned until zmq has let go of every frame that views it.
+        self._transfers.append((tracker or zmq.MessageTracker(), action.transfer))
 
     def _finish_transfers(self) -> None:
         if not self._transfers:
@@ -396,9 +428,8 @@ class StoreServer:
         if problem is not None:
             self._execute(self.core.on_fetch_failed(action.object_id, problem, now))
 
-    def _on_fetch_replies(self, dealer: zmq.Socket) -> None:
-        assert self._holders is not None
-        for event in self._holders.drain(dealer):
+    def _on_fetch_events(self, events: list[FetchEvent]) -> None:
+        for event in events:
             now = time.monotonic()
             if isinstance(event, Fetched):
                 self._execute(self.core.on_fetched(event.object_id, event.size, now), event.payload)

@@ -6,6 +6,12 @@ come back as views of the mapping, and tells the store when the mapping is gone 
 store may recycle the segment. From another host, `put` sends the payload as frames (the object's
 buffers uncopied) and `get` receives it as one frame that the arrays then view.
 
+A remote store that this peer cannot reach (no connection to its data address within `probe_seconds`
+of the first request: a client behind NAT, a firewalled port) is reached through the scheduler instead,
+if the caller gave a relay path (relay_path.py): the request and every later one go there, and the
+direct socket is closed. The probe waits for the connection, not for the answer, so a store that is
+slow to answer is not mistaken for one out of reach, and a reachable store costs no extra round trip.
+
 One StoreClient talks to one store, from any thread (one request at a time); every wait has a timeout.
 """
 
@@ -26,6 +32,7 @@ from scaler.client.serializer import Serializer
 from scaler.protocol import data_messages as d
 from scaler.protocol import stored_payload
 from scaler.protocol.messages import Buffer
+from scaler.store.relay_path import DEFAULT_PROBE_SECONDS, RelayPath
 from scaler.store.segment import map_for_reading, map_for_writing
 from scaler.utility.host_key import this_host_key
 
@@ -83,7 +90,8 @@ def _on_unmapped(releases: collections.deque, object_id: bytes, flush: weakref.W
 class StoreClient:
     def __init__(
         self, store: StoreAddress, serializer: Serializer | None = None, timeout_seconds: float = 60.0,
-        context: zmq.Context | None = None, local: bool | None = None,
+        context: zmq.Context | None = None, local: bool | None = None, relay: RelayPath | None = None,
+        probe_seconds: float = DEFAULT_PROBE_SECONDS,
     ) -> None:
         self.store = store
         self.local = store.is_local() if local is None else local
@@ -97,6 +105,14 @@ class StoreClient:
         self._socket.setsockopt(zmq.LINGER, 0)
         self._socket.setsockopt(zmq.SNDHWM, 0)
         self._socket.setsockopt(zmq.RCVHWM, 0)
+        # Remote, with a relay path: until the connection is made (the monitor says so), the store may be out
+        # of reach. Watched from before the connect, so that the event cannot be missed.
+        self._relay = relay if not self.local else None
+        self._probe_seconds = probe_seconds
+        self._relayed = False
+        self._monitor: zmq.Socket | None = None
+        if self._relay is not None:
+            self._monitor = self._socket.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
         self._socket.connect(store.ipc_address if self.local else store.data_address)
         self._lock = threading.Lock()
         self._next_request = 1
@@ -209,6 +225,7 @@ class StoreClient:
                 return
             self._send_releases()
             self._closed = True
+            self._stop_probing()
             self._socket.close(linger=100)
             if self._own_context:
                 self._context.term()
@@ -250,12 +267,16 @@ class StoreClient:
             request_id = self._next_request
             self._next_request += 1
             message = make(request_id)
-            self._send_releases()
-            self._send(message)
-            try:
-                answer = self._answer_to(request_id, deadline, type(message).__name__)
-            finally:
+            if not self._relayed:
                 self._send_releases()
+                self._send(message)
+            if self._relayed or (self._monitor is not None and not self._reachable(deadline)):
+                answer = self._relayed_request(request_id, message, deadline)
+            else:
+                try:
+                    answer = self._answer_to(request_id, deadline, type(message).__name__)
+                finally:
+                    self._send_releases()
         if isinstance(answer, expected):
             return answer
         if isinstance(answer, d.Missing):
@@ -263,6 +284,58 @@ class StoreClient:
         if isinstance(answer, d.Failed):
             raise StoreError(f"the store at {self.store.data_address} refused: {answer.reason}")
         raise StoreError(f"the store answered {type(answer).__name__} to {type(message).__name__}")
+
+    # ------------------------------------------------------------------------------------------ relay
+
+    def _reachable(self, deadline: float) -> bool:
+        """After the first request to a remote store is sent: whether a connection to it is made within the
+        probe time. A store that is reachable loses no time; one that is not never gets the request (the
+        socket is closed with what it queued), which goes through the scheduler instead."""
+        assert self._monitor is not None
+        poller = zmq.Poller()
+        poller.register(self._monitor, zmq.POLLIN)
+        poller.register(self._socket, zmq.POLLIN)
+        wait = min(self._probe_seconds, max(0.0, deadline - time.monotonic()))
+        if poller.poll(int(wait * 1000)):
+            self._stop_probing()
+            return True
+        logger.warning(
+            f"{self._relay.owner if self._relay else 'StoreClient'}: no connection to the store's data address "
+            f"{self.store.data_address} within {self._probe_seconds:g}s; relaying its data through the scheduler"
+        )
+        self._stop_probing()
+        self._relayed = True
+        self._socket.close(linger=0)  # what it queued for the store must never arrive after the relayed copy
+        return False
+
+    def _stop_probing(self) -> None:
+        monitor, self._monitor = self._monitor, None
+        if monitor is not None:
+            self._socket.disable_monitor()
+            monitor.close(linger=0)
+
+    def _relayed_request(self, request_id: int, message: d.DataMessage, deadline: float) -> d.DataMessage:
+        relay = self._relay
+        assert relay is not None
+        relay.send(self.store.data_address, request_id, d.encode(message))
+        while True:
+            answer = relay.receive(self.store.data_address, deadline)
+            if answer is None:
+                raise StoreTimeout(
+                    f"the store at {self.store.data_address} did not answer {type(message).__name__} in time "
+                    "(relayed through the scheduler)"
+                )
+            if answer.error:
+                if answer.request_id == request_id:
+                    raise StoreError(f"the scheduler could not relay to the store at {self.store.data_address}: "
+                                     f"{answer.error}")
+                continue
+            try:
+                decoded = d.decode(answer.frames)
+            except d.ProtocolDecodeError as error:
+                raise StoreError(f"the store at {self.store.data_address} sent a bad answer: {error}") from None
+            if getattr(decoded, "request_id", None) == request_id:
+                return decoded
 
     def _answer_to(self, request_id: int, deadline: float, what: str) -> d.DataMessage:
         while True:

@@ -185,6 +185,15 @@ def task_results(ids: st.SearchStrategy[int] = U64, paired: bool = True) -> st.S
     return build()
 
 
+def relays() -> st.SearchStrategy[m.Relay]:
+    """A data message carried, or (no frames) the error of one that could not be delivered."""
+    carrying = st.builds(
+        m.Relay, frames=st.lists(SMALL_BYTES, min_size=1, max_size=3), store=TEXT, peer=SMALL_BYTES, request_id=U64,
+    )
+    failing = st.builds(m.Relay, frames=st.builds(list), store=TEXT, request_id=U64, error=TEXT.filter(bool))
+    return st.one_of(carrying, failing)
+
+
 def message_strategies(
     ids: st.SearchStrategy[int] = U64,
     functions: st.SearchStrategy[bytes] | None = None,
@@ -222,6 +231,7 @@ def message_strategies(
         m.DrainWorkersResponse: st.builds(
             m.DrainWorkersResponse, draining=st.lists(TEXT, max_size=3), unknown=st.lists(TEXT, max_size=3)
         ),
+        m.Relay: relays(),
     }
 
 

@@ -67,13 +67,13 @@ BAD_IDENTITIES = [b"bad-0", b"bad-1", b"bad-2"]
 CLIENT_SENDS = {
     m.Heartbeat, m.Disconnect, m.TaskSubmission, m.CancelTasks, m.ClearRequest, m.DeleteObjects, m.ShutdownRequest,
     m.DrainWorkers,
-    m.ObjectsLost,
+    m.ObjectsLost, m.Relay,
 }
 WORKER_SENDS = {m.Heartbeat, m.Disconnect, m.TaskResults, m.CancelRefused, m.TaskStarted, m.ObjectsLost}
 # Tags good workers offer and good tasks require: some tasks need a worker that may not be there yet.
 TAG_POOL = ["python", "native", "gpu"]
 TAG_SETS = st.lists(st.sampled_from(TAG_POOL), max_size=2, unique=True)
-STORE_SENDS = {m.Heartbeat, m.Disconnect}
+STORE_SENDS = {m.Heartbeat, m.Disconnect, m.Relay}
 ANSWERING_KINDS = [m.FailureKind.RAISED, m.FailureKind.RETURNED, m.FailureKind.WORKER_DIED, m.FailureKind.SERIALIZATION]
 
 

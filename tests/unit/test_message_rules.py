@@ -23,10 +23,10 @@ pytestmark = pytest.mark.timeout(60)
 CLIENT_SENDS = {
     m.Heartbeat, m.Disconnect, m.TaskSubmission, m.CancelTasks, m.ClearRequest, m.DeleteObjects, m.ShutdownRequest,
     m.DrainWorkers,
-    m.ObjectsLost,
+    m.ObjectsLost, m.Relay,
 }
 WORKER_SENDS = {m.Heartbeat, m.Disconnect, m.TaskResults, m.CancelRefused, m.TaskStarted, m.ObjectsLost}
-STORE_SENDS = {m.Heartbeat, m.Disconnect}
+STORE_SENDS = {m.Heartbeat, m.Disconnect, m.Relay}
 SENDS = {m.Role.CLIENT: CLIENT_SENDS, m.Role.WORKER: WORKER_SENDS, m.Role.STORE: STORE_SENDS}
 
 
@@ -62,6 +62,7 @@ def sample(kind: type, task_ids: list[int], next_id: int) -> m.Message:
         m.DrainWorkers: m.DrainWorkers(worker_names=["worker-0", "nobody"]),
         m.DrainWorkersResponse: m.DrainWorkersResponse(draining=["worker-0"]),
         m.StoreDirectory: m.StoreDirectory(stores=[m.StoreEntry("tcp://127.0.0.1:1", "ipc:///tmp/s", "b/1")]),
+        m.Relay: m.Relay(frames=[b"data message", b"payload"], store="tcp://127.0.0.1:7000", request_id=3),
     }
     return samples[kind]
 

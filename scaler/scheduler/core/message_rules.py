@@ -15,7 +15,8 @@ from scaler.protocol import messages as m
 _CLIENTS = frozenset({m.Role.CLIENT})
 _WORKERS = frozenset({m.Role.WORKER})
 _BOTH = _CLIENTS | _WORKERS
-_ANY = _BOTH | {m.Role.STORE}
+_STORES = frozenset({m.Role.STORE})
+_ANY = _BOTH | _STORES
 
 # Message type -> the roles that may send it once registered. A type missing here is one the scheduler
 # never receives (it sends it, or it belongs inside a worker). Hello opens a registration, so no
@@ -34,6 +35,8 @@ SENDERS: dict[type, frozenset[m.Role]] = {
     m.TaskResults: _WORKERS,
     m.CancelRefused: _WORKERS,
     m.TaskStarted: _WORKERS,
+    # The relay fallback: a client or a store that cannot reach a store; a store's answers.
+    m.Relay: _CLIENTS | _STORES,
 }
 
 _PLURAL = {m.Role.CLIENT: "clients", m.Role.WORKER: "workers", m.Role.STORE: "stores"}

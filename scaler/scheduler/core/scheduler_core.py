@@ -20,6 +20,7 @@ core it concerns:
     lineage.py         lost stored objects: results run again, client objects asked for again
     placement.py       which worker gets which task, and balancing between workers
     result_router.py   one results message per client per event
+    relay.py           data messages passed between a peer and a store it cannot reach (the relay fallback)
     status.py          the typed status the monitor feed publishes
     invariants.py      what must hold between all of these (checked by the tests)
 """
@@ -43,6 +44,7 @@ from scaler.scheduler.core.outgoing import Outgoing
 from scaler.scheduler.core.peer_registry import ClientPeer, PeerRegistry, WorkerPeer, version_refusal
 from scaler.scheduler.core.placement import Placement
 from scaler.scheduler.core.ready_queue import Tags, describe_tags
+from scaler.scheduler.core.relay import RelayRouter
 from scaler.scheduler.core.result_router import ResultRouter
 from scaler.scheduler.core.status import CoreStatus, core_status
 from scaler.scheduler.core.store_registry import StorePeer, StoreRegistry
@@ -78,6 +80,7 @@ class SchedulerCore:
         self.tasks.lineage = self.lineage
         self.objects.on_freed = self.lineage.freed
         self.tag_waits = TagWaits()
+        self.relay = RelayRouter(self.peers, self.stores, self.counters)
         self._intake = TaskIntake(config, self.tasks, self.graph, self.objects, self.tag_waits, self.counters)
         self._placement = Placement(config, self.tasks, self.objects, self.peers.workers, self.counters)
         handlers: dict[type, _Handler] = {
@@ -93,6 +96,7 @@ class SchedulerCore:
             m.TaskResults: self._on_results,
             m.CancelRefused: self._on_cancel_refused,
             m.TaskStarted: self._on_task_started,
+            m.Relay: lambda peer, message, now, out: self.relay.on_relay(peer, message, out),
         }
         # The role table, as one lookup per message: a type missing from a role's handlers is a violation.
         self._handlers_by_role: dict[m.Role, dict[type, _Handler]] = {
@@ -281,6 +285,7 @@ class SchedulerCore:
         self._drop_lineage(client, out)
         self.objects.release_all(client, self.peers.workers.values(), out)
         self.peers.remove_client(client, why, level)
+        self.relay.forget(identity=client.identity)
 
     def _drop_lineage(self, client: ClientPeer, out: list[Outgoing]) -> None:
         """The client's tasks are gone: so are its recipes, and it will send no lost object again."""
@@ -329,6 +334,7 @@ class SchedulerCore:
     def _remove_store(self, store: StorePeer, why: str, level: int, out: list[Outgoing]) -> None:
         """The store is gone, and with it every object it alone held (the object table's to settle)."""
         self.stores.remove(store, why, level)
+        self.relay.forget(identity=store.identity, data_address=store.data_address)
         self.counters["stores_lost" if level >= logging.WARNING else "stores_left"] += 1
         self._send_directory(out)
         orphans = self.objects.drop_holder(store.data_address)
