@@ -41,7 +41,8 @@ class DaskTestSession:
 
     def __init__(self, node_ids: list[str], scheduler: str) -> None:
         self.scheduler = scheduler
-        self.directory = tempfile.mkdtemp(prefix=f"scaler-dask-suite-{scheduler}-")
+        # Short: it is also the session's TMPDIR (below), under which the workers make their ipc sockets.
+        self.directory = tempfile.mkdtemp(prefix=f"sds-{scheduler[0]}-")
         self.report_path = os.path.join(self.directory, "report.json")
         root = dask_root()
         command = [
@@ -54,9 +55,14 @@ class DaskTestSession:
             *[os.path.join(root, node_id) for node_id in node_ids],
         ]
         self.output_path = os.path.join(self.directory, "output.txt")
+        # Everything the session and its cluster put in the temporary directory goes here and is removed with
+        # it: dask's disk-based bag shuffles (partd) leave a directory behind per shuffle otherwise.
+        environment = child_environment()
+        environment["TMPDIR"] = os.path.join(self.directory, "t")
+        os.mkdir(environment["TMPDIR"])
         with open(self.output_path, "wb") as output:
             self.process = subprocess.Popen(
-                command, cwd=self.directory, env=child_environment(), stdout=output, stderr=subprocess.STDOUT,
+                command, cwd=self.directory, env=environment, stdout=output, stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
         BACKGROUND_PIDS.add(self.process.pid)
