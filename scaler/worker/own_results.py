@@ -5,8 +5,8 @@ made it still has the Python value: a dependent that the scheduler places on thi
 worker that made an input, placement.py) uses that value as it is, without asking the store, mapping or
 deserializing anything. That is most of the cost of a chain of array tasks on one host.
 
-Bounded by bytes, oldest first out: a value nobody here asks for again costs memory only until newer
-results push it out, since the scheduler never tells a worker about results that it did not send it.
+A value goes when the scheduler frees its object (it tells the worker that made it, object_table.py), or
+sooner when newer results need the room: the budget is in bytes, oldest out first.
 A dependent gets the very object the task returned, as every dependent on one processor shares a value
 read from the store: tasks must not change their inputs in place (dask's rule as well).
 """

@@ -184,6 +184,18 @@ def test_among_the_workers_of_one_store_a_dependent_goes_to_the_worker_that_made
     assert list(second.pending) == [child_id] and not first.pending
 
 
+def test_the_worker_that_made_a_freed_result_is_told_to_forget_it_though_it_was_never_sent_it() -> None:
+    cluster = SimulatedCluster()
+    cluster.add_store(STORE_A)
+    client = cluster.add_client()
+    maker = cluster.add_worker(capacity=1, store=STORE_A)
+    [parent_id] = cluster.submit(client, 1)
+    object_id = cluster.complete_stored(maker, [parent_id], holder=STORE_A)[parent_id]
+    assert not any(object_id in message.object_ids for message in maker.received(m.DeleteObjects))
+    cluster.send(client.identity, m.ClearRequest())  # the client lets go of the result
+    assert any(object_id in message.object_ids for message in maker.received(m.DeleteObjects))
+
+
 def test_placement_by_data_still_spreads_tasks_when_all_data_is_on_one_host() -> None:
     cluster = SimulatedCluster()
     client = cluster.add_client()

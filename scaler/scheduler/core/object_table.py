@@ -201,10 +201,11 @@ class ObjectTable:
             self._free_unneeded(unused, workers, out)
 
     def _free_unneeded(self, object_ids: Iterable[bytes], workers: Iterable[WorkerPeer], out: list[Outgoing]) -> None:
-        """Delete, here, in the workers that were sent them and in their stores, those of these objects that
-        nobody owns and no unfinished task uses."""
+        """Delete, here, in the workers that were sent them or made them and in their stores, those of these
+        objects that nobody owns and no unfinished task uses."""
         freed = set()
         by_holder: dict[str, list[bytes]] = {}
+        by_maker: dict[bytes, set[bytes]] = {}
         stored = self.stored
         for object_id in object_ids:
             record = stored.get(object_id)
@@ -216,15 +217,18 @@ class ObjectTable:
                 self.in_stores -= 1
                 for holder in record.holders:
                     by_holder.setdefault(holder, []).append(object_id)
+            if record.made_by:
+                by_maker.setdefault(record.made_by, set()).add(object_id)
         if not freed:
             return
         if self.on_freed is not None:
             self.on_freed(freed)
         for worker in workers:
             held = worker.known_object_ids & freed
-            if held:
+            made = by_maker.get(worker.identity)  # its processor may still keep the value (own_results.py)
+            if held or made:
                 worker.known_object_ids -= held
-                out.append((worker.identity, m.DeleteObjects(object_ids=list(held))))
+                out.append((worker.identity, m.DeleteObjects(object_ids=list(held | made if made else held))))
         for holder, held_ids in by_holder.items():
             store = self._stores.store_of(holder)
             if store is not None:  # else the store is gone, and the objects with it
