@@ -363,8 +363,8 @@ def _two_hosts(peers: list[str], unavailable: str, args: argparse.Namespace, log
             figures["note"] = (f"{produced['expression']}, x {produced['size']}x{produced['size']} float64 in "
                                f"{produced['chunk']}x{produced['chunk']} chunks ({produced['x_mb'] / 1000:.2f} GB), "
                                f"median of {produced['repeats']} run(s) of benchmarks/two_hosts.py; "
-                               "its MB are 10^6 bytes; load average before "
-                               f"{produced['load_average_before'][0]}, after {produced['load_average_after'][0]}")
+                               "its MB are 10^6 bytes; CPU used by other processes meanwhile "
+                               f"{outcome['background_cores']:.2f} cores")
         entries.append(_two_hosts_run(peer, figures))
     return outcome, entries
 
