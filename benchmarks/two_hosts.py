@@ -1,6 +1,7 @@
 """Issue 15's data-plane workload: a dask.array graph with gigabytes of intermediates on two simulated hosts.
 
     sudo python benchmarks/two_hosts.py [--size 16384] [--chunk 2048] [--repeats 3] [--peers scaler,dask]
+                                        [--json PATH]
 
 `(x + x.T).mean(axis=0).sum()`, x = size x size random float64 generated inside the tasks (16384: 2.1 GB
 of chunks, each read by two tasks, one of them usually on the other host), computed through
@@ -15,12 +16,14 @@ are started once and warmed up before the clock; the runs of one peer follow eac
 Printed per peer (medians over the repeats): seconds, MB/s (x's bytes / seconds, MB = 10^6 bytes), the
 scheduler's peak RSS (VmHWM), the bytes that crossed the hosts' links (what the work moved), the bytes
 through the scheduler's own link and, on Scaler, the bytes it relayed (monitor feed). Then the ratios
-and the issue's targets, and the load average before and after.
+and the issue's targets, and the load average before and after. `--json PATH` writes the same figures
+(every run's and the medians) for benchmarks/run.py, which runs this script as its workload "two_hosts".
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -174,28 +177,38 @@ def compute(get: Any, workload: str, size: int, chunk: int) -> float:
 
 
 def measure(
-    network: Network, scheduler_pid: int, get: Any, args: argparse.Namespace, relayed: Callable[[], int],
+    network: Network, scheduler_pid: int, get: Any, args: argparse.Namespace, relayed: Callable[[], int] | None,
 ) -> list[dict]:
+    """Each run's figures; `relayed` reads the bytes the scheduler relayed so far, where the peer counts them."""
     workload, size, chunk = args.workload, args.size, args.chunk
     compute(get, workload, 1024, 256)  # warm-up: workers connected, code imported
     runs = []
     for _ in range(args.repeats):
         links_before = {role: network.link_bytes(role) for role in ("s", "a", "b")}
-        relayed_before = relayed()
+        relayed_before = relayed() if relayed else 0
         started = time.perf_counter()
         compute(get, workload, size, chunk)
         seconds = time.perf_counter() - started
         links = {role: network.link_bytes(role) - links_before[role] for role in ("s", "a", "b")}
-        runs.append({
+        figures = {
             "seconds": seconds,
             "mb_per_s": size * size * 8 / MB / seconds,
             "scheduler_peak_rss_mb": peak_rss_bytes(scheduler_pid) / MB,
             # What left or reached the hosts; traffic between them counts on both links: halved.
             "across_hosts_mb": (links["a"] + links["b"]) / 2 / MB,
             "scheduler_link_mb": links["s"] / MB,
-            "relayed_mb": (relayed() - relayed_before) / MB,
-        })
+            "moved_mb": moved_mb(size),
+        }
+        if relayed:
+            figures["relayed_mb"] = (relayed() - relayed_before) / MB
+        runs.append(figures)
     return runs
+
+
+def moved_mb(size: int) -> float:
+    """What the work moves at least: every byte of x goes from the task that made it to another (transpose:
+    to two, (i, j) and (j, i); rechunk: through a slice into a strip), so x's bytes are a lower bound."""
+    return size * size * 8 / MB
 
 
 def wait_for_port(network: Network, role: str, port: int) -> None:
@@ -261,7 +274,7 @@ def run_dask(network: Network, processes: Processes, args: argparse.Namespace) -
                         "--local-directory", processes.directory)
     with distributed.Client(address, set_as_default=False) as client:
         client.wait_for_workers(2, timeout=START_SECONDS)
-        return measure(network, scheduler.pid, client.get, args, lambda: 0)
+        return measure(network, scheduler.pid, client.get, args, None)  # no count of relayed bytes
 
 
 PEERS: dict[str, Callable[[Network, Processes, argparse.Namespace], list[dict]]] = {
@@ -276,32 +289,40 @@ def median(runs: list[dict], figure: str) -> float:
     return statistics.median(run[figure] for run in runs)
 
 
+def medians(runs: list[dict]) -> dict:
+    return {figure: median(runs, figure) for figure in runs[0]} if runs else {}
+
+
+def expression_text(args: argparse.Namespace) -> str:
+    if args.workload == "transpose":
+        return "(x + x.T).mean(axis=0).sum()"
+    return f"x.rechunk(({args.size}, {max(1, args.chunk // 8)})).mean(axis=0).sum()"
+
+
 def report(results: dict[str, list[dict]], args: argparse.Namespace, load: tuple[tuple, tuple]) -> None:
-    x_mb = args.size * args.size * 8 / MB
-    # Every byte of x goes from the task that made it to another (transpose: to two, (i, j) and (j, i);
-    # rechunk: through a slice into a strip): x's bytes are a lower bound of what the work moves.
-    handed_mb = x_mb
-    expression = "(x + x.T).mean(axis=0).sum()" if args.workload == "transpose" else (
-        f"x.rechunk(({args.size}, {max(1, args.chunk // 8)})).mean(axis=0).sum()")
-    print(f"\n{expression}, x {args.size}x{args.size} float64 in {args.chunk}x{args.chunk} chunks "
+    x_mb = moved_mb(args.size)
+    print(f"\n{expression_text(args)}, x {args.size}x{args.size} float64 in {args.chunk}x{args.chunk} chunks "
           f"({x_mb / 1000:.2f} GB of intermediates in x), 2 hosts x 1 worker; "
           f"median of {args.repeats}")
     figures = [("seconds", "s", "{:.2f}"), ("mb_per_s", "MB/s (x's bytes / s)", "{:,.0f}"),
                ("scheduler_peak_rss_mb", "scheduler peak RSS MB", "{:,.0f}"),
                ("across_hosts_mb", "MB across the hosts' links", "{:,.0f}"),
+               ("moved_mb", "MB moved (x's bytes, a lower bound)", "{:,.0f}"),
                ("scheduler_link_mb", "MB through the scheduler's link", "{:,.1f}"),
                ("relayed_mb", "MB relayed by the scheduler", "{:,.1f}")]
     peers = list(results)
     print(f"| figure | {' | '.join(peers)} |\n| --- |{' --- |' * len(peers)}")
     for figure, label, fmt in figures:
-        print(f"| {label} | " + " | ".join(fmt.format(median(results[peer], figure)) for peer in peers) + " |")
+        print(f"| {label} | " + " | ".join(
+            fmt.format(median(results[peer], figure)) if figure in results[peer][0] else "-" for peer in peers
+        ) + " |")
     if "scaler" in results:
         scaler = results["scaler"]
         relayed = median(scaler, "relayed_mb")
         through = median(scaler, "scheduler_link_mb")
         print(f"\nscaler: scheduler peak RSS {median(scaler, 'scheduler_peak_rss_mb'):,.0f} MB (target < 150); "
-              f"relayed {relayed:,.1f} MB = {100 * relayed / handed_mb:.2f}% of the {handed_mb:,.0f} MB moved "
-              f"(target < 1%); all its traffic {through:,.1f} MB = {100 * through / handed_mb:.2f}%")
+              f"relayed {relayed:,.1f} MB = {100 * relayed / x_mb:.2f}% of the {x_mb:,.0f} MB moved "
+              f"(target < 1%); all its traffic {through:,.1f} MB = {100 * through / x_mb:.2f}%")
         if "dask" in results:
             ratio = median(scaler, "mb_per_s") / median(results["dask"], "mb_per_s")
             print(f"scaler / dask.distributed MB/s: {ratio:.2f}x")
@@ -315,6 +336,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--workload", choices=["transpose", "rechunk"], default="transpose")
     parser.add_argument("--peers", default="scaler,dask")
+    parser.add_argument("--json", metavar="PATH", help="also write every run's figures and the medians here")
     args = parser.parse_args()
     if os.geteuid() != 0 or shutil.which("ip") is None:
         sys.exit("two_hosts.py needs root and ip(8): it builds network namespaces")
@@ -322,13 +344,60 @@ def main() -> None:
     unknown = [peer for peer in peers if peer not in PEERS]
     if unknown:
         sys.exit(f"unknown peers {unknown}; known: {', '.join(PEERS)}")
-    load_before = tuple(round(value, 2) for value in os.getloadavg())
+    signal.signal(signal.SIGTERM, TERMINATION.handle)
+    load_before = _load_average()
     results: dict[str, list[dict]] = {}
     for peer in peers:
         for figures in run_peer(peer, args):
             results.setdefault(peer, []).append(figures)
         print(f"{peer}: {json.dumps(results[peer])}", flush=True)
-    report(results, args, (load_before, tuple(round(value, 2) for value in os.getloadavg())))
+        if args.json:  # after each peer, so that a later peer's failure keeps this one's figures
+            write_json(Path(args.json), results, args, (load_before, _load_average()))
+    report(results, args, (load_before, _load_average()))
+
+
+def _load_average() -> tuple:
+    return tuple(round(value, 2) for value in os.getloadavg())
+
+
+class Termination:
+    """A SIGTERM (benchmarks/run.py's timeout) unwinds like an exception, so that run_peer stops the processes
+    and removes the namespaces, which live in sessions of their own and would outlive us. One that arrives
+    while they are being removed waits for the removal to finish."""
+
+    def __init__(self) -> None:
+        self.signal_number = 0
+        self.deferring = False
+
+    def handle(self, number: int, _frame: Any) -> None:
+        self.signal_number = number
+        if not self.deferring:
+            raise SystemExit(128 + number)
+
+    @contextlib.contextmanager
+    def deferred(self) -> Iterator[None]:
+        self.deferring = True
+        try:
+            yield
+        finally:
+            self.deferring = False
+        if self.signal_number:
+            raise SystemExit(128 + self.signal_number)
+
+
+TERMINATION = Termination()
+
+
+def write_json(path: Path, results: dict[str, list[dict]], args: argparse.Namespace, load: tuple) -> None:
+    document = {
+        "expression": expression_text(args), "workload": args.workload, "size": args.size, "chunk": args.chunk,
+        "repeats": args.repeats, "x_mb": moved_mb(args.size), "mb": "10^6 bytes",
+        "load_average_before": load[0], "load_average_after": load[1],
+        "peers": {peer: {"medians": medians(runs), "runs": runs} for peer, runs in results.items()},
+    }
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(json.dumps(document, indent=1))
+    temporary.replace(path)
 
 
 def run_peer(peer: str, args: argparse.Namespace) -> Iterator[dict]:
@@ -344,8 +413,9 @@ def run_peer(peer: str, args: argparse.Namespace) -> Iterator[dict]:
                 print(f"--- {log.name}\n{log.read_text()[-3000:]}", file=sys.stderr)
             raise
         finally:
-            processes.stop_all()
-            network.close()
+            with TERMINATION.deferred():
+                processes.stop_all()
+                network.close()
 
 
 if __name__ == "__main__":
