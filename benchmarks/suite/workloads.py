@@ -8,6 +8,7 @@ this module from its own virtual environment, and worker processes of every peer
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import operator
@@ -111,10 +112,11 @@ def task_node_count(graph: dict) -> int:
     return sum(1 for value in graph.values() if isinstance(value, tuple) and value and callable(value[0]))
 
 
-def distinct_payloads(count: int, size: int) -> list[bytes]:
-    """`count` different incompressible buffers of `size` bytes, so no peer can deduplicate or compress them."""
+def distinct_payloads(count: int, size: int, first: int = 0) -> list[bytes]:
+    """`count` different incompressible buffers of `size` bytes, so no peer can deduplicate or compress them
+    (numbered from `first`: buffers of different rounds differ too)."""
     base = random.Random(8).randbytes(size)
-    return [index.to_bytes(8, "little") + base[8:] for index in range(count)]
+    return [index.to_bytes(8, "little") + base[8:] for index in range(first, first + count)]
 
 
 # ---------------------------------------------------------------------------------------------- timing
@@ -163,15 +165,29 @@ def sequential_round_trips(start: Callable[[Callable, Any], Any], collect: Calla
     return round_trips(lambda index: collect(start(noop, index)), count)
 
 
+# Rounds of the large-argument workload after the first: their median is the steady figure (as for
+# dask.array): the first round also pays for what a peer pays once, such as a store's first segments.
+STEADY_LARGE_ROUNDS = 3
+
+
 def large_arguments(start: Callable[[Callable, Any], Any], collect: Callable[[Any], Any], spec: dict) -> dict:
-    """The spec's large payloads, each the argument of one call that only reads its length: MB/s."""
-    payloads = distinct_payloads(spec["large_count"], spec["large_bytes"])
+    """The spec's large payloads, each the argument of one call that only reads its length: MB/s of the first
+    round ("first_mb_per_s") and the median of `STEADY_LARGE_ROUNDS` more ("mb_per_s"), every round with
+    payloads of its own."""
+    count, size = spec["large_count"], spec["large_bytes"]
+    seconds: list[float] = []
 
-    def send_all() -> None:
+    def send_all(payloads: list[bytes]) -> None:
         handles = [start(payload_size, payload) for payload in payloads]
-        assert all(collect(handle) == spec["large_bytes"] for handle in handles)
+        assert all(collect(handle) == size for handle in handles)
 
-    return transfer(len(payloads), spec["large_bytes"], timed(send_all))
+    for round_index in range(1 + STEADY_LARGE_ROUNDS):
+        payloads = distinct_payloads(count, size, first=round_index * count)
+        seconds.append(timed(functools.partial(send_all, payloads)))
+        payloads = []  # freed before the next round's: two rounds at once would need twice the memory
+    steady = transfer(count, size, statistics.median(seconds[1:]))
+    return {**steady, "first_mb_per_s": transfer(count, size, seconds[0])["mb_per_s"],
+            "rounds_seconds": seconds}
 
 
 def result_of(future: Any) -> Any:
