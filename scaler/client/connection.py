@@ -103,6 +103,10 @@ class ClientConnection:
         # I/O thread only: messages zmq could not take yet (no usable connection), sent in order when it can.
         self._unsent: collections.deque[list[m.Buffer]] = collections.deque()
         self._reply_lock = threading.Lock()
+        # Replies carry no request id: at most one request of a kind is in flight, so a reply of that kind is
+        # the answer to the one waiting for it (two threads draining at once would otherwise swap answers).
+        self._request_locks: dict[type, threading.Lock] = {}
+        self._late_replies: dict[type, int] = {}  # answers to requests that timed out, still to come
         self._thread = threading.Thread(target=self._run, name="scaler-client-io", daemon=True)
         self._owner_pid = os.getpid()
         fix_after_fork(self)
@@ -282,15 +286,35 @@ class ClientConnection:
         return future.cancelled()
 
     def request(self, message: m.Message, reply_type: type, timeout: float) -> m.Message:
-        """Send a message and wait for the scheduler's answer of the given type."""
+        """Send a message and wait for the scheduler's answer of the given type; requests of one type from
+        several threads go one after another, each within `timeout` of its start."""
         self.check_open()
+        deadline = time.monotonic() + timeout
         with self._reply_lock:
+            request_lock = self._request_locks.setdefault(reply_type, threading.Lock())
+        if not request_lock.acquire(timeout=timeout):
+            raise ConnectionFailedError(
+                f"no {reply_type.__name__} from the scheduler within {timeout:g}s (another request of this kind "
+                "from this client was still waiting for its own)"
+            )
+        try:
+            self.check_open()
             event = threading.Event()
             slot: list[m.Message] = []
-            self._replies[reply_type] = (event, slot)
-        self.send_message(message)
-        if not event.wait(timeout):
-            raise ConnectionFailedError(f"no {reply_type.__name__} from the scheduler within {timeout:g}s")
+            with self._reply_lock:
+                self._replies[reply_type] = (event, slot)
+            self.send_message(message)
+            if not event.wait(max(0.0, deadline - time.monotonic())):
+                with self._reply_lock:
+                    unanswered = self._replies.get(reply_type, (None, None))[0] is event
+                    if unanswered:
+                        del self._replies[reply_type]
+                        # The scheduler answers in order: its late answer is dropped, not taken by the next request.
+                        self._late_replies[reply_type] = self._late_replies.get(reply_type, 0) + 1
+                if unanswered:
+                    raise ConnectionFailedError(f"no {reply_type.__name__} from the scheduler within {timeout:g}s")
+        finally:
+            request_lock.release()
         if self._broken is not None and not slot:
             raise self._broken
         return slot[0]
@@ -458,7 +482,12 @@ class ClientConnection:
             logger.warning(f"Client: the scheduler reports a protocol error: {message.reason}")
         else:
             with self._reply_lock:
-                waiter = self._replies.pop(type(message), None)
+                late = self._late_replies.get(type(message), 0)
+                if late:
+                    self._late_replies[type(message)] = late - 1
+                    waiter = None
+                else:
+                    waiter = self._replies.pop(type(message), None)
             if waiter is not None:
                 waiter[1].append(message)
                 waiter[0].set()

@@ -83,6 +83,8 @@ COLUMNS: tuple[Column, ...] = (
     Column("queued", "d", lambda w: str(w.queued), lambda w: w.queued),
     Column("lag", "l", lambda w: format_latency(w.latency_us), lambda w: w.latency_us),
     Column("ITL", None, lambda w: w.flags),
+    # Draining (client.drain_workers): it gets no new task; once it holds none it may be stopped at no cost.
+    Column("state", None, lambda w: "draining" if w.draining else ""),
     Column("tags", None, lambda w: ",".join(w.tags)),
 )
 

@@ -244,3 +244,24 @@ def test_page_says_it_waits_for_a_missing_scheduler(browser: Any, tmp_path) -> N
         browser.get(monitor.url)
         wait_until(lambda: text_of(browser, "#status") == f"waiting for scheduler at {address}", "the waiting status")
         assert worker_rows(browser) == []
+
+
+def worker_table(driver: Any) -> dict[str, dict[str, str]]:
+    """The worker table as shown: each worker's row, by column header."""
+    return driver.execute_script("""
+        const headers = [...document.querySelectorAll('#workers thead th')].map(th => th.textContent);
+        return Object.fromEntries([...document.querySelectorAll('#workers tr[data-worker]')].map(row => [
+            row.dataset.worker, Object.fromEntries([...row.children].map((td, i) => [headers[i], td.textContent]))]));
+    """)
+
+
+def test_page_shows_a_drained_worker_as_draining(combo: SchedulerClusterCombo, ui_url: str, browser: Any) -> None:
+    # Last in this module: the worker drains until the module's cluster stops.
+    browser.get(ui_url)
+    shown = wait_until(lambda: len(worker_table(browser)) == 2 and worker_table(browser), "the two workers")
+    assert [row["state"] for row in shown.values()] == ["", ""]
+    drained, kept = sorted(shown)
+    with Client(address=combo.get_address(), timeout_seconds=30) as client:
+        assert client.drain_workers([drained]).draining == (drained,)
+    wait_until(lambda: worker_table(browser)[drained]["state"] == "draining", "the drained worker shown draining")
+    assert worker_table(browser)[kept]["state"] == ""

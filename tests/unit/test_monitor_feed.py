@@ -27,6 +27,7 @@ from scaler.protocol.monitor_messages import (
 )
 from scaler.scheduler.monitor import MonitorPublisher
 from scaler.ui.feed import MonitorSubscriber
+from scaler.ui.top_screen import render
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -302,3 +303,17 @@ def test_every_field_of_every_row_round_trips_through_the_feed() -> None:
         stores=[_every_field_set(StoreStatus)],
     )
     assert decode_snapshot(encode_snapshot(snapshot)) == snapshot
+
+
+def test_a_worker_drained_in_the_core_shows_draining_through_the_feed_on_scaler_top() -> None:
+    cluster = SimulatedCluster()
+    client = cluster.add_client()
+    cluster.add_worker(capacity=4)
+    cluster.add_worker(capacity=4)
+    cluster.send(client.identity, m.DrainWorkers(worker_names=["worker-0"]))
+    decoded = decode_snapshot(encode_snapshot(snapshot_of(cluster.core.status(cluster.now))))
+    assert sorted((worker.name, worker.draining) for worker in decoded.workers) == [
+        ("worker-0", True), ("worker-1", False),
+    ]
+    rows = [line for line in render(decoded, "worker", "ipc:///monitor", 0.0).lines if line.startswith("worker-")]
+    assert [row.split()[0] for row in rows if "draining" in row] == ["worker-0"]

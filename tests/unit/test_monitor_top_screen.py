@@ -86,9 +86,9 @@ def test_layout_follows_the_documents() -> None:
     assert "queued[d] lag[l]" in SHORTCUTS_LINE
     assert "Total 3 worker(s)" in lines
     columns = table_header(lines).split()
-    # The documents' columns, then the tags this scheduler adds (capability routing).
-    assert columns[:12] == [
-        "worker", "agt_cpu", "agt_rss", "*cpu", "rss", "free", "sent", "queued", "lag", "ITL", "tags", "|"
+    # The documents' columns, then what this scheduler adds: draining (drain_workers), tags (capability routing).
+    assert columns[:13] == [
+        "worker", "agt_cpu", "agt_rss", "*cpu", "rss", "free", "sent", "queued", "lag", "ITL", "state", "tags", "|"
     ]
     assert "client_manager" in table_header(lines)
 
@@ -231,3 +231,15 @@ def test_tasks_waiting_for_tags_and_each_workers_tags_are_shown() -> None:
     assert "waiting for a worker with tags: {fpga} 1,200; {gpu, native} 3" in lines
     assert any(row.startswith("host|1 ") and "gpu,python" in row for row in worker_rows(lines))
     assert not any("waiting for a worker" in line for line in render(snapshot(), DEFAULT_SORT, ADDRESS, 0.5).lines)
+
+
+def test_a_draining_worker_is_shown_draining() -> None:
+    """After drain_workers the operator sees which workers get no new task, to stop them once they hold none."""
+    shown = snapshot()
+    shown.workers[1].draining = True
+    lines = render(shown, "worker", ADDRESS, 0.5).lines
+    header = table_header(lines)
+    state_end = header.index(" state") + len(" state")
+    rows = worker_rows(lines)  # by name: host|1, host|2, host|3...
+    assert [row[state_end - len("draining"):state_end].strip() for row in rows] == ["", "draining", ""]
+    assert "draining" not in "\n".join(render(snapshot(), "worker", ADDRESS, 0.5).lines)
