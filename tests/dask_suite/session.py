@@ -21,6 +21,9 @@ from tests.dask_suite.selection import DESELECTED
 
 # Upper bound against a hang, not an expectation: the child's own tests time out after 120 s each.
 SESSION_TIMEOUT_SECONDS = 900
+# The sessions run beside the rest of the suite, which mostly waits (on heartbeats, timeouts, round trips):
+# at a lower priority they take the cores it leaves idle, and do not slow the tests that keep them busy.
+BACKGROUND_NICENESS = 10
 
 
 def dask_root() -> str:
@@ -44,7 +47,9 @@ class DaskTestSession:
         self.directory = tempfile.mkdtemp(prefix=f"scaler-dask-suite-{scheduler}-")
         self.report_path = os.path.join(self.directory, "report.json")
         root = dask_root()
+        nice = shutil.which("nice")
         command = [
+            *([nice, "-n", str(BACKGROUND_NICENESS)] if nice else []),  # it execs: the pid stays the session's
             sys.executable, "-m", "pytest", "-q",
             "-c", os.path.join(REPO_ROOT, "tests", "dask_suite", "dask_suite.ini"), "--rootdir", root,
             "--basetemp", os.path.join(self.directory, "basetemp"),
@@ -97,11 +102,20 @@ class DaskTestSession:
 _started: dict[str, DaskTestSession] = {}
 
 
+def start_session(node_ids: list[str], scheduler: str) -> DaskTestSession:
+    """Start the session through `scheduler` over `node_ids` (once); later calls return the same one."""
+    if scheduler not in _started:
+        _started[scheduler] = DaskTestSession(node_ids, scheduler)
+    return _started[scheduler]
+
+
 def start_scaler_session(modules: list[str]) -> DaskTestSession:
-    """Start the session through scaler.get over `modules` (once); later calls return the same one."""
-    if "scaler" not in _started:
-        _started["scaler"] = DaskTestSession(modules, "scaler")
-    return _started["scaler"]
+    return start_session(modules, "scaler")
+
+
+def start_multiprocessing_session(listed_failures: list[str]) -> DaskTestSession:
+    """The listed failures again, through dask.multiprocessing.get: they must fail there too."""
+    return start_session(sorted(listed_failures), "multiprocessing")
 
 
 def stop_sessions() -> None:

@@ -22,7 +22,7 @@ from tests.dask_suite.expected_failures import EXPECTED_FAILURES  # noqa: E402
 from tests.dask_suite.selection import MODULES  # noqa: E402
 from tests.dask_suite.session import (  # noqa: E402
     SESSION_TIMEOUT_SECONDS,
-    DaskTestSession,
+    start_multiprocessing_session,
     start_scaler_session,
     stop_sessions,
 )
@@ -44,14 +44,13 @@ def scaler_report() -> Iterator[dict]:
 
 @pytest.fixture(scope="module")
 def multiprocessing_report() -> Iterator[dict]:
-    listed = sorted(EXPECTED_FAILURES)
-    session = DaskTestSession(listed, "multiprocessing")
     try:
-        report = session.report()
-        print(f"dask.multiprocessing.get session over the {len(listed)} listed failures: {report['seconds']:.1f} s")
+        report = start_multiprocessing_session(list(EXPECTED_FAILURES)).report()
+        print(f"dask.multiprocessing.get session over the {len(EXPECTED_FAILURES)} listed failures: "
+              f"{report['seconds']:.1f} s")
         yield report
     finally:
-        session.stop()
+        stop_sessions()
 
 
 def module_of(node_id: str) -> str:
