@@ -1,9 +1,10 @@
 """One pytest session over dask's own tests, in a child process: started, then waited for.
 
-The session through `scaler.get` takes minutes, most of them spent waiting on round trips rather than
-computing, so tests/integration/conftest.py starts it as soon as collection shows that
-test_dask_suite.py will run, and the rest of the suite runs meanwhile. The child is a process group of
-its own: a hang, or the end of the parent session, kills it with its cluster and pools.
+The session through `scaler.get` takes minutes (about four of them CPU), so tests/integration/conftest.py
+starts it, and the one through `dask.multiprocessing.get`, as soon as collection shows that
+test_dask_suite.py will run them, and the rest of the suite runs meanwhile, at a higher priority. The
+child is a process group of its own: a hang, or the end of the parent session, kills it with its cluster
+and pools.
 """
 
 from __future__ import annotations

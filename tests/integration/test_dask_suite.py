@@ -5,9 +5,9 @@ also says why the others are left out) with tests/dask_suite/plugin.py, which st
 workers and points dask's named schedulers and collection getters at `scaler.get`. Its failures must
 be exactly those listed in tests/dask_suite/expected_failures.py; a second session, with every
 compute on `dask.multiprocessing.get`, shows each listed one fails there too; and each module must
-have sent at least its share of graphs through Scaler, so a run that bypassed it cannot pass. The
-session through scaler.get starts when collection ends (tests/integration/conftest.py), so that the
-rest of the suite runs while it does.
+have sent at least its share of graphs through Scaler, so a run that bypassed it cannot pass. Both
+sessions start when collection ends (tests/integration/conftest.py), so that the rest of the suite runs
+while they do.
 """
 
 from __future__ import annotations
