@@ -76,6 +76,8 @@ class Processor:
         # names the object again (a client sent it again) or deletes it (a result made again has a new id).
         self._lost_inputs: set[bytes] = set()
         self._stores = Stores(_STORE_TIMEOUT_SECONDS)
+        # Whether the scheduler has named the stores yet: until then a holder missing from the directory says nothing.
+        self._directory_known = False
         self._store_failure_logged = False
         self._stored_results: list[m.StoredResult] = []
         self._functions: dict[tuple[bytes, bytes], Callable[..., Any]] = {}
@@ -171,6 +173,7 @@ class Processor:
                 self._forget_objects(message.object_ids)
             elif isinstance(message, m.StoreDirectory):
                 self._stores.update(message)
+                self._directory_known = True
             elif isinstance(message, m.Disconnect):
                 self._running = False
                 return
@@ -389,6 +392,10 @@ class Processor:
                 if object_id in self._lost_inputs:
                     raise _InputLost(object_id, "reported lost already")
                 holder, size = stored
+                if self._directory_known and self._stores.address_of(holder) is None:
+                    # The scheduler dropped its store after sending the task: waiting for the holder would
+                    # only end in the same report, an input wait later.
+                    raise _InputLost(object_id, f"{holder}: its store has left the cluster")
                 wait = _INPUT_WAIT_BASE_SECONDS + size / _INPUT_WAIT_BYTES_PER_SECOND
                 try:
                     # Through this worker's store, which pulls it from the holder if need be; mapped, not copied.
@@ -439,6 +446,7 @@ class Processor:
                 self._forget_objects(message.object_ids)
             elif isinstance(message, m.StoreDirectory):
                 self._stores.update(message)
+                self._directory_known = True
         raise NestingLimitError("the worker agent did not answer; cannot wait on nested tasks safely")
 
     def _after_waiting_on_tasks(self) -> None:

@@ -1,9 +1,10 @@
 """One pytest session over dask's own tests, in a child process: started, then waited for.
 
-The session through `scaler.get` takes minutes, most of them spent waiting on round trips rather than
-computing, so tests/integration/conftest.py starts it as soon as collection shows that
-test_dask_suite.py will run, and the rest of the suite runs meanwhile. The child is a process group of
-its own: a hang, or the end of the parent session, kills it with its cluster and pools.
+The session through `scaler.get` takes minutes (about four of them CPU), so tests/integration/conftest.py
+starts it, and the one through `dask.multiprocessing.get`, as soon as collection shows that
+test_dask_suite.py will run them, and the rest of the suite runs meanwhile, at a higher priority. The
+child is a process group of its own: a hang, or the end of the parent session, kills it with its cluster
+and pools.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ from tests.dask_suite.selection import DESELECTED
 
 # Upper bound against a hang, not an expectation: the child's own tests time out after 120 s each.
 SESSION_TIMEOUT_SECONDS = 900
+# The sessions run beside the rest of the suite, which mostly waits (on heartbeats, timeouts, round trips):
+# at a lower priority they take the cores it leaves idle, and do not slow the tests that keep them busy.
+BACKGROUND_NICENESS = 10
 
 
 def dask_root() -> str:
@@ -45,7 +49,9 @@ class DaskTestSession:
         self.directory = tempfile.mkdtemp(prefix=f"sds-{scheduler[0]}-")
         self.report_path = os.path.join(self.directory, "report.json")
         root = dask_root()
+        nice = shutil.which("nice")
         command = [
+            *([nice, "-n", str(BACKGROUND_NICENESS)] if nice else []),  # it execs: the pid stays the session's
             sys.executable, "-m", "pytest", "-q",
             "-c", os.path.join(REPO_ROOT, "tests", "dask_suite", "dask_suite.ini"), "--rootdir", root,
             "--basetemp", os.path.join(self.directory, "basetemp"),
@@ -103,11 +109,20 @@ class DaskTestSession:
 _started: dict[str, DaskTestSession] = {}
 
 
+def start_session(node_ids: list[str], scheduler: str) -> DaskTestSession:
+    """Start the session through `scheduler` over `node_ids` (once); later calls return the same one."""
+    if scheduler not in _started:
+        _started[scheduler] = DaskTestSession(node_ids, scheduler)
+    return _started[scheduler]
+
+
 def start_scaler_session(modules: list[str]) -> DaskTestSession:
-    """Start the session through scaler.get over `modules` (once); later calls return the same one."""
-    if "scaler" not in _started:
-        _started["scaler"] = DaskTestSession(modules, "scaler")
-    return _started["scaler"]
+    return start_session(modules, "scaler")
+
+
+def start_multiprocessing_session(listed_failures: list[str]) -> DaskTestSession:
+    """The listed failures again, through dask.multiprocessing.get: they must fail there too."""
+    return start_session(sorted(listed_failures), "multiprocessing")
 
 
 def stop_sessions() -> None:

@@ -18,16 +18,26 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """dask's own tests take minutes through scaler.get, mostly waiting on round trips: when they are
-    selected, their session starts now and runs while the rest of the suite does (test_dask_suite.py)."""
+    selected, their sessions (through scaler.get, and the listed failures through dask.multiprocessing.get)
+    start now and run while the rest of the suite does (test_dask_suite.py)."""
     if session.config.option.collectonly:
         return
     if importlib.util.find_spec("dask") is None:
         return  # test_dask_suite.py skips and says so
-    if any(item.path.name == "test_dask_suite.py" for item in session.items):
+    needed = {
+        name for item in session.items if item.path.name == "test_dask_suite.py"
+        for name in getattr(item, "fixturenames", ()) if name in ("scaler_report", "multiprocessing_report")
+    }
+    if "scaler_report" in needed:
         from tests.dask_suite.selection import MODULES
         from tests.dask_suite.session import start_scaler_session
 
         start_scaler_session(list(MODULES))
+    if "multiprocessing_report" in needed:
+        from tests.dask_suite.expected_failures import EXPECTED_FAILURES
+        from tests.dask_suite.session import start_multiprocessing_session
+
+        start_multiprocessing_session(list(EXPECTED_FAILURES))
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

@@ -5,9 +5,9 @@ also says why the others are left out) with tests/dask_suite/plugin.py, which st
 workers and points dask's named schedulers and collection getters at `scaler.get`. Its failures must
 be exactly those listed in tests/dask_suite/expected_failures.py; a second session, with every
 compute on `dask.multiprocessing.get`, shows each listed one fails there too; and each module must
-have sent at least its share of graphs through Scaler, so a run that bypassed it cannot pass. The
-session through scaler.get starts when collection ends (tests/integration/conftest.py), so that the
-rest of the suite runs while it does.
+have sent at least its share of graphs through Scaler, so a run that bypassed it cannot pass. Both
+sessions start when collection ends (tests/integration/conftest.py), so that the rest of the suite runs
+while they do.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from tests.dask_suite.expected_failures import EXPECTED_FAILURES  # noqa: E402
 from tests.dask_suite.selection import MODULES  # noqa: E402
 from tests.dask_suite.session import (  # noqa: E402
     SESSION_TIMEOUT_SECONDS,
-    DaskTestSession,
+    start_multiprocessing_session,
     start_scaler_session,
     stop_sessions,
 )
@@ -44,14 +44,13 @@ def scaler_report() -> Iterator[dict]:
 
 @pytest.fixture(scope="module")
 def multiprocessing_report() -> Iterator[dict]:
-    listed = sorted(EXPECTED_FAILURES)
-    session = DaskTestSession(listed, "multiprocessing")
     try:
-        report = session.report()
-        print(f"dask.multiprocessing.get session over the {len(listed)} listed failures: {report['seconds']:.1f} s")
+        report = start_multiprocessing_session(list(EXPECTED_FAILURES)).report()
+        print(f"dask.multiprocessing.get session over the {len(EXPECTED_FAILURES)} listed failures: "
+              f"{report['seconds']:.1f} s")
         yield report
     finally:
-        session.stop()
+        stop_sessions()
 
 
 def module_of(node_id: str) -> str:

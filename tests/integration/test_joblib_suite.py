@@ -30,6 +30,10 @@ MINIMUM_SCALER_TESTS = 78
 # A hang is cut at this, so it shows as the failure of one test rather than of the whole run.
 PER_TEST_TIMEOUT_SECONDS = 60
 RUN_TIMEOUT_SECONDS = 600
+# joblib's timeout tests leave the 4 calls of sleep(10) they had dispatched running after their timeout (a
+# running batch finishes: ScalerBackend.abort_everything), and on 2 workers their next calls, and the next
+# tests, queued behind those for 10 s. Two more workers than that keep them from waiting.
+WORKERS = 6
 
 
 def finished_tasks(address: str) -> int:
@@ -46,7 +50,7 @@ def test_joblibs_own_parallel_tests_pass_on_the_scaler_backend(
     report_path = tmp_path / "outcomes.json"
     # An empty configuration file: not this repository's (its timeout and options), nor one found above joblib.
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
-    with SchedulerClusterCombo(n_workers=2, logging_level="WARNING") as cluster:
+    with SchedulerClusterCombo(n_workers=WORKERS, logging_level="WARNING") as cluster:
         environment = dict(python_env, SCALER_ADDRESS=cluster.get_address())
         started = time.monotonic()
         completed = subprocess.run(
