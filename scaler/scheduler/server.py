@@ -6,7 +6,6 @@ import ipaddress
 import logging
 import os
 import signal
-import threading
 import time
 from typing import Callable
 from urllib.parse import urlsplit
@@ -24,6 +23,7 @@ from scaler.scheduler.core.scheduler_core import SchedulerCore
 from scaler.scheduler.monitor import MonitorPublisher
 from scaler.utility.curve import ServerKeys, secure_server
 from scaler.utility.ipc_sockets import remove_stale_monitor_sockets
+from scaler.utility.loop_stop import LoopStop
 from scaler.utility.readiness import FAILED, LISTENING, ReadinessReporter
 from scaler.utility.zmq_util import configure_socket, receive_frames, send_frames
 
@@ -57,9 +57,8 @@ class SchedulerServer:
                 max_control_frame_bytes=max(config.max_control_frame_bytes, 0),
             )
         )
-        self._stop_requested = threading.Event()
+        self._stop = LoopStop()
         # While run() runs, stop() writes here, so that a poll in progress ends at once instead of at the next tick.
-        self._wake_read = self._wake_write = -1
         self._process = psutil.Process()
         self._process.cpu_percent()
         # Messages by class name since start, for the monitor feed.
@@ -87,13 +86,7 @@ class SchedulerServer:
 
     def stop(self) -> None:
         """Ask the loop to finish; safe from any thread or a signal handler."""
-        self._stop_requested.set()
-        if self._wake_write < 0:
-            return  # the loop is over and its pipe closed
-        try:
-            os.write(self._wake_write, b"\0")
-        except OSError:  # full: a wake-up is pending anyway
-            pass
+        self._stop.request()
 
     def run(self, exit_with_parent: int | None = None, on_listening: Callable[[], None] | None = None) -> None:
         """Serve until stopped. Raises SchedulerStartError, having touched nothing, if it cannot listen.
@@ -107,10 +100,7 @@ class SchedulerServer:
             curve_keys = ServerKeys.resolve(config.curve_secret_key, config.curve_authorized_keys)
         except ValueError as error:
             raise SchedulerStartError(f"Scheduler: cannot start: {error}") from None
-        wake_read, wake_write = os.pipe()
-        os.set_blocking(wake_read, False)
-        os.set_blocking(wake_write, False)
-        self._wake_read, self._wake_write = wake_read, wake_write
+        self._stop.open()
         context = zmq.Context(io_threads=config.io_threads)
         socket = context.socket(zmq.ROUTER)
         configure_socket(socket)
@@ -154,9 +144,7 @@ class SchedulerServer:
             if authenticator is not None:
                 authenticator.stop()
             context.term()
-            self._wake_read = self._wake_write = -1  # before closing: stop() must not write to a reused number
-            os.close(wake_read)
-            os.close(wake_write)
+            self._stop.close()
             if monitor is not None:
                 logger.info("Scheduler: stopped")
 
@@ -164,10 +152,10 @@ class SchedulerServer:
         core = self._core
         poller = zmq.Poller()
         poller.register(socket, zmq.POLLIN)
-        poller.register(self._wake_read, zmq.POLLIN)
+        poller.register(self._stop.fileno(), zmq.POLLIN)
         next_tick = time.monotonic() + _TICK_SECONDS
         next_monitor = 0.0
-        while not self._stop_requested.is_set() and not core.should_exit:
+        while not self._stop.requested and not core.should_exit:
             timeout_ms = max(0.0, (next_tick - time.monotonic()) * 1000)
             if dict(poller.poll(int(timeout_ms))).get(socket):
                 for _ in range(_MAX_MESSAGES_PER_WAKE):

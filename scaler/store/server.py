@@ -20,7 +20,6 @@ import resource
 import shutil
 import signal
 import tempfile
-import threading
 import time
 from typing import Callable
 
@@ -48,6 +47,7 @@ from scaler.store.segment import Segment, check_available
 from scaler.store.server_config import StoreServerConfig, StoreStartError, tcp_bind_address
 from scaler.store.spill import SpillError, SpillFile
 from scaler.utility.host_key import this_host_key
+from scaler.utility.loop_stop import LoopStop
 from scaler.utility.owned_directory import make_owned_directory, remove_abandoned_directories
 
 logger = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ class StoreServer:
     def __init__(self, config: StoreServerConfig, link: SchedulerLink | None = None) -> None:
         self._config = config
         self._link = link
-        self._stop_requested = threading.Event()
+        self._stop = LoopStop()
         self._core: c.StoreCore | None = None
         self._context: zmq.Context | None = None
         self._routers: list[zmq.Socket] = []  # [local (ipc), remote (tcp)]: a routing key's first byte
@@ -84,9 +84,7 @@ class StoreServer:
         self._link_sockets: list[zmq.Socket] = []
         self.identity: StoreIdentity | None = None
         # stop() writes here, so that a poll in progress ends at once instead of at its timeout.
-        self._wake_read, self._wake_write = os.pipe()
-        os.set_blocking(self._wake_read, False)
-        os.set_blocking(self._wake_write, False)
+        self._stop.open()
 
     @property
     def core(self) -> c.StoreCore:
@@ -95,13 +93,7 @@ class StoreServer:
 
     def stop(self) -> None:
         """Ask the loop to finish; safe from any thread or a signal handler."""
-        self._stop_requested.set()
-        if self._wake_write < 0:
-            return  # the loop is over and its pipe closed
-        try:
-            os.write(self._wake_write, b"\0")
-        except OSError:  # full: a wake-up is pending anyway
-            pass
+        self._stop.request()
 
     def run(
         self, exit_with_parent: int | None = None, on_listening: Callable[[StoreIdentity], None] | None = None
@@ -172,9 +164,9 @@ class StoreServer:
         local, remote = self._routers
         for socket in (local, remote, *self._link_sockets):
             self._poller.register(socket, zmq.POLLIN)
-        self._poller.register(self._wake_read, zmq.POLLIN)
+        self._poller.register(self._stop.fileno(), zmq.POLLIN)
         next_tick = time.monotonic() + _TICK_SECONDS
-        while not self._stop_requested.is_set():
+        while not self._stop.requested:
             deadline = next_tick
             core_deadline = self.core.next_deadline()
             if core_deadline is not None:
@@ -187,7 +179,7 @@ class StoreServer:
                     self._drain(socket)
                 elif self._holders is not None and self._holders.owns(socket):
                     self._on_fetch_events(self._holders.drain(socket))
-                elif socket == self._wake_read:
+                elif socket == self._stop.fileno():
                     continue  # stop() was called: the loop condition ends it
                 elif self._link is not None:
                     self._on_link_events(self._link.on_readable(socket, time.monotonic()))
@@ -460,10 +452,7 @@ class StoreServer:
             spill_file.close()
         self._spill_files.clear()
         self._watch.close()
-        descriptors = (self._wake_read, self._wake_write)
-        self._wake_read = self._wake_write = -1  # before closing: stop() must not write to a reused number
-        for descriptor in descriptors:
-            os.close(descriptor)
+        self._stop.close()
 
 
 def _raise_open_file_limit() -> None:
