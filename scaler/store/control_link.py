@@ -112,11 +112,14 @@ class ControlLink(SchedulerLink):
             )]
         if now >= self._next_heartbeat and self._socket is not None:
             self._next_heartbeat = now + self._interval
-            send_message(self._socket, m.Heartbeat(
-                cpu_percent=self._process.cpu_percent(), rss_bytes=self._process.memory_info().rss,
-                bytes_held=status.held_bytes, bytes_spilled=status.spilled_bytes,
-                bytes_pinned=status.pinned_bytes, object_count=status.object_count,
-            ), zmq.NOBLOCK)
+            try:
+                send_message(self._socket, m.Heartbeat(
+                    cpu_percent=self._process.cpu_percent(), rss_bytes=self._process.memory_info().rss,
+                    bytes_held=status.held_bytes, bytes_spilled=status.spilled_bytes,
+                    bytes_pinned=status.pinned_bytes, object_count=status.object_count,
+                ), zmq.NOBLOCK)
+            except zmq.Again:
+                pass  # no connection to queue it on (yet, or a handshake that fails): the death timeout decides
         return []
 
     def objects_held(self, objects: tuple[tuple[bytes, int], ...]) -> None:
@@ -132,11 +135,16 @@ class ControlLink(SchedulerLink):
         if socket is None:
             return None
         frames = m.encode(relay)
-        if not track:
-            socket.send_multipart(frames, zmq.NOBLOCK, copy=False)
+        try:
+            if not track:
+                socket.send_multipart(frames, zmq.NOBLOCK, copy=False)
+                return None
+            trackers = [socket.send(frame, zmq.SNDMORE | zmq.NOBLOCK, copy=False, track=True) for frame in frames[:-1]]
+            trackers.append(socket.send(frames[-1], zmq.NOBLOCK, copy=False, track=True))
+        except zmq.Again:
+            # No connection to the scheduler to queue it on: the requester's own timeout ends its wait.
+            logger.warning("Store: could not pass a relayed message to the scheduler (no connection); dropped")
             return None
-        trackers = [socket.send(frame, zmq.SNDMORE | zmq.NOBLOCK, copy=False, track=True) for frame in frames[:-1]]
-        trackers.append(socket.send(frames[-1], zmq.NOBLOCK, copy=False, track=True))
         return zmq.MessageTracker(*[tracker for tracker in trackers if tracker])
 
     def close(self) -> None:
