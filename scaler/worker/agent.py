@@ -112,6 +112,9 @@ class WorkerAgent:
         scheduler = self._scheduler = context.socket(zmq.DEALER)
         router = self._router = context.socket(zmq.ROUTER)
         configure_socket(scheduler, self._identity)
+        # A send that must not be dropped still waits for a usable connection, but no longer than the death
+        # timeout: with a handshake that keeps failing (a CURVE mismatch) there may never be one.
+        scheduler.setsockopt(zmq.SNDTIMEO, max(1, int(config.death_timeout_seconds * 1000)))
         configure_socket(router)
         try:
             try:
@@ -196,7 +199,14 @@ class WorkerAgent:
                     except zmq.Again:
                         pass
                 else:
-                    send_frames(self._scheduler, action.frames)
+                    try:
+                        send_frames(self._scheduler, action.frames)
+                    except zmq.Again:
+                        raise WorkerExit(
+                            f"no usable connection to the scheduler at {self._config.address} for "
+                            f"{self._config.death_timeout_seconds:g}s (--death-timeout-seconds), exiting",
+                            failed=True, level=logging.ERROR,
+                        ) from None
             elif isinstance(action, SignalProcessor):
                 try:
                     os.kill(self._processes[action.identity].process.pid, AGENT_SIGNAL)
