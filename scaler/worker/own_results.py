@@ -19,7 +19,8 @@ from typing import Any
 # Per processor: a few hundred array chunks of typical sizes, and never much of the host's memory.
 OWN_RESULTS_BYTES = 256 * 1024 * 1024
 
-_ABSENT = object()
+# What take() returns for a value not kept here (None may be a value).
+ABSENT = object()
 
 
 class OwnResults:
@@ -59,5 +60,3 @@ class OwnResults:
             if entry is not None:
                 self._bytes -= entry[1]
 
-
-ABSENT = _ABSENT
