@@ -9,8 +9,10 @@ Readers map privately and writable: a task that changes its input array changes 
 by write faults, which copies every page (measured: 200 MB mapped in 130 ms, all of it copied).
 They ask instead for the read-only page table entries in one call (MADV_POPULATE_READ, Linux 5.14):
 no copy, and a reader that copies a 50 MB object out (a `bytes`) does it in 13 ms instead of 25.
-Writers map shared with MAP_POPULATE: they write every page anyway, and faulting fresh pages in bulk
-is cheaper than one by one.
+Writers do not map at all: they write with pwritev(2) into the descriptor, the kernel copying straight
+into the segment's pages. A shared mapping costs a page table entry per page, made and torn down for every
+object (measured on 50 MB: map, write and unmap 11.4 ms on recycled pages, 45 ms on fresh ones; pwritev
+10 and 25 ms), and the payload's pieces go in one call, uncopied.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ _AVAILABLE = sys.platform.startswith("linux") and hasattr(os, "memfd_create")
 _MAP_KEYWORDS: dict[str, Any] = {"trackfd": False} if sys.version_info >= (3, 13) else {}
 # Not in the mmap module before Python 3.13 (Linux's value); kernels before 5.14 refuse it with EINVAL.
 _MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22)
+# Buffers one pwritev call takes at most (Linux: 1024).
+_IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
 
 
 class SharedMemoryUnavailable(RuntimeError):
@@ -113,13 +117,23 @@ def _open(path: str, flags: int) -> int:
         raise SegmentUnavailable(error.errno, f"cannot open segment {path}: {error.strerror}") from None
 
 
-def map_for_writing(path: str, size: int) -> mmap.mmap:
-    """A shared, writable mapping of the first `size` bytes of the segment at `path`, faulted in at once."""
-    fd = _open(path, os.O_RDWR)
+def write_pieces(path: str, pieces: list[Any]) -> int:
+    """Write `pieces` (buffers) one after another from the start of the segment at `path`; the bytes written."""
+    views = [memoryview(piece).cast("B") for piece in pieces]
+    views = [view for view in views if view.nbytes]
+    fd = _open(path, os.O_WRONLY)
     try:
-        return mmap.mmap(
-            fd, size, flags=mmap.MAP_SHARED | mmap.MAP_POPULATE, prot=mmap.PROT_READ | mmap.PROT_WRITE, **_MAP_KEYWORDS
-        )
+        offset = 0
+        while views:
+            written = os.pwritev(fd, views[:_IOV_MAX], offset)
+            if written <= 0:
+                raise OSError(errno.EIO, f"segment {path}: nothing written at offset {offset}")
+            offset += written
+            while views and written >= views[0].nbytes:
+                written -= views.pop(0).nbytes
+            if written:
+                views[0] = views[0][written:]
+        return offset
     finally:
         os.close(fd)
 

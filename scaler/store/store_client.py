@@ -33,7 +33,7 @@ from scaler.protocol import data_messages as d
 from scaler.protocol import stored_payload
 from scaler.protocol.messages import Buffer
 from scaler.store.relay_path import DEFAULT_PROBE_SECONDS, RelayPath
-from scaler.store.segment import map_for_reading, map_for_writing
+from scaler.store.segment import map_for_reading, write_pieces
 from scaler.utility.host_key import this_host_key
 
 logger = logging.getLogger(__name__)
@@ -140,11 +140,7 @@ class StoreClient:
         deadline = self._deadline(timeout)
         if self.local:
             segment = self._request(lambda rid: d.Allocate(rid, payload.size, self._pid), deadline, d.Segment)
-            mapping = map_for_writing(segment.path, payload.size)
-            try:
-                payload.write_into(mapping)
-            finally:
-                mapping.close()
+            write_pieces(segment.path, payload.pieces())
 
             def seal(rid: int) -> d.Seal:
                 return d.Seal(rid, object_id, segment.path, payload.size, self._pid, name)

@@ -40,14 +40,29 @@ def mappings_of(inode: int) -> int:
 def test_a_segment_is_written_through_its_path_and_read_privately_copy_on_write() -> None:
     segment = s.Segment.create(10_000)
     assert segment.capacity == 10_000 and segment.path == f"/proc/{os.getpid()}/fd/{segment.fd}"
-    writer = s.map_for_writing(segment.path, 10_000)
-    writer[:5] = b"hello"
-    writer.close()
+    assert s.write_pieces(segment.path, [b"hel", memoryview(b"lo")]) == 5
     reader = s.map_for_reading(segment.path, 10_000)
     assert reader[:5] == b"hello"
     reader[:5] = b"HELLO"  # private: the segment does not change
     assert s.map_for_reading(segment.path, 5)[:5] == b"hello"
     assert segment.mapping()[:5] == b"hello"
+    segment.close()
+
+
+def test_a_write_of_more_pieces_than_one_call_takes_lands_in_order() -> None:
+    pieces = [bytes([index % 251]) * (index % 7) for index in range(3000)]  # empty ones too; over IOV_MAX
+    expected = b"".join(pieces)
+    segment = s.Segment.create(len(expected))
+    assert s.write_pieces(segment.path, pieces) == len(expected)
+    assert bytes(s.map_for_reading(segment.path, len(expected))) == expected
+    segment.close()
+
+
+def test_a_write_beyond_a_segments_capacity_fails_instead_of_growing_it() -> None:
+    segment = s.Segment.create(s.PAGE_BYTES)
+    with pytest.raises(PermissionError):
+        s.write_pieces(segment.path, [bytes(s.PAGE_BYTES + 1)])
+    assert os.fstat(segment.fd).st_size == s.PAGE_BYTES
     segment.close()
 
 
@@ -64,7 +79,7 @@ def test_a_mapping_outlives_the_segments_descriptor_and_the_memory_goes_with_the
     before = memfds_open()
     segment = s.Segment.create(s.PAGE_BYTES)
     inode = os.fstat(segment.fd).st_ino
-    s.map_for_writing(segment.path, 3)[:3] = b"abc"
+    s.write_pieces(segment.path, [b"abc"])
     reader = s.map_for_reading(segment.path, 3)
     segment.close()  # the owner is gone (as when a store dies)
     with_reader = mappings_of(inode)
