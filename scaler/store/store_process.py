@@ -14,7 +14,7 @@ import time
 
 from scaler.store.server_config import StoreStartError
 from scaler.store.store_client import StoreAddress
-from scaler.utility.large_pages import with_large_pages
+from scaler.utility.malloc_tuning import with_large_pages
 from scaler.utility.parent_watch import EXIT_WITH_PARENT_ENV
 from scaler.utility.readiness import FAILED, LISTENING, ReadinessPipe
 

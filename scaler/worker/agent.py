@@ -25,7 +25,7 @@ import zmq
 
 from scaler.protocol import messages as m
 from scaler.utility.curve import PeerKeys, secure_peer
-from scaler.utility.large_pages import with_large_pages
+from scaler.utility.malloc_tuning import with_freed_memory_kept
 from scaler.utility.parent_watch import parent_is_gone
 from scaler.utility.process_stop import stop_process
 from scaler.utility.readiness import FAILED, REGISTERED, ReadinessReporter
@@ -232,7 +232,7 @@ class WorkerAgent:
             [sys.executable, "-m", "scaler.worker.processor", self._processor_address, identity.decode(), slot_path,
              str(os.getpid())],
             stdin=subprocess.DEVNULL,
-            env=with_large_pages(os.environ),
+            env=with_freed_memory_kept(os.environ),
         )
         psutil_process = psutil.Process(process.pid)
         psutil_process.cpu_percent()
