@@ -2,6 +2,7 @@
 
     header   magic, version, format, buffer count, main length, total length      (32 bytes)
     table    (offset, length) of each out-of-band buffer                          (16 bytes each)
+             (the offset's lowest bit set: the buffer is a whole `bytes` object)
     main     the serializer's bytes
     buffers  each at an offset that is a multiple of 64 from the start
 
@@ -14,6 +15,10 @@ Large `bytes` go out-of-band only at the top of the object and one level into an
 dict: the C pickler never calls `reducer_override` (nor a dispatch table) for exact `bytes`, and a
 `persistent_id` hook, which it does call, costs a Python call per pickled object (measured: 2 to 4
 times slower on a list of a million ints). Deeper `bytes` stay in the main part: one more copy.
+
+A buffer whose exporter is a `bytes` object is marked in the table: a reader on the store's host may read
+it straight into a new `bytes` (pread, one copy, no mapping) and hand that to the unpickler, which is
+what pickle gives for a read-only buffer in-band too (`read_parts`).
 
 A NumPy array that is not contiguous (a column slice) is pickled in-band by NumPy, copied into the
 stream and again by every reader; at the top of the object it is made contiguous first (the same one
@@ -35,8 +40,9 @@ import cloudpickle
 from scaler.client.serializer import DefaultSerializer, Serializer
 
 MAGIC = b"SCLRPAY\x00"
-VERSION = 1
+VERSION = 2  # 2: the whole-bytes mark in the table
 BUFFER_ALIGNMENT = 64
+_WHOLE_BYTES_MARK = 1  # in a table entry's offset, which is otherwise a multiple of BUFFER_ALIGNMENT
 # A `bytes` this large goes out-of-band: below a page the table entry and the padding cost more than
 # the copy into the pickle stream saves.
 OUT_OF_BAND_BYTES_MIN = 4096
@@ -70,9 +76,12 @@ class PayloadLayout:
     main_length: int
     buffers: tuple[tuple[int, int], ...]  # (offset, length)
     total_length: int
+    whole_bytes: tuple[bool, ...] = ()  # per buffer: it is a whole `bytes` object (none, if empty)
 
     @staticmethod
-    def plan(format: PayloadFormat, main_length: int, buffer_lengths: list[int]) -> PayloadLayout:
+    def plan(
+        format: PayloadFormat, main_length: int, buffer_lengths: list[int], whole_bytes: tuple[bool, ...] = ()
+    ) -> PayloadLayout:
         main_offset = HEADER_BYTES + _BUFFER_ENTRY.size * len(buffer_lengths)
         end = main_offset + main_length
         buffers = []
@@ -80,11 +89,21 @@ class PayloadLayout:
             offset = _align(end)
             buffers.append((offset, length))
             end = offset + length
-        return PayloadLayout(format, main_offset, main_length, tuple(buffers), end)
+        marks = whole_bytes if any(whole_bytes) else ()
+        return PayloadLayout(format, main_offset, main_length, tuple(buffers), end, marks)
+
+    @property
+    def only_whole_bytes(self) -> bool:
+        """Every buffer (if any) is a whole `bytes`: a reader may copy each out, mapping nothing."""
+        return not self.buffers or (len(self.whole_bytes) == len(self.buffers) and all(self.whole_bytes))
 
     def header_bytes(self) -> bytes:
         header = _HEADER.pack(MAGIC, VERSION, self.format, len(self.buffers), self.main_length, self.total_length)
-        return header + b"".join(_BUFFER_ENTRY.pack(offset, length) for offset, length in self.buffers)
+        marks = self.whole_bytes or (False,) * len(self.buffers)
+        return header + b"".join(
+            _BUFFER_ENTRY.pack(offset | (_WHOLE_BYTES_MARK if whole else 0), length)
+            for (offset, length), whole in zip(self.buffers, marks)
+        )
 
 
 class PreparedPayload:
@@ -97,7 +116,10 @@ class PreparedPayload:
     def __init__(self, format: PayloadFormat, main: bytes, buffers: list[memoryview]) -> None:
         self.main = main
         self.buffers = buffers
-        self.layout = PayloadLayout.plan(format, len(main), [buffer.nbytes for buffer in buffers])
+        self.layout = PayloadLayout.plan(
+            format, len(main), [buffer.nbytes for buffer in buffers],
+            tuple(type(buffer.obj) is bytes for buffer in buffers),
+        )
 
     @property
     def size(self) -> int:
@@ -153,7 +175,8 @@ def split_frames(pieces: list[Buffer], max_frame_bytes: int) -> list[Buffer]:
 
 
 def _bytes_from_buffer(buffer: Any) -> bytes:
-    """Unpickling half of an out-of-band `bytes`: the one copy that gives the `bytes` object its own memory."""
+    """Unpickling half of an out-of-band `bytes`: the one copy that gives the `bytes` object its own memory
+    (none, when the reader copied the buffer out of its segment into a `bytes` already)."""
     return bytes(buffer)
 
 
@@ -259,11 +282,14 @@ def prepare_if_large(obj: Any, serializer: Serializer | None, limit: int) -> byt
     return PreparedPayload(PayloadFormat.PICKLE, main, views)
 
 
-def read_layout(buffer: Any) -> PayloadLayout:
-    """The checked layout of the payload at the start of `buffer`; StoredPayloadError if it is not one."""
+def read_layout(buffer: Any, size: int | None = None) -> PayloadLayout:
+    """The checked layout of the payload at the start of `buffer`; StoredPayloadError if it is not one.
+
+    `size`: the payload's whole size, when `buffer` holds only its start (at least `head_bytes` of it)."""
     view = memoryview(buffer).cast("B")
-    size = view.nbytes
-    if size < HEADER_BYTES:
+    if size is None:
+        size = view.nbytes
+    if view.nbytes < HEADER_BYTES:
         raise StoredPayloadError(f"stored payload: {size} bytes is shorter than the {HEADER_BYTES}-byte header")
     magic, version, format_number, buffer_count, main_length, total_length = _HEADER.unpack_from(view, 0)
     if magic != MAGIC:
@@ -281,15 +307,36 @@ def read_layout(buffer: Any) -> PayloadLayout:
         raise StoredPayloadError("stored payload: the header's lengths overrun the payload (corrupted)")
     if format is PayloadFormat.SERIALIZER and buffer_count:
         raise StoredPayloadError("stored payload: a custom serializer's payload has out-of-band buffers (corrupted)")
+    if view.nbytes < main_offset:
+        raise StoredPayloadError(f"stored payload: {view.nbytes:,} bytes do not hold its {main_offset:,}-byte table")
     buffers = []
+    whole_bytes = []
     end = main_offset + main_length
     for index in range(buffer_count):
-        offset, length = _BUFFER_ENTRY.unpack_from(view, HEADER_BYTES + _BUFFER_ENTRY.size * index)
+        marked_offset, length = _BUFFER_ENTRY.unpack_from(view, HEADER_BYTES + _BUFFER_ENTRY.size * index)
+        offset = marked_offset & ~_WHOLE_BYTES_MARK
         if offset % BUFFER_ALIGNMENT or offset < end or offset + length > total_length:
             raise StoredPayloadError(f"stored payload: buffer {index} at {offset:,} (+{length:,}) is misplaced")
         buffers.append((offset, length))
+        whole_bytes.append(bool(marked_offset & _WHOLE_BYTES_MARK))
         end = offset + length
-    return PayloadLayout(format, main_offset, main_length, tuple(buffers), total_length)
+    return PayloadLayout(
+        format, main_offset, main_length, tuple(buffers), total_length, tuple(whole_bytes) if any(whole_bytes) else ()
+    )
+
+
+def table_end(head: Any) -> int:
+    """Where the table of the payload whose start is `head` ends (header and table: what read_layout needs)."""
+    view = memoryview(head).cast("B")
+    if view.nbytes < HEADER_BYTES:
+        return HEADER_BYTES
+    buffer_count = _HEADER.unpack_from(view, 0)[3]
+    return HEADER_BYTES + _BUFFER_ENTRY.size * buffer_count
+
+
+# What a reader that does not map a payload reads of it first: header and table (up to 4,000 buffers), and
+# most often the main part too.
+HEAD_BYTES = 64 * 1024
 
 
 def read(buffer: Any, serializer: Serializer | None = None) -> Any:
@@ -298,6 +345,13 @@ def read(buffer: Any, serializer: Serializer | None = None) -> Any:
     layout = read_layout(buffer)
     view = memoryview(buffer).cast("B")
     main = view[layout.main_offset: layout.main_offset + layout.main_length]
+    return read_parts(layout, main, [view[offset: offset + length] for offset, length in layout.buffers], serializer)
+
+
+def read_parts(layout: PayloadLayout, main: Any, buffers: list[Any], serializer: Serializer | None = None) -> Any:
+    """The object whose main part and out-of-band buffers (in table order) were read apart: views of one
+    mapping (`read`), or copies read out of a segment. A whole-bytes buffer given as a `bytes` object
+    becomes the `bytes` argument itself, no copy more."""
     if layout.format is PayloadFormat.SERIALIZER:
         if _is_default(serializer):
             raise StoredPayloadError("stored payload: made by a custom serializer; read it with that serializer")
@@ -307,4 +361,4 @@ def read(buffer: Any, serializer: Serializer | None = None) -> Any:
         raise StoredPayloadError(
             f"stored payload: made by the default serializer (pickle), not {type(serializer).__name__}"
         )
-    return pickle.loads(main, buffers=[view[offset: offset + length] for offset, length in layout.buffers])
+    return pickle.loads(main, buffers=buffers)

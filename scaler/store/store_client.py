@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import logging
 import os
 import threading
@@ -32,6 +33,7 @@ from scaler.client.serializer import Serializer
 from scaler.protocol import data_messages as d
 from scaler.protocol import stored_payload
 from scaler.protocol.messages import Buffer
+from scaler.store.local_read import read_segment
 from scaler.store.relay_path import DEFAULT_PROBE_SECONDS, RelayPath
 from scaler.store.segment import map_for_reading, write_pieces
 from scaler.utility.host_key import this_host_key
@@ -164,33 +166,45 @@ class StoreClient:
         Waits up to `timeout` for an object that is being put or fetched, then raises ObjectMissing.
         `serializer` overrides this client's for this object.
         """
-        return stored_payload.read(
-            self.get_payload(object_id, holder, timeout), self._serializer if serializer is None else serializer
-        )
+        serializer = self._serializer if serializer is None else serializer
+        if self.local:
+            located = self._locate(object_id, holder, timeout)
+            return read_segment(located.path, located.size, serializer, self._let_go_of(located.object_id))
+        return stored_payload.read(self.get_payload(object_id, holder, timeout), serializer)
 
     def get_payload(self, object_id: bytes, holder: str = "", timeout: float | None = None) -> Any:
         """The object's stored payload (stored_payload.py), not read yet: a private mapping of its segment
         (local: pinned in the store until the mapping and every view of it are gone) or the received bytes."""
+        if self.local:
+            return self._map(self._locate(object_id, holder, timeout))
         wait = self._timeout if timeout is None else timeout
         deadline = time.monotonic() + wait + _ANSWER_GRACE_SECONDS
-        wait_ms = int(wait * 1000)
-        if self.local:
-            located = self._request(
-                lambda rid: d.Get(rid, object_id, local=True, wait_ms=wait_ms, pid=self._pid, holder=holder),
-                deadline, d.Located,
-            )
-            return self._map(located)
-        answer = self._request(lambda rid: d.Get(rid, object_id, local=False, wait_ms=wait_ms, holder=holder),
-                               deadline, d.ObjectData)
+        answer = self._request(
+            lambda rid: d.Get(rid, object_id, local=False, wait_ms=int(wait * 1000), holder=holder),
+            deadline, d.ObjectData,
+        )
         return answer.payload[0] if len(answer.payload) == 1 else b"".join(answer.payload)
 
+    def _locate(self, object_id: bytes, holder: str, timeout: float | None) -> d.Located:
+        """Where the object's segment is (local stores): pinned for this process until let go of."""
+        wait = self._timeout if timeout is None else timeout
+        return self._request(
+            lambda rid: d.Get(rid, object_id, local=True, wait_ms=int(wait * 1000), pid=self._pid, holder=holder),
+            time.monotonic() + wait + _ANSWER_GRACE_SECONDS, d.Located,
+        )
+
+    def _let_go_of(self, object_id: bytes) -> Callable[[], None]:
+        """What tells the store (soon) that this process no longer needs the object's segment pinned."""
+        return functools.partial(_on_unmapped, self._releases, object_id, self._flush_method)
+
     def _map(self, located: d.Located) -> Any:
+        let_go = self._let_go_of(located.object_id)
         try:
             mapping = map_for_reading(located.path, located.size)
         except OSError:
-            _on_unmapped(self._releases, located.object_id, self._flush_method)
+            let_go()
             raise
-        unmapped = weakref.finalize(mapping, _on_unmapped, self._releases, located.object_id, self._flush_method)
+        unmapped = weakref.finalize(mapping, let_go)
         unmapped.atexit = False  # at exit the store takes the pins back itself; no I/O while Python shuts down
         return mapping
 
