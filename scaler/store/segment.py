@@ -121,23 +121,33 @@ def _open(path: str, flags: int) -> int:
 
 def write_pieces(path: str, pieces: list[Any]) -> int:
     """Write `pieces` (buffers) one after another from the start of the segment at `path`; the bytes written."""
-    views = [memoryview(piece).cast("B") for piece in pieces]
-    views = [view for view in views if view.nbytes]
-    fd = _open(path, os.O_WRONLY)
+    fd = open_for_writing(path)
     try:
-        offset = 0
-        while views:
-            written = os.pwritev(fd, views[:_IOV_MAX], offset)
-            if written <= 0:
-                raise OSError(errno.EIO, f"segment {path}: nothing written at offset {offset}")
-            offset += written
-            while views and written >= views[0].nbytes:
-                written -= views.pop(0).nbytes
-            if written:
-                views[0] = views[0][written:]
-        return offset
+        return write_descriptor(fd, pieces, path)
     finally:
         os.close(fd)
+
+
+def open_for_writing(path: str) -> int:
+    """A read-write descriptor (a mapping needs both) of the segment at `path` (the caller closes it)."""
+    return _open(path, os.O_RDWR)
+
+
+def write_descriptor(fd: int, pieces: list[Any], path: str) -> int:
+    """write_pieces, into a descriptor open for writing (`path` names it in errors)."""
+    views = [memoryview(piece).cast("B") for piece in pieces]
+    views = [view for view in views if view.nbytes]
+    offset = 0
+    while views:
+        written = os.pwritev(fd, views[:_IOV_MAX], offset)
+        if written <= 0:
+            raise OSError(errno.EIO, f"segment {path}: nothing written at offset {offset}")
+        offset += written
+        while views and written >= views[0].nbytes:
+            written -= views.pop(0).nbytes
+        if written:
+            views[0] = views[0][written:]
+    return offset
 
 
 def open_for_reading(path: str) -> int:

@@ -33,9 +33,10 @@ from scaler.client.serializer import Serializer
 from scaler.protocol import data_messages as d
 from scaler.protocol import stored_payload
 from scaler.protocol.messages import Buffer
+from scaler.store.kept_mappings import KeptMappings
 from scaler.store.local_read import read_segment
 from scaler.store.relay_path import DEFAULT_PROBE_SECONDS, RelayPath
-from scaler.store.segment import map_for_reading, write_pieces
+from scaler.store.segment import map_for_reading
 from scaler.utility.host_key import this_host_key
 
 logger = logging.getLogger(__name__)
@@ -123,6 +124,7 @@ class StoreClient:
         self._releases: collections.deque[bytes] = collections.deque()
         self._flush_method = weakref.WeakMethod(self.flush_releases)
         self._pid = os.getpid()
+        self._kept_mappings = KeptMappings()  # of the large segments this client wrote (local stores)
         self._closed = False
 
     # ------------------------------------------------------------------------------------------ writing
@@ -142,7 +144,7 @@ class StoreClient:
         deadline = self._deadline(timeout)
         if self.local:
             segment = self._request(lambda rid: d.Allocate(rid, payload.size, self._pid), deadline, d.Segment)
-            write_pieces(segment.path, payload.pieces())
+            self._kept_mappings.write(segment.path, payload.pieces())
 
             def seal(rid: int) -> d.Seal:
                 return d.Seal(rid, object_id, segment.path, payload.size, self._pid, name)
@@ -235,6 +237,7 @@ class StoreClient:
                 return
             self._send_releases()
             self._closed = True
+            self._kept_mappings.close()
             self._stop_probing()
             self._socket.close(linger=100)
             if self._own_context:
