@@ -116,21 +116,21 @@ class Processor:
         # return to run the handler and then carry on (PEP 475).
         signal.siginterrupt(AGENT_SIGNAL, False)
         send_message(socket, m.Hello(role=m.Role.WORKER, pid=os.getpid()))
-        ran_since_idle = False
+        busy_since_idle = False
         while self._running:
             if not self._queued_ids:
                 self._flush()
                 if not socket.poll(int(_PARENT_CHECK_SECONDS * 1000)):
                     if os.getppid() != parent_pid:
                         return  # the agent is gone; nobody would read our results
-                    if ran_since_idle:  # idle a while: the memory malloc kept for reuse goes back (malloc_tuning.py)
+                    if busy_since_idle:  # idle a while: the memory malloc kept for reuse goes back (malloc_tuning.py)
                         give_back_freed_memory()
-                        ran_since_idle = False
+                        busy_since_idle = False
                     continue
-            self._drain()
+            self._drain()  # may free values too (objects deleted)
+            busy_since_idle = True
             if self._queued_ids:
                 self._run_one()
-                ran_since_idle = True
                 if len(self._succeeded_ids) + len(self._failures) + len(self._stored_results) >= _FLUSH_EVERY_TASKS or (
                     time.monotonic() - self._last_flush >= _FLUSH_EVERY_SECONDS
                 ):
