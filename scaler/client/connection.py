@@ -24,6 +24,7 @@ from scaler.client.outbox import OutboxItem, TaskBatch, messages_from
 from scaler.client.payload_limits import PayloadLimits
 from scaler.client.result_routing import PendingResults
 from scaler.client.result_sinks import MapCollector
+from scaler.client.scheduler_requests import SchedulerRequests
 from scaler.client.sent_objects import SentObjects
 from scaler.client.store_relay import StoreRelay
 from scaler.client.stored_results import FetchedResults, StoredResultFetcher
@@ -98,14 +99,9 @@ class ClientConnection:
         self._stopping = False
         self._stopped = threading.Event()
         self._broken: BaseException | None = None
-        self._replies: dict[type, tuple[threading.Event, list[m.Message]]] = {}
+        self._requests = SchedulerRequests()
         # I/O thread only: messages zmq could not take yet (no usable connection), sent in order when it can.
         self._unsent: collections.deque[list[m.Buffer]] = collections.deque()
-        self._reply_lock = threading.Lock()
-        # Replies carry no request id: at most one request of a kind is in flight, so a reply of that kind is
-        # the answer to the one waiting for it (two threads draining at once would otherwise swap answers).
-        self._request_locks: dict[type, threading.Lock] = {}
-        self._late_replies: dict[type, int] = {}  # answers to requests that timed out, still to come
         self._thread = threading.Thread(target=self._run, name="scaler-client-io", daemon=True)
         self._owner_pid = os.getpid()
         fix_after_fork(self)
@@ -285,38 +281,8 @@ class ClientConnection:
         return future.cancelled()
 
     def request(self, message: m.Message, reply_type: type, timeout: float) -> m.Message:
-        """Send a message and wait for the scheduler's answer of the given type; requests of one type from
-        several threads go one after another, each within `timeout` of its start."""
-        self.check_open()
-        deadline = time.monotonic() + timeout
-        with self._reply_lock:
-            request_lock = self._request_locks.setdefault(reply_type, threading.Lock())
-        if not request_lock.acquire(timeout=timeout):
-            raise ConnectionFailedError(
-                f"no {reply_type.__name__} from the scheduler within {timeout:g}s (another request of this kind "
-                "from this client was still waiting for its own)"
-            )
-        try:
-            self.check_open()
-            event = threading.Event()
-            slot: list[m.Message] = []
-            with self._reply_lock:
-                self._replies[reply_type] = (event, slot)
-            self.send_message(message)
-            if not event.wait(max(0.0, deadline - time.monotonic())):
-                with self._reply_lock:
-                    unanswered = self._replies.get(reply_type, (None, None))[0] is event
-                    if unanswered:
-                        del self._replies[reply_type]
-                        # The scheduler answers in order: its late answer is dropped, not taken by the next request.
-                        self._late_replies[reply_type] = self._late_replies.get(reply_type, 0) + 1
-                if unanswered:
-                    raise ConnectionFailedError(f"no {reply_type.__name__} from the scheduler within {timeout:g}s")
-        finally:
-            request_lock.release()
-        if self._broken is not None and not slot:
-            raise self._broken
-        return slot[0]
+        """Send a message and wait for the scheduler's answer of the given type (scheduler_requests.py)."""
+        return self._requests.request(message, reply_type, timeout, self.send_message, self.check_open)
 
     def forget(self, task_ids: Sequence[int]) -> None:
         self._results.forget(task_ids)
@@ -483,16 +449,7 @@ class ClientConnection:
         elif isinstance(message, m.ProtocolError):
             logger.warning(f"Client: the scheduler reports a protocol error: {message.reason}")
         else:
-            with self._reply_lock:
-                late = self._late_replies.get(type(message), 0)
-                if late:
-                    self._late_replies[type(message)] = late - 1
-                    waiter = None
-                else:
-                    waiter = self._replies.pop(type(message), None)
-            if waiter is not None:
-                waiter[1].append(message)
-                waiter[0].set()
+            self._requests.answer(message)
 
     def _resend(self, object_ids: list[bytes]) -> None:
         """The scheduler lost objects of ours with their store: stored again (named in a submission with no
@@ -513,10 +470,7 @@ class ClientConnection:
         if self._broken is None:
             self._broken = error
         self._results.fail_all(error)
-        with self._reply_lock:
-            waiters, self._replies = self._replies, {}
-        for event, _ in waiters.values():
-            event.set()
+        self._requests.wake_all()
 
     def _unreachable_text(self) -> str:
         return (
