@@ -50,6 +50,10 @@ class StoreTimeout(StoreError, TimeoutError):
     """The store did not answer in time (it may be gone)."""
 
 
+class StoreGone(StoreTimeout):
+    """The scheduler says the store is not registered with it (any more): gone, as one that does not answer."""
+
+
 class ObjectMissing(StoreError):
     """The store does not have the object (and could not fetch it in time); `reason` says why."""
 
@@ -327,8 +331,8 @@ class StoreClient:
                 )
             if answer.error:
                 if answer.request_id == request_id:
-                    raise StoreError(f"the scheduler could not relay to the store at {self.store.data_address}: "
-                                     f"{answer.error}")
+                    raise StoreGone(f"the scheduler could not relay to the store at {self.store.data_address}: "
+                                    f"{answer.error}")
                 continue
             try:
                 decoded = d.decode(answer.frames)
