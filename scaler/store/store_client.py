@@ -225,14 +225,27 @@ class StoreClient:
     def close(self) -> None:
         """Close the socket. Objects still mapped stay valid; the store takes their pins back when we exit."""
         with self._lock:
-            if self._closed:
-                return
-            self._send_releases()
-            self._closed = True
-            self._stop_probing()
-            self._socket.close(linger=100)
-            if self._own_context:
-                self._context.term()
+            self._close_held()
+
+    def close_if_idle(self) -> bool:
+        """Close now unless a request is under way on another thread (then False, and nothing is done)."""
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            self._close_held()
+        finally:
+            self._lock.release()
+        return True
+
+    def _close_held(self) -> None:
+        if self._closed:
+            return
+        self._send_releases()
+        self._closed = True
+        self._stop_probing()
+        self._socket.close(linger=100)
+        if self._own_context:
+            self._context.term()
 
     def __enter__(self) -> StoreClient:
         return self
