@@ -24,17 +24,19 @@ from scaler.client.outbox import OutboxItem, TaskBatch, messages_from
 from scaler.client.payload_limits import PayloadLimits
 from scaler.client.result_routing import PendingResults
 from scaler.client.result_sinks import MapCollector
+from scaler.client.scheduler_requests import SchedulerRequests
 from scaler.client.sent_objects import SentObjects
 from scaler.client.store_relay import StoreRelay
+from scaler.client.stored_results import FetchedResults, StoredResultFetcher
 from scaler.client.wakeup import WakeupPipe
-from scaler.errors import ConnectionFailedError, ObjectLostError, SchedulerLostError
+from scaler.errors import ConnectionFailedError, SchedulerLostError
 from scaler.protocol import messages as m
 from scaler.protocol import stored_payload
-from scaler.protocol.serializer import DefaultSerializer, Serializer, StoredBuffer
+from scaler.protocol.serializer import DefaultSerializer, Serializer
 from scaler.protocol.task_signature import TaskSignature
 from scaler.store.peer_stores import Stores
 from scaler.store.relay_path import DEFAULT_PROBE_SECONDS
-from scaler.store.store_client import ObjectMissing, StoreError, StoreTimeout
+from scaler.store.store_client import StoreError
 from scaler.utility.blocking import client_nesting_depth
 from scaler.utility.curve import PeerKeys, secure_peer
 from scaler.utility.fork_safety import fix_after_fork
@@ -45,14 +47,12 @@ from scaler.utility.zmq_util import configure_socket, has_input, receive_frames,
 logger = logging.getLogger(__name__)
 
 _IDLE_POLL_SECONDS = 0.25
-# How long fetching a stored result may take before its holder counts as gone (objectsLost): a base, plus its
-# size at a pace far below any working link (bounded by the client's timeout).
-_FETCH_WAIT_BASE_SECONDS = 10.0
-_FETCH_WAIT_BYTES_PER_SECOND = 20e6
 # What a graceful close gives queued messages to leave, and what close() waits for the I/O thread:
 # the thread never blocks on a send, so only this linger can hold it.
 _CLOSE_LINGER_SECONDS = 2.0
 _CLOSE_WAIT_SECONDS = _CLOSE_LINGER_SECONDS + 3.0
+# What the I/O thread, ending, gives the fetch thread to finish the fetch under way before closing the stores.
+_FETCH_STOP_SECONDS = 1.0
 
 
 class ClientConnection:
@@ -77,9 +77,6 @@ class ClientConnection:
         self._store_failure_logged = False
         # What this client stored, until it deletes it: sent again if its store is lost (resendObjects).
         self.sent_objects = SentObjects()
-        # I/O thread only: stores that did not answer a fetch, not waited for again until the directory changes
-        # (this thread also keeps the link to the scheduler alive). Those it no longer lists are gone already.
-        self._silent_holders: set[str] = set()
         self._curve_keys = curve_keys
         self._name = name or f"{socket_module.gethostname()}|{os.getpid()}"
         self._timeout_seconds = timeout_seconds
@@ -93,20 +90,18 @@ class ClientConnection:
         # The stores the scheduler told us of, and our home among them (PROTOCOL.md §17); replaced whole.
         self.store_directory = m.StoreDirectory()
         self._wakeup = WakeupPipe()
+        self._fetcher = StoredResultFetcher(
+            self.stores, timeout_seconds, lambda task_id: self._results.expects(task_id), self.send_message, self.wake
+        )
         # The scheduler's limits, known from its Welcome before connect() returns.
         self.limits = PayloadLimits()
         self._welcomed = threading.Event()
         self._stopping = False
         self._stopped = threading.Event()
         self._broken: BaseException | None = None
-        self._replies: dict[type, tuple[threading.Event, list[m.Message]]] = {}
+        self._requests = SchedulerRequests()
         # I/O thread only: messages zmq could not take yet (no usable connection), sent in order when it can.
         self._unsent: collections.deque[list[m.Buffer]] = collections.deque()
-        self._reply_lock = threading.Lock()
-        # Replies carry no request id: at most one request of a kind is in flight, so a reply of that kind is
-        # the answer to the one waiting for it (two threads draining at once would otherwise swap answers).
-        self._request_locks: dict[type, threading.Lock] = {}
-        self._late_replies: dict[type, int] = {}  # answers to requests that timed out, still to come
         self._thread = threading.Thread(target=self._run, name="scaler-client-io", daemon=True)
         self._owner_pid = os.getpid()
         fix_after_fork(self)
@@ -286,38 +281,8 @@ class ClientConnection:
         return future.cancelled()
 
     def request(self, message: m.Message, reply_type: type, timeout: float) -> m.Message:
-        """Send a message and wait for the scheduler's answer of the given type; requests of one type from
-        several threads go one after another, each within `timeout` of its start."""
-        self.check_open()
-        deadline = time.monotonic() + timeout
-        with self._reply_lock:
-            request_lock = self._request_locks.setdefault(reply_type, threading.Lock())
-        if not request_lock.acquire(timeout=timeout):
-            raise ConnectionFailedError(
-                f"no {reply_type.__name__} from the scheduler within {timeout:g}s (another request of this kind "
-                "from this client was still waiting for its own)"
-            )
-        try:
-            self.check_open()
-            event = threading.Event()
-            slot: list[m.Message] = []
-            with self._reply_lock:
-                self._replies[reply_type] = (event, slot)
-            self.send_message(message)
-            if not event.wait(max(0.0, deadline - time.monotonic())):
-                with self._reply_lock:
-                    unanswered = self._replies.get(reply_type, (None, None))[0] is event
-                    if unanswered:
-                        del self._replies[reply_type]
-                        # The scheduler answers in order: its late answer is dropped, not taken by the next request.
-                        self._late_replies[reply_type] = self._late_replies.get(reply_type, 0) + 1
-                if unanswered:
-                    raise ConnectionFailedError(f"no {reply_type.__name__} from the scheduler within {timeout:g}s")
-        finally:
-            request_lock.release()
-        if self._broken is not None and not slot:
-            raise self._broken
-        return slot[0]
+        """Send a message and wait for the scheduler's answer of the given type (scheduler_requests.py)."""
+        return self._requests.request(message, reply_type, timeout, self.send_message, self.check_open)
 
     def forget(self, task_ids: Sequence[int]) -> None:
         self._results.forget(task_ids)
@@ -351,6 +316,7 @@ class ClientConnection:
             logger.exception("Client: I/O thread failed")
             self._break(SchedulerLostError(f"client I/O thread failed: {error!r}"))
         finally:
+            self._fetcher.stop(_FETCH_STOP_SECONDS)
             self.stores.close()
             socket.close(linger=int(_CLOSE_LINGER_SECONDS * 1000) if self._broken is None else 0)
             context.term()
@@ -374,6 +340,8 @@ class ClientConnection:
                 self._send_unsent(socket)
             if wakeup.reader in events:
                 wakeup.consume()
+            while self._fetcher.fetched:
+                self._deliver_fetched(self._fetcher.fetched.popleft())
             if events.get(socket, 0) & zmq.POLLIN:
                 last_heard = time.monotonic()
                 # Messages read while an answer relayed from a store was awaited on this thread come first.
@@ -442,7 +410,7 @@ class ClientConnection:
     def _on_message(self, message: m.Message) -> None:
         if isinstance(message, m.TaskResults):
             if message.stored:
-                self._fetch_stored(message)
+                self._fetcher.fetch(message.stored)
             self._results.route(message)
         elif isinstance(message, m.HeartbeatEcho):
             pass
@@ -455,7 +423,7 @@ class ClientConnection:
         elif isinstance(message, m.StoreDirectory):
             self.stores.update(message)
             self.store_directory = message
-            self._silent_holders.clear()
+            self._fetcher.directory_changed()
         elif isinstance(message, m.Welcome):
             self.stores.update(message.store_directory)
             self.stores.inline_limit = message.inline_limit
@@ -481,16 +449,7 @@ class ClientConnection:
         elif isinstance(message, m.ProtocolError):
             logger.warning(f"Client: the scheduler reports a protocol error: {message.reason}")
         else:
-            with self._reply_lock:
-                late = self._late_replies.get(type(message), 0)
-                if late:
-                    self._late_replies[type(message)] = late - 1
-                    waiter = None
-                else:
-                    waiter = self._replies.pop(type(message), None)
-            if waiter is not None:
-                waiter[1].append(message)
-                waiter[0].set()
+            self._requests.answer(message)
 
     def _resend(self, object_ids: list[bytes]) -> None:
         """The scheduler lost objects of ours with their store: stored again (named in a submission with no
@@ -500,59 +459,18 @@ class ClientConnection:
         if lost:
             self._outbox.append(m.ObjectsLost(object_ids=lost))
 
-    def _fetch_stored(self, results: m.TaskResults) -> None:
-        """Results kept in stores: fetched from their holders (mapped on this host) into the message's
-        successes, so their futures complete only with the bytes here; then the scheduler may let them go.
-
-        A result whose holders do not give it is reported lost and not let go of: the scheduler runs its task
-        again and sends the new result, which its future waits for (or the failure if it cannot be made).
-        The wait for a holder grows with the object's size, so a slow link is not taken for a dead holder."""
-        released = []
-        lost = []
-        silent = self._silent_holders
-        for stored in results.stored:
-            if not self._results.expects(stored.task_id):
-                released.append(stored.object_id)
-                continue  # canceled or forgotten meanwhile
-            wait = min(self._timeout_seconds, _FETCH_WAIT_BASE_SECONDS + stored.size / _FETCH_WAIT_BYTES_PER_SECOND)
-            try:
-                if stored.holder in silent or self.stores.address_of(stored.holder) is None:
-                    raise StoreTimeout(f"the store at {stored.holder} is gone")
-                payload: m.Buffer | StoredBuffer = self.stores.fetch(stored.object_id, stored.holder, wait)
-            except (ObjectMissing, StoreTimeout, OSError) as error:
-                if isinstance(error, StoreTimeout):
-                    silent.add(stored.holder)
-                logger.warning(
-                    f"Client: the result of task {stored.task_id:#x} (object {stored.object_id.hex()}, "
-                    f"{stored.size:,} bytes) could not be fetched from {stored.holder} ({error}); "
-                    "reported lost, waiting for it to be made again"
-                )
-                lost.append(stored.object_id)
-                continue
-            except StoreError as error:
-                released.append(stored.object_id)
-                self._results.fail_one(stored.task_id, ObjectLostError(
-                    f"the result of task {stored.task_id:#x} (object {stored.object_id.hex()}, {stored.size:,} bytes) "
-                    f"could not be fetched from its store {stored.holder}: {error}"
-                ))
-                continue
-            released.append(stored.object_id)
-            results.succeeded_ids.append(stored.task_id)
-            results.payloads.append(payload)  # type: ignore[arg-type]  # loads() reads a StoredBuffer
-        if lost:
-            self._outbox.append(m.ObjectsLost(object_ids=lost))
-        if released:
-            self._outbox.append(m.DeleteObjects(object_ids=released))
+    def _deliver_fetched(self, fetched: FetchedResults) -> None:
+        """Stored results the fetch thread got, to their futures on this thread as every other result."""
+        self._results.route(fetched.results)
+        for task_id, error in fetched.failures:
+            self._results.fail_one(task_id, error)
 
     def _break(self, error: BaseException) -> None:
         """The link is unusable: every waiting caller gets `error` instead of waiting forever."""
         if self._broken is None:
             self._broken = error
         self._results.fail_all(error)
-        with self._reply_lock:
-            waiters, self._replies = self._replies, {}
-        for event, _ in waiters.values():
-            event.set()
+        self._requests.wake_all()
 
     def _unreachable_text(self) -> str:
         return (

@@ -1,9 +1,10 @@
 """The client's relay path to stores it cannot reach (PROTOCOL.md §19): its own link to the scheduler.
 
 A StoreClient on any thread sends its data message as `relay` through the I/O thread and waits here for
-the answer, which the I/O thread hands over when it arrives. The I/O thread itself fetches the stored
-results it receives: waiting for a relayed answer there, it reads its socket itself, keeps what else
-arrives for the loop to handle afterwards (in order), and takes the answer.
+the answer, which the I/O thread hands over when it arrives. Code that runs on the I/O thread itself (a
+done-callback that stores an object) may need a relayed answer too: waiting for it there, the I/O thread
+reads its socket itself, keeps what else arrives for the loop to handle afterwards (in order), and takes
+the answer.
 """
 
 from __future__ import annotations

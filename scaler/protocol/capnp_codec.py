@@ -2,12 +2,12 @@
 
 The control frame is a Cap'n Proto `Message` (scaler.capnp); a payload of LARGE_PAYLOAD_BYTES or more
 travels as a frame of its own that the control frame names by number, so nobody copies it. `decode`
-checks what a peer sent before anything above it sees it.
+checks what a peer sent before anything above it sees it. The messages of plain fields are written
+field by field from their dataclasses (capnp_fields.py); the others here.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import os
 from collections.abc import Sequence
@@ -15,45 +15,23 @@ from typing import Any, Callable, cast
 
 import capnp
 
+from scaler.protocol.capnp_fields import FLAT_MESSAGES, read_directory, read_fields, write_directory, write_fields
 from scaler.protocol.messages import (
     LARGE_PAYLOAD_BYTES,
     Buffer,
-    CancelRefused,
-    CancelTasks,
-    ClearRequest,
-    ClearResponse,
-    DeleteObjects,
-    Disconnect,
-    DrainWorkers,
-    DrainWorkersResponse,
     FailureKind,
-    Heartbeat,
-    HeartbeatEcho,
-    Hello,
     Message,
     ObjectPayload,
-    ObjectsLost,
-    ProcessorState,
     ProtocolDecodeError,
-    ProtocolError,
-    Refused,
     Relay,
-    ReleaseTasks,
-    ResendObjects,
-    Role,
-    ShutdownRequest,
-    ShutdownResponse,
     StoreDirectory,
     StoredResult,
-    StoreEntry,
     TaskFailure,
     TaskGroup,
     TaskProfile,
     TaskResults,
-    TaskStarted,
     TaskSubmission,
     TaskWarning,
-    Welcome,
 )
 
 capnp.remove_import_hook()
@@ -66,8 +44,6 @@ _TRAVERSAL_SLACK_WORDS = 4096
 _NESTING_LIMIT = 16
 
 
-_ROLE_NAMES = {Role.CLIENT: "client", Role.WORKER: "worker", Role.STORE: "store"}
-_ROLE_BY_NAME = {name: role for role, name in _ROLE_NAMES.items()}
 _FAILURE_NAMES = {
     FailureKind.RAISED: "raised",
     FailureKind.WORKER_DIED: "workerDied",
@@ -82,110 +58,12 @@ _FAILURE_BY_NAME = {name: kind for kind, name in _FAILURE_NAMES.items()}
 
 # ---------------------------------------------------------------------------------------------- flat messages
 
-# Messages of plain fields (numbers, text, a Role, lists of ids), each a member of the Message union
-# whose fields are named as the dataclass's, in camelCase: encoded and decoded field by field.
-_FLAT_MESSAGES: dict[type, str] = {
-    Hello: "hello",
-    Welcome: "welcome",
-    Refused: "refused",
-    Heartbeat: "heartbeat",
-    HeartbeatEcho: "heartbeatEcho",
-    CancelTasks: "cancelTasks",
-    ReleaseTasks: "releaseTasks",
-    CancelRefused: "cancelRefused",
-    TaskStarted: "taskStarted",
-    DrainWorkers: "drainWorkers",
-    DrainWorkersResponse: "drainWorkersResponse",
-    DeleteObjects: "deleteObjects",
-    ObjectsLost: "objectsLost",
-    ResendObjects: "resendObjects",
-    ClearRequest: "clearRequest",
-    ClearResponse: "clearResponse",
-    Disconnect: "disconnect",
-    ShutdownRequest: "shutdownRequest",
-    ShutdownResponse: "shutdownResponse",
-    ProtocolError: "protocolError",
-    ProcessorState: "processorState",
-}
-
-def _write_directory(struct, directory: StoreDirectory) -> None:
-    entries = struct.init("stores", len(directory.stores))
-    for slot, entry in zip(entries, directory.stores):
-        slot.dataAddress = entry.data_address
-        slot.ipcAddress = entry.ipc_address
-        slot.hostKey = entry.host_key
-    struct.homeStore = directory.home_store
-
-
-def _read_directory(reader) -> StoreDirectory:
-    return StoreDirectory(
-        stores=[StoreEntry(entry.dataAddress, entry.ipcAddress, entry.hostKey) for entry in reader.stores],
-        home_store=reader.homeStore,
-    )
-
-
-# How a read field becomes the dataclass's value, by its declared type: a capnp list or Data is a view
-# into the frame, which must not outlive it.
-_READ_AS: dict[str, Callable[[Any], Any]] = {
-    "list[int]": list,
-    "list[bytes]": lambda values: [bytes(value) for value in values],
-    "list[str]": lambda values: [str(value) for value in values],
-    "tuple[str, ...]": tuple,
-    "bytes": bytes,
-    "Role": lambda name: _ROLE_BY_NAME[name],
-    "StoreDirectory": _read_directory,
-}
-
-
-def _set_role(struct, wire_name: str, role: Role) -> None:
-    setattr(struct, wire_name, _ROLE_NAMES[role])
-
-
-def _set_directory(struct, wire_name: str, directory: StoreDirectory) -> None:
-    _write_directory(struct.init(wire_name), directory)
-
-
-# How a field is written, by its declared type, where a plain assignment will not do.
-_WRITE_AS: dict[str, Callable[[Any, str, Any], None]] = {"Role": _set_role, "StoreDirectory": _set_directory}
-
-
-def _camel_case(name: str) -> str:
-    first, *rest = name.split("_")
-    return first + "".join(word.title() for word in rest)
-
-
-# Per class: each field's name, its name on the wire, how it is read and how written (None: as it is).
-_FLAT_FIELDS: dict[type, tuple[tuple[str, str, Callable[[Any], Any] | None, Callable | None], ...]] = {
-    cls: tuple(
-        (field.name, _camel_case(field.name), _READ_AS.get(str(field.type)), _WRITE_AS.get(str(field.type)))
-        for field in dataclasses.fields(cls)
-    )
-    for cls in (*_FLAT_MESSAGES, TaskProfile)
-}
-
-
-def _write_fields(struct, value: Any) -> None:
-    for name, wire_name, _, write_as in _FLAT_FIELDS[type(value)]:
-        if write_as is None:
-            setattr(struct, wire_name, getattr(value, name))
-        else:
-            write_as(struct, wire_name, getattr(value, name))
-
-
-def _read_fields(cls: type, reader) -> Any:
-    values = {}
-    for name, wire_name, read_as, _ in _FLAT_FIELDS[cls]:
-        field = getattr(reader, wire_name)
-        values[name] = field if read_as is None else read_as(field)
-    return cls(**values)
-
-
 def _encode_flat(builder, message: Any, frames: list[Buffer]) -> None:
-    _write_fields(builder.init(_FLAT_MESSAGES[type(message)]), message)
+    write_fields(builder.init(FLAT_MESSAGES[type(message)]), message)
 
 
 def _decode_flat(cls: type, reader, frames: _FrameTable) -> Any:
-    return _read_fields(cls, reader)
+    return read_fields(cls, reader)
 
 
 # ---------------------------------------------------------------------------------------------- encoding
@@ -280,7 +158,7 @@ def _encode_results(builder, message: TaskResults, frames: list[Buffer]) -> None
     if message.profiles:
         profiles = results.init("profiles", len(message.profiles))
         for slot, profile in zip(profiles, message.profiles):
-            _write_fields(slot, profile)
+            write_fields(slot, profile)
     if message.warnings:
         _encode_warnings(results, message.warnings)
     if message.stored:
@@ -338,9 +216,9 @@ def _encode_relay(builder, message: Relay, frames: list[Buffer]) -> None:
 _ENCODERS: dict[type, Callable[[Any, Any, list[Buffer]], Any]] = {
     TaskSubmission: _encode_submission,
     Relay: _encode_relay,
-    StoreDirectory: lambda builder, message, frames: _write_directory(builder.init("storeDirectory"), message),
+    StoreDirectory: lambda builder, message, frames: write_directory(builder.init("storeDirectory"), message),
     TaskResults: _encode_results,
-    **{cls: _encode_flat for cls in _FLAT_MESSAGES},
+    **{cls: _encode_flat for cls in FLAT_MESSAGES},
 }
 
 
@@ -464,7 +342,7 @@ def _decode_results(reader, frames: _FrameTable) -> TaskResults:
     payloads = list(reader.payloads)
     if len(reader.payloadFrameIndices) or len(reader.payloadFrames):
         frames.place(payloads, list(reader.payloadFrameIndices), list(reader.payloadFrames))
-    profiles = [_read_fields(TaskProfile, profile) for profile in reader.profiles]
+    profiles = [read_fields(TaskProfile, profile) for profile in reader.profiles]
     warnings = _decode_warnings(reader) if len(reader.warningTaskIds) or len(reader.warningIndices) else []
     stored = _decode_stored(reader) if len(reader.storedTaskIds) or len(reader.storedObjectIds) else []
     return TaskResults(
@@ -501,6 +379,6 @@ _DECODERS: dict[str, Callable[[Any, _FrameTable], Any]] = {
     "submitTasks": _decode_submission,
     "relay": _decode_relay,
     "taskResults": _decode_results,
-    "storeDirectory": lambda reader, frames: _read_directory(reader),
-    **{member: functools.partial(_decode_flat, cls) for cls, member in _FLAT_MESSAGES.items()},
+    "storeDirectory": lambda reader, frames: read_directory(reader),
+    **{member: functools.partial(_decode_flat, cls) for cls, member in FLAT_MESSAGES.items()},
 }

@@ -37,6 +37,8 @@ class Stores:
         self._addresses: dict[str, StoreAddress] = {}
         self._home = ""
         self._clients: dict[str, StoreClient] = {}
+        # Clients of stores the directory no longer lists that were busy when it changed: closed once idle.
+        self._retired: list[StoreClient] = []
         self._closed = False
         self.inline_limit = m.INLINE_LIMIT_BYTES
 
@@ -50,8 +52,11 @@ class Stores:
                 for entry in directory.stores
             }
             self._home = home if home is not None else directory.home_store
-            for gone in self._clients.keys() - self._addresses.keys():
-                self._clients.pop(gone).close()
+            gone = self._clients.keys() - self._addresses.keys()
+            retired = self._retired + [self._clients.pop(data_address) for data_address in gone]
+            # Never waits for a request under way (a fetch can wait long; the caller may be the thread that
+            # must deliver its relayed answer): a busy client is closed at a later change, or with the stores.
+            self._retired = [client for client in retired if not client.close_if_idle()]
 
     @property
     def home(self) -> str:
@@ -121,8 +126,9 @@ class Stores:
     def close(self) -> None:
         with self._lock:
             self._closed = True
-            clients, self._clients = self._clients, {}
-        for client in clients.values():
+            clients = [*self._clients.values(), *self._retired]
+            self._clients, self._retired = {}, []
+        for client in clients:
             client.close()
 
 

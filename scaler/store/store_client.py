@@ -53,6 +53,10 @@ class StoreTimeout(StoreError, TimeoutError):
     """The store did not answer in time (it may be gone)."""
 
 
+class StoreGone(StoreTimeout):
+    """The scheduler says the store is not registered with it (any more): gone, as one that does not answer."""
+
+
 class ObjectMissing(StoreError):
     """The store does not have the object (and could not fetch it in time); `reason` says why."""
 
@@ -233,15 +237,28 @@ class StoreClient:
     def close(self) -> None:
         """Close the socket. Objects still mapped stay valid; the store takes their pins back when we exit."""
         with self._lock:
-            if self._closed:
-                return
-            self._send_releases()
-            self._closed = True
-            self._kept_mappings.close()
-            self._stop_probing()
-            self._socket.close(linger=100)
-            if self._own_context:
-                self._context.term()
+            self._close_held()
+
+    def close_if_idle(self) -> bool:
+        """Close now unless a request is under way on another thread (then False, and nothing is done)."""
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            self._close_held()
+        finally:
+            self._lock.release()
+        return True
+
+    def _close_held(self) -> None:
+        if self._closed:
+            return
+        self._send_releases()
+        self._closed = True
+        self._kept_mappings.close()
+        self._stop_probing()
+        self._socket.close(linger=100)
+        if self._own_context:
+            self._context.term()
 
     def __enter__(self) -> StoreClient:
         return self
@@ -340,8 +357,8 @@ class StoreClient:
                 )
             if answer.error:
                 if answer.request_id == request_id:
-                    raise StoreError(f"the scheduler could not relay to the store at {self.store.data_address}: "
-                                     f"{answer.error}")
+                    raise StoreGone(f"the scheduler could not relay to the store at {self.store.data_address}: "
+                                    f"{answer.error}")
                 continue
             try:
                 decoded = d.decode(answer.frames)

@@ -2,7 +2,8 @@
 
 A flag alone is seen only when the loop's poll next returns (pyzmq resumes a poll that a signal
 interrupted), so a loop waiting for its next tick would exit up to a tick late. A byte written into a
-pipe that the loop also polls ends the wait at once.
+pipe that the loop also polls ends the wait at once. A loop that other threads also hand work to (the
+Symphony worker: answers from the SDK's threads) wakes through the same pipe with `wake`, and drains it.
 """
 
 from __future__ import annotations
@@ -32,11 +33,23 @@ class LoopStop:
 
     def request(self) -> None:
         self._requested.set()
+        self.wake()
+
+    def wake(self) -> None:
+        """Any thread: end the loop's current wait, without asking it to stop."""
         if self._write < 0:
             return  # the loop is not running (or over): it sees the flag when it starts, if ever
         try:
             os.write(self._write, b"\0")
         except OSError:  # full: a wake-up is pending anyway
+            pass
+
+    def drain(self) -> None:
+        """The loop, woken by the pipe: take its bytes, so that the next poll waits again."""
+        try:
+            while os.read(self._read, 4096):
+                pass
+        except (BlockingIOError, OSError):
             pass
 
     def close(self) -> None:

@@ -22,6 +22,7 @@ import pytest
 
 from scaler import Client
 from scaler.cluster.combo import free_local_address
+from scaler.errors import ObjectLostError
 from scaler.store.store_client import StoreAddress, StoreClient
 from tests.conftest import console_script
 from tests.integration import waiting
@@ -61,12 +62,12 @@ def expected_digest(index: int, blob: bytes) -> tuple[int, str, int]:
 # ---------------------------------------------------------------------------------------------- helpers
 
 
-def start_cluster(spawn: Spawner, name: str, address: str, capacity_bytes: int) -> Spawned:
+def start_cluster(spawn: Spawner, name: str, address: str, capacity_bytes: int, workers: int = 2) -> Spawned:
     cluster = spawn(name, [
-        console_script("scaler_cluster"), "-n", "2", "--store-capacity-bytes", str(capacity_bytes),
+        console_script("scaler_cluster"), "-n", str(workers), "--store-capacity-bytes", str(capacity_bytes),
         "--death-timeout-seconds", "30", address,
     ])
-    cluster.wait_for_log("all 2 workers registered")
+    cluster.wait_for_log(f"all {workers} workers registered")
     return cluster
 
 
@@ -205,3 +206,49 @@ def test_workers_whose_own_store_died_read_from_the_holder_and_nothing_is_taken_
         ran_on = {line for line in orphaned.log().splitlines() if "could not be read" in line}
         assert not ran_on, f"a worker took a living object for lost: {sorted(ran_on)[:2]}"
     assert "Lineage:" not in scheduler.log(), "an object was taken for lost while its holder lived"
+
+
+def test_a_lost_object_no_owner_can_send_again_fails_its_tasks_naming_it_for_every_client(
+    spawn: Spawner, scheduler_address: str, tmp_path
+) -> None:
+    # The object's sender hands its reference to two other clients and leaves: they own the object (their tasks
+    # use it) but never held it, so when its store dies, every owner answers the scheduler's resendObjects
+    # with objectsLost at the same time, and their tasks fail with ObjectLostError naming the object.
+    # Room for both clients' gate tasks and their other tasks.
+    holder = start_cluster(spawn, "holder", scheduler_address, 2 << 30, workers=3)
+    gate = str(tmp_path / "gate")
+    with Client(address=scheduler_address, timeout_seconds=60) as first, \
+            Client(address=scheduler_address, timeout_seconds=60) as second:
+        holder_store = store_of(holder, first)
+        with Client(address=scheduler_address, timeout_seconds=60) as sender:
+            wait_until(lambda: sender._connection.stores.home == holder_store.data_address, "the sender's home")
+            blob = os.urandom(4 * MB)
+            reference = sender.send_object(blob, name="blob")
+            wait_until(lambda: object_count(holder_store) >= 1, "the object is in the holder's store")
+            futures = {}
+            for client in (first, second):
+                graph: dict = {"gate": (wait_for_file, gate, 90.0)}
+                for index in range(PARTS // 2):
+                    graph[f"digest-{index}"] = (digest_of, b"part", "gate", reference, index)
+                futures[client] = client.get(graph, [f"digest-{index}" for index in range(PARTS // 2)], block=False)
+                # The scheduler takes a client's messages in order: once this result is back, the graph (and the
+                # client's claim on the object) is in.
+                assert client.submit(len, b"ok").result(timeout=WAIT_SECONDS) == 2
+        spies = {client: DeliverySpy(client) for client in (first, second)}
+
+        readers = start_cluster(spawn, "readers", scheduler_address, 1 << 30)
+        wait_until(lambda: len(first._connection.stores._addresses) == 2, "the readers' store registered")
+        kill_store_then_cluster(holder)
+        with open(gate, "w"):
+            pass
+
+        for client, client_futures in futures.items():
+            for key, future in client_futures.items():
+                error = future.exception(timeout=WAIT_SECONDS)
+                assert isinstance(error, ObjectLostError), f"{key}: {error!r}"
+                assert reference.object_id.hex() in str(error) and "could send it again" in str(error), str(error)
+            spies[client].assert_exactly_once(list(client_futures.values()))
+        # Both clients go on: their link and the cluster that is left work.
+        assert first.submit(len, b"abc").result(timeout=WAIT_SECONDS) == 3
+        assert second.submit(len, b"abcd").result(timeout=WAIT_SECONDS) == 4
+        assert readers.process.poll() is None

@@ -11,16 +11,21 @@ route between them, are two stores out of each other's reach: the one that fetch
 from __future__ import annotations
 
 import logging
+import signal
+import threading
 import time
 from typing import Iterator
 
 import numpy as np
+import psutil
 import pytest
 
 from scaler import Client
+from scaler.client import stored_results
 from scaler.ui.feed import MonitorSubscriber
 from tests.integration.test_network_partition import Lab, lab, network_namespaces, wait_for  # noqa: F401
 from tests.integration.test_stores_across_hosts import checksum, read_here
+from tests.integration.waiting import wait_for_file
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -112,3 +117,54 @@ def _read(path: str) -> str:
             return log.read()
     except FileNotFoundError:
         return ""
+
+
+def large_result() -> bytes:
+    return b"q" * MB
+
+
+def test_a_relayed_fetch_from_a_store_that_leaves_is_answered_at_once_naming_the_store(
+    cut_off_client: tuple[Lab, Client, MonitorSubscriber], monkeypatch: pytest.MonkeyPatch, tmp_path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The client's own wait for a store's answer is long here (as for a large object on a slow link): what ends it
+    # early is the scheduler's answer when the store leaves (timed out, --worker-timeout-seconds 3).
+    monkeypatch.setattr(stored_results, "FETCH_WAIT_BASE_SECONDS", 1000.0)
+    the_lab, client, monitor = cut_off_client
+    store_address = client._connection.stores.home
+    host = the_lab.hosts["host-a"]
+    assert host.process is not None
+    (store_process,) = [
+        child for child in psutil.Process(host.process.pid).children(recursive=True)
+        if "scaler.store" in " ".join(child.cmdline())
+    ]
+    armed = str(tmp_path / "armed")
+    store_stopped = threading.Event()
+    # A first result, fetched through the scheduler: the client knows the store is out of its reach, and relays
+    # its next request at once (before the store is taken for gone).
+    assert client.submit(large_result).result(timeout=WAIT_SECONDS) == large_result()
+    wait_for(monitor, lambda s: bool(s.stores) and s.stores[0].objects == 0, 60, "the first result let go of")
+    try:
+        # Done-callbacks run on the client's I/O thread: the gate's holds it (and with it the fetch of the large
+        # result, which the host's one processor makes next) until the store is stopped, so that the fetch is
+        # relayed to a store that no longer answers.
+        gate = client.submit(wait_for_file, armed, WAIT_SECONDS)
+        gate.add_done_callback(lambda _: store_stopped.wait(WAIT_SECONDS))
+        large = client.submit(large_result)
+        wait_for(monitor, lambda s: s.tasks.unassigned + s.tasks.running >= 2, 60, "both tasks at the scheduler")
+        with open(armed, "w"):
+            pass
+        wait_for(monitor, lambda s: bool(s.stores) and s.stores[0].objects >= 1, 60, "the large result is stored")
+        with caplog.at_level(logging.WARNING):
+            store_process.send_signal(signal.SIGSTOP)
+            store_stopped.set()
+            deadline = time.monotonic() + WAIT_SECONDS
+            while not [record for record in caplog.records if "could not be fetched" in record.getMessage()]:
+                assert time.monotonic() < deadline, "the client still waits for a store that left"
+                time.sleep(0.1)
+    finally:
+        store_stopped.set()
+        store_process.kill()
+    (line,) = [record.getMessage() for record in caplog.records if "could not be fetched" in record.getMessage()]
+    assert "left the scheduler before it answered" in line and store_address in line, line
+    assert not large.done() or large.exception(timeout=0) is None, "the result is made again, not failed"

@@ -28,7 +28,7 @@ def connection() -> Iterator[ClientConnection]:
 
 def wait_until_waiting(connection: ClientConnection, reply_type: type) -> None:
     deadline = time.monotonic() + _WAIT_SECONDS
-    while reply_type not in connection._replies:
+    while not connection._requests.is_waiting(reply_type):
         assert time.monotonic() < deadline, "the request never started waiting"
         time.sleep(0.001)
 

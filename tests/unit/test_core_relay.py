@@ -118,3 +118,60 @@ def test_a_requester_that_comes_back_is_logged_again() -> None:
     cluster.send(store.identity, m.Disconnect())
 
     assert not cluster.core.relay._announced
+
+
+def relay_errors(inbox: list) -> list[tuple[int, str]]:
+    return [(relay.request_id, relay.error) for relay in relays_to(inbox) if relay.error]
+
+
+def test_requests_a_store_had_not_answered_when_it_left_are_answered_with_an_error_naming_it() -> None:
+    cluster = SimulatedCluster()
+    store = cluster.add_store(A)
+    reader_store = cluster.add_store(B)
+    client = cluster.add_client()
+    departed = cluster.add_client()
+    for request_id in (7, 8):
+        cluster.send(client.identity, m.Relay(frames=[b"get"], store=A, request_id=request_id))
+    cluster.send(reader_store.identity, m.Relay(frames=[b"get"], store=A, request_id=3))
+    cluster.send(departed.identity, m.Relay(frames=[b"get"], store=A, request_id=1))
+    cluster.send(departed.identity, m.Disconnect())
+    cluster.send(store.identity, m.Relay(frames=[b"object"], peer=client.identity))  # the answer to 7
+
+    cluster.send(store.identity, m.Disconnect())
+
+    (client_error,) = relay_errors(client.inbox)
+    assert client_error[0] == 8
+    assert store.identity.decode() in client_error[1] and A in client_error[1] and "left" in client_error[1]
+    assert [request_id for request_id, _ in relay_errors(reader_store.inbox)] == [3]
+    assert not relay_errors(departed.inbox), "nobody waits for the answers of a requester that left"
+    assert all(relay.store == A for relay in relays_to(client.inbox))
+    assert not cluster.core.relay._pending
+
+
+def test_a_store_that_times_out_answers_its_pending_relayed_requests_too() -> None:
+    cluster = SimulatedCluster()
+    store = cluster.add_store(A)
+    client = cluster.add_client()
+    cluster.send(client.identity, m.Relay(frames=[b"get"], store=A, request_id=5))
+
+    for _ in range(200):  # the client keeps its link alive; the store says nothing
+        cluster.heartbeat_all(except_for=[store.identity])
+        cluster.tick(1.0)
+        if relay_errors(client.inbox):
+            break
+
+    ((request_id, error),) = relay_errors(client.inbox)
+    assert request_id == 5 and A in error and "timed out" in error
+
+
+def test_answered_requests_leave_nothing_pending() -> None:
+    cluster = SimulatedCluster()
+    store = cluster.add_store(A)
+    client = cluster.add_client()
+    for request_id in range(3):
+        cluster.send(client.identity, m.Relay(frames=[b"get"], store=A, request_id=request_id))
+        cluster.send(store.identity, m.Relay(frames=[b"answer"], peer=client.identity))
+    assert not cluster.core.relay._pending
+
+    cluster.send(store.identity, m.Disconnect())
+    assert not relay_errors(client.inbox)

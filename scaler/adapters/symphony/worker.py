@@ -16,7 +16,6 @@ import math
 import os
 import queue
 import socket as socket_module
-import threading
 import time
 import traceback
 import uuid
@@ -33,6 +32,7 @@ from scaler.client.serializer import DefaultSerializer, Serializer, loads
 from scaler.errors import PayloadTooLargeError
 from scaler.protocol import messages as m
 from scaler.utility.curve import PeerKeys, secure_peer
+from scaler.utility.loop_stop import LoopStop
 from scaler.utility.setting_rules import AT_LEAST_ONE, POSITIVE_SECONDS, TASK_SLOTS, check_settings, setting
 from scaler.utility.tags import PYTHON_TAG
 from scaler.utility.zmq_config import parse_zmq_address
@@ -41,8 +41,6 @@ from scaler.utility.zmq_util import has_input, receive_frames, send_message
 logger = logging.getLogger(__name__)
 
 _CHECK_SECONDS = 0.1
-# The SDK's threads hand answers over through a queue; this is how they wake the loop.
-_WAKE = b"!"
 
 # TaskCall travels by value: a service host needs cloudpickle, not scaler.
 cloudpickle.register_pickle_by_value(task_call)
@@ -103,9 +101,8 @@ class SymphonyWorker:
         self._functions: dict[tuple[bytes, bytes], Any] = {}
         self._outcomes: queue.SimpleQueue[tuple[str, bytes | None, BaseException | None]] = queue.SimpleQueue()
         self._broken: BaseException | None = None
-        self._wake_reader, self._wake_writer = os.pipe()
-        os.set_blocking(self._wake_writer, False)
-        self._stop_requested = threading.Event()
+        # Ends the loop's wait: to stop (a signal handler, another thread), or for answers from the SDK's threads.
+        self._loop_stop = LoopStop()
         self._welcomed = False
         self._heartbeat_interval = config.heartbeat_interval_seconds
         self._max_frame_bytes = 0  # the scheduler's limit on one frame (Welcome; 0: none)
@@ -126,14 +123,14 @@ class SymphonyWorker:
 
     def stop(self) -> None:
         """Leave soon (from a signal handler or another thread)."""
-        self._stop_requested.set()
-        self._wake()
+        self._loop_stop.request()
 
     # ------------------------------------------------------------------------------------------ lifetime
 
     def run(self) -> int:
         """Serve until stopped; 1 if no scheduler ever welcomed us, or Symphony failed."""
         config = self._config
+        self._loop_stop.open()
         context = zmq.Context(io_threads=1)
         scheduler = self._socket = context.socket(zmq.DEALER)
         scheduler.setsockopt(zmq.SNDHWM, 0)
@@ -183,26 +180,25 @@ class SymphonyWorker:
                     self._session.close()
                 except Exception as error:
                     logger.warning(f"SymphonyWorker[{self._name}]: closing the Symphony session: {error}")
-            os.close(self._wake_reader)
-            os.close(self._wake_writer)
+            self._loop_stop.close()
         return exit_code
 
     def _loop(self, scheduler: zmq.Socket) -> None:
         config = self._config
         poller = zmq.Poller()
         poller.register(scheduler, zmq.POLLIN)
-        poller.register(self._wake_reader, zmq.POLLIN)
+        poller.register(self._loop_stop.fileno(), zmq.POLLIN)
         last_heard = time.monotonic()
         last_heartbeat = -math.inf
-        while not self._stop_requested.is_set():
+        while not self._loop_stop.requested:
             events = dict(poller.poll(int(_CHECK_SECONDS * 1000)))
             now = time.monotonic()
             if scheduler in events:
                 last_heard = now
                 while has_input(scheduler):
                     self._on_scheduler_frames(receive_frames(scheduler), now)
-            if self._wake_reader in events:
-                os.read(self._wake_reader, 4096)
+            if self._loop_stop.fileno() in events:
+                self._loop_stop.drain()
             self._take_outcomes()
             for task_id in self._forwarding.unanswered(now):
                 self._tasks.pop(task_id, None)
@@ -378,17 +374,11 @@ class SymphonyWorker:
     def _on_outcome(self, symphony_id: str, payload: bytes | None, error: BaseException | None) -> None:
         """From the SDK's threads: hand the answer to the loop."""
         self._outcomes.put((symphony_id, payload, error))
-        self._wake()
+        self._loop_stop.wake()
 
     def _on_broken(self, error: BaseException) -> None:
         self._broken = error
-        self._wake()
-
-    def _wake(self) -> None:
-        try:
-            os.write(self._wake_writer, _WAKE)
-        except (BlockingIOError, OSError):
-            pass  # the pipe is full (the loop will wake anyway) or closed (we are leaving)
+        self._loop_stop.wake()
 
     # ------------------------------------------------------------------------------------------ helpers
 

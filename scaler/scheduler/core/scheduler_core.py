@@ -334,7 +334,7 @@ class SchedulerCore:
     def _remove_store(self, store: StorePeer, why: str, level: int, out: list[Outgoing]) -> None:
         """The store is gone, and with it every object it alone held (the object table's to settle)."""
         self.stores.remove(store, why, level)
-        self.relay.forget(identity=store.identity, data_address=store.data_address)
+        self.relay.store_left(store, why, out)
         self.counters["stores_lost" if level >= logging.WARNING else "stores_left"] += 1
         self._send_directory(out)
         orphans = self.objects.drop_holder(store.data_address)
