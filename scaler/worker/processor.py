@@ -25,16 +25,15 @@ import zmq
 
 from scaler.errors import NestingLimitError
 from scaler.protocol import messages as m
-from scaler.protocol import stored_payload
 from scaler.protocol.layout import slots_by_row
 from scaler.protocol.serializer import DefaultSerializer, Serializer, loads
 from scaler.protocol.task_signature import TaskSignature
 from scaler.store.peer_stores import Stores
-from scaler.store.store_client import ObjectMissing, StoreError, StoreTimeout
+from scaler.store.store_client import ObjectMissing, StoreTimeout
 from scaler.utility.blocking import install_hooks, set_task_depth
-from scaler.utility.identifiers import random_object_id
 from scaler.utility.zmq_util import configure_socket, has_input, receive_frames, send_message
-from scaler.worker.own_results import ABSENT, OwnResults
+from scaler.worker.large_results import LargeResults
+from scaler.worker.own_results import ABSENT
 from scaler.worker.profiler import TaskProfiler
 from scaler.worker.running_task_slot import RunningTaskSlot
 from scaler.worker.warning_recorder import WarningRecorder
@@ -78,13 +77,11 @@ class Processor:
         self._stores = Stores(_STORE_TIMEOUT_SECONDS)
         # Whether the scheduler has named the stores yet: until then a holder missing from the directory says nothing.
         self._directory_known = False
-        self._store_failure_logged = False
-        self._stored_results: list[m.StoredResult] = []
+        self._results = LargeResults(self._stores)
         self._functions: dict[tuple[bytes, bytes], Callable[..., Any]] = {}
         self._serializers: dict[bytes, Serializer] = {b"": DefaultSerializer()}
         # Objects sent with send_object, deserialized once and shared by the tasks that use them.
         self._object_values: dict[bytes, Any] = {}
-        self._own_results = OwnResults()
         # Queued tasks by nesting depth: the deepest run first, since shallower tasks may be waiting on them.
         self._queues: dict[int, collections.deque[_PendingTask]] = {}
         self._queued_ids: set[int] = set()
@@ -125,10 +122,10 @@ class Processor:
             self._drain()
             if self._queued_ids:
                 self._run_one()
-                if len(self._succeeded_ids) + len(self._failures) + len(self._stored_results) >= _FLUSH_EVERY_TASKS or (
-                    time.monotonic() - self._last_flush >= _FLUSH_EVERY_SECONDS
-                ):
+                waiting = len(self._succeeded_ids) + len(self._failures) + len(self._results.reported)
+                if waiting >= _FLUSH_EVERY_TASKS or time.monotonic() - self._last_flush >= _FLUSH_EVERY_SECONDS:
                     self._flush()
+        self._results.publish_all()
         self._flush()
         self._stores.close()
 
@@ -161,22 +158,29 @@ class Processor:
             message = m.decode(receive_frames(socket))
             if isinstance(message, m.ProcessorState):
                 logger.warning("processor: unexpected ProcessorState from the agent")
-            elif isinstance(message, m.TaskSubmission):
-                self._accept(message)
-            elif isinstance(message, m.CancelTasks):
-                self._cancel(message.task_ids)
-            elif isinstance(message, m.ReleaseTasks):
-                self._release(message.task_ids)
-            elif isinstance(message, m.TaskStarted):
-                self._on_start_granted(message.task_ids)
-            elif isinstance(message, m.DeleteObjects):
-                self._forget_objects(message.object_ids)
-            elif isinstance(message, m.StoreDirectory):
-                self._stores.update(message)
-                self._directory_known = True
             elif isinstance(message, m.Disconnect):
                 self._running = False
                 return
+            else:
+                self._handle(message)
+
+    def _handle(self, message: m.Message) -> None:
+        """A message of the agent other than Disconnect and ProcessorState (whose meaning depends on when)."""
+        if isinstance(message, m.TaskSubmission):
+            self._accept(message)
+        elif isinstance(message, m.CancelTasks):
+            self._cancel(message.task_ids)
+        elif isinstance(message, m.ReleaseTasks):
+            self._release(message.task_ids)
+        elif isinstance(message, m.TaskStarted):
+            self._on_start_granted(message.task_ids)
+        elif isinstance(message, m.PublishObjects):
+            self._results.publish(message.object_ids)
+        elif isinstance(message, m.DeleteObjects):
+            self._forget_objects(message.object_ids)
+        elif isinstance(message, m.StoreDirectory):
+            self._stores.update(message)
+            self._directory_known = True
 
     def _accept(self, message: m.TaskSubmission) -> None:
         for item in message.objects:
@@ -197,7 +201,7 @@ class Processor:
                 self._queued_ids.add(task_id)
 
     def _forget_objects(self, object_ids: list[bytes]) -> None:
-        self._own_results.forget(object_ids)
+        self._results.forget(object_ids)
         for object_id in object_ids:
             self._object_payloads.pop(object_id, None)
             self._stored_holders.pop(object_id, None)
@@ -322,50 +326,16 @@ class Processor:
             recorder.task_id = None
         if group.profiling:
             self._profiles.append(self._profiler.finish(task_id))
-        stores = self._stores
         try:
-            if stores.home and type(result) not in stored_payload.NEVER_LARGE_TYPES:
-                # Serialized once; a large result (of any type) with its buffers out-of-band, straight into the
-                # store, so that readers on this host map them instead of copying.
-                try:
-                    sized = stored_payload.prepare_if_large(result, serializer, stores.inline_limit)
-                except Exception:  # not picklable with out-of-band buffers: the serializer's own way says why
-                    sized = serializer.serialize(result)
-                if isinstance(sized, stored_payload.PreparedPayload):
-                    prepared = sized
-                    if self._store_result(
-                        task_id, lambda: stores.put_prepared(random_object_id(), prepared, "result", wait=False), result
-                    ):
-                        return
-                    payload = serializer.serialize(result)  # the store failed: in-band, on the control path
-                else:
-                    payload = sized
-            else:
-                payload = serializer.serialize(result)
+            payload = self._results.place(task_id, result, serializer)
         except Exception as error:
             context = f"result of {self._function_name(group)} could not be serialized"
             self._fail(task_id, m.FailureKind.SERIALIZATION, error, context)
             return
+        if payload is None:
+            return  # reported as stored
         self._succeeded_ids.append(task_id)
         self._payloads.append(payload)
-
-    def _store_result(self, task_id: int, put: Callable[[], m.ObjectPayload], result: Any) -> bool:
-        """A large result into this worker's store, reported as stored; False (logged once) if the store fails
-        or the result cannot be serialized that way: then it goes inline."""
-        try:
-            stored = put()
-        except StoreError as error:
-            if not self._store_failure_logged:
-                self._store_failure_logged = True
-                logger.warning(f"processor: the worker's store failed, large results go through the scheduler: {error}")
-            return False
-        except Exception:  # not picklable with out-of-band buffers: the serializer's own way reports why
-            return False
-        self._stored_results.append(m.StoredResult(
-            task_id=task_id, object_id=stored.object_id, size=stored.size, holder=stored.holder
-        ))
-        self._own_results.add(stored.object_id, result, stored.size)
-        return True
 
     def _give_back(self, task_id: int, object_id: bytes, reason: str) -> None:
         """An input's holders did not give it: the scheduler hears which object (so it brings it back) before the
@@ -385,7 +355,7 @@ class Processor:
     def _object_value(self, object_id: bytes, serializer: Serializer) -> Any:
         if object_id not in self._object_values:
             stored = self._stored_holders.get(object_id)
-            own = self._own_results.take(object_id)
+            own = self._results.own.take(object_id)
             if own is not ABSENT:
                 value = own
             elif stored is not None:
@@ -422,6 +392,7 @@ class Processor:
             self._signal_may_drain = previous
 
     def _ask_to_wait_on_tasks(self) -> None:
+        self._results.publish_all()  # the nested tasks, or the processor taking our queue, may read them
         self._flush()
         send_message(self._socket, m.ProcessorState(blocked=True))
         deadline = time.monotonic() + _AGENT_ANSWER_SECONDS
@@ -434,19 +405,7 @@ class Processor:
                     self._hand_off_queue()
                     return
                 raise NestingLimitError(message.reason)
-            if isinstance(message, m.TaskSubmission):
-                self._accept(message)  # sent before the agent learned we block
-            elif isinstance(message, m.CancelTasks):
-                self._cancel(message.task_ids)
-            elif isinstance(message, m.ReleaseTasks):
-                self._release(message.task_ids)
-            elif isinstance(message, m.TaskStarted):
-                self._on_start_granted(message.task_ids)
-            elif isinstance(message, m.DeleteObjects):
-                self._forget_objects(message.object_ids)
-            elif isinstance(message, m.StoreDirectory):
-                self._stores.update(message)
-                self._directory_known = True
+            self._handle(message)  # a submission here was sent before the agent learned we block
         raise NestingLimitError("the worker agent did not answer; cannot wait on nested tasks safely")
 
     def _after_waiting_on_tasks(self) -> None:
@@ -538,15 +497,15 @@ class Processor:
 
     def _flush(self) -> None:
         self._last_flush = time.monotonic()
-        if not self._succeeded_ids and not self._failures and not self._stored_results:
+        if not self._succeeded_ids and not self._failures and not self._results.reported:
             return
         results = m.TaskResults(
             succeeded_ids=self._succeeded_ids, payloads=self._payloads, failures=self._failures,
             profiles=self._profiles, warnings=self._warnings.take_finished() if self._warnings.finished else [],
-            stored=self._stored_results,
+            stored=self._results.reported,
         )
         send_message(self._socket, results)
-        self._stored_results = []
+        self._results.reported = []
         self._profiles = []
         self._succeeded_ids = []
         self._payloads = []
