@@ -29,13 +29,12 @@ from scaler.protocol.layout import slots_by_row
 from scaler.protocol.serializer import DefaultSerializer, Serializer, loads
 from scaler.protocol.task_signature import TaskSignature
 from scaler.store.peer_stores import Stores
-from scaler.store.store_client import ObjectMissing, StoreTimeout
 from scaler.utility.blocking import install_hooks, set_task_depth
 from scaler.utility.zmq_util import configure_socket, has_input, receive_frames, send_message
 from scaler.worker.large_results import LargeResults
-from scaler.worker.own_results import ABSENT
 from scaler.worker.profiler import TaskProfiler
 from scaler.worker.running_task_slot import RunningTaskSlot
+from scaler.worker.task_objects import InputLost, TaskObjects
 from scaler.worker.warning_recorder import WarningRecorder
 
 logger = logging.getLogger(__name__)
@@ -44,11 +43,6 @@ logger = logging.getLogger(__name__)
 _FLUSH_EVERY_TASKS = 1000
 # How long a read from or a write into a store may take before the task fails with the reason.
 _STORE_TIMEOUT_SECONDS = 60.0
-# How long reading a stored input may take before its holder counts as gone (objectsLost, task given back):
-# a base for any object, plus its size at a pace far below any working link, so that a slow but living
-# holder is not declared lost (that would only cost a rerun, but a needless one).
-_INPUT_WAIT_BASE_SECONDS = 10.0
-_INPUT_WAIT_BYTES_PER_SECOND = 20e6
 _FLUSH_EVERY_SECONDS = 0.005
 _PARENT_CHECK_SECONDS = 1.0
 _AGENT_ANSWER_SECONDS = 30.0
@@ -66,22 +60,11 @@ class Processor:
     def __init__(self, socket: zmq.Socket, running_task_slot: RunningTaskSlot) -> None:
         self._socket = socket
         self._running_task_slot = running_task_slot
-        self._object_payloads: dict[bytes, m.Buffer] = {}
-        self._object_names: dict[bytes, str] = {}
-        # Stored objects (PROTOCOL.md §13) by id: the store holding each and its size; read through this
-        # worker's store.
-        self._stored_holders: dict[bytes, tuple[str, int]] = {}
-        # Stored inputs reported lost: the tasks queued behind that need one go back at once, until the scheduler
-        # names the object again (a client sent it again) or deletes it (a result made again has a new id).
-        self._lost_inputs: set[bytes] = set()
         self._stores = Stores(_STORE_TIMEOUT_SECONDS)
-        # Whether the scheduler has named the stores yet: until then a holder missing from the directory says nothing.
-        self._directory_known = False
         self._results = LargeResults(self._stores)
+        self._objects = TaskObjects(self._stores, self._results.own)
         self._functions: dict[tuple[bytes, bytes], Callable[..., Any]] = {}
         self._serializers: dict[bytes, Serializer] = {b"": DefaultSerializer()}
-        # Objects sent with send_object, deserialized once and shared by the tasks that use them.
-        self._object_values: dict[bytes, Any] = {}
         # Queued tasks by nesting depth: the deepest run first, since shallower tasks may be waiting on them.
         self._queues: dict[int, collections.deque[_PendingTask]] = {}
         self._queued_ids: set[int] = set()
@@ -180,19 +163,10 @@ class Processor:
             self._forget_objects(message.object_ids)
         elif isinstance(message, m.StoreDirectory):
             self._stores.update(message)
-            self._directory_known = True
+            self._objects.directory_known = True
 
     def _accept(self, message: m.TaskSubmission) -> None:
-        for item in message.objects:
-            if item.holder:
-                self._stored_holders[item.object_id] = (item.holder, item.size)
-                self._lost_inputs.discard(item.object_id)
-            else:
-                self._object_payloads[item.object_id] = item.payload
-                # A lost object sent again by a client with no store comes inline.
-                self._stored_holders.pop(item.object_id, None)
-                self._lost_inputs.discard(item.object_id)
-            self._object_names[item.object_id] = item.name
+        self._objects.accept(message.objects)
         for group in message.groups:
             object_slots = slots_by_row(group.object_arg_indices, group.args_per_task)
             queue = self._queues.setdefault(group.nesting_depth, collections.deque())
@@ -202,12 +176,8 @@ class Processor:
 
     def _forget_objects(self, object_ids: list[bytes]) -> None:
         self._results.forget(object_ids)
+        self._objects.forget(object_ids)
         for object_id in object_ids:
-            self._object_payloads.pop(object_id, None)
-            self._stored_holders.pop(object_id, None)
-            self._lost_inputs.discard(object_id)
-            self._object_names.pop(object_id, None)
-            self._object_values.pop(object_id, None)
             self._serializers.pop(object_id, None)
             for key in [key for key in self._functions if object_id in key]:
                 del self._functions[key]
@@ -289,12 +259,12 @@ class Processor:
             raw_args = group.args[row * width:(row + 1) * width]
             if object_slots:
                 args = [
-                    self._object_value(bytes(payload), serializer) if slot in object_slots else deserialize(payload)
+                    self._objects.value(bytes(payload), serializer) if slot in object_slots else deserialize(payload)
                     for slot, payload in enumerate(raw_args)
                 ]
             else:
                 args = [deserialize(payload) for payload in raw_args]
-        except _InputLost as lost:
+        except InputLost as lost:
             self._give_back(task_id, lost.object_id, lost.reason)
             return
         except Exception as error:
@@ -340,42 +310,16 @@ class Processor:
     def _give_back(self, task_id: int, object_id: bytes, reason: str) -> None:
         """An input's holders did not give it: the scheduler hears which object (so it brings it back) before the
         task comes back untried (so it parks the task until then, instead of failing it)."""
-        if object_id not in self._lost_inputs:
+        if self._objects.report_lost(object_id):
             logger.warning(f"processor: input {object_id.hex()} of task {task_id:#x} could not be read ({reason}); "
                            "reported lost, the task goes back to the scheduler")
-            self._lost_inputs.add(object_id)
             send_message(self._socket, m.ObjectsLost(object_ids=[object_id]))
         self._failures.append(m.TaskFailure(task_id=task_id, kind=m.FailureKind.RETURNED))
 
     def _function_name(self, group: m.TaskGroup) -> str:
         function = self._functions.get((group.function_id, group.serializer_id))
         name = getattr(function, "__qualname__", None) if function is not None else None
-        return name or self._object_names.get(group.function_id) or "<unnamed function>"
-
-    def _object_value(self, object_id: bytes, serializer: Serializer) -> Any:
-        if object_id not in self._object_values:
-            stored = self._stored_holders.get(object_id)
-            own = self._results.own.take(object_id)
-            if own is not ABSENT:
-                value = own
-            elif stored is not None:
-                if object_id in self._lost_inputs:
-                    raise _InputLost(object_id, "reported lost already")
-                holder, size = stored
-                if self._directory_known and self._stores.address_of(holder) is None:
-                    # The scheduler dropped its store after sending the task: waiting for the holder would
-                    # only end in the same report, an input wait later.
-                    raise _InputLost(object_id, f"{holder}: its store has left the cluster")
-                wait = _INPUT_WAIT_BASE_SECONDS + size / _INPUT_WAIT_BYTES_PER_SECOND
-                try:
-                    # Through this worker's store, which pulls it from the holder if need be; mapped, not copied.
-                    value = self._stores.read(object_id, holder, serializer, wait)
-                except (ObjectMissing, StoreTimeout) as error:  # a refusal or garbage is the task's failure
-                    raise _InputLost(object_id, f"{holder}: {error}") from error
-            else:
-                value = loads(serializer, self._object_payloads[object_id])
-            self._object_values[object_id] = value
-        return self._object_values[object_id]
+        return name or self._objects.names.get(group.function_id) or "<unnamed function>"
 
     # ------------------------------------------------------------------------------------------ nesting
 
@@ -463,7 +407,7 @@ class Processor:
     def _serializer(self, serializer_id: bytes) -> Serializer:
         serializer = self._serializers.get(serializer_id)
         if serializer is None:
-            serializer = cloudpickle.loads(self._object_payloads[serializer_id])
+            serializer = cloudpickle.loads(self._objects.payloads[serializer_id])
             self._serializers[serializer_id] = serializer
         return serializer
 
@@ -471,7 +415,7 @@ class Processor:
         key = (function_id, serializer_id)
         function = self._functions.get(key)
         if function is None:
-            function = loads(serializer, self._object_payloads[function_id])
+            function = loads(serializer, self._objects.payloads[function_id])
             self._functions[key] = function
         return function
 
@@ -510,15 +454,6 @@ class Processor:
         self._succeeded_ids = []
         self._payloads = []
         self._failures = []
-
-
-class _InputLost(Exception):
-    """A stored input of the task could not be read from its holders."""
-
-    def __init__(self, object_id: bytes, reason: str) -> None:
-        super().__init__(reason)
-        self.object_id = object_id
-        self.reason = reason
 
 
 def _die_with_parent() -> None:
