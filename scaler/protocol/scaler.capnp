@@ -274,10 +274,9 @@ struct DeleteObjects {
   objectIds @0 :List(Data);
 }
 
-# Scheduler to worker (PROTOCOL.md §13): these results of your tasks, reported as stored in your store,
+# Scheduler to worker (PROTOCOL.md §7): these results of your tasks, reported as stored in your store,
 # will be read by another process; write into the store those you have not written yet. A worker may keep
-# a large result unwritten while only its own processor reads it, and must write it when asked, or when
-# it stops.
+# a large result unwritten while only it reads it; those of a worker that leaves are made again.
 struct PublishObjects {
   objectIds @0 :List(Data);
 }

@@ -9,10 +9,11 @@ So a large result is reported as stored in this worker's store (its id, size and
 written there only when someone else is to read it: the scheduler asks (publishObjects: a dependent
 placed on another worker, a client that wants it), or the agent does (a dependent given to another
 processor of this worker); this processor writes all of them before it hands its queue to another
-(nesting) and before it stops. A reader that comes first waits: a store's `get` waits for an object
+(nesting). A reader that comes first waits: a store's `get` waits for an object
 that is not there yet. Past `DEFERRED_BYTES`, the oldest are written anyway, so that the values kept
 here for the store stay bounded. A result freed before any of this is never written. If the processor
-dies first, its agent reports them lost, and the scheduler makes them again (lineage.py).
+dies first, its agent reports them lost, and the scheduler makes them again (lineage.py); so it does
+with those of a worker that leaves.
 """
 
 from __future__ import annotations

@@ -56,7 +56,7 @@ class LargeResults:
         self._write(self._deferred.take(object_ids))
 
     def publish_all(self) -> None:
-        """Before the queue goes to another processor or this one stops: whoever reads them now needs the store."""
+        """Before the queue goes to another processor: whoever reads them now needs the store."""
         self._write(self._deferred.take_all())
 
     def forget(self, object_ids: list[bytes]) -> None:

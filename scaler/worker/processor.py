@@ -108,7 +108,8 @@ class Processor:
                 waiting = len(self._succeeded_ids) + len(self._failures) + len(self._results.reported)
                 if waiting >= _FLUSH_EVERY_TASKS or time.monotonic() - self._last_flush >= _FLUSH_EVERY_SECONDS:
                     self._flush()
-        self._results.publish_all()
+        # Results kept unwritten stay so: the scheduler takes those of a worker that left as lost (lineage.py), and
+        # a store that is going away as well would only make us wait.
         self._flush()
         self._stores.close()
 
