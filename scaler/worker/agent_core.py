@@ -224,7 +224,10 @@ class WorkerAgentCore:
         its processors, measured when `heartbeat_due(now)` said so; the core fills in the rest.
         """
         self._enforce_limits(now, processor_rss or {})
+        processor_count = len(self._pool.processors)
         self._pool.trim_spares(now)
+        if len(self._pool.processors) < processor_count:
+            self._report_unwritten_lost()
         config = self._config
         if now - self._last_heard > config.death_timeout_seconds:
             if not self._welcomed:
@@ -297,6 +300,16 @@ class WorkerAgentCore:
             self._pool.deliver(processor, m.encode(m.PublishObjects(object_ids=ids)))
             if processor.ready and self._running_task_of(processor) is not None:
                 self._out.append(SignalProcessor(processor.identity))
+
+    def _report_unwritten_lost(self) -> None:
+        """Results that processors now stopped may not have written into the store are gone with them: the
+        scheduler makes again those still needed (lineage.py)."""
+        processors = self._pool.processors
+        lost = [object_id for object_id, maker in self._made_by.items() if maker not in processors]
+        if lost:
+            for object_id in lost:
+                del self._made_by[object_id]
+            self._send(m.ObjectsLost(object_ids=lost))
 
     def _refuse_running(self, named: set[int]) -> None:
         """Say at once which of these tasks have started (a processor's slot names them): cancel cannot stop them."""
@@ -372,12 +385,7 @@ class WorkerAgentCore:
         )
         if self._pool.remove(processor):
             self._pool.active(now)
-        # Its results that it may not have written into the store are gone with it: made again (lineage.py).
-        lost = [object_id for object_id, maker in self._made_by.items() if maker == processor.identity]
-        if lost:
-            for object_id in lost:
-                del self._made_by[object_id]
-            self._send(m.ObjectsLost(object_ids=lost))
+        self._report_unwritten_lost()
         if failures:
             self._send(m.TaskResults(succeeded_ids=[], payloads=[], failures=failures))
 

@@ -520,3 +520,22 @@ def test_a_processor_that_dies_reports_the_results_it_may_not_have_written_as_lo
     agent.crash(maker)
     assert m.ObjectsLost(object_ids=[LARGE]) in agent.received(m.ObjectsLost)
     agent.check()
+
+
+def test_spares_stopped_after_idling_report_the_results_they_may_not_have_written_as_lost(
+    agent: SimulatedAgent,
+) -> None:
+    agent.submit(3)
+    first, _ = agent.wait_in_active()
+    second, _ = agent.wait_in_active()
+    made = {}
+    for processor, object_id in ((second, b"S" * 16), (first, b"F" * 16)):
+        agent.unblock(processor)
+        _made_stored(agent, processor, object_id)
+        made[processor.identity] = object_id
+    agent.tick(SPARE_IDLE_SECONDS / 2)
+    assert not agent.received(m.ObjectsLost)
+    stopped = {stop.identity for stop in of_type(agent.tick(SPARE_IDLE_SECONDS), StopProcessor)}
+    lost = {object_id for message in agent.received(m.ObjectsLost) for object_id in message.object_ids}
+    assert lost and lost == {made[identity] for identity in stopped if identity in made}
+    agent.check()
