@@ -62,7 +62,7 @@ class Processor:
         self._running_task_slot = running_task_slot
         self._stores = Stores(_STORE_TIMEOUT_SECONDS)
         self._results = LargeResults(self._stores)
-        self._objects = TaskObjects(self._stores, self._results.own)
+        self._objects = TaskObjects(self._stores, self._results)
         self._functions: dict[tuple[bytes, bytes], Callable[..., Any]] = {}
         self._serializers: dict[bytes, Serializer] = {b"": DefaultSerializer()}
         # Queued tasks by nesting depth: the deepest run first, since shallower tasks may be waiting on them.

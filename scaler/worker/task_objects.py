@@ -14,7 +14,8 @@ from scaler.protocol import messages as m
 from scaler.protocol.serializer import Serializer, loads
 from scaler.store.peer_stores import Stores
 from scaler.store.store_client import ObjectMissing, StoreTimeout
-from scaler.worker.own_results import ABSENT, OwnResults
+from scaler.worker.large_results import LargeResults
+from scaler.worker.own_results import ABSENT
 
 # How long reading a stored input may take before its holder counts as gone (objectsLost, task given back):
 # a base for any object, plus its size at a pace far below any working link, so that a slow but living
@@ -33,9 +34,9 @@ class InputLost(Exception):
 
 
 class TaskObjects:
-    def __init__(self, stores: Stores, own: OwnResults) -> None:
+    def __init__(self, stores: Stores, results: LargeResults) -> None:
         self._stores = stores
-        self._own = own
+        self._results = results
         self.payloads: dict[bytes, m.Buffer] = {}
         self.names: dict[bytes, str] = {}
         # Stored objects by id: the store holding each and its size; read through this worker's store.
@@ -77,10 +78,13 @@ class TaskObjects:
         """The value of an object argument; InputLost if its holders do not give it."""
         if object_id not in self._values:
             stored = self._stored_holders.get(object_id)
-            own = self._own.take(object_id)
+            own = self._results.own.take(object_id)
             if own is not ABSENT:
                 value = own
             elif stored is not None:
+                # Made here perhaps, but its value no longer kept (own_results.py has a budget): the store must
+                # have it before we read it there.
+                self._results.publish([object_id])
                 value = self._read(object_id, *stored, serializer)
             else:
                 value = loads(serializer, self.payloads[object_id])
