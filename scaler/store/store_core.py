@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections import OrderedDict
 
 from scaler.protocol import data_messages as d
+from scaler.store.recent_deletes import RecentDeletes
 from scaler.store.segment import capacity_for
 from scaler.store.segment_pool import SegmentPool
 from scaler.store.store_actions import (
@@ -53,11 +54,6 @@ from scaler.store.store_records import (
 # How long spilling rests after the spill directory failed (full disk): the store runs over capacity
 # meanwhile rather than retrying the disk at every request.
 SPILL_RETRY_SECONDS = 10.0
-# How long the store remembers a delete of an object it did not hold. A worker writes a result into its
-# store only when another process may read it (worker/deferred_results.py), so the scheduler's delete
-# of a freed result can overtake that late write; the write that arrives after it is dropped, not kept
-# forever. Far longer than any message is in flight, far shorter than any object id is reused.
-DELETED_MEMORY_SECONDS = 30.0
 
 
 class StoreCore:
@@ -74,7 +70,7 @@ class StoreCore:
         self._pending: dict[bytes, list[PendingGet]] = {}
         self._loans: dict[int, int] = {}  # pid -> segments it borrowed and has not sealed
         self._spill_resumes_at = 0.0
-        self._deleted_unheld: OrderedDict[bytes, float] = OrderedDict()  # object id -> when, oldest first
+        self._deleted_unheld = RecentDeletes()
 
     # ------------------------------------------------------------------------------------------ events
 
@@ -111,9 +107,7 @@ class StoreCore:
         self._end_loan(pid, actions)
         existing = self.objects.get(object_id)
         if (existing is not None and existing.state is not ObjectState.FETCHING) or object_id in self._deleted_unheld:
-            # A second copy of an object we hold: keep the first. Or a write that came after the object's
-            # delete: nobody would ever delete it again.
-            self._to_pool(segment, now)
+            self._to_pool(segment, now)  # a second copy of an object we hold, or one deleted already
         else:
             segment.use = SegmentUse.HOLDS
             self._make_resident(object_id, size, name, segment, now, actions)
@@ -256,8 +250,7 @@ class StoreCore:
         for object_id in object_ids:
             record = self.objects.pop(object_id, None)
             if record is None:
-                self._deleted_unheld[object_id] = now
-                self._deleted_unheld.move_to_end(object_id)
+                self._deleted_unheld.add(object_id, now)
                 continue
             self._answer_missing(object_id, "deleted", actions)
             if record.state is ObjectState.SPILLED:
@@ -294,9 +287,7 @@ class StoreCore:
             record = self.objects.get(object_id)
             if not kept and record is not None and record.state is ObjectState.FETCHING:
                 del self.objects[object_id]  # nobody waits any more: the late answer is ignored
-        forgotten_before = now - DELETED_MEMORY_SECONDS
-        while self._deleted_unheld and next(iter(self._deleted_unheld.values())) <= forgotten_before:
-            self._deleted_unheld.popitem(last=False)
+        self._deleted_unheld.expire(now)
         idle_limit = now - self.config.pool_idle_seconds
         while self._pool:
             segment = self.segments[self._pool.oldest()]

@@ -6,6 +6,7 @@ from scaler.protocol import data_messages as d
 from scaler.store import store_actions as a
 from scaler.store import store_core as c
 from scaler.store import store_records as r
+from scaler.store.recent_deletes import REMEMBERED_SECONDS
 from scaler.store.segment import PAGE_BYTES
 
 PID = 4242
@@ -121,8 +122,8 @@ def test_a_write_that_comes_after_the_delete_of_its_object_is_dropped_not_kept_f
     assert core.status().object_count == 0 and core.pooled_segment_ids() == [granted.segment_id]
 
     # Long after the delete the id is forgotten: an object of that id is kept again.
-    core.on_tick(2.0 + c.DELETED_MEMORY_SECONDS)
-    store_local(core, b"late", 5000, now=3.0 + c.DELETED_MEMORY_SECONDS)
+    core.on_tick(2.0 + REMEMBERED_SECONDS)
+    store_local(core, b"late", 5000, now=3.0 + REMEMBERED_SECONDS)
     assert core.status().object_count == 1
 
 
