@@ -292,6 +292,13 @@ class DeleteObjects:
 
 
 @dataclasses.dataclass(slots=True)
+class PublishObjects:
+    """Scheduler to worker: write these results of yours into your store now, another process reads them (§13)."""
+
+    object_ids: list[bytes]
+
+
+@dataclasses.dataclass(slots=True)
 class ObjectsLost:
     """Reader to scheduler: these stored objects could not be read from their holders (§18)."""
 
@@ -389,6 +396,7 @@ Message = Union[
     ObjectsLost,
     ResendObjects,
     Relay,
+    PublishObjects,
 ]
 
 

@@ -38,6 +38,7 @@ struct Message {
     objectsLost @22 :ObjectsLost;
     resendObjects @23 :ResendObjects;
     relay @24 :Relay;
+    publishObjects @25 :PublishObjects;
   }
 }
 
@@ -270,6 +271,13 @@ struct DrainWorkersResponse {
 
 # Client to scheduler: it no longer needs these objects. Scheduler to worker or store: drop them.
 struct DeleteObjects {
+  objectIds @0 :List(Data);
+}
+
+# Scheduler to worker (PROTOCOL.md §7): these results of your tasks, reported as stored in your store,
+# will be read by another process; write into the store those you have not written yet. A worker may keep
+# a large result unwritten while only it reads it; those of a worker that leaves are made again.
+struct PublishObjects {
   objectIds @0 :List(Data);
 }
 

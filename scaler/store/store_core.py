@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections import OrderedDict
 
 from scaler.protocol import data_messages as d
+from scaler.store.recent_deletes import RecentDeletes
 from scaler.store.segment import capacity_for
 from scaler.store.segment_pool import SegmentPool
 from scaler.store.store_actions import (
@@ -69,6 +70,7 @@ class StoreCore:
         self._pending: dict[bytes, list[PendingGet]] = {}
         self._loans: dict[int, int] = {}  # pid -> segments it borrowed and has not sealed
         self._spill_resumes_at = 0.0
+        self._deleted_unheld = RecentDeletes()
 
     # ------------------------------------------------------------------------------------------ events
 
@@ -104,8 +106,8 @@ class StoreCore:
         actions: list[Action] = []
         self._end_loan(pid, actions)
         existing = self.objects.get(object_id)
-        if existing is not None and existing.state is not ObjectState.FETCHING:
-            self._to_pool(segment, now)  # a second copy of an object we hold: keep the first
+        if (existing is not None and existing.state is not ObjectState.FETCHING) or object_id in self._deleted_unheld:
+            self._to_pool(segment, now)  # a second copy of an object we hold, or one deleted already
         else:
             segment.use = SegmentUse.HOLDS
             self._make_resident(object_id, size, name, segment, now, actions)
@@ -248,6 +250,7 @@ class StoreCore:
         for object_id in object_ids:
             record = self.objects.pop(object_id, None)
             if record is None:
+                self._deleted_unheld.add(object_id, now)
                 continue
             self._answer_missing(object_id, "deleted", actions)
             if record.state is ObjectState.SPILLED:
@@ -284,6 +287,7 @@ class StoreCore:
             record = self.objects.get(object_id)
             if not kept and record is not None and record.state is ObjectState.FETCHING:
                 del self.objects[object_id]  # nobody waits any more: the late answer is ignored
+        self._deleted_unheld.expire(now)
         idle_limit = now - self.config.pool_idle_seconds
         while self._pool:
             segment = self.segments[self._pool.oldest()]

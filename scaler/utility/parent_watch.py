@@ -7,6 +7,8 @@ current parent's now and then, and exits once they differ (the orphan was handed
 from __future__ import annotations
 
 import os
+import signal
+import sys
 from typing import Mapping
 
 EXIT_WITH_PARENT_ENV = "SCALER_EXIT_WITH_PARENT"
@@ -26,3 +28,18 @@ def environment_exiting_with_this_process(base: Mapping[str, str] | None = None)
 def parent_is_gone(parent_pid: int | None) -> bool:
     """True once the process named `parent_pid` is no longer our parent; always False for None."""
     return parent_pid is not None and os.getppid() != parent_pid
+
+
+def die_with_parent() -> None:
+    """Linux: have the kernel kill this process when its parent dies, even while a long task runs (a
+    loop's parent check covers other platforms, and a failure here)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
+    except Exception:
+        pass

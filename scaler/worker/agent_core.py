@@ -70,6 +70,9 @@ class WorkerAgentCore:
         self._heartbeat_sent_at: float | None = None
         self._latency_us = 0
         self._limits = SizeLimits()
+        # The large results of our processors, by the processor that made each: it may not have written it
+        # into the store yet (deferred_results.py), and must before another process reads it.
+        self._made_by: dict[bytes, bytes] = {}
 
     @property
     def pool(self) -> ProcessorPool:
@@ -110,6 +113,12 @@ class WorkerAgentCore:
             return []
         if isinstance(message, m.TaskSubmission):
             active = self._pool.active(now)
+            if self._made_by and message.objects:
+                # Another processor than its maker reads these: the scheduler only asks other workers' makers.
+                self._ask_to_publish([
+                    item.object_id for item in message.objects
+                    if self._made_by.get(item.object_id, active.identity) != active.identity
+                ])
             self._pool.add_objects(active, message.objects)
             for group in message.groups:
                 active.outstanding.update(dict.fromkeys(group.task_ids))
@@ -129,7 +138,12 @@ class WorkerAgentCore:
             for processor in self._pool.processors.values():
                 if not named.isdisjoint(processor.outstanding):
                     self._pool.deliver(processor, frames)
+        elif isinstance(message, m.PublishObjects):
+            self._ask_to_publish(message.object_ids)
         elif isinstance(message, m.DeleteObjects):
+            if self._made_by:
+                for object_id in message.object_ids:
+                    self._made_by.pop(object_id, None)
             self._pool.delete_objects(message.object_ids, frames)
         elif isinstance(message, m.Welcome):
             self._on_welcome(message)
@@ -166,6 +180,7 @@ class WorkerAgentCore:
                 processor.outstanding.pop(failure.task_id, None)
             for stored in message.stored:
                 processor.outstanding.pop(stored.task_id, None)
+                self._made_by[stored.object_id] = processor.identity
             if self._limits.admit(frames):
                 self._out.append(ToScheduler(frames))
             else:
@@ -209,7 +224,10 @@ class WorkerAgentCore:
         its processors, measured when `heartbeat_due(now)` said so; the core fills in the rest.
         """
         self._enforce_limits(now, processor_rss or {})
+        processor_count = len(self._pool.processors)
         self._pool.trim_spares(now)
+        if len(self._pool.processors) < processor_count:
+            self._report_unwritten_lost()
         config = self._config
         if now - self._last_heard > config.death_timeout_seconds:
             if not self._welcomed:
@@ -267,6 +285,31 @@ class WorkerAgentCore:
             running = self._running_task_of(processor)
             if running is not None and queued_here != {running}:
                 self._out.append(SignalProcessor(processor.identity))
+
+    def _ask_to_publish(self, object_ids: list[bytes]) -> None:
+        """Have the makers of these results write them into the store now, even in the middle of a task."""
+        by_maker: dict[bytes, list[bytes]] = {}
+        for object_id in object_ids:
+            maker = self._made_by.pop(object_id, None)
+            if maker is not None:
+                by_maker.setdefault(maker, []).append(object_id)
+        for maker, ids in by_maker.items():
+            processor = self._pool.processors.get(maker)
+            if processor is None:
+                continue
+            self._pool.deliver(processor, m.encode(m.PublishObjects(object_ids=ids)))
+            if processor.ready and self._running_task_of(processor) is not None:
+                self._out.append(SignalProcessor(processor.identity))
+
+    def _report_unwritten_lost(self) -> None:
+        """Results that processors now stopped may not have written into the store are gone with them: the
+        scheduler makes again those still needed (lineage.py)."""
+        processors = self._pool.processors
+        lost = [object_id for object_id, maker in self._made_by.items() if maker not in processors]
+        if lost:
+            for object_id in lost:
+                del self._made_by[object_id]
+            self._send(m.ObjectsLost(object_ids=lost))
 
     def _refuse_running(self, named: set[int]) -> None:
         """Say at once which of these tasks have started (a processor's slot names them): cancel cannot stop them."""
@@ -342,6 +385,7 @@ class WorkerAgentCore:
         )
         if self._pool.remove(processor):
             self._pool.active(now)
+        self._report_unwritten_lost()
         if failures:
             self._send(m.TaskResults(succeeded_ids=[], payloads=[], failures=failures))
 

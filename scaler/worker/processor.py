@@ -25,19 +25,18 @@ import zmq
 
 from scaler.errors import NestingLimitError
 from scaler.protocol import messages as m
-from scaler.protocol import stored_payload
 from scaler.protocol.layout import slots_by_row
 from scaler.protocol.serializer import DefaultSerializer, Serializer, loads
 from scaler.protocol.task_signature import TaskSignature
 from scaler.store.peer_stores import Stores
-from scaler.store.store_client import ObjectMissing, StoreError, StoreTimeout
 from scaler.utility.blocking import install_hooks, set_task_depth
-from scaler.utility.identifiers import random_object_id
 from scaler.utility.malloc_tuning import give_back_freed_memory
+from scaler.utility.parent_watch import die_with_parent
 from scaler.utility.zmq_util import configure_socket, has_input, receive_frames, send_message
-from scaler.worker.own_results import ABSENT, OwnResults
+from scaler.worker.large_results import LargeResults
 from scaler.worker.profiler import TaskProfiler
 from scaler.worker.running_task_slot import RunningTaskSlot
+from scaler.worker.task_objects import InputLost, TaskObjects
 from scaler.worker.warning_recorder import WarningRecorder
 
 logger = logging.getLogger(__name__)
@@ -46,11 +45,6 @@ logger = logging.getLogger(__name__)
 _FLUSH_EVERY_TASKS = 1000
 # How long a read from or a write into a store may take before the task fails with the reason.
 _STORE_TIMEOUT_SECONDS = 60.0
-# How long reading a stored input may take before its holder counts as gone (objectsLost, task given back):
-# a base for any object, plus its size at a pace far below any working link, so that a slow but living
-# holder is not declared lost (that would only cost a rerun, but a needless one).
-_INPUT_WAIT_BASE_SECONDS = 10.0
-_INPUT_WAIT_BYTES_PER_SECOND = 20e6
 _FLUSH_EVERY_SECONDS = 0.005
 _PARENT_CHECK_SECONDS = 1.0
 _AGENT_ANSWER_SECONDS = 30.0
@@ -68,24 +62,11 @@ class Processor:
     def __init__(self, socket: zmq.Socket, running_task_slot: RunningTaskSlot) -> None:
         self._socket = socket
         self._running_task_slot = running_task_slot
-        self._object_payloads: dict[bytes, m.Buffer] = {}
-        self._object_names: dict[bytes, str] = {}
-        # Stored objects (PROTOCOL.md §13) by id: the store holding each and its size; read through this
-        # worker's store.
-        self._stored_holders: dict[bytes, tuple[str, int]] = {}
-        # Stored inputs reported lost: the tasks queued behind that need one go back at once, until the scheduler
-        # names the object again (a client sent it again) or deletes it (a result made again has a new id).
-        self._lost_inputs: set[bytes] = set()
         self._stores = Stores(_STORE_TIMEOUT_SECONDS)
-        # Whether the scheduler has named the stores yet: until then a holder missing from the directory says nothing.
-        self._directory_known = False
-        self._store_failure_logged = False
-        self._stored_results: list[m.StoredResult] = []
+        self._results = LargeResults(self._stores)
+        self._objects = TaskObjects(self._stores, self._results)
         self._functions: dict[tuple[bytes, bytes], Callable[..., Any]] = {}
         self._serializers: dict[bytes, Serializer] = {b"": DefaultSerializer()}
-        # Objects sent with send_object, deserialized once and shared by the tasks that use them.
-        self._object_values: dict[bytes, Any] = {}
-        self._own_results = OwnResults()
         # Queued tasks by nesting depth: the deepest run first, since shallower tasks may be waiting on them.
         self._queues: dict[int, collections.deque[_PendingTask]] = {}
         self._queued_ids: set[int] = set()
@@ -131,10 +112,11 @@ class Processor:
             busy_since_idle = True
             if self._queued_ids:
                 self._run_one()
-                if len(self._succeeded_ids) + len(self._failures) + len(self._stored_results) >= _FLUSH_EVERY_TASKS or (
-                    time.monotonic() - self._last_flush >= _FLUSH_EVERY_SECONDS
-                ):
+                waiting = len(self._succeeded_ids) + len(self._failures) + len(self._results.reported)
+                if waiting >= _FLUSH_EVERY_TASKS or time.monotonic() - self._last_flush >= _FLUSH_EVERY_SECONDS:
                     self._flush()
+        # Results kept unwritten stay so: the scheduler takes those of a worker that left as lost (lineage.py), and
+        # a store that is going away as well would only make us wait.
         self._flush()
         self._stores.close()
 
@@ -167,34 +149,32 @@ class Processor:
             message = m.decode(receive_frames(socket))
             if isinstance(message, m.ProcessorState):
                 logger.warning("processor: unexpected ProcessorState from the agent")
-            elif isinstance(message, m.TaskSubmission):
-                self._accept(message)
-            elif isinstance(message, m.CancelTasks):
-                self._cancel(message.task_ids)
-            elif isinstance(message, m.ReleaseTasks):
-                self._release(message.task_ids)
-            elif isinstance(message, m.TaskStarted):
-                self._on_start_granted(message.task_ids)
-            elif isinstance(message, m.DeleteObjects):
-                self._forget_objects(message.object_ids)
-            elif isinstance(message, m.StoreDirectory):
-                self._stores.update(message)
-                self._directory_known = True
             elif isinstance(message, m.Disconnect):
                 self._running = False
                 return
+            else:
+                self._handle(message)
+
+    def _handle(self, message: m.Message) -> None:
+        """A message of the agent other than Disconnect and ProcessorState (whose meaning depends on when)."""
+        if isinstance(message, m.TaskSubmission):
+            self._accept(message)
+        elif isinstance(message, m.CancelTasks):
+            self._cancel(message.task_ids)
+        elif isinstance(message, m.ReleaseTasks):
+            self._release(message.task_ids)
+        elif isinstance(message, m.TaskStarted):
+            self._on_start_granted(message.task_ids)
+        elif isinstance(message, m.PublishObjects):
+            self._results.publish(message.object_ids)
+        elif isinstance(message, m.DeleteObjects):
+            self._forget_objects(message.object_ids)
+        elif isinstance(message, m.StoreDirectory):
+            self._stores.update(message)
+            self._objects.directory_known = True
 
     def _accept(self, message: m.TaskSubmission) -> None:
-        for item in message.objects:
-            if item.holder:
-                self._stored_holders[item.object_id] = (item.holder, item.size)
-                self._lost_inputs.discard(item.object_id)
-            else:
-                self._object_payloads[item.object_id] = item.payload
-                # A lost object sent again by a client with no store comes inline.
-                self._stored_holders.pop(item.object_id, None)
-                self._lost_inputs.discard(item.object_id)
-            self._object_names[item.object_id] = item.name
+        self._objects.accept(message.objects)
         for group in message.groups:
             object_slots = slots_by_row(group.object_arg_indices, group.args_per_task)
             queue = self._queues.setdefault(group.nesting_depth, collections.deque())
@@ -203,13 +183,9 @@ class Processor:
                 self._queued_ids.add(task_id)
 
     def _forget_objects(self, object_ids: list[bytes]) -> None:
-        self._own_results.forget(object_ids)
+        self._results.forget(object_ids)
+        self._objects.forget(object_ids)
         for object_id in object_ids:
-            self._object_payloads.pop(object_id, None)
-            self._stored_holders.pop(object_id, None)
-            self._lost_inputs.discard(object_id)
-            self._object_names.pop(object_id, None)
-            self._object_values.pop(object_id, None)
             self._serializers.pop(object_id, None)
             for key in [key for key in self._functions if object_id in key]:
                 del self._functions[key]
@@ -291,12 +267,12 @@ class Processor:
             raw_args = group.args[row * width:(row + 1) * width]
             if object_slots:
                 args = [
-                    self._object_value(bytes(payload), serializer) if slot in object_slots else deserialize(payload)
+                    self._objects.value(bytes(payload), serializer) if slot in object_slots else deserialize(payload)
                     for slot, payload in enumerate(raw_args)
                 ]
             else:
                 args = [deserialize(payload) for payload in raw_args]
-        except _InputLost as lost:
+        except InputLost as lost:
             self._give_back(task_id, lost.object_id, lost.reason)
             return
         except Exception as error:
@@ -328,90 +304,30 @@ class Processor:
             recorder.task_id = None
         if group.profiling:
             self._profiles.append(self._profiler.finish(task_id))
-        stores = self._stores
         try:
-            if stores.home and type(result) not in stored_payload.NEVER_LARGE_TYPES:
-                # Serialized once; a large result (of any type) with its buffers out-of-band, straight into the
-                # store, so that readers on this host map them instead of copying.
-                try:
-                    sized = stored_payload.prepare_if_large(result, serializer, stores.inline_limit)
-                except Exception:  # not picklable with out-of-band buffers: the serializer's own way says why
-                    sized = serializer.serialize(result)
-                if isinstance(sized, stored_payload.PreparedPayload):
-                    prepared = sized
-                    if self._store_result(
-                        task_id, lambda: stores.put_prepared(random_object_id(), prepared, "result", wait=False), result
-                    ):
-                        return
-                    payload = serializer.serialize(result)  # the store failed: in-band, on the control path
-                else:
-                    payload = sized
-            else:
-                payload = serializer.serialize(result)
+            payload = self._results.place(task_id, result, serializer)
         except Exception as error:
             context = f"result of {self._function_name(group)} could not be serialized"
             self._fail(task_id, m.FailureKind.SERIALIZATION, error, context)
             return
+        if payload is None:
+            return  # reported as stored
         self._succeeded_ids.append(task_id)
         self._payloads.append(payload)
-
-    def _store_result(self, task_id: int, put: Callable[[], m.ObjectPayload], result: Any) -> bool:
-        """A large result into this worker's store, reported as stored; False (logged once) if the store fails
-        or the result cannot be serialized that way: then it goes inline."""
-        try:
-            stored = put()
-        except StoreError as error:
-            if not self._store_failure_logged:
-                self._store_failure_logged = True
-                logger.warning(f"processor: the worker's store failed, large results go through the scheduler: {error}")
-            return False
-        except Exception:  # not picklable with out-of-band buffers: the serializer's own way reports why
-            return False
-        self._stored_results.append(m.StoredResult(
-            task_id=task_id, object_id=stored.object_id, size=stored.size, holder=stored.holder
-        ))
-        self._own_results.add(stored.object_id, result, stored.size)
-        return True
 
     def _give_back(self, task_id: int, object_id: bytes, reason: str) -> None:
         """An input's holders did not give it: the scheduler hears which object (so it brings it back) before the
         task comes back untried (so it parks the task until then, instead of failing it)."""
-        if object_id not in self._lost_inputs:
+        if self._objects.report_lost(object_id):
             logger.warning(f"processor: input {object_id.hex()} of task {task_id:#x} could not be read ({reason}); "
                            "reported lost, the task goes back to the scheduler")
-            self._lost_inputs.add(object_id)
             send_message(self._socket, m.ObjectsLost(object_ids=[object_id]))
         self._failures.append(m.TaskFailure(task_id=task_id, kind=m.FailureKind.RETURNED))
 
     def _function_name(self, group: m.TaskGroup) -> str:
         function = self._functions.get((group.function_id, group.serializer_id))
         name = getattr(function, "__qualname__", None) if function is not None else None
-        return name or self._object_names.get(group.function_id) or "<unnamed function>"
-
-    def _object_value(self, object_id: bytes, serializer: Serializer) -> Any:
-        if object_id not in self._object_values:
-            stored = self._stored_holders.get(object_id)
-            own = self._own_results.take(object_id)
-            if own is not ABSENT:
-                value = own
-            elif stored is not None:
-                if object_id in self._lost_inputs:
-                    raise _InputLost(object_id, "reported lost already")
-                holder, size = stored
-                if self._directory_known and self._stores.address_of(holder) is None:
-                    # The scheduler dropped its store after sending the task: waiting for the holder would
-                    # only end in the same report, an input wait later.
-                    raise _InputLost(object_id, f"{holder}: its store has left the cluster")
-                wait = _INPUT_WAIT_BASE_SECONDS + size / _INPUT_WAIT_BYTES_PER_SECOND
-                try:
-                    # Through this worker's store, which pulls it from the holder if need be; mapped, not copied.
-                    value = self._stores.read(object_id, holder, serializer, wait)
-                except (ObjectMissing, StoreTimeout) as error:  # a refusal or garbage is the task's failure
-                    raise _InputLost(object_id, f"{holder}: {error}") from error
-            else:
-                value = loads(serializer, self._object_payloads[object_id])
-            self._object_values[object_id] = value
-        return self._object_values[object_id]
+        return name or self._objects.names.get(group.function_id) or "<unnamed function>"
 
     # ------------------------------------------------------------------------------------------ nesting
 
@@ -428,6 +344,7 @@ class Processor:
             self._signal_may_drain = previous
 
     def _ask_to_wait_on_tasks(self) -> None:
+        self._results.publish_all()  # the nested tasks, or the processor taking our queue, may read them
         self._flush()
         send_message(self._socket, m.ProcessorState(blocked=True))
         deadline = time.monotonic() + _AGENT_ANSWER_SECONDS
@@ -440,19 +357,7 @@ class Processor:
                     self._hand_off_queue()
                     return
                 raise NestingLimitError(message.reason)
-            if isinstance(message, m.TaskSubmission):
-                self._accept(message)  # sent before the agent learned we block
-            elif isinstance(message, m.CancelTasks):
-                self._cancel(message.task_ids)
-            elif isinstance(message, m.ReleaseTasks):
-                self._release(message.task_ids)
-            elif isinstance(message, m.TaskStarted):
-                self._on_start_granted(message.task_ids)
-            elif isinstance(message, m.DeleteObjects):
-                self._forget_objects(message.object_ids)
-            elif isinstance(message, m.StoreDirectory):
-                self._stores.update(message)
-                self._directory_known = True
+            self._handle(message)  # a submission here was sent before the agent learned we block
         raise NestingLimitError("the worker agent did not answer; cannot wait on nested tasks safely")
 
     def _after_waiting_on_tasks(self) -> None:
@@ -510,7 +415,7 @@ class Processor:
     def _serializer(self, serializer_id: bytes) -> Serializer:
         serializer = self._serializers.get(serializer_id)
         if serializer is None:
-            serializer = cloudpickle.loads(self._object_payloads[serializer_id])
+            serializer = cloudpickle.loads(self._objects.payloads[serializer_id])
             self._serializers[serializer_id] = serializer
         return serializer
 
@@ -518,7 +423,7 @@ class Processor:
         key = (function_id, serializer_id)
         function = self._functions.get(key)
         if function is None:
-            function = loads(serializer, self._object_payloads[function_id])
+            function = loads(serializer, self._objects.payloads[function_id])
             self._functions[key] = function
         return function
 
@@ -544,48 +449,25 @@ class Processor:
 
     def _flush(self) -> None:
         self._last_flush = time.monotonic()
-        if not self._succeeded_ids and not self._failures and not self._stored_results:
+        if not self._succeeded_ids and not self._failures and not self._results.reported:
             return
         results = m.TaskResults(
             succeeded_ids=self._succeeded_ids, payloads=self._payloads, failures=self._failures,
             profiles=self._profiles, warnings=self._warnings.take_finished() if self._warnings.finished else [],
-            stored=self._stored_results,
+            stored=self._results.reported,
         )
         send_message(self._socket, results)
-        self._stored_results = []
+        self._results.reported = []
         self._profiles = []
         self._succeeded_ids = []
         self._payloads = []
         self._failures = []
 
 
-class _InputLost(Exception):
-    """A stored input of the task could not be read from its holders."""
-
-    def __init__(self, object_id: bytes, reason: str) -> None:
-        super().__init__(reason)
-        self.object_id = object_id
-        self.reason = reason
-
-
-def _die_with_parent() -> None:
-    """Linux: have the kernel kill us if the agent dies, even while a long task runs."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        pr_set_pdeathsig = 1
-        libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
-    except Exception:  # the parent check in the loop still covers us
-        pass
-
-
 def main() -> None:
     address, identity, running_task_path, parent_pid_text = sys.argv[1:5]
     parent_pid = int(parent_pid_text)
-    _die_with_parent()
+    die_with_parent()
     if os.getppid() != parent_pid:
         return
     # Ctrl-C in a terminal reaches the whole process group; the agent decides when we stop.

@@ -51,6 +51,14 @@ def make_part(index: int, size: int) -> bytes:
     return hashlib.sha256(b"part-%d" % index).digest() * (size // 32)
 
 
+def make_part_noted(index: int, size: int, directory: str) -> bytes:
+    """make_part, leaving a file behind once the part is made (its value is then the worker's alone)."""
+    part = make_part(index, size)
+    with open(os.path.join(directory, f"part-{index}"), "w"):
+        pass
+    return part
+
+
 def digest_of(part: bytes, gate: bool, blob: bytes, index: int) -> tuple[int, str, int]:
     return index, hashlib.sha256(part).hexdigest(), len(blob)
 
@@ -125,15 +133,19 @@ def test_a_cluster_killed_while_its_store_holds_intermediates_and_an_object_lose
         spy = DeliverySpy(client)
         blob = os.urandom(4 * MB)
         reference = client.send_object(blob, name="blob")
+        made = tmp_path / "made"
+        made.mkdir()
         graph: dict = {"gate": (wait_for_file, gate, 90.0)}
         for index in range(PARTS):
-            graph[f"part-{index}"] = (make_part, index, PART_BYTES)
+            graph[f"part-{index}"] = (make_part_noted, index, PART_BYTES, str(made))
             graph[f"digest-{index}"] = (digest_of, f"part-{index}", "gate", reference, index)
         keys = [f"digest-{index}" for index in range(PARTS)]
         futures = client.get(graph, keys, block=False)
-        # Every part is made and held by the holder's store (with the object), none read yet: the gate holds
-        # their readers back.
-        wait_until(lambda: object_count(holder_store) >= PARTS + 1, "the parts are in the holder's store")
+        # Every part is made and held by the holder (its processors keep them until another process reads
+        # them: worker/deferred_results.py), and the object by its store; none read yet: the gate holds their
+        # readers back.
+        wait_until(lambda: object_count(holder_store) >= 1, "the object is in the holder's store")
+        wait_until(lambda: len(list(made.iterdir())) == PARTS, "the parts are made")
 
         readers = start_cluster(spawn, "readers", scheduler_address, 1 << 30)
         wait_until(lambda: len(client._connection.stores._addresses) == 2, "the readers' store registered")

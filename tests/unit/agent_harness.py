@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+from typing import Any
 
 from scaler.protocol import messages as m
 from scaler.utility.identifiers import content_object_id
@@ -75,8 +76,9 @@ class SimulatedAgent:
         self.to_scheduler: list[m.Message] = []
         # Heartbeats are sent may-drop; everything else must arrive.
         self.droppable: list[m.Message] = []
-        # Every answer the scheduler got for each task: ("ok", payload) or ("failed", TaskFailure).
-        self.outcomes: dict[int, list[tuple[str, bytes | m.TaskFailure]]] = collections.defaultdict(list)
+        # Every answer the scheduler got for each task: ("ok", payload), ("failed", TaskFailure) or
+        # ("stored", StoredResult).
+        self.outcomes: dict[int, list[tuple[str, Any]]] = collections.defaultdict(list)
         self.dispatched: collections.Counter[int] = collections.Counter()
         self.exits: list[agent_actions.Exit] = []
         self.registered = 0
@@ -99,6 +101,8 @@ class SimulatedAgent:
                         self.outcomes[task_id].append(("ok", bytes(payload)))
                     for failure in message.failures:
                         self.outcomes[failure.task_id].append(("failed", failure))
+                    for stored in message.stored:
+                        self.outcomes[stored.task_id].append(("stored", stored))
             elif isinstance(action, agent_actions.ToProcessor):
                 assert action.identity not in self.stopped, f"sent to stopped processor {action.identity!r}"
                 processor = self.processors[action.identity]

@@ -220,6 +220,7 @@ def message_strategies(
         m.DeleteObjects: st.builds(m.DeleteObjects, object_ids=st.lists(object_ids(functions), max_size=3)),
         m.ObjectsLost: st.builds(m.ObjectsLost, object_ids=st.lists(object_ids(functions), max_size=3)),
         m.ResendObjects: st.builds(m.ResendObjects, object_ids=st.lists(object_ids(functions), max_size=3)),
+        m.PublishObjects: st.builds(m.PublishObjects, object_ids=st.lists(object_ids(functions), max_size=3)),
         m.ClearRequest: st.just(m.ClearRequest()),
         m.ClearResponse: st.builds(m.ClearResponse, canceled_tasks=U32),
         m.Disconnect: st.builds(m.Disconnect, reason=TEXT),

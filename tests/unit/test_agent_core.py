@@ -463,3 +463,79 @@ def test_an_input_a_processor_could_not_read_is_reported_lost_before_its_task_co
         ),
     ]
     agent.check()
+
+
+# ---------------------------------------------------------------------------------------------- results kept unwritten
+
+
+LARGE = b"L" * 16
+STORE = "tcp://127.0.0.1:2"
+
+
+def _made_stored(agent: SimulatedAgent, processor, object_id: bytes) -> int:
+    """The processor's running task ends with a large result it reports as stored (and may not have written)."""
+    task_id = processor.running
+    assert task_id is not None
+    processor.running = None
+    agent.slots.pop(processor.identity, None)
+    agent._from_processor(processor, m.TaskResults(succeeded_ids=[], payloads=[], failures=[], stored=[
+        m.StoredResult(task_id=task_id, object_id=object_id, size=1 << 20, holder=STORE)
+    ]))
+    return task_id
+
+
+def test_a_publish_request_goes_to_the_processor_that_made_the_result_signalled_while_its_task_runs(
+    agent: SimulatedAgent,
+) -> None:
+    agent.submit(2)
+    maker = agent.run_next()
+    _made_stored(agent, maker, LARGE)
+    agent.run_next()  # busy with the next task: only the signal makes it read now
+    actions = agent.from_scheduler(m.PublishObjects(object_ids=[LARGE]))
+    assert of_type(actions, SignalProcessor) == [SignalProcessor(maker.identity)]
+    assert maker.received_of(m.PublishObjects) == [m.PublishObjects(object_ids=[LARGE])]
+    assert agent.from_scheduler(m.PublishObjects(object_ids=[LARGE])) == [], "asked once"
+    agent.check()
+
+
+def test_a_result_given_to_another_processor_of_the_worker_is_published_by_its_maker(agent: SimulatedAgent) -> None:
+    first, second = agent.submit(2)
+    maker = agent.run_next(first)
+    _made_stored(agent, maker, LARGE)
+    agent.run_next(second)
+    agent.block(maker)  # its task waits on nested tasks: another processor serves the next submissions
+    agent.hello()
+    assert agent.active() is not maker
+    agent.submit(1, objects=[m.ObjectPayload(object_id=LARGE, payload=b"", name="result", size=1 << 20,
+                                             holder=STORE)])
+    assert maker.received_of(m.PublishObjects) == [m.PublishObjects(object_ids=[LARGE])]
+    agent.check()
+
+
+def test_a_processor_that_dies_reports_the_results_it_may_not_have_written_as_lost(agent: SimulatedAgent) -> None:
+    agent.submit(2)
+    maker = agent.run_next()
+    _made_stored(agent, maker, LARGE)
+    agent.run_next()
+    agent.crash(maker)
+    assert m.ObjectsLost(object_ids=[LARGE]) in agent.received(m.ObjectsLost)
+    agent.check()
+
+
+def test_spares_stopped_after_idling_report_the_results_they_may_not_have_written_as_lost(
+    agent: SimulatedAgent,
+) -> None:
+    agent.submit(3)
+    first, _ = agent.wait_in_active()
+    second, _ = agent.wait_in_active()
+    made = {}
+    for processor, object_id in ((second, b"S" * 16), (first, b"F" * 16)):
+        agent.unblock(processor)
+        _made_stored(agent, processor, object_id)
+        made[processor.identity] = object_id
+    agent.tick(SPARE_IDLE_SECONDS / 2)
+    assert not agent.received(m.ObjectsLost)
+    stopped = {stop.identity for stop in of_type(agent.tick(SPARE_IDLE_SECONDS), StopProcessor)}
+    lost = {object_id for message in agent.received(m.ObjectsLost) for object_id in message.object_ids}
+    assert lost and lost == {made[identity] for identity in stopped if identity in made}
+    agent.check()

@@ -49,6 +49,7 @@ def sample(kind: type, task_ids: list[int], next_id: int) -> m.Message:
         m.DeleteObjects: m.DeleteObjects(object_ids=[FUNCTION_ID]),
         m.ObjectsLost: m.ObjectsLost(object_ids=[FUNCTION_ID]),
         m.ResendObjects: m.ResendObjects(object_ids=[FUNCTION_ID]),
+        m.PublishObjects: m.PublishObjects(object_ids=[FUNCTION_ID]),
         m.ClearRequest: m.ClearRequest(),
         m.ClearResponse: m.ClearResponse(canceled_tasks=2),
         m.Disconnect: m.Disconnect(reason="bye"),

@@ -6,6 +6,7 @@ from scaler.protocol import data_messages as d
 from scaler.store import store_actions as a
 from scaler.store import store_core as c
 from scaler.store import store_records as r
+from scaler.store.recent_deletes import REMEMBERED_SECONDS
 from scaler.store.segment import PAGE_BYTES
 
 PID = 4242
@@ -107,6 +108,23 @@ def test_the_segment_of_a_deleted_object_is_recycled_for_the_next_object_of_its_
     core.on_seal(ask(6), segment_id, b"second", 50 * MB - 100, "", PID, 2.0)
     core.on_delete([b"second"], 3.0)
     assert of(a.CreateSegment, core.on_allocate(ask(7), MB, PID, 4.0))
+
+
+def test_a_write_that_comes_after_the_delete_of_its_object_is_dropped_not_kept_forever() -> None:
+    # A worker writes a result only when asked (worker/deferred_results.py): the scheduler's delete of the
+    # freed result may reach the store first. Nobody would ever delete what that late write leaves.
+    core = new_core()
+    assert core.on_delete([b"late"], 1.0) == []
+    granted = one(a.GrantSegment, core.on_allocate(ask(1), 5000, PID, 2.0))
+    actions = core.on_seal(ask(2), granted.segment_id, b"late", 5000, "", PID, 2.0)
+    assert one(a.Reply, actions).message == d.Stored(2, b"late")  # the writer has nothing to do about it
+    assert not of(a.ReportHeld, actions)
+    assert core.status().object_count == 0 and core.pooled_segment_ids() == [granted.segment_id]
+
+    # Long after the delete the id is forgotten: an object of that id is kept again.
+    core.on_tick(2.0 + REMEMBERED_SECONDS)
+    store_local(core, b"late", 5000, now=3.0 + REMEMBERED_SECONDS)
+    assert core.status().object_count == 1
 
 
 def test_a_segment_mapped_by_a_reader_is_recycled_only_after_the_reader_releases_it() -> None:

@@ -42,6 +42,9 @@ class ObjectRecord:
     # The worker whose processor made it (a result): that processor still has its value, so a dependent
     # placed there reads nothing at all (worker/own_results.py).
     made_by: bytes = b""
+    # A result that its maker may not have written into its store yet (worker/deferred_results.py): it is
+    # asked to (publishObjects) once another worker or a client is to read it.
+    unpublished: bool = False
     uses: int = 0
     # lineage.py: its last holder is gone; it stays here while something still names it.
     lost: bool = False
@@ -63,6 +66,8 @@ class ObjectTable:
         self.recovered: list[bytes] = []
         # lineage.py: told of the objects that leave the table.
         self.on_freed: Callable[[Iterable[bytes]], None] | None = None
+        # Makers to ask to write results into their stores: worker identity -> object ids.
+        self._to_publish: dict[bytes, list[bytes]] = {}
 
     def __contains__(self, object_id: bytes) -> bool:
         return object_id in self.stored
@@ -175,11 +180,12 @@ class ObjectTable:
         is kept for its client (`for_client`) and for the `uses` tasks it now feeds."""
         record = ObjectRecord(
             payload=b"", name="result", owners=set(), size=result.size, holders={result.holder}, producer=task_id,
-            made_by=made_by, uses=uses,
+            made_by=made_by, uses=uses, unpublished=bool(made_by),
         )
         if for_client:
             record.owners.add(client.identity)
             client.object_ids.add(result.object_id)
+            self._ask_to_publish(result.object_id, record)  # its client reads it from the store
         self.stored[result.object_id] = record
         self.in_stores += 1
         if not uses and not for_client:
@@ -199,6 +205,7 @@ class ObjectTable:
         if self._unused:
             unused, self._unused = self._unused, []
             self._free_unneeded(unused, workers, out)
+        self.send_publish_requests(out)
 
     def _free_unneeded(self, object_ids: Iterable[bytes], workers: Iterable[WorkerPeer], out: list[Outgoing]) -> None:
         """Delete, here, in the workers that were sent them or made them and in their stores, those of these
@@ -233,6 +240,28 @@ class ObjectTable:
             store = self._stores.store_of(holder)
             if store is not None:  # else the store is gone, and the objects with it
                 out.append((store.identity, m.DeleteObjects(object_ids=held_ids)))
+
+    def _ask_to_publish(self, object_id: bytes, record: ObjectRecord) -> None:
+        if record.unpublished:
+            record.unpublished = False
+            self._to_publish.setdefault(record.made_by, []).append(object_id)
+
+    def send_publish_requests(self, out: list[Outgoing]) -> None:
+        """Ask the makers of results that others are about to read to write them into their stores."""
+        if self._to_publish:
+            for maker, object_ids in self._to_publish.items():
+                out.append((maker, m.PublishObjects(object_ids=object_ids)))
+            self._to_publish = {}
+
+    def unpublished_by(self, worker: WorkerPeer) -> list[bytes]:
+        """The worker is gone: the results it made that nobody asked it to write, so perhaps nowhere."""
+        self._to_publish.pop(worker.identity, None)
+        lost = []
+        for object_id, record in self.stored.items():
+            if record.unpublished and record.made_by == worker.identity:
+                record.unpublished = False
+                lost.append(object_id)
+        return lost
 
     def unused_ids(self) -> set[bytes]:
         """For the invariants: stored results to be freed at the next flush."""
@@ -269,6 +298,8 @@ class ObjectTable:
         """Add the object to `objects` (a submission to the worker) unless the worker has it already."""
         if object_id not in worker.known_object_ids:
             stored = self.stored[object_id]
+            if stored.unpublished and stored.made_by != worker.identity:
+                self._ask_to_publish(object_id, stored)
             if stored.holders:
                 # The worker's own store if it holds it (then the worker reads it in place), else any holder.
                 holder = worker.store_address if worker.store_address in stored.holders else min(stored.holders)

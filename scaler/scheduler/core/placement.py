@@ -100,7 +100,12 @@ class Placement:
 
     def dispatch(self, out: list[Outgoing]) -> None:
         """Hand ready tasks to workers with free slots, least loaded first, each queue to its capable workers;
-        never to a draining worker, so with every capable worker draining the tasks wait until one joins."""
+        never to a draining worker, so with every capable worker draining the tasks wait until one joins.
+        The makers of the results these tasks read elsewhere are asked to write them into their stores."""
+        self._dispatch(out)
+        self._objects.send_publish_requests(out)
+
+    def _dispatch(self, out: list[Outgoing]) -> None:
         tasks = self._tasks
         if tasks.waiting == 0:
             return

@@ -305,6 +305,10 @@ class SchedulerCore:
         for record, failure in failed:
             self.tasks.fail(record, failure, router)
         self.tasks.requeue(retried, router)
+        # Its results that it may never have written into its store: made again, as if their holder were gone.
+        orphans = self.objects.drop_holders(self.objects.unpublished_by(worker), out)
+        if orphans:
+            self.lineage.lose(orphans, router, out)
         router.flush(out)
 
     def _on_drain_workers(
