@@ -41,7 +41,7 @@ PARTS = 8
 WAIT_SECONDS = 120.0  # an upper bound against hangs, never a measure
 wait_until = functools.partial(waiting.wait_until, timeout=WAIT_SECONDS)
 # A store that stops answering is dropped by the scheduler after this (its stores time out as workers do).
-PEER_TIMEOUT_SECONDS = "5"
+PEER_TIMEOUT_SECONDS = "3"
 
 
 # ---------------------------------------------------------------------------------------------- tasks
