@@ -93,6 +93,12 @@ class Gate:
         timer.start()
         return timer
 
+    def open_now(self, timer: threading.Timer) -> None:
+        """Open the gate at once instead of when `timer` (from open_later) would have."""
+        timer.cancel()
+        self.open()
+        timer.join()
+
     def started_count(self) -> int:
         return len(os.listdir(self.started))
 
@@ -435,7 +441,7 @@ def test_cancel_of_a_running_task_answers_without_waiting_for_it(client: Client,
         assert running.cancel() is False
         assert not running.done(), "cancel() waited for the running task to finish"
     finally:
-        timer.join()
+        gate.open_now(timer)  # cancel() has answered: nothing is left to wait for
         running.result(timeout=30)
 
 
@@ -449,6 +455,7 @@ def test_cancel_of_a_task_queued_behind_a_running_one_answers_at_once(client: Cl
         assert queued.cancel() is True
         assert not any(blocker.done() for blocker in blockers), "cancel() waited for the running tasks to end"
         assert queued.cancelled()
+        gate.open_now(timer)  # cancel() has answered: the running tasks may end now
         for blocker in blockers:
             blocker.result(timeout=30)
         time.sleep(0.5)

@@ -136,7 +136,7 @@ def test_peers_heartbeat_as_often_as_the_scheduler_needs_whatever_their_own_sett
         client_timeout_seconds=2,
     ) as cluster, Client(address=cluster.get_address(), timeout_seconds=30, heartbeat_interval_seconds=10) as client:
         assert client.submit(abs, -1).result(timeout=30) == 1
-        time.sleep(6)  # idle: only heartbeats keep everyone registered
+        time.sleep(4)  # idle for twice the timeouts: only heartbeats keep everyone registered
         assert client.map(abs, [(-i,) for i in range(100)]) == list(range(100))
         assert client.submit(abs, -2).result(timeout=30) == 2
         assert len(processes_running(cluster.cluster_pid, "scaler.worker.agent")) == 2

@@ -116,6 +116,19 @@ def wait_for(predicate: Callable[[], object], timeout: float, message: str | Cal
     raise AssertionError(message() if callable(message) else message)
 
 
+def count_once_quiet(log_path: str, quiet_seconds: float, timeout: float, message: str) -> int:
+    """The log's line count once it has not changed for `quiet_seconds`; AssertionError after `timeout`."""
+    deadline = time.monotonic() + timeout
+    count, since = log_lines(log_path), time.monotonic()
+    while time.monotonic() - since < quiet_seconds:
+        assert time.monotonic() < deadline, f"{message} ({count} lines)"
+        time.sleep(0.1)
+        now_count = log_lines(log_path)
+        if now_count != count:
+            count, since = now_count, time.monotonic()
+    return count
+
+
 def children_running(parent_pid: int, module: str) -> list[psutil.Process]:
     found = []
     try:
@@ -449,10 +462,11 @@ def test_a_dead_client_has_its_queued_tasks_canceled_and_objects_freed_while_ano
 
                 wait_for(scheduler_forgot_the_doomed_client, 30,
                          lambda: f"the scheduler still holds the doomed client or its object: {last}")
-                # A task already running when the client went runs to its end; nothing queued runs afterwards.
+                # A task already running when the client went runs to its end; nothing queued runs afterwards:
+                # the log goes quiet (queued tasks of 10 ms each would keep it growing) and stays so.
+                settled = count_once_quiet(doomed_log, quiet_seconds=1.0, timeout=30,
+                                           message="tasks of the dead client kept running after it was dropped")
                 time.sleep(2.0)
-                settled = log_lines(doomed_log)
-                time.sleep(3.0)
                 assert log_lines(doomed_log) == settled, "tasks of the dead client ran after it was dropped"
                 assert settled < TASKS, "every task of the dead client ran: nothing was canceled"
                 assert max(read_log(doomed_log).values()) == 1

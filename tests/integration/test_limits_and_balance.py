@@ -11,6 +11,7 @@ import pytest
 
 from scaler import Client, SchedulerClusterCombo
 from scaler.errors import MemoryLimitError, TaskTimeoutError
+from tests.integration.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -54,9 +55,16 @@ def test_a_processor_over_the_memory_limit_fails_its_task_with_a_clear_error() -
             assert client.submit(sleep_and_return, 0, 3).result(timeout=60) == 3
 
 
-def test_force_cancel_stops_a_running_task(client: Client) -> None:
-    running = client.submit(time.sleep, 60)
-    time.sleep(1.0)
+def mark_then_sleep(marker: str, seconds: float) -> None:
+    """Says it is running (creates `marker`), then sleeps."""
+    open(marker, "x").close()
+    time.sleep(seconds)
+
+
+def test_force_cancel_stops_a_running_task(client: Client, tmp_path) -> None:
+    marker = str(tmp_path / "running")
+    running = client.submit(mark_then_sleep, marker, 60)
+    wait_until(lambda: os.path.exists(marker), "the task running", 60)
     started = time.monotonic()
     assert running.cancel(force=True) is True
     assert running.cancelled()
@@ -66,9 +74,10 @@ def test_force_cancel_stops_a_running_task(client: Client) -> None:
     assert client.submit(sleep_and_return, 0, 5).result(timeout=60) == 5
 
 
-def test_clear_stops_running_tasks_too(client: Client) -> None:
-    running = [client.submit(time.sleep, 60) for _ in range(2)]
-    time.sleep(1.0)
+def test_clear_stops_running_tasks_too(client: Client, tmp_path) -> None:
+    markers = [str(tmp_path / f"running-{index}") for index in range(2)]
+    running = [client.submit(mark_then_sleep, marker, 60) for marker in markers]
+    wait_until(lambda: all(os.path.exists(marker) for marker in markers), "both tasks running", 60)
     client.clear()
     assert all(f.cancelled() for f in running)
     assert client.submit(sleep_and_return, 0, 9).result(timeout=60) == 9

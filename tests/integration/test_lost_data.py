@@ -41,7 +41,8 @@ PARTS = 8
 WAIT_SECONDS = 120.0  # an upper bound against hangs, never a measure
 wait_until = functools.partial(waiting.wait_until, timeout=WAIT_SECONDS)
 # A store that stops answering is dropped by the scheduler after this (its stores time out as workers do).
-PEER_TIMEOUT_SECONDS = "5"
+PEER_TIMEOUT_SECONDS = "3"
+FETCH_TIMEOUT_SECONDS = 6.0
 
 
 # ---------------------------------------------------------------------------------------------- tasks
@@ -164,7 +165,12 @@ def test_a_result_whose_store_dies_before_its_client_fetches_it_is_made_again_fo
     spawn: Spawner, scheduler_address: str
 ) -> None:
     doomed = start_cluster(spawn, "doomed", scheduler_address, 1 << 30)
-    with Client(address=scheduler_address, timeout_seconds=60) as client:
+    # The client's fetch from the dead store waits out the client's timeout (at most 10 s, more for large
+    # objects; scaler/client/stored_results.py): short here, as the test waits for it. Heartbeats every second
+    # keep a live scheduler well inside it.
+    with Client(
+        address=scheduler_address, timeout_seconds=FETCH_TIMEOUT_SECONDS, heartbeat_interval_seconds=1
+    ) as client:
         doomed_store = store_of(doomed, client)
         spy = DeliverySpy(client)
         # The cluster that makes the results again; results are stored by whichever worker made them.

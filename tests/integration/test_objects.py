@@ -6,7 +6,7 @@ import functools
 import os
 import threading
 import time
-from typing import Callable
+from typing import Callable, Iterator
 
 import cloudpickle
 import pytest
@@ -184,16 +184,26 @@ def client_status(snapshot: MonitorSnapshot, name: str) -> ClientStatus | None:
     return next((client for client in snapshot.clients if client.name == name), None)
 
 
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[SchedulerClusterCombo]:
+    """Two workers that heartbeat every 0.5 s (their memory on the feed follows soon), shared by the tests that
+    watch objects come and go on the monitor: each uses clients of its own names and ends with nothing large
+    held, which the next one's cluster-wide checks would catch otherwise."""
+    with SchedulerClusterCombo(n_workers=2, logging_level="WARNING", heartbeat_interval_seconds=0.5) as started:
+        yield started
+
+
 OBJECT_SIZE = 96 * 1024 * 1024
 
 
 @pytest.mark.timeout(180)
-def test_objects_held_per_client_on_the_monitor_and_freed_everywhere_on_clear_and_disconnect() -> None:
+def test_objects_held_per_client_on_the_monitor_and_freed_everywhere_on_clear_and_disconnect(
+    cluster: SchedulerClusterCombo,
+) -> None:
     """The monitor feed shows each client's objects and their size; clear() and disconnect() free them in
     the scheduler (the feed's counts) and in the workers (their agent and processor memory, also from the feed).
     A client process that dies is covered in test_fault_injection.py (a dead client's objects are freed)."""
-    with SchedulerClusterCombo(n_workers=2, logging_level="WARNING", heartbeat_interval_seconds=0.5) as cluster, \
-            MonitorSubscriber(default_monitor_address(cluster.get_address())) as monitor, \
+    with MonitorSubscriber(default_monitor_address(cluster.get_address())) as monitor, \
             Client(address=cluster.get_address(), name="holder") as holder, \
             Client(address=cluster.get_address(), name="bystander") as bystander:
         bystander_reference = bystander.send_object(b"b" * 1000)
@@ -297,13 +307,14 @@ def holding_nothing_large(name: str) -> Callable[[MonitorSnapshot], bool]:
 
 
 @pytest.mark.timeout(240)
-def test_a_large_bytes_submitted_many_times_is_serialized_and_sent_once_then_freed() -> None:
+def test_a_large_bytes_submitted_many_times_is_serialized_and_sent_once_then_freed(
+    cluster: SchedulerClusterCombo,
+) -> None:
     """Issue 6: the same (immutable) 20 MB bytes in 50 submits is one serialization and one object, which is
     deleted from the scheduler once the last task using it has finished."""
     payload = make_bytes(SHARED_SIZE)
     CountingCallsSerializer.large_payloads = 0
-    with SchedulerClusterCombo(n_workers=2, logging_level="WARNING", heartbeat_interval_seconds=0.5) as cluster, \
-            MonitorSubscriber(default_monitor_address(cluster.get_address())) as monitor, \
+    with MonitorSubscriber(default_monitor_address(cluster.get_address())) as monitor, \
             Client(address=cluster.get_address(), name="sharer", serializer=CountingCallsSerializer()) as client:
         futures = [client.submit(length, payload) for _ in range(50)]
         assert [future.result(timeout=120) for future in futures] == [SHARED_SIZE] * 50
@@ -317,13 +328,14 @@ def test_a_large_bytes_submitted_many_times_is_serialized_and_sent_once_then_fre
 
 
 @pytest.mark.timeout(240)
-def test_a_large_object_shared_by_the_tasks_of_a_map_is_serialized_once_then_freed() -> None:
+def test_a_large_object_shared_by_the_tasks_of_a_map_is_serialized_once_then_freed(
+    cluster: SchedulerClusterCombo,
+) -> None:
     """Within one map any object (here a tuple holding a list and a bytes) found in many tasks is sent once."""
     shared = ([bytes([i % 256]) * 1024 for i in range(SHARED_SIZE // 1024)], make_bytes(1000))
     expected = SHARED_SIZE + 1000
     CountingCallsSerializer.large_payloads = 0
-    with SchedulerClusterCombo(n_workers=2, logging_level="WARNING", heartbeat_interval_seconds=0.5) as cluster, \
-            MonitorSubscriber(default_monitor_address(cluster.get_address())) as monitor, \
+    with MonitorSubscriber(default_monitor_address(cluster.get_address())) as monitor, \
             Client(address=cluster.get_address(), name="mapper", serializer=CountingCallsSerializer()) as client:
         assert client.map(total_length, [(shared, i) for i in range(50)]) == [expected + i for i in range(50)]
         assert CountingCallsSerializer.large_payloads == 1
@@ -352,14 +364,15 @@ def test_a_mutated_argument_between_two_maps_and_a_small_repeated_one_in_a_map(c
 
 
 @pytest.mark.timeout(240)
-def test_a_large_object_shared_by_the_tasks_of_a_graph_is_serialized_once_then_freed() -> None:
+def test_a_large_object_shared_by_the_tasks_of_a_graph_is_serialized_once_then_freed(
+    cluster: SchedulerClusterCombo,
+) -> None:
     shared = ([bytes([i % 256]) * 1024 for i in range(SHARED_SIZE // 1024)], make_bytes(1000))
     expected = SHARED_SIZE + 1000
     graph: dict = {f"part-{i}": (total_length, shared, i) for i in range(30)}
     graph["sum"] = (sum, [f"part-{i}" for i in range(30)])
     CountingCallsSerializer.large_payloads = 0
-    with SchedulerClusterCombo(n_workers=2, logging_level="WARNING", heartbeat_interval_seconds=0.5) as cluster, \
-            MonitorSubscriber(default_monitor_address(cluster.get_address())) as monitor, \
+    with MonitorSubscriber(default_monitor_address(cluster.get_address())) as monitor, \
             Client(address=cluster.get_address(), name="grapher", serializer=CountingCallsSerializer()) as client:
         outcome = client.get(graph, ["sum", "part-3"])
         assert outcome == {"sum": 30 * expected + sum(range(30)), "part-3": expected + 3}

@@ -17,7 +17,12 @@ from scaler.store.store_client import StoreTimeout
 
 pytestmark = pytest.mark.timeout(120)
 
-FETCH_SECONDS = 20.0  # how long the fetch from the silent store waits; an upper bound for everything else here
+# How long the fetch from the silent store waits for the object; the fetch gives up some seconds later still
+# (the store client's grace for an answer on its way). The directory change must be done within this, while the
+# fetch is still under way: a change that waited for the fetch would miss it by that grace at least. Short,
+# since the test then waits for the fetch to give up.
+FETCH_SECONDS = 4.0
+HANG_GUARD_SECONDS = 60.0  # an upper bound against hangs, never a measure
 
 
 @pytest.fixture
@@ -51,15 +56,15 @@ def test_dropping_a_store_from_the_directory_does_not_wait_for_a_fetch_under_way
     fetching = threading.Thread(target=fetch)
     fetching.start()
     try:
-        assert socket.poll(int(FETCH_SECONDS * 1000)), "the fetch never reached the store"
+        assert socket.poll(int(HANG_GUARD_SECONDS * 1000)), "the fetch never reached the store"
         updated = threading.Event()
         updater = threading.Thread(target=lambda: (stores.update(m.StoreDirectory()), updated.set()))
         updater.start()
-        assert updated.wait(FETCH_SECONDS / 2), "the directory change waited for the fetch under way"
+        assert updated.wait(FETCH_SECONDS), "the directory change waited for the fetch under way"
         assert fetching.is_alive(), "the fetch ended early: this test did not see the directory change wait"
-        updater.join(FETCH_SECONDS)
+        updater.join(HANG_GUARD_SECONDS)
     finally:
-        fetching.join(FETCH_SECONDS * 2)
+        fetching.join(FETCH_SECONDS + HANG_GUARD_SECONDS)
         stores.close()
     assert not fetching.is_alive()
     assert len(outcome) == 1 and isinstance(outcome[0], StoreTimeout), outcome

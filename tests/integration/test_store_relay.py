@@ -31,6 +31,9 @@ pytestmark = pytest.mark.timeout(240)
 
 MB = 1 << 20
 WAIT_SECONDS = 120.0  # an upper bound against hangs, never a measure
+# How long the clients here try a store's data address before relaying through the scheduler (3 s by default):
+# every store here is out of their reach, so each test waits it out once.
+PROBE_SECONDS = 1.0
 CLIENT_LOG = "relaying its data through the scheduler"
 SCHEDULER_LOG = "RelayRouter: relaying data between client"
 STORE_TO_STORE_LOG = "RelayRouter: relaying data between store"
@@ -52,7 +55,7 @@ def cut_off_client(lab: Lab) -> Iterator[tuple[Lab, Client, MonitorSubscriber]]:
     lab.start_worker(host)
     with MonitorSubscriber(lab.monitor_address) as monitor:
         wait_for(monitor, lambda s: len(s.stores) == 1 and len(s.workers) == 1, 60, "the store and the worker")
-        with Client(address=lab.address, timeout_seconds=60) as client:
+        with Client(address=lab.address, timeout_seconds=60, store_probe_seconds=PROBE_SECONDS) as client:
             deadline = time.monotonic() + WAIT_SECONDS
             while not client._connection.stores.home:
                 assert time.monotonic() < deadline, "the client was never told of the store"
@@ -94,7 +97,7 @@ def test_a_store_that_cannot_reach_the_holder_fetches_through_the_scheduler(lab:
         lab.start_worker(host)
     with MonitorSubscriber(lab.monitor_address) as monitor:
         wait_for(monitor, lambda s: len(s.stores) == 2 and len(s.workers) == 2, 60, "two stores and two workers")
-        with Client(address=lab.address, timeout_seconds=60) as client:
+        with Client(address=lab.address, timeout_seconds=60, store_probe_seconds=PROBE_SECONDS) as client:
             array = pattern(4 * MB, 7)
             reference = client.send_object(array, name="big")  # into one host's store, relayed
             runs = client.map(read_here, [(reference, 0.3)] * 12)
