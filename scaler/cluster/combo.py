@@ -269,6 +269,8 @@ class SchedulerClusterCombo:
         with self._lock:
             processes, self._processes = self._processes, []
         atexit.unregister(self.shutdown)
-        # Workers first, so they leave the scheduler cleanly.
-        for process in stop_processes(processes[::-1], _STOP_GRACE_SECONDS):
-            logger.warning(f"SchedulerClusterCombo: process {process.pid} did not stop in time, killed it")
+        # The workers (and their store) first, then the scheduler: their goodbyes reach a scheduler still
+        # there, and do not wait out their sockets' linger for one that is gone.
+        for process in processes[::-1]:
+            for late in stop_processes([process], _STOP_GRACE_SECONDS):
+                logger.warning(f"SchedulerClusterCombo: process {late.pid} did not stop in time, killed it")
