@@ -369,6 +369,7 @@ class ClientConnection:
                 return
             if now - last_heartbeat >= self._heartbeat_interval_seconds:
                 last_heartbeat = now
+                self.stores.sweep()
                 if not self._unsent:  # a heartbeat that cannot leave now is not worth keeping
                     try:
                         send_message(socket, m.Heartbeat(), zmq.NOBLOCK)

@@ -1,22 +1,27 @@
 """The writable mappings a local store client keeps of the large segments it wrote into.
 
 A store recycles segments (segment_pool.py): a client that puts one 50 MB object after another gets the
-same two to four segments back again and again. Writing into a segment that is still mapped, its page
-table filled by the last write, costs only the copy (50 MB: 5 ms), against 10 ms for pwritev, which looks
-up every page, or for a fresh mapping, which makes and tears down an entry per page.
+same segments back again and again, as many as its objects in flight (a batch of 20 tasks with a 50 MB
+argument each keeps about ten in turn). Writing into a segment that is still mapped, its page table
+filled by the last write, costs only the copy (50 MB: 5 ms). pwritev looks up every page (12 ms), and
+a fresh mapping fills its page table one fault per page on its first write (35 ms).
 
-A segment seen for the first time is written with pwritev (its pages are new: pwritev fills them faster
-than a mapping's faults would) and mapped afterwards, for the next time. A segment is known by its inode,
-not its path: a path names a descriptor number of the store, which another segment may take later.
+So a large segment that comes back (it has its pages: the store recycled it) is mapped, its page table
+filled at once (MAP_POPULATE: one call, no fault per page; with the copy, 12 ms), and kept mapped for the
+times after. A segment the store just made has no pages yet: pwritev fills them faster than a mapping
+would, and a segment used once is not worth a page table. A segment is known by its inode, not its path:
+a path names a descriptor number of the store, which another segment may take later.
 
-A kept mapping keeps its segment's memory alive even after the store freed the segment, so what is kept
-is bounded: at most `MAX_KEPT` mappings and `MAX_KEPT_BYTES` in all, none kept unused for longer than
-`KEEP_SECONDS` (looked at on every write), and all of it goes when the client closes.
+A kept mapping keeps its segment's memory alive even after the store freed the segment. So a mapping
+whose segment the store has freed goes at the next write or sweep (`sweep`: the client's I/O thread
+calls it at every heartbeat), and so does one unused for `KEEP_SECONDS`; at most `MAX_KEPT` mappings and
+`MAX_KEPT_BYTES` are kept in all, and all of them go when the client closes.
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import mmap
 import os
 import threading
@@ -26,9 +31,19 @@ from typing import Any
 from scaler.store.segment import open_for_writing, write_descriptor
 
 MIN_KEPT_BYTES = 8 * 2**20  # below this, mapping saves less than it costs
-MAX_KEPT = 4
-MAX_KEPT_BYTES = 256 * 2**20
+MAX_KEPT = 16
+MAX_KEPT_BYTES = 2**30
 KEEP_SECONDS = 10.0
+# Not in the mmap module's constants on every platform; Linux's value.
+_MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0x8000)
+_STAT_BLOCK_BYTES = 512
+
+
+@dataclasses.dataclass
+class _Kept:
+    mapping: mmap.mmap
+    path: str
+    last_used: float
 
 
 class KeptMappings:
@@ -37,7 +52,7 @@ class KeptMappings:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._mappings: collections.OrderedDict[tuple[int, int], tuple[mmap.mmap, float]] = collections.OrderedDict()
+        self._kept: collections.OrderedDict[tuple[int, int], _Kept] = collections.OrderedDict()  # oldest first
         self._kept_bytes = 0
         self._closed = False
 
@@ -48,52 +63,76 @@ class KeptMappings:
             status = os.fstat(fd)
             key = (status.st_dev, status.st_ino)
             mapping = self._take(key)
-            if mapping is not None:
-                try:
-                    _write_into(mapping, pieces)
-                except BaseException:
-                    mapping.close()
-                    raise
-            else:
-                write_descriptor(fd, pieces, path)
+            if mapping is None:
                 if not MIN_KEPT_BYTES <= status.st_size <= MAX_KEPT_BYTES:
+                    write_descriptor(fd, pieces, path)
                     return
-                mapping = mmap.mmap(fd, status.st_size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+                if status.st_blocks * _STAT_BLOCK_BYTES < status.st_size:
+                    write_descriptor(fd, pieces, path)  # fresh pages: pwritev makes them faster than a mapping
+                    return  # mapped if it comes back: a segment used once is not worth a page table
+                mapping = mmap.mmap(
+                    fd, status.st_size, flags=mmap.MAP_SHARED | _MAP_POPULATE, prot=mmap.PROT_READ | mmap.PROT_WRITE
+                )
+            try:
+                _write_into(mapping, pieces)
+            except BaseException:
+                mapping.close()
+                raise
         finally:
             os.close(fd)
-        self._keep(key, mapping)
+        self._keep(key, mapping, path)
+
+    def sweep(self) -> None:
+        """Let go of the mappings unused for too long, and of those whose segment the store has freed."""
+        with self._lock:
+            self._sweep_held(time.monotonic())
 
     def close(self) -> None:
         with self._lock:
             self._closed = True
-            while self._mappings:
-                self._drop_oldest()
+            while self._kept:
+                self._drop(next(iter(self._kept)))
+
+    def __len__(self) -> int:
+        return len(self._kept)
 
     def _take(self, key: tuple[int, int]) -> mmap.mmap | None:
         with self._lock:
-            now = time.monotonic()
-            while self._mappings and next(iter(self._mappings.values()))[1] < now - KEEP_SECONDS:
-                self._drop_oldest()
-            kept = self._mappings.pop(key, None)
+            self._sweep_held(time.monotonic())
+            kept = self._kept.pop(key, None)
             if kept is None:
                 return None
-            self._kept_bytes -= len(kept[0])
-            return kept[0]
+            self._kept_bytes -= len(kept.mapping)
+            return kept.mapping
 
-    def _keep(self, key: tuple[int, int], mapping: mmap.mmap) -> None:
+    def _keep(self, key: tuple[int, int], mapping: mmap.mmap, path: str) -> None:
         with self._lock:
             if self._closed:
                 mapping.close()
                 return
-            self._mappings[key] = (mapping, time.monotonic())
+            self._kept[key] = _Kept(mapping, path, time.monotonic())
             self._kept_bytes += len(mapping)
-            while len(self._mappings) > MAX_KEPT or self._kept_bytes > MAX_KEPT_BYTES:
-                self._drop_oldest()
+            while len(self._kept) > MAX_KEPT or self._kept_bytes > MAX_KEPT_BYTES:
+                self._drop(next(iter(self._kept)))
 
-    def _drop_oldest(self) -> None:
-        _, (mapping, _) = self._mappings.popitem(last=False)
-        self._kept_bytes -= len(mapping)
-        mapping.close()
+    def _sweep_held(self, now: float) -> None:
+        for key, kept in list(self._kept.items()):
+            if kept.last_used < now - KEEP_SECONDS or not _still_there(kept.path, key):
+                self._drop(key)
+
+    def _drop(self, key: tuple[int, int]) -> None:
+        kept = self._kept.pop(key)
+        self._kept_bytes -= len(kept.mapping)
+        kept.mapping.close()
+
+
+def _still_there(path: str, key: tuple[int, int]) -> bool:
+    """Whether the store still has this segment: its path still names a file with the same inode."""
+    try:
+        status = os.stat(path)
+    except OSError:
+        return False
+    return (status.st_dev, status.st_ino) == key
 
 
 def _write_into(mapping: mmap.mmap, pieces: list[Any]) -> None:

@@ -123,6 +123,13 @@ class Stores:
         except StoreTimeout:
             return self._client_for(holder).get(object_id, timeout=timeout, serializer=serializer)
 
+    def sweep(self) -> None:
+        """Periodically (a client's heartbeat): memory held for later puts that is no longer worth holding."""
+        with self._lock:
+            clients = list(self._clients.values())
+        for client in clients:
+            client.sweep_kept_mappings()
+
     def close(self) -> None:
         with self._lock:
             self._closed = True

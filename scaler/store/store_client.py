@@ -234,6 +234,10 @@ class StoreClient:
         finally:
             self._lock.release()
 
+    def sweep_kept_mappings(self) -> None:
+        """Let go of the kept writable mappings that are no longer worth their memory (kept_mappings.py)."""
+        self._kept_mappings.sweep()
+
     def close(self) -> None:
         """Close the socket. Objects still mapped stay valid; the store takes their pins back when we exit."""
         with self._lock:

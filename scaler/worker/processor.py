@@ -47,6 +47,9 @@ _FLUSH_EVERY_TASKS = 1000
 _STORE_TIMEOUT_SECONDS = 60.0
 _FLUSH_EVERY_SECONDS = 0.005
 _PARENT_CHECK_SECONDS = 1.0
+# Idle this long after work, a processor gives back the freed memory malloc kept for the next task: a pause
+# between batches (a client making its next arguments) does not pay for fresh pages again.
+_IDLE_BEFORE_GIVING_BACK_SECONDS = 5.0
 _AGENT_ANSWER_SECONDS = 30.0
 # The agent sends this signal after a cancel or release for tasks queued behind a running one; see
 # Processor._on_agent_signal.
@@ -98,18 +101,20 @@ class Processor:
         signal.siginterrupt(AGENT_SIGNAL, False)
         send_message(socket, m.Hello(role=m.Role.WORKER, pid=os.getpid()))
         busy_since_idle = False
+        last_busy = 0.0
         while self._running:
             if not self._queued_ids:
                 self._flush()
                 if not socket.poll(int(_PARENT_CHECK_SECONDS * 1000)):
                     if os.getppid() != parent_pid:
                         return  # the agent is gone; nobody would read our results
-                    if busy_since_idle:  # idle a while: the memory malloc kept for reuse goes back (malloc_tuning.py)
-                        give_back_freed_memory()
+                    if busy_since_idle and time.monotonic() - last_busy >= _IDLE_BEFORE_GIVING_BACK_SECONDS:
+                        give_back_freed_memory()  # the memory malloc kept for reuse goes back (malloc_tuning.py)
                         busy_since_idle = False
                     continue
             self._drain()  # may free values too (objects deleted)
             busy_since_idle = True
+            last_busy = time.monotonic()
             if self._queued_ids:
                 self._run_one()
                 waiting = len(self._succeeded_ids) + len(self._failures) + len(self._results.reported)
