@@ -11,13 +11,48 @@ from __future__ import annotations
 
 import abc
 import pickle
-from typing import Any
+from typing import Any, Callable
 
 import cloudpickle
 
 # Values of these exact types pickle the same with the standard library as with cloudpickle, and the
 # standard library is about ten times faster on them: the fast path for the many tiny arguments of a map.
 _PLAIN_TYPES = frozenset({int, float, str, bytes, bool, type(None), complex})
+_MAIN_MODULE = b"__main__"
+
+
+def dumps(obj: Any, buffer_callback: Callable[[pickle.PickleBuffer], Any] | None = None) -> bytes:
+    """Pickle `obj` (protocol 5) as cloudpickle would, with the standard library's pickler when that means the same.
+
+    cloudpickle calls a Python hook for every object it pickles; the standard pickler does not, and is two to
+    three times faster on the nested containers of a dask task (measured on the dask.array benchmark's task
+    arguments: 22 ms against 47 ms for one computation's 581). Both pickle importable functions and classes by
+    reference; they differ only on what cloudpickle pickles by value: what the standard pickler refuses
+    (lambdas, nested functions), what lives in `__main__` (its stream names that module, and a worker's
+    `__main__` is not the client's), and modules registered with `cloudpickle.register_pickle_by_value` (a stream
+    names each module it refers to, so a registered name found in it is enough to tell). Those are pickled
+    again with cloudpickle. Like the standard pickler, this pickles by reference a function of a module that
+    has no import spec but sits in `sys.modules`, which cloudpickle would send by value. With `buffer_callback`,
+    every buffer goes out-of-band (the callback's answer is not asked).
+    """
+    buffers: list[pickle.PickleBuffer] | None = [] if buffer_callback is not None else None
+    try:
+        stream = pickle.dumps(obj, protocol=5, buffer_callback=None if buffers is None else buffers.append)
+    except Exception:  # what only cloudpickle pickles; a real failure fails again below, with its own error
+        stream = None
+    if stream is not None and _MAIN_MODULE not in stream and not _names_a_by_value_module(stream):
+        if buffers:
+            assert buffer_callback is not None
+            for buffer in buffers:
+                buffer_callback(buffer)
+        return stream
+    return cloudpickle.dumps(obj, protocol=5, buffer_callback=buffer_callback)
+
+
+def _names_a_by_value_module(stream: bytes) -> bool:
+    """Whether the stream may refer to a module (or a submodule of a package) registered to travel by value."""
+    registered = cloudpickle.list_registry_pickle_by_value()
+    return bool(registered) and any(name.encode() in stream for name in registered)
 
 
 class Serializer(abc.ABC):
@@ -33,13 +68,14 @@ class Serializer(abc.ABC):
 
 
 class DefaultSerializer(Serializer):
-    """cloudpickle, so that lambdas and functions defined in `__main__` travel by value."""
+    """cloudpickle's meaning (lambdas and functions defined in `__main__` travel by value), at the standard
+    library's speed where the two agree (see `dumps`)."""
 
     @staticmethod
     def serialize(obj: Any) -> bytes:
         if type(obj) in _PLAIN_TYPES:
             return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-        return cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+        return dumps(obj)
 
     @staticmethod
     def deserialize(payload: bytes) -> Any:

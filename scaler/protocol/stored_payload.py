@@ -30,14 +30,12 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import io
 import pickle
 import struct
 from typing import Any, Union
 
-import cloudpickle
-
 from scaler.client.serializer import DefaultSerializer, Serializer
+from scaler.protocol.serializer import dumps as serializer_dumps
 
 MAGIC = b"SCLRPAY\x00"
 VERSION = 2  # 2: the whole-bytes mark in the table
@@ -240,9 +238,8 @@ def prepare(obj: Any, serializer: Serializer | None = None) -> PreparedPayload:
         buffers.append(buffer.raw())
         return False  # out-of-band
 
-    stream = io.BytesIO()
-    cloudpickle.Pickler(stream, protocol=5, buffer_callback=keep).dump(_with_bytes_out_of_band(obj))
-    return PreparedPayload(PayloadFormat.PICKLE, stream.getvalue(), buffers)
+    main = serializer_dumps(_with_bytes_out_of_band(obj), buffer_callback=keep)
+    return PreparedPayload(PayloadFormat.PICKLE, main, buffers)
 
 
 # Values of these exact types are never large: a caller on a hot path skips prepare_if_large for them.
@@ -271,7 +268,7 @@ def prepare_if_large(obj: Any, serializer: Serializer | None, limit: int) -> byt
             return main
         return PreparedPayload(PayloadFormat.PICKLE, main, [])
     buffers: list[pickle.PickleBuffer] = []
-    main = cloudpickle.dumps(_with_bytes_out_of_band(obj), protocol=5, buffer_callback=buffers.append)
+    main = serializer_dumps(_with_bytes_out_of_band(obj), buffer_callback=buffers.append)
     if not buffers:
         if len(main) < limit:
             return main  # exactly what the serializer makes: nothing was taken out
