@@ -34,6 +34,7 @@ from scaler.store import store_actions as a
 from scaler.store import store_core as c
 from scaler.store import store_records as r
 from scaler.store.holder_fetches import Fetched, FetchEvent, FetchFailed, HolderFetches
+from scaler.store.prefault import Prefaulter
 from scaler.store.process_watch import ProcessWatch
 from scaler.store.scheduler_link import (
     DeleteOrder,
@@ -77,6 +78,7 @@ class StoreServer:
         self._spill_files: dict[bytes, SpillFile] = {}
         self._spill_directory = config.spill_directory or tempfile.gettempdir()
         self._watch = ProcessWatch()
+        self._prefaulter: Prefaulter | None = None  # started with the loop
         self._poller = zmq.Poller()
         self._holders: HolderFetches | None = None  # made with the context
         self._transfers: list[tuple[zmq.MessageTracker, int]] = []
@@ -111,6 +113,7 @@ class StoreServer:
             logger.info(f"Store: removed {len(removed)} work directories of stores that died")
         work_directory = make_owned_directory(WORK_DIRECTORY_PREFIX, config.work_directory_parent)
         self._context = zmq.Context(io_threads=1)
+        self._prefaulter = Prefaulter()
         self._holders = HolderFetches(self._context, self._poller, self._link.send_relay if self._link else None)
         local = self._router()
         remote = self._router()
@@ -305,6 +308,8 @@ class StoreServer:
             segment = Segment.create(action.capacity)
             self._segments[action.segment_id] = segment
             self._segment_ids_by_path[segment.path] = action.segment_id
+            if action.prefault and self._prefaulter is not None:
+                self._prefaulter.prefault(segment.fd, segment.capacity)
         elif isinstance(action, a.DestroySegment):
             self._destroy(action.segment_id)
         elif isinstance(action, a.SpillObject):
@@ -445,6 +450,8 @@ class StoreServer:
             socket.close(linger=0)
         if self._context is not None:
             self._context.term()
+        if self._prefaulter is not None:
+            self._prefaulter.close()
         for segment in self._segments.values():
             segment.close()
         self._segments.clear()

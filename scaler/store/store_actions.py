@@ -37,6 +37,9 @@ def transfer_reader(transfer: int) -> ReaderId:
 class CreateSegment:
     segment_id: int
     capacity: int
+    # A spare for the next writer: its pages are made now, off the writers' path (the shell does it in the
+    # background); a writer that gets it before they are all made simply makes the rest.
+    prefault: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """The store's decisions, as a state machine: events in (each with `now`), actions out; no I/O, no clock.
 
 The store holds objects in shared-memory segments. This core decides which segment each object gets
-(a new one, or a recycled one of the same size from the pool), which objects go to disk when the
+(a new one, or a recycled one of the same size from the pool; after a large one is handed out, a spare of
+its size is kept ready, its pages made in the background: prefault.py), which objects go to disk when the
 resident bytes pass the capacity (least recently used first, never one that a reader has mapped), when
 a waiting `get` is answered, and when a segment may be reused: only once no reader has it mapped.
 
@@ -54,6 +55,8 @@ from scaler.store.store_records import (
 # How long spilling rests after the spill directory failed (full disk): the store runs over capacity
 # meanwhile rather than retrying the disk at every request.
 SPILL_RETRY_SECONDS = 10.0
+# Below this, a segment's fresh pages cost little: no spare is kept ready for writers of that size.
+SPARE_MIN_BYTES = 8 * 2**20
 
 
 class StoreCore:
@@ -88,6 +91,7 @@ class StoreCore:
             actions.append(WatchProcess(pid))
         self._loans[pid] = self._loans.get(pid, 0) + 1
         actions.append(GrantSegment(requester, segment.segment_id, size))
+        self._keep_a_spare(segment.capacity, now, actions)
         self._enforce_capacity(now, actions)
         return actions
 
@@ -307,31 +311,9 @@ class StoreCore:
         return min(deadlines) if deadlines else None
 
     def status(self) -> StoreStatus:
-        held = spilled = 0
-        count = 0
-        for record in self.objects.values():
-            if record.state is ObjectState.FETCHING:
-                continue
-            count += 1
-            held += record.size
-            if record.state is ObjectState.SPILLED:
-                spilled += record.size
-        by_use = {use: 0 for use in SegmentUse}
-        pinned = 0
-        for segment in self.segments.values():
-            by_use[segment.use] += segment.capacity
-            if segment.pins:
-                pinned += segment.capacity
-        return StoreStatus(
-            capacity_bytes=self.config.capacity_bytes,
-            resident_bytes=self.resident_bytes,
-            held_bytes=held,
-            spilled_bytes=spilled,
-            pinned_bytes=pinned,
-            pooled_bytes=by_use[SegmentUse.POOLED],
-            lent_bytes=by_use[SegmentUse.LENT],
-            object_count=count,
-            waiting_gets=sum(map(len, self._pending.values())),
+        return StoreStatus.of(
+            self.config.capacity_bytes, self.resident_bytes, self.objects.values(), self.segments.values(),
+            sum(map(len, self._pending.values())),
         )
 
     def spillable(self) -> list[bytes]:
@@ -385,6 +367,19 @@ class StoreCore:
         self._add_segment(segment)
         actions.append(CreateSegment(segment.segment_id, capacity))
         return segment
+
+    def _keep_a_spare(self, capacity: int, now: float, actions: list[Action]) -> None:
+        """Writers of large objects come in runs: the next one of this size finds a segment whose pages
+        exist already (a fresh page costs more than copying into it), if that fits the capacity."""
+        if capacity < SPARE_MIN_BYTES or self._pool.best_fit(capacity) is not None:
+            return
+        if self.resident_bytes + capacity > self.config.capacity_bytes:
+            return
+        spare = SegmentRecord(self._next_segment_id, capacity, SegmentUse.POOLED)
+        self._next_segment_id += 1
+        self._add_segment(spare)
+        self._to_pool(spare, now)
+        actions.append(CreateSegment(spare.segment_id, capacity, prefault=True))
 
     def _to_pool(self, segment: SegmentRecord, now: float) -> None:
         assert segment.pins == 0, "a pinned segment is never pooled"

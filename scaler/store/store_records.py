@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+from typing import Iterable
 
 from scaler.store.store_actions import Requester
 
@@ -73,3 +74,34 @@ class StoreStatus:
     lent_bytes: int
     object_count: int
     waiting_gets: int
+
+    @staticmethod
+    def of(
+        capacity_bytes: int, resident_bytes: int, objects: Iterable[ObjectRecord], segments: Iterable[SegmentRecord],
+        waiting_gets: int,
+    ) -> StoreStatus:
+        held = spilled = count = 0
+        for record in objects:
+            if record.state is ObjectState.FETCHING:
+                continue
+            count += 1
+            held += record.size
+            if record.state is ObjectState.SPILLED:
+                spilled += record.size
+        by_use = {use: 0 for use in SegmentUse}
+        pinned = 0
+        for segment in segments:
+            by_use[segment.use] += segment.capacity
+            if segment.pins:
+                pinned += segment.capacity
+        return StoreStatus(
+            capacity_bytes=capacity_bytes,
+            resident_bytes=resident_bytes,
+            held_bytes=held,
+            spilled_bytes=spilled,
+            pinned_bytes=pinned,
+            pooled_bytes=by_use[SegmentUse.POOLED],
+            lent_bytes=by_use[SegmentUse.LENT],
+            object_count=count,
+            waiting_gets=waiting_gets,
+        )

@@ -100,14 +100,33 @@ def test_the_segment_of_a_deleted_object_is_recycled_for_the_next_object_of_its_
     core = new_core()
     segment_id = store_local(core, b"first", 50 * MB)
     assert core.on_delete([b"first"], 1.0) == []
-    assert core.status().pooled_bytes == 50 * MB
+    assert core.status().pooled_bytes == 100 * MB  # its segment, and the spare made with it
     actions = core.on_allocate(ask(5), 50 * MB - 100, PID, 2.0)
-    assert not of(a.CreateSegment, actions)  # recycled: its pages are already faulted in
+    assert not of(a.CreateSegment, actions)  # recycled: its pages are already faulted in (a spare is left)
     assert one(a.GrantSegment, actions).segment_id == segment_id
     # Much smaller objects do not take a big pooled segment.
     core.on_seal(ask(6), segment_id, b"second", 50 * MB - 100, "", PID, 2.0)
     core.on_delete([b"second"], 3.0)
     assert of(a.CreateSegment, core.on_allocate(ask(7), MB, PID, 4.0))
+
+
+def test_a_large_segment_is_made_with_a_spare_whose_pages_are_made_off_the_writers_path() -> None:
+    core = new_core(capacity=175 * MB)
+    actions = core.on_allocate(ask(1), 50 * MB, PID, 0.0)
+    granted = one(a.GrantSegment, actions).segment_id
+    created = of(a.CreateSegment, actions)
+    assert [(segment.segment_id == granted, segment.prefault) for segment in created] == [(True, False), (False, True)]
+    assert actions.index(one(a.GrantSegment, actions)) < actions.index(created[1])  # the writer is not kept waiting
+    # The next writer of that size gets the spare, and another spare is made while it writes.
+    actions = core.on_allocate(ask(2), 50 * MB, PID, 0.1)
+    assert one(a.GrantSegment, actions).segment_id == created[1].segment_id
+    assert [segment.prefault for segment in of(a.CreateSegment, actions)] == [True]
+    # No spare beyond the capacity (three granted: a fourth 50 MB would not fit 175 MB), and none for small objects.
+    actions = core.on_allocate(ask(3), 50 * MB, PID, 0.2)
+    assert one(a.GrantSegment, actions) and not of(a.CreateSegment, actions)
+    assert core.status().lent_bytes == core.status().resident_bytes == 150 * MB
+    small = core.on_allocate(ask(4), c.SPARE_MIN_BYTES // 2, PID, 0.3)
+    assert [segment.prefault for segment in of(a.CreateSegment, small)] == [False]
 
 
 def test_a_write_that_comes_after_the_delete_of_its_object_is_dropped_not_kept_forever() -> None:
