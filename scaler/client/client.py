@@ -236,8 +236,10 @@ class Client:
         connection = self._connection
         if not connection.stores.home:
             return None
+        # Not waiting for the seal's answer: a task that asks first waits in the store for the seal, and the
+        # argument is remembered to be put again should the store refuse it (the object is then reported lost).
         stored = connection.store_or_none(
-            lambda: connection.stores.put_object(object_id, argument, self._serializer, SHARED_ARGUMENT_NAME)
+            lambda: connection.stores.put_object(object_id, argument, self._serializer, SHARED_ARGUMENT_NAME, False)
         )
         if stored is not None:
             connection.remember_stored(stored, argument)

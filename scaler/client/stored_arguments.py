@@ -42,7 +42,10 @@ class StoredArguments:
             return sized, False
         prepared = sized
         object_id = random_object_id()
-        stored = self._store_or_none(lambda: self._stores.put_prepared(object_id, prepared, SHARED_ARGUMENT_NAME))
+        # Not waiting for the seal's answer: a task that asks first waits in the store for the seal.
+        stored = self._store_or_none(
+            lambda: self._stores.put_prepared(object_id, prepared, SHARED_ARGUMENT_NAME, wait=False)
+        )
         if stored is None:
             return self._serializer.serialize(argument), False
         self._send_object(stored)  # queued before the task that names it

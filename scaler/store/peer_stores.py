@@ -81,9 +81,11 @@ class Stores:
 
     # ------------------------------------------------------------------------------------------ writing
 
-    def put_object(self, object_id: bytes, obj: Any, serializer: Serializer | None, name: str) -> m.ObjectPayload:
+    def put_object(
+        self, object_id: bytes, obj: Any, serializer: Serializer | None, name: str, wait: bool = True
+    ) -> m.ObjectPayload:
         """Put `obj` into the home store (serialized once, its buffers out-of-band); what names it."""
-        return self.put_prepared(object_id, stored_payload.prepare(obj, serializer), name)
+        return self.put_prepared(object_id, stored_payload.prepare(obj, serializer), name, wait=wait)
 
     def put_prepared(
         self, object_id: bytes, prepared: stored_payload.PreparedPayload, name: str, wait: bool = True
