@@ -2,9 +2,14 @@
 
 A fresh page of shared memory costs more than copying into it (the kernel zeroes it first): a 50 MB
 segment's pages take 13-20 ms to make. The store's core keeps a spare segment ready for the next writer of
-a size (store_core.py); this makes its pages on a thread of its own (posix_fallocate), so that the loop
-goes on answering while the kernel works. A writer that gets the spare before all its pages are made just
-makes the rest itself; both are safe at once.
+a size (store_core.py); this makes its pages on a thread of its own, so that the loop goes on answering
+while the kernel works. A writer that gets the spare before all its pages are made just makes the rest
+itself: making a page never changes one that exists, so both are safe at once.
+
+The pages are made by faulting them in through a mapping (MADV_POPULATE_WRITE, Linux 5.14), which also
+zeroes them. posix_fallocate would be faster here but leaves the zeroing to the first access: a writer
+that then maps the segment pays a fault per page again (50 MB: 21 ms, against 8 ms after populating).
+Kernels without it get posix_fallocate.
 
 The thread works on a duplicate of the segment's descriptor: if the store frees the segment meanwhile,
 the duplicate keeps the memfd whole until the work is done (and then frees it), and a descriptor number
@@ -13,7 +18,9 @@ taken by another file in between is never touched.
 
 from __future__ import annotations
 
+import errno
 import logging
+import mmap
 import os
 import queue
 import threading
@@ -21,6 +28,8 @@ import threading
 logger = logging.getLogger(__name__)
 
 _JOIN_SECONDS = 5.0
+# Not in the mmap module before Python 3.13 (Linux's value); kernels before 5.14 refuse it with EINVAL.
+_MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)
 
 
 class Prefaulter:
@@ -50,8 +59,20 @@ class Prefaulter:
             fd, size = job
             try:
                 if not self._closing:
-                    os.posix_fallocate(fd, 0, size)
-            except OSError as error:  # out of memory for tmpfs, or a kernel without it: the writer makes them
+                    _make_pages(fd, size)
+            except OSError as error:  # out of memory for tmpfs, or a kernel without either: the writer makes them
                 logger.debug(f"Store: could not make a spare segment's pages: {error}")
             finally:
                 os.close(fd)
+
+
+def _make_pages(fd: int, size: int) -> None:
+    mapping = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    try:
+        mapping.madvise(_MADV_POPULATE_WRITE)
+    except OSError as error:
+        if error.errno != errno.EINVAL:
+            raise
+        os.posix_fallocate(fd, 0, size)
+    finally:
+        mapping.close()
