@@ -47,6 +47,8 @@ logger = logging.getLogger(__name__)
 
 # More workers than this on one machine is a typo, not a plan.
 _MAX_WORKERS = 4096
+# How often the workers are looked at once they have all reported (as Cluster.watch does before).
+_WATCH_SECONDS = 0.2
 
 
 _SETTINGS: list[Setting] = [
@@ -171,7 +173,11 @@ def run_cluster(cluster: Cluster, reporter: ReadinessReporter | None = None) -> 
         return 1
     try:
         while not stop.is_set():
-            cluster.watch()
+            if cluster.reports_pending:
+                cluster.watch()
+            else:  # the pipe has nothing more to say: wait on the stop itself, which a signal ends at once
+                stop.wait(_WATCH_SECONDS)
+                cluster.watch(0.0)
             if reporter.active:
                 problem = cluster.startup_problem()
                 if cluster.registered_workers == everyone:
