@@ -63,6 +63,9 @@ _SETTINGS: list[Setting] = [
     ("memory_limit_bytes", ("--memory-limit-bytes", "-ml"),
      "a processor using more memory (RSS) is stopped before the OS kills it, and its task fails with "
      "MemoryLimitError (0 = no limit)"),
+    ("input_wait_seconds", ("--input-wait-seconds",),
+     "how long a task waits for a stored input (plus its size at 20 MB/s) before the worker reports it lost and "
+     "gives the task back"),
     ("death_timeout_seconds", ("--death-timeout-seconds", "-ds"),
      "a worker that hears nothing from the scheduler this long exits: with an error if it never got a welcome"),
     ("io_threads", ("--io-threads", "-it"), "zmq io threads per worker"),

@@ -236,7 +236,7 @@ class WorkerAgent:
         create_slot(slot_path)
         process = subprocess.Popen(
             [sys.executable, "-m", "scaler.worker.processor", self._processor_address, identity.decode(), slot_path,
-             str(os.getpid())],
+             str(os.getpid()), repr(self._config.input_wait_seconds)],
             stdin=subprocess.DEVNULL,
             env=with_freed_memory_kept(os.environ),
         )
