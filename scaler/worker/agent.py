@@ -31,6 +31,7 @@ from scaler.utility.process_stop import stop_process
 from scaler.utility.readiness import FAILED, REGISTERED, ReadinessReporter
 from scaler.utility.zmq_util import configure_socket, has_input, receive_frames, send_frames, send_message
 from scaler.worker.agent_actions import (
+    AGENT_SIGNAL,
     Action,
     Exit,
     Registered,
@@ -42,7 +43,6 @@ from scaler.worker.agent_actions import (
 )
 from scaler.worker.agent_core import WorkerAgentCore
 from scaler.worker.config import WorkerConfig
-from scaler.worker.processor import AGENT_SIGNAL
 from scaler.worker.running_task_slot import NO_TASK, RunningTaskSlot, create_slot
 from scaler.worker.work_directory import (
     PROCESSOR_SOCKET_NAME,

@@ -33,6 +33,7 @@ from scaler.utility.blocking import install_hooks, set_task_depth
 from scaler.utility.malloc_tuning import give_back_freed_memory
 from scaler.utility.parent_watch import die_with_parent
 from scaler.utility.zmq_util import configure_socket, has_input, receive_frames, send_message
+from scaler.worker.agent_actions import AGENT_SIGNAL
 from scaler.worker.config import DEFAULT_INPUT_WAIT_SECONDS
 from scaler.worker.large_results import LargeResults
 from scaler.worker.profiler import TaskProfiler
@@ -49,9 +50,6 @@ _STORE_TIMEOUT_SECONDS = 60.0
 _FLUSH_EVERY_SECONDS = 0.005
 _PARENT_CHECK_SECONDS = 1.0
 _AGENT_ANSWER_SECONDS = 30.0
-# The agent sends this signal after a cancel or release for tasks queued behind a running one; see
-# Processor._on_agent_signal.
-AGENT_SIGNAL = signal.SIGUSR1
 # How long the signal handler waits for the message the signal announces (it is already on its way).
 _SIGNALLED_MESSAGE_SECONDS = 0.5
 
