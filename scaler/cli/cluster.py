@@ -47,6 +47,8 @@ logger = logging.getLogger(__name__)
 
 # More workers than this on one machine is a typo, not a plan.
 _MAX_WORKERS = 4096
+# How often the workers are looked at once they have all reported (as Cluster.watch does before).
+_WATCH_SECONDS = 0.2
 
 
 _SETTINGS: list[Setting] = [
@@ -61,6 +63,9 @@ _SETTINGS: list[Setting] = [
     ("memory_limit_bytes", ("--memory-limit-bytes", "-ml"),
      "a processor using more memory (RSS) is stopped before the OS kills it, and its task fails with "
      "MemoryLimitError (0 = no limit)"),
+    ("input_wait_seconds", ("--input-wait-seconds",),
+     "how long a task waits for a stored input (plus its size at 20 MB/s) before the worker reports it lost and "
+     "gives the task back"),
     ("death_timeout_seconds", ("--death-timeout-seconds", "-ds"),
      "a worker that hears nothing from the scheduler this long exits: with an error if it never got a welcome"),
     ("io_threads", ("--io-threads", "-it"), "zmq io threads per worker"),
@@ -171,7 +176,11 @@ def run_cluster(cluster: Cluster, reporter: ReadinessReporter | None = None) -> 
         return 1
     try:
         while not stop.is_set():
-            cluster.watch()
+            if cluster.reports_pending:
+                cluster.watch()
+            else:  # the pipe has nothing more to say: wait on the stop itself, which a signal ends at once
+                stop.wait(_WATCH_SECONDS)
+                cluster.watch(0.0)
             if reporter.active:
                 problem = cluster.startup_problem()
                 if cluster.registered_workers == everyone:

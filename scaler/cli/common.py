@@ -12,8 +12,6 @@ import logging
 import os
 from typing import Any, Callable, Sequence
 
-import zmq.auth
-
 from scaler.store.server_config import tcp_bind_address
 from scaler.utility.curve import AUTHORIZED_KEYS_ENV, SCHEDULER_SECRET_KEY_ENV, SECRET_KEY_ENV, SERVER_KEY_ENV
 from scaler.utility.ignored_settings import IgnoredSetting
@@ -232,6 +230,8 @@ def curve_secret_key_file(text: str) -> str:
 
 
 def _load_certificate(path: str) -> tuple[bytes, bytes | None]:
+    import zmq.auth  # where keys are given: see scaler/utility/curve.py
+
     try:
         return zmq.auth.load_certificate(path)
     except (OSError, ValueError, UnicodeDecodeError) as error:

@@ -52,6 +52,9 @@ _SETTINGS: list[Setting] = [
      "a peer sending a larger frame is disconnected before it is read (-1: no limit)"),
     ("max_control_frame_bytes", ("--max-control-frame-bytes",),
      "largest Cap'n Proto frame accepted (large payloads travel in frames of their own)"),
+    ("bad_frame_log_seconds", ("--bad-frame-log-seconds",),
+     "after a peer's first undecodable frame is logged, its next ones are counted for this long, then one line "
+     "says how many"),
 ]
 
 

@@ -212,6 +212,12 @@ class Cluster:
         logger.info(f"Cluster: store listening at {store.address.data_address} (pid {store.pid})")
         return store
 
+    @property
+    def reports_pending(self) -> bool:
+        """Whether a worker may still report over the readiness pipe (once all have closed it, `watch` only sleeps
+        out its timeout there)."""
+        return self._pipe is not None and not self._pipe.closed_by_all
+
     def watch(self, timeout: float = _WATCH_SECONDS) -> None:
         """Take the workers' reports (waiting up to `timeout`), and say what a user should know: that they
         all registered, that some still wait for a scheduler, that one exited."""

@@ -19,7 +19,7 @@ from scaler.scheduler.config import SchedulerConfig
 from scaler.utility.ignored_settings import EVENT_LOOP, OBJECT_RETENTION_SECONDS, check_ignored_settings
 from scaler.utility.logging_setup import DEFAULT_LOGGING_PATHS
 from scaler.utility.parent_watch import environment_exiting_with_this_process
-from scaler.utility.process_stop import stop_process, stop_processes
+from scaler.utility.process_stop import stop_processes
 from scaler.utility.readiness import FAILED, LISTENING, REGISTERED, ReadinessPipe
 from scaler.utility.setting_rules import AT_LEAST_ONE, POSITIVE_SECONDS
 from scaler.utility.zmq_config import zmq_address_text
@@ -149,47 +149,63 @@ class SchedulerClusterCombo:
         self._environment = environment_exiting_with_this_process()
         atexit.register(self.shutdown)
         try:
-            self._start_scheduler()
-            self._start_cluster()
+            self._start_scheduler_and_cluster()
         except BaseException:
             self.shutdown()
             raise
 
     # ------------------------------------------------------------------------------------------ start
 
-    def _start_scheduler(self) -> None:
+    def _start_scheduler_and_cluster(self) -> None:
+        """With a port we chose, the cluster starts alongside the scheduler: its workers' connections wait for
+        the scheduler to listen, and the two start-ups (each a Python process importing Scaler) overlap. At an
+        address the user gave, the cluster starts only once the scheduler there is ours: its workers must not
+        join someone else's scheduler that holds the port."""
         for attempt in range(1, _FREE_PORT_ATTEMPTS + 1):
+            scheduler_pipe = ReadinessPipe()
+            cluster_pipe = ReadinessPipe() if self._chosen_address else None
             try:
-                self._spawn_and_wait("scaler.cli.scheduler", self._scheduler_args(), LISTENING, "the scheduler")
-                return
-            except ClusterStartError as error:
-                taken = "in use" in str(error).lower()
-                if taken and not self._chosen_address:
-                    raise ClusterStartError(
-                        f"{error}; is another scheduler running there? Give another address, or none for a free port"
-                    ) from None
-                if not (self._chosen_address and taken and attempt < _FREE_PORT_ATTEMPTS):
-                    raise
-                # We chose that port and somebody took it meanwhile: choose again.
-                stop_process(self._processes.pop(), _STOP_GRACE_SECONDS)
-                self._address = free_local_address()
-
-    def _start_cluster(self) -> None:
-        self._spawn_and_wait("scaler.cli.cluster", self._cluster_args(), REGISTERED, f"{self._n_workers} workers")
-
-    def _spawn_and_wait(self, module: str, args: list[str], ready_state: str, what: str) -> None:
-        pipe = ReadinessPipe()
-        try:
-            with self._lock:
-                process = subprocess.Popen(
-                    [sys.executable, "-m", module, *args], env=pipe.child_environment(self._environment),
-                    stdin=subprocess.DEVNULL, pass_fds=pipe.pass_fds,
+                scheduler = self._spawn("scaler.cli.scheduler", self._scheduler_args(), scheduler_pipe)
+                cluster = None if cluster_pipe is None else self._spawn(
+                    "scaler.cli.cluster", self._cluster_args(), cluster_pipe
                 )
-                self._processes.append(process)
-            pipe.children_started()
-            self._wait_for(pipe, process, ready_state, what)
-        finally:
-            pipe.close()
+                try:
+                    self._wait_for(scheduler_pipe, scheduler, LISTENING, "the scheduler")
+                except ClusterStartError as error:
+                    taken = "in use" in str(error).lower()
+                    if taken and not self._chosen_address:
+                        raise ClusterStartError(
+                            f"{error}; is another scheduler running there? "
+                            "Give another address, or none for a free port"
+                        ) from None
+                    if not (self._chosen_address and taken and attempt < _FREE_PORT_ATTEMPTS):
+                        raise
+                    # We chose that port and somebody took it meanwhile: choose again, for both.
+                    with self._lock:
+                        started, self._processes = self._processes, []
+                    stop_processes(started[::-1], _STOP_GRACE_SECONDS)
+                    self._address = free_local_address()
+                    continue
+                if cluster_pipe is None:
+                    cluster_pipe = ReadinessPipe()
+                    cluster = self._spawn("scaler.cli.cluster", self._cluster_args(), cluster_pipe)
+                assert cluster is not None
+                self._wait_for(cluster_pipe, cluster, REGISTERED, f"{self._n_workers} workers")
+                return
+            finally:
+                scheduler_pipe.close()
+                if cluster_pipe is not None:
+                    cluster_pipe.close()
+
+    def _spawn(self, module: str, args: list[str], pipe: ReadinessPipe) -> subprocess.Popen:
+        with self._lock:
+            process = subprocess.Popen(
+                [sys.executable, "-m", module, *args], env=pipe.child_environment(self._environment),
+                stdin=subprocess.DEVNULL, pass_fds=pipe.pass_fds,
+            )
+            self._processes.append(process)
+        pipe.children_started()
+        return process
 
     def _wait_for(self, pipe: ReadinessPipe, process: subprocess.Popen, ready_state: str, what: str) -> None:
         timeout = self._start_timeout_seconds

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from scaler.scheduler.bad_frame_log import INTERVAL_SECONDS as BAD_FRAME_LOG_SECONDS
 from scaler.utility.logging_setup import DEFAULT_LOGGING_PATHS, check_logging_level, check_logging_paths
 from scaler.utility.setting_rules import (
     AT_LEAST_ONE,
@@ -44,6 +45,8 @@ class SchedulerConfig:
     max_message_size_bytes: int = setting(4 * 1024**3, FRAME_BYTES_OR_UNLIMITED)
     # The Cap'n Proto frame of a message (payloads travel in frames of their own) is refused above this.
     max_control_frame_bytes: int = setting(256 * 1024**2, FRAME_BYTES)
+    # After a sender's first bad frame, its next ones are only counted for this long, then summed up in one line.
+    bad_frame_log_seconds: float = setting(BAD_FRAME_LOG_SECONDS, POSITIVE_SECONDS)
     curve_secret_key: str | None = None
     curve_authorized_keys: str | None = None
     logging_paths: tuple[str, ...] = DEFAULT_LOGGING_PATHS

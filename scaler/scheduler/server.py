@@ -64,7 +64,7 @@ class SchedulerServer:
         # Messages by class name since start, for the monitor feed.
         self._received: dict[str, int] = {}
         self._sent: dict[str, int] = {}
-        self._bad_frame_log = BadFrameLog()
+        self._bad_frame_log = BadFrameLog(config.bad_frame_log_seconds)
 
     def _monitor_snapshot(self) -> MonitorSnapshot:
         """What the monitor feed publishes: the core's status plus this process's own usage and counters."""

@@ -18,7 +18,6 @@ One StoreClient talks to one store, from any thread (one request at a time); eve
 from __future__ import annotations
 
 import collections
-import dataclasses
 import functools
 import logging
 import os
@@ -37,7 +36,7 @@ from scaler.store.kept_mappings import KeptMappings
 from scaler.store.local_read import read_segment
 from scaler.store.relay_path import DEFAULT_PROBE_SECONDS, RelayPath
 from scaler.store.segment import map_for_reading
-from scaler.utility.host_key import this_host_key
+from scaler.store.store_address import StoreAddress
 
 logger = logging.getLogger(__name__)
 
@@ -64,26 +63,6 @@ class ObjectMissing(StoreError):
         super().__init__(f"object {object_id.hex()} is missing: {reason}")
         self.object_id = object_id
         self.reason = reason
-
-
-@dataclasses.dataclass(frozen=True)
-class StoreAddress:
-    """How to reach a store: its data address (tcp), its local address (ipc) and its host key."""
-
-    data_address: str
-    ipc_address: str = ""
-    host_key: str = ""
-
-    @staticmethod
-    def from_listening_report(detail: str) -> StoreAddress:
-        """From the store's readiness report: `DATA_ADDRESS IPC_ADDRESS HOST_KEY`."""
-        parts = detail.split()
-        if len(parts) != 3:
-            raise ValueError(f"not a store's listening report: {detail!r}")
-        return StoreAddress(*parts)
-
-    def is_local(self) -> bool:
-        return bool(self.ipc_address) and self.host_key == this_host_key()
 
 
 def _on_unmapped(releases: collections.deque, object_id: bytes, flush: weakref.WeakMethod) -> None:

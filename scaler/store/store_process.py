@@ -13,7 +13,7 @@ import sys
 import time
 
 from scaler.store.server_config import StoreStartError
-from scaler.store.store_client import StoreAddress
+from scaler.store.store_address import StoreAddress
 from scaler.utility.malloc_tuning import with_large_pages
 from scaler.utility.parent_watch import EXIT_WITH_PARENT_ENV
 from scaler.utility.readiness import FAILED, LISTENING, ReadinessPipe

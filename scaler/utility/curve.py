@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Callable, Union
+from typing import TYPE_CHECKING, Callable, Union
 
 import zmq
-import zmq.auth
-from zmq.auth.thread import ThreadAuthenticator
+
+if TYPE_CHECKING:
+    from zmq.auth.thread import ThreadAuthenticator
 
 SCHEDULER_SECRET_KEY_ENV = "SCALER_CURVE_SCHEDULER_SECRET_KEY"
 AUTHORIZED_KEYS_ENV = "SCALER_CURVE_AUTHORIZED_KEYS"
@@ -96,6 +97,11 @@ def _directory_check(what: str) -> Callable[[str], None]:
 
 def secure_server(context: zmq.Context, socket: zmq.Socket, keys: ServerKeys) -> ThreadAuthenticator:
     """Make `socket` a CURVE server that only accepts the authorized keys; the caller stops the authenticator."""
+    # zmq.auth is imported where keys are used: its thread brings asyncio, which a process started without keys
+    # (a cluster's, whose start every user waits for) would import for nothing.
+    import zmq.auth
+    from zmq.auth.thread import ThreadAuthenticator
+
     authenticator = ThreadAuthenticator(context)
     authenticator.start()
     authenticator.configure_curve(domain="*", location=keys.authorized_keys_dir)
@@ -110,6 +116,8 @@ def secure_server(context: zmq.Context, socket: zmq.Socket, keys: ServerKeys) ->
 
 
 def secure_peer(socket: zmq.Socket, keys: PeerKeys) -> None:
+    import zmq.auth
+
     server_public, _ = zmq.auth.load_certificate(keys.server_key_file)
     public, secret = zmq.auth.load_certificate(keys.secret_key_file)
     if secret is None:

@@ -16,7 +16,6 @@ import signal
 import socket as socket_module
 import subprocess
 import sys
-import threading
 import time
 import uuid
 
@@ -25,12 +24,14 @@ import zmq
 
 from scaler.protocol import messages as m
 from scaler.utility.curve import PeerKeys, secure_peer
+from scaler.utility.loop_stop import LoopStop
 from scaler.utility.malloc_tuning import with_freed_memory_kept
 from scaler.utility.parent_watch import parent_is_gone
 from scaler.utility.process_stop import stop_process
 from scaler.utility.readiness import FAILED, REGISTERED, ReadinessReporter
 from scaler.utility.zmq_util import configure_socket, has_input, receive_frames, send_frames, send_message
 from scaler.worker.agent_actions import (
+    AGENT_SIGNAL,
     Action,
     Exit,
     Registered,
@@ -42,7 +43,6 @@ from scaler.worker.agent_actions import (
 )
 from scaler.worker.agent_core import WorkerAgentCore
 from scaler.worker.config import WorkerConfig
-from scaler.worker.processor import AGENT_SIGNAL
 from scaler.worker.running_task_slot import NO_TASK, RunningTaskSlot, create_slot
 from scaler.worker.work_directory import (
     PROCESSOR_SOCKET_NAME,
@@ -86,7 +86,8 @@ class WorkerAgent:
         self._identity = f"W|{self._name}|{uuid.uuid4().hex[:8]}".encode()
         self._core = WorkerAgentCore(config, self._name, socket_module.gethostname(), os.getpid(), self)
         self._processes: dict[bytes, ProcessorProcess] = {}
-        self._stop_requested = threading.Event()
+        # A SIGTERM ends the loop's wait at once, not at its next tick (the scheduler's and store's loops do the same).
+        self._stop = LoopStop()
         self._process = psutil.Process()
         self._process.cpu_percent()
         self._work_dir = ""
@@ -95,7 +96,7 @@ class WorkerAgent:
         self._scheduler: zmq.Socket | None = None
 
     def stop(self) -> None:
-        self._stop_requested.set()
+        self._stop.request()
 
     def running_task_id(self, identity: bytes) -> int:
         """The core's view of the running-task slots (agent_actions.RunningTasks)."""
@@ -127,7 +128,11 @@ class WorkerAgent:
             router.bind(self._processor_address)
             scheduler.connect(config.address)
             self._carry_out(self._core.start(time.monotonic()))
-            self._loop(scheduler, router, exit_with_parent)
+            self._stop.open()
+            try:
+                self._loop(scheduler, router, exit_with_parent)
+            finally:
+                self._stop.close()
         except WorkerExit as reason:
             logger.log(reason.level, f"Worker[{self._name}]: {reason}")
             if reason.failed:
@@ -159,8 +164,9 @@ class WorkerAgent:
         poller = zmq.Poller()
         poller.register(scheduler, zmq.POLLIN)
         poller.register(router, zmq.POLLIN)
+        poller.register(self._stop.fileno(), zmq.POLLIN)
         next_tick = 0.0
-        while not self._stop_requested.is_set():
+        while not self._stop.requested:
             events = dict(poller.poll(int(_TICK_SECONDS * 1000)))
             now = time.monotonic()
             if scheduler in events:
@@ -230,7 +236,7 @@ class WorkerAgent:
         create_slot(slot_path)
         process = subprocess.Popen(
             [sys.executable, "-m", "scaler.worker.processor", self._processor_address, identity.decode(), slot_path,
-             str(os.getpid())],
+             str(os.getpid()), repr(self._config.input_wait_seconds)],
             stdin=subprocess.DEVNULL,
             env=with_freed_memory_kept(os.environ),
         )

@@ -23,6 +23,9 @@ from scaler.utility.setting_rules import (
 from scaler.utility.tags import checked_tags
 from scaler.utility.zmq_config import parse_zmq_address
 
+# The processors' wait for a stored input before its holder counts as gone (scaler/worker/task_objects.py).
+DEFAULT_INPUT_WAIT_SECONDS = 10.0
+
 
 @dataclasses.dataclass
 class WorkerConfig:
@@ -37,6 +40,8 @@ class WorkerConfig:
     task_timeout_seconds: float = setting(0.0, SECONDS_OR_OFF)
     # A processor whose RSS goes over this is stopped and its task fails with MemoryLimitError; 0: no limit.
     memory_limit_bytes: int = setting(0, BYTES_OR_OFF)
+    # How long a processor waits for a stored input (plus its size at 20 MB/s) before its holder counts as gone.
+    input_wait_seconds: float = setting(DEFAULT_INPUT_WAIT_SECONDS, POSITIVE_SECONDS)
     # CURVE: the scheduler's public key file and this worker's secret key file (or the environment).
     curve_server_key: str | None = None
     curve_secret_key: str | None = None

@@ -33,6 +33,8 @@ from scaler.utility.blocking import install_hooks, set_task_depth
 from scaler.utility.malloc_tuning import give_back_freed_memory
 from scaler.utility.parent_watch import die_with_parent
 from scaler.utility.zmq_util import configure_socket, has_input, receive_frames, send_message
+from scaler.worker.agent_actions import AGENT_SIGNAL
+from scaler.worker.config import DEFAULT_INPUT_WAIT_SECONDS
 from scaler.worker.large_results import LargeResults
 from scaler.worker.profiler import TaskProfiler
 from scaler.worker.running_task_slot import RunningTaskSlot
@@ -51,9 +53,6 @@ _PARENT_CHECK_SECONDS = 1.0
 # between batches (a client making its next arguments) does not pay for fresh pages again.
 _IDLE_BEFORE_GIVING_BACK_SECONDS = 5.0
 _AGENT_ANSWER_SECONDS = 30.0
-# The agent sends this signal after a cancel or release for tasks queued behind a running one; see
-# Processor._on_agent_signal.
-AGENT_SIGNAL = signal.SIGUSR1
 # How long the signal handler waits for the message the signal announces (it is already on its way).
 _SIGNALLED_MESSAGE_SECONDS = 0.5
 
@@ -62,12 +61,15 @@ _PendingTask = tuple[int, m.TaskGroup, int, list[int] | None]
 
 
 class Processor:
-    def __init__(self, socket: zmq.Socket, running_task_slot: RunningTaskSlot) -> None:
+    def __init__(
+        self, socket: zmq.Socket, running_task_slot: RunningTaskSlot,
+        input_wait_seconds: float = DEFAULT_INPUT_WAIT_SECONDS,
+    ) -> None:
         self._socket = socket
         self._running_task_slot = running_task_slot
         self._stores = Stores(_STORE_TIMEOUT_SECONDS)
         self._results = LargeResults(self._stores)
-        self._objects = TaskObjects(self._stores, self._results)
+        self._objects = TaskObjects(self._stores, self._results, input_wait_seconds)
         self._functions: dict[tuple[bytes, bytes], Callable[..., Any]] = {}
         self._serializers: dict[bytes, Serializer] = {b"": DefaultSerializer()}
         # Queued tasks by nesting depth: the deepest run first, since shallower tasks may be waiting on them.
@@ -470,7 +472,7 @@ class Processor:
 
 
 def main() -> None:
-    address, identity, running_task_path, parent_pid_text = sys.argv[1:5]
+    address, identity, running_task_path, parent_pid_text, input_wait_text = sys.argv[1:6]
     parent_pid = int(parent_pid_text)
     die_with_parent()
     if os.getppid() != parent_pid:
@@ -483,7 +485,7 @@ def main() -> None:
     socket.connect(address)
     slot = RunningTaskSlot(running_task_path, writable=True)
     try:
-        Processor(socket, slot).run(parent_pid)
+        Processor(socket, slot, float(input_wait_text)).run(parent_pid)
     finally:
         slot.close()
         socket.close(linger=1000)

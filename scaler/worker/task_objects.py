@@ -14,13 +14,13 @@ from scaler.protocol import messages as m
 from scaler.protocol.serializer import Serializer, loads
 from scaler.store.peer_stores import Stores
 from scaler.store.store_client import ObjectMissing, StoreTimeout
+from scaler.worker.config import DEFAULT_INPUT_WAIT_SECONDS
 from scaler.worker.large_results import LargeResults
 from scaler.worker.own_results import ABSENT
 
 # How long reading a stored input may take before its holder counts as gone (objectsLost, task given back):
-# a base for any object, plus its size at a pace far below any working link, so that a slow but living
-# holder is not declared lost (that would only cost a rerun, but a needless one).
-INPUT_WAIT_BASE_SECONDS = 10.0
+# a base for any object (WorkerConfig.input_wait_seconds), plus its size at a pace far below any working link,
+# so that a slow but living holder is not declared lost (that would only cost a rerun, but a needless one).
 INPUT_WAIT_BYTES_PER_SECOND = 20e6
 
 
@@ -34,8 +34,11 @@ class InputLost(Exception):
 
 
 class TaskObjects:
-    def __init__(self, stores: Stores, results: LargeResults) -> None:
+    def __init__(
+        self, stores: Stores, results: LargeResults, input_wait_seconds: float = DEFAULT_INPUT_WAIT_SECONDS
+    ) -> None:
         self._stores = stores
+        self._input_wait_seconds = input_wait_seconds
         self._results = results
         self.payloads: dict[bytes, m.Buffer] = {}
         self.names: dict[bytes, str] = {}
@@ -98,7 +101,7 @@ class TaskObjects:
             # The scheduler dropped its store after sending the task: waiting for the holder would only end in
             # the same report, an input wait later.
             raise InputLost(object_id, f"{holder}: its store has left the cluster")
-        wait = INPUT_WAIT_BASE_SECONDS + size / INPUT_WAIT_BYTES_PER_SECOND
+        wait = self._input_wait_seconds + size / INPUT_WAIT_BYTES_PER_SECOND
         try:
             # Through this worker's store, which pulls it from the holder if need be; mapped, not copied.
             return self._stores.read(object_id, holder, serializer, wait)

@@ -18,14 +18,16 @@ from typing import Iterator
 import pytest
 
 from scaler.cluster.combo import free_local_address
-from scaler.scheduler.bad_frame_log import INTERVAL_SECONDS
 from scaler.utility.process_stop import stop_process
 
 pytestmark = pytest.mark.timeout(120)
 
 STARTUP_SECONDS = 30.0
+# The scheduler's counting interval (--bad-frame-log-seconds), shorter than its default 10 s, which the test
+# would wait out; still far longer than a sender's writes take, so each sender's drops fall in one interval.
+INTERVAL_SECONDS = 4.0
 FIRST_LINE = re.compile(r"Scheduler: dropped an undecodable message \(.*\) from (\S+(?: \(\d+ bytes\))?); more from it")
-SUMMARY_LINE = re.compile(r"Scheduler: dropped ([\d,]+) more bad frame\(s\) from (.+) in the ")
+SUMMARY_LINE = re.compile(r"Scheduler: dropped ([\d,]+) more bad frame\(s\) from (.+) in the ([\d.]+)s after the first")
 
 
 class Scheduler:
@@ -34,7 +36,8 @@ class Scheduler:
         self.log_path = tmp_path / "scheduler.log"
         self.process = subprocess.Popen(
             [sys.executable, "-m", "scaler.cli.scheduler", self.address,
-             "--monitor-address", f"ipc://{tmp_path}/monitor", "--logging-paths", str(self.log_path)],
+             "--monitor-address", f"ipc://{tmp_path}/monitor", "--logging-paths", str(self.log_path),
+             "--bad-frame-log-seconds", repr(INTERVAL_SECONDS)],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
         )
 
@@ -87,6 +90,7 @@ def test_random_bytes_log_one_line_per_sender_then_a_count(scheduler: Scheduler)
     assert len(senders) == 2 and len(set(senders)) == 2, scheduler.log()
     assert {match.group(2) for match in summaries} == set(senders)
     assert all(int(match.group(1).replace(",", "")) >= 1 for match in summaries)
+    assert {match.group(3) for match in summaries} == {f"{INTERVAL_SECONDS:g}"}
     undecodable_lines = [line for line in scheduler.log().splitlines() if "undecodable" in line]
     assert len(undecodable_lines) == 2, "\n".join(undecodable_lines)
     for sender in senders:  # short: the first bytes in hex and the length, not hundreds of escaped bytes

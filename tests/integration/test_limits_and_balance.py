@@ -105,15 +105,18 @@ def test_queue_drains_on_both_a_slow_and_a_fast_worker() -> None:
             assert len(set(ran_on)) == 2
 
 
-def long_on_one_worker(value: int, slow_pid: int, marker: str) -> tuple[int, bool]:
-    """The first task to run on the slow worker runs long (it claims the marker file); the rest are quick."""
+def long_on_one_worker(value: int, slow_pid: int, marker: str, gate: str) -> tuple[int, bool]:
+    """The first task to run on the slow worker runs long (it claims the marker file): until the test opens the
+    gate, once every quick task is back, or for 8 s at most; the rest are quick."""
     if os.getppid() == slow_pid:
         try:
             os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
         except FileExistsError:
             pass
         else:
-            time.sleep(8)
+            deadline = time.monotonic() + 8
+            while not os.path.exists(gate) and time.monotonic() < deadline:
+                time.sleep(0.05)
             return value, True
     time.sleep(0.01)
     return value, False
@@ -131,8 +134,15 @@ def test_tasks_queued_behind_a_long_running_task_move_to_an_idle_worker(tmp_path
                 agents = [p.pid for p in psutil.Process(cluster.cluster_pid).children()
                           if "scaler.worker.agent" in " ".join(p.cmdline())]
                 time.sleep(0.1)
-            futures = [client.submit(long_on_one_worker, i, agents[0], marker) for i in range(200)]
-            order = [future.result() for future in concurrent.futures.as_completed(futures, timeout=60)]
+            gate = str(tmp_path / "gate")
+            futures = [client.submit(long_on_one_worker, i, agents[0], marker, gate) for i in range(200)]
+            order = []
+            for future in concurrent.futures.as_completed(futures, timeout=60):
+                order.append(future.result())
+                # Every quick task back: the long one may end. The gate stays shut while quick tasks are stuck
+                # behind it, so without balancing they still come after it (at its 8 s bound).
+                if sum(1 for _, was_long in order if not was_long) == 199:
+                    open(gate, "w").close()
             assert sorted(value for value, _ in order) == list(range(200))
             long_position = [was_long for _, was_long in order].index(True)
             # About half the tasks were queued on the slow worker behind the long one. Without balancing,

@@ -71,10 +71,12 @@ def expected_digest(index: int, blob: bytes) -> tuple[int, str, int]:
 # ---------------------------------------------------------------------------------------------- helpers
 
 
-def start_cluster(spawn: Spawner, name: str, address: str, capacity_bytes: int, workers: int = 2) -> Spawned:
+def start_cluster(
+    spawn: Spawner, name: str, address: str, capacity_bytes: int, workers: int = 2, *options: str
+) -> Spawned:
     cluster = spawn(name, [
         console_script("scaler_cluster"), "-n", str(workers), "--store-capacity-bytes", str(capacity_bytes),
-        "--death-timeout-seconds", "30", address,
+        "--death-timeout-seconds", "30", *options, address,
     ])
     cluster.wait_for_log(f"all {workers} workers registered")
     return cluster
@@ -148,7 +150,9 @@ def test_a_cluster_killed_while_its_store_holds_intermediates_and_an_object_lose
         wait_until(lambda: object_count(holder_store) >= 1, "the object is in the holder's store")
         wait_until(lambda: len(list(made.iterdir())) == PARTS, "the parts are made")
 
-        readers = start_cluster(spawn, "readers", scheduler_address, 1 << 30)
+        # A reader sent its task before the scheduler dropped the dead holder waits out its input wait (and the
+        # store client's grace) before reporting the part lost: 2 s, not the default 10, as the test waits for it.
+        readers = start_cluster(spawn, "readers", scheduler_address, 1 << 30, 2, "--input-wait-seconds", "2")
         wait_until(lambda: len(client._connection.stores._addresses) == 2, "the readers' store registered")
         holder.process.send_signal(signal.SIGKILL)
         holder.wait_exit()
@@ -210,7 +214,9 @@ def test_workers_whose_own_store_died_read_from_the_holder_and_nothing_is_taken_
     with Client(address=address, timeout_seconds=60) as client:
         holder_store = store_of(holder, client)
         wait_until(lambda: client._connection.stores.home == holder_store.data_address, "the client's home")
-        orphaned = start_cluster(spawn, "orphaned", address, 1 << 30)
+        # Its processors' reads through their dead store give up after the input wait (and the store client's
+        # grace), then go to the holder: 2 s, not the default 10, as the test waits for it.
+        orphaned = start_cluster(spawn, "orphaned", address, 1 << 30, 2, "--input-wait-seconds", "2")
         wait_until(lambda: len(client._connection.stores._addresses) == 2, "the second store registered")
         (store_process,) = [child for child in orphaned.descendants() if "scaler.store" in " ".join(child.cmdline())]
         store_process.kill()
