@@ -13,8 +13,9 @@ would, and a segment used once is not worth a page table. A segment is known by 
 a path names a descriptor number of the store, which another segment may take later.
 
 A kept mapping keeps its segment's memory alive even after the store freed the segment. So a mapping
-whose segment the store has freed goes at the next write or sweep (`sweep`: the client's I/O thread
-calls it at every heartbeat), and so does one unused for `KEEP_SECONDS`; at most `MAX_KEPT` mappings and
+whose segment the store has freed goes at the next sweep (`sweep`: the client's I/O thread calls it at
+every heartbeat; a write does not look, it is on the submitting thread's path), and one unused for
+`KEEP_SECONDS` goes at the next write or sweep; at most `MAX_KEPT` mappings and
 `MAX_KEPT_BYTES` are kept in all, and all of them go when the client closes.
 """
 
@@ -85,7 +86,10 @@ class KeptMappings:
     def sweep(self) -> None:
         """Let go of the mappings unused for too long, and of those whose segment the store has freed."""
         with self._lock:
-            self._sweep_held(time.monotonic())
+            now = time.monotonic()
+            for key, kept in list(self._kept.items()):
+                if kept.last_used < now - KEEP_SECONDS or not _still_there(kept.path, key):
+                    self._drop(key)
 
     def close(self) -> None:
         with self._lock:
@@ -98,7 +102,7 @@ class KeptMappings:
 
     def _take(self, key: tuple[int, int]) -> mmap.mmap | None:
         with self._lock:
-            self._sweep_held(time.monotonic())
+            self._drop_unused_since(time.monotonic() - KEEP_SECONDS)  # a freed segment's mapping waits for the sweep
             kept = self._kept.pop(key, None)
             if kept is None:
                 return None
@@ -115,10 +119,9 @@ class KeptMappings:
             while len(self._kept) > MAX_KEPT or self._kept_bytes > MAX_KEPT_BYTES:
                 self._drop(next(iter(self._kept)))
 
-    def _sweep_held(self, now: float) -> None:
-        for key, kept in list(self._kept.items()):
-            if kept.last_used < now - KEEP_SECONDS or not _still_there(kept.path, key):
-                self._drop(key)
+    def _drop_unused_since(self, since: float) -> None:
+        while self._kept and next(iter(self._kept.values())).last_used < since:  # oldest first
+            self._drop(next(iter(self._kept)))
 
     def _drop(self, key: tuple[int, int]) -> None:
         kept = self._kept.pop(key)

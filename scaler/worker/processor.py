@@ -103,20 +103,21 @@ class Processor:
         signal.siginterrupt(AGENT_SIGNAL, False)
         send_message(socket, m.Hello(role=m.Role.WORKER, pid=os.getpid()))
         busy_since_idle = False
-        last_busy = 0.0
+        idle_polls = 0  # polls in a row that found nothing: counted, so that a task costs no clock reading
         while self._running:
             if not self._queued_ids:
                 self._flush()
                 if not socket.poll(int(_PARENT_CHECK_SECONDS * 1000)):
                     if os.getppid() != parent_pid:
                         return  # the agent is gone; nobody would read our results
-                    if busy_since_idle and time.monotonic() - last_busy >= _IDLE_BEFORE_GIVING_BACK_SECONDS:
+                    idle_polls += 1
+                    if busy_since_idle and idle_polls * _PARENT_CHECK_SECONDS >= _IDLE_BEFORE_GIVING_BACK_SECONDS:
                         give_back_freed_memory()  # the memory malloc kept for reuse goes back (malloc_tuning.py)
                         busy_since_idle = False
                     continue
             self._drain()  # may free values too (objects deleted)
             busy_since_idle = True
-            last_busy = time.monotonic()
+            idle_polls = 0
             if self._queued_ids:
                 self._run_one()
                 waiting = len(self._succeeded_ids) + len(self._failures) + len(self._results.reported)
