@@ -9,7 +9,7 @@
 # their own, uncopied.
 #
 # Every request carries a request id, chosen by the requester; the reply names it. Local requests
-# (allocate, seal, a local get, release, delete) come over the ipc socket only, and carry the caller's pid:
+# (allocate, seal, lend, a local get, release, delete) come over the ipc socket only, and carry the caller's pid:
 # the store tracks what each local process has borrowed or mapped, and takes it back when that process
 # exits. Over tcp, a store answers put and (remote) get.
 
@@ -29,6 +29,8 @@ struct DataMessage {
     delete @11 :Delete;
     status @12 :StatusRequest;
     storeStatus @13 :StoreStatus;
+    lend @14 :Lend;
+    borrowed @15 :Borrowed;
   }
 }
 
@@ -55,6 +57,47 @@ struct Seal {
   size @3 :UInt64;
   name @4 :Text;           # free text for logs and the monitor
   pid @5 :UInt32;
+}
+
+# A stretch of a local process's memory.
+struct MemoryRange {
+  address @0 :UInt64;
+  length @1 :UInt64;
+}
+
+# Where a borrowed object's bytes are: in the memory of the local process `pid`, which keeps them unchanged
+# until it lets the object go. The object's stored payload is `header` (stored_payload.py's header and
+# table) with its main part at `ranges[0]` and its buffers at `ranges[1:]`, each at the offset the table
+# gives. `cookie` (random bytes) is at `cookieAddress` for exactly as long as the ranges are valid: a reader
+# reads the ranges and then the cookie in one process_vm_readv(2) call, and if the cookie differs (the
+# object was let go, or `pid` is another process by now) the bytes it read mean nothing.
+struct MemoryLoan {
+  pid @0 :UInt32;
+  header @1 :Data;
+  ranges @2 :List(MemoryRange);
+  cookieAddress @3 :UInt64;
+  cookie @4 :Data;
+}
+
+# Local writer -> store: object `objectId` (`size` bytes of stored payload) stays in the writer's memory
+# (`loan`); the store reads the cookie first. Answer: stored, or failed (the store cannot read that memory:
+# another user, ptrace restrictions, another pid namespace; or it was started with --no-borrowing). The
+# store takes a borrowed object as lost when the writer exits.
+struct Lend {
+  requestId @0 :UInt64;
+  objectId @1 :Data;
+  size @2 :UInt64;
+  name @3 :Text;
+  loan @4 :MemoryLoan;
+}
+
+# Store -> local reader, to a local get of a borrowed object: read it from the lender's memory (nothing to
+# release). A reader that cannot (process_vm_readv refused) asks again with a remote get: the store reads it.
+struct Borrowed {
+  requestId @0 :UInt64;
+  objectId @1 :Data;
+  size @2 :UInt64;
+  loan @3 :MemoryLoan;
 }
 
 # Store -> writer: the object is held (also when it already was).

@@ -55,6 +55,34 @@ class Seal:
     name: str = ""
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class MemoryLoan:
+    """Where a borrowed object's bytes are in the lender's memory (data.capnp MemoryLoan)."""
+
+    pid: int
+    header: bytes
+    ranges: tuple[tuple[int, int], ...]  # (address, length): the main part, then each buffer
+    cookie_address: int
+    cookie: bytes
+
+
+@dataclasses.dataclass(slots=True)
+class Lend:
+    request_id: int
+    object_id: bytes
+    size: int
+    loan: MemoryLoan
+    name: str = ""
+
+
+@dataclasses.dataclass(slots=True)
+class Borrowed:
+    request_id: int
+    object_id: bytes
+    size: int
+    loan: MemoryLoan
+
+
 @dataclasses.dataclass(slots=True)
 class Stored:
     request_id: int
@@ -154,7 +182,7 @@ _STATUS_FIELDS = {
 
 DataMessage = Union[
     Allocate, Segment, Seal, Stored, Put, Get, Located, ObjectData, Missing, Release, Failed, Delete, StatusRequest,
-    StoreStatus,
+    StoreStatus, Lend, Borrowed,
 ]
 
 
@@ -166,6 +194,24 @@ def _fields(builder: Any, field: str, values: dict) -> None:
     struct = builder.init(field)
     for name, value in values.items():
         setattr(struct, name, value)
+
+
+def _loan_fields(builder: Any, loan: MemoryLoan) -> None:
+    builder.pid = loan.pid
+    builder.header = loan.header
+    builder.cookieAddress = loan.cookie_address
+    builder.cookie = loan.cookie
+    ranges = builder.init("ranges", len(loan.ranges))
+    for entry, (address, length) in zip(ranges, loan.ranges):
+        entry.address = address
+        entry.length = length
+
+
+def _with_loan(builder: Any, field: str, values: dict, loan: MemoryLoan) -> None:
+    struct = builder.init(field)
+    for name, value in values.items():
+        setattr(struct, name, value)
+    _loan_fields(struct.init("loan"), loan)
 
 
 _ENCODERS: dict[type, Callable[[Any, Any], None]] = {
@@ -200,6 +246,12 @@ _ENCODERS: dict[type, Callable[[Any, Any], None]] = {
     StoreStatus: lambda b, m: _fields(b, "storeStatus", {
         "requestId": m.request_id, **{wire: getattr(m, name) for wire, name in _STATUS_FIELDS.items()},
     }),
+    Lend: lambda b, m: _with_loan(b, "lend", {
+        "requestId": m.request_id, "objectId": m.object_id, "size": m.size, "name": m.name,
+    }, m.loan),
+    Borrowed: lambda b, m: _with_loan(b, "borrowed", {
+        "requestId": m.request_id, "objectId": m.object_id, "size": m.size,
+    }, m.loan),
 }
 
 
@@ -282,7 +334,25 @@ _DECODERS: dict[str, Callable[[Any, Sequence[Buffer]], Any]] = {
     "storeStatus": lambda r, f: StoreStatus(
         request_id=r.requestId, **{name: getattr(r, wire) for wire, name in _STATUS_FIELDS.items()}
     ),
+    "lend": lambda r, f: Lend(
+        request_id=r.requestId, object_id=_object_id(r), size=r.size, loan=_loan(r.loan), name=r.name
+    ),
+    "borrowed": lambda r, f: Borrowed(request_id=r.requestId, object_id=_object_id(r), size=r.size, loan=_loan(r.loan)),
 }
+
+
+# A loan names at most this many ranges: one process_vm_readv call reads them all, with the cookie (IOV_MAX 1024).
+MAX_LOAN_RANGES = 1000
+
+
+def _loan(reader: Any) -> MemoryLoan:
+    ranges = tuple((entry.address, entry.length) for entry in reader.ranges)
+    if not ranges or len(ranges) > MAX_LOAN_RANGES:
+        raise ProtocolDecodeError(f"a memory loan names 1 to {MAX_LOAN_RANGES} ranges, got {len(ranges)}")
+    cookie = bytes(reader.cookie)
+    if not cookie or reader.pid <= 0:
+        raise ProtocolDecodeError("a memory loan needs the lender's pid and a cookie")
+    return MemoryLoan(reader.pid, bytes(reader.header), ranges, reader.cookieAddress, cookie)
 
 
 def _object_ids(reader: Any) -> list[bytes]:

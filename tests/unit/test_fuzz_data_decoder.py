@@ -22,6 +22,12 @@ TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
 OBJECT_IDS = st.binary(min_size=1, max_size=20)
 PIECES = st.lists(st.one_of(st.binary(max_size=40), st.just(b"P" * 70_000)), max_size=3)
 
+LOANS = st.builds(
+    d.MemoryLoan, pid=st.integers(1, 2**32 - 1), header=st.binary(max_size=40),
+    ranges=st.lists(st.tuples(U64, U64), min_size=1, max_size=4).map(tuple), cookie_address=U64,
+    cookie=st.binary(min_size=1, max_size=16),
+)
+
 STRATEGIES = {
     d.Allocate: st.builds(d.Allocate, request_id=U64, size=U64, pid=U32),
     d.Segment: st.builds(d.Segment, request_id=U64, path=TEXT, size=U64),
@@ -43,6 +49,8 @@ STRATEGIES = {
         d.StoreStatus, request_id=U64, capacity_bytes=U64, resident_bytes=U64, held_bytes=U64, spilled_bytes=U64,
         pinned_bytes=U64, pooled_bytes=U64, object_count=U64,
     ),
+    d.Lend: st.builds(d.Lend, request_id=U64, object_id=OBJECT_IDS, size=U64, loan=LOANS, name=TEXT),
+    d.Borrowed: st.builds(d.Borrowed, request_id=U64, object_id=OBJECT_IDS, size=U64, loan=LOANS),
 }
 MESSAGE_TYPES = list(STRATEGIES)
 MESSAGES = st.one_of(*STRATEGIES.values())
