@@ -72,6 +72,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="free a recycled segment unused for this long",
     )
     parser.add_argument(
+        "--no-borrowing", dest="borrowing", action="store_false",
+        help="copy every local writer's object into shared memory, never read it from the writer's own memory "
+        "(process_vm_readv); a store that cannot read a writer's memory falls back to copying by itself",
+    )
+    parser.add_argument(
         "--scheduler-address", default=None,
         help="the scheduler to register with (tcp://HOST:PORT); default: none, a standalone store",
     )
@@ -111,6 +116,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         spill_directory=args.spill_directory or "",
         host_key=args.host_key or "",
         pool_idle_seconds=args.pool_idle_seconds,
+        borrowing=args.borrowing,
     )
 
     link = None

@@ -28,9 +28,11 @@ logger = logging.getLogger(__name__)
 
 class Stores:
     def __init__(
-        self, timeout_seconds: float, relay: RelayPath | None = None, probe_seconds: float = DEFAULT_PROBE_SECONDS
+        self, timeout_seconds: float, relay: RelayPath | None = None, probe_seconds: float = DEFAULT_PROBE_SECONDS,
+        lend: bool = False,
     ) -> None:
         self._timeout_seconds = timeout_seconds
+        self._lend = lend  # lend large `bytes` payloads to a local home store instead of copying them (clients)
         self._relay = relay
         self._probe_seconds = probe_seconds
         self._lock = threading.Lock()
@@ -75,7 +77,8 @@ class Stores:
             if client is None:
                 address = self._addresses.get(data_address) or StoreAddress(data_address)
                 client = self._clients[data_address] = StoreClient(
-                    address, timeout_seconds=self._timeout_seconds, relay=self._relay, probe_seconds=self._probe_seconds
+                    address, timeout_seconds=self._timeout_seconds, relay=self._relay,
+                    probe_seconds=self._probe_seconds, lend=self._lend and data_address == self._home,
                 )
             return client
 
@@ -124,6 +127,20 @@ class Stores:
             return self._client_for(via).get(object_id, holder=holder, timeout=timeout, serializer=serializer)
         except StoreTimeout:
             return self._client_for(holder).get(object_id, timeout=timeout, serializer=serializer)
+
+    def let_go(self, object_ids: list[bytes]) -> None:
+        """These objects are deleted: what was lent of them may be freed (StoreClient.let_go)."""
+        with self._lock:
+            clients = list(self._clients.values())
+        for client in clients:
+            client.let_go(object_ids)
+
+    def let_go_all(self) -> None:
+        """Every object this peer stored is deleted (a client's clear())."""
+        with self._lock:
+            clients = list(self._clients.values())
+        for client in clients:
+            client.let_go_all()
 
     def sweep(self) -> None:
         """Periodically (a client's heartbeat): memory held for later puts that is no longer worth holding."""

@@ -28,11 +28,12 @@ import zmq
 from scaler.protocol import data_messages as d
 from scaler.protocol import messages as m
 from scaler.protocol.messages import Buffer
-from scaler.protocol.stored_payload import split_frames
+from scaler.protocol.stored_payload import StoredPayloadError, split_frames
 from scaler.scheduler.bad_frame_log import BadFrameLog, short_identity
 from scaler.store import store_actions as a
 from scaler.store import store_core as c
 from scaler.store import store_records as r
+from scaler.store.borrowed_memory import LoanUnreadable, check, loan_layout, read_payload
 from scaler.store.holder_fetches import Fetched, FetchEvent, FetchFailed, HolderFetches
 from scaler.store.prefault import Prefaulter
 from scaler.store.process_watch import ProcessWatch
@@ -262,8 +263,8 @@ class StoreServer:
                     a.Requester(peer, message.request_id), message.object_id, message.local, message.pid,
                     message.wait_ms / 1000, message.holder, now, message.max_frame_bytes,
                 )
-            elif not is_local and isinstance(message, (d.Allocate, d.Seal, d.Get)):
-                reason = "local requests (allocate, seal, a local get) come over the store's ipc address"
+            elif not is_local and isinstance(message, (d.Allocate, d.Seal, d.Get, d.Lend)):
+                reason = "local requests (allocate, seal, lend, a local get) come over the store's ipc address"
                 actions = [a.Reply(a.Requester(peer, message.request_id), d.Failed(message.request_id, reason))]
             elif isinstance(message, d.Allocate) and is_local:
                 actions = core.on_allocate(a.Requester(peer, message.request_id), message.size, message.pid, now)
@@ -272,6 +273,13 @@ class StoreServer:
                     a.Requester(peer, message.request_id), self._segment_ids_by_path.get(message.path),
                     message.object_id, message.size, message.name, message.pid, now,
                 )
+            elif isinstance(message, d.Lend) and is_local:
+                requester = a.Requester(peer, message.request_id)
+                problem = self._loan_problem(message)
+                if problem:
+                    actions = [a.Reply(requester, d.Failed(message.request_id, problem))]
+                else:
+                    actions = core.on_lend(requester, message.object_id, message.size, message.name, message.loan, now)
             elif isinstance(message, d.Release) and is_local:
                 actions = core.on_release(message.pid, message.object_ids, now)
             elif isinstance(message, d.Delete) and is_local and self._link is None:
@@ -351,6 +359,8 @@ class StoreServer:
             self._reply(action.to.peer, d.Located(action.to.request_id, action.object_id, path, action.size))
         elif isinstance(action, a.SendObject):
             self._send_object(action)
+        elif isinstance(action, a.SendBorrowed):
+            return self._send_borrowed(action, now)
         elif isinstance(action, a.Reply):
             self._reply(action.to.peer, action.message)
         elif isinstance(action, a.WatchProcess):
@@ -399,6 +409,34 @@ class StoreServer:
             logger.warning(f"Store: could not send an object to {short_identity(action.to.peer[1:])}: {error}")
         # The segment stays pinned until zmq has let go of every frame that views it.
         self._transfers.append((tracker or zmq.MessageTracker(), action.transfer))
+
+    def _loan_problem(self, lend: d.Lend) -> str:
+        """Why this store does not take the loan (empty: it does)."""
+        if not self._config.borrowing:
+            return "this store does not borrow writers' memory (started with --no-borrowing)"
+        try:
+            loan_layout(lend.loan, lend.size)
+            check(lend.loan)
+        except (StoredPayloadError, LoanUnreadable) as error:
+            return f"cannot borrow: {error}"
+        return ""
+
+    def _send_borrowed(self, action: a.SendBorrowed, now: float) -> list[a.Action]:
+        """A borrowed object for a remote reader: read out of its lender's memory into a buffer that the
+        frames then view (zmq keeps it alive until sent)."""
+        try:
+            payload: list[Buffer] = [memoryview(read_payload(action.loan, action.size))]
+        except (LoanUnreadable, StoredPayloadError) as error:
+            self._reply(action.to.peer, d.Missing(action.to.request_id, action.object_id, f"lost: {error}"))
+            return self.core.on_loan_broken(action.object_id, str(error), now)
+        if action.max_frame_bytes:
+            payload = split_frames(payload, action.max_frame_bytes)
+        try:
+            self._send_data(action.to.peer, d.encode(d.ObjectData(action.to.request_id, action.object_id, payload)),
+                            track=False)
+        except zmq.ZMQError as error:
+            logger.warning(f"Store: could not send an object to {short_identity(action.to.peer[1:])}: {error}")
+        return []
 
     def _finish_transfers(self) -> None:
         if not self._transfers:

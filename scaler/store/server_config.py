@@ -29,6 +29,8 @@ class StoreServerConfig:
     host_key: str = ""  # empty: this host's (see scaler/utility/host_key.py)
     pool_idle_seconds: float = 30.0
     work_directory_parent: str | None = None
+    # Take loans of local writers' memory (borrowed_memory.py); False: every object is copied into a segment.
+    borrowing: bool = True
 
 
 def tcp_bind_address(data_address: str) -> str:

@@ -120,6 +120,18 @@ class SendObject:
 
 
 @dataclasses.dataclass(frozen=True)
+class SendBorrowed:
+    """Read a borrowed object out of its lender's memory and send it as SendObject would; if that fails,
+    answer `missing` and report `on_loan_broken`."""
+
+    to: Requester
+    object_id: bytes
+    size: int
+    loan: d.MemoryLoan
+    max_frame_bytes: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
 class Reply:
     to: Requester
     message: d.DataMessage
@@ -153,5 +165,5 @@ class ReportLost:
 
 Action = Union[
     CreateSegment, DestroySegment, SpillObject, ReadBack, DropSpill, WritePayload, Fetch, GrantSegment, Locate,
-    SendObject, Reply, WatchProcess, UnwatchProcess, ReportHeld, ReportLost,
+    SendObject, SendBorrowed, Reply, WatchProcess, UnwatchProcess, ReportHeld, ReportLost,
 ]

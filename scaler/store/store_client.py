@@ -3,8 +3,13 @@
 On the store's host (same host key) objects go through shared memory: `put` asks for a segment, writes
 the payload into it in place and seals it; `get` maps the object's segment privately, so NumPy arrays
 come back as views of the mapping, and tells the store when the mapping is gone (its finalizer), so the
-store may recycle the segment. From another host, `put` sends the payload as frames (the object's
-buffers uncopied) and `get` receives it as one frame that the arrays then view.
+store may recycle the segment. A client's StoreClient (`lend=True`) lends a payload made of `bytes`
+instead of writing it (lent_objects.py): readers copy it out of the client's memory (borrowed_memory.py),
+or, where the kernel does not let them, the store does and sends it; a store that cannot read the
+client's memory refuses the first loan, and this client writes segments from then on.
+
+From another host, `put` sends the payload as frames (the object's buffers uncopied) and `get` receives it
+as one frame that the arrays then view.
 
 A remote store that this peer cannot reach (no connection to its data address within `probe_seconds`
 of the first request: a client behind NAT, a firewalled port) is reached through the scheduler instead,
@@ -32,7 +37,9 @@ from scaler.client.serializer import Serializer
 from scaler.protocol import data_messages as d
 from scaler.protocol import stored_payload
 from scaler.protocol.messages import Buffer
+from scaler.store.borrowed_memory import LoanUnreadable, read_parts, read_payload
 from scaler.store.kept_mappings import KeptMappings
+from scaler.store.lent_objects import LentObjects
 from scaler.store.local_read import read_segment
 from scaler.store.relay_path import DEFAULT_PROBE_SECONDS, RelayPath
 from scaler.store.segment import map_for_reading
@@ -77,7 +84,7 @@ class StoreClient:
     def __init__(
         self, store: StoreAddress, serializer: Serializer | None = None, timeout_seconds: float = 60.0,
         context: zmq.Context | None = None, local: bool | None = None, relay: RelayPath | None = None,
-        probe_seconds: float = DEFAULT_PROBE_SECONDS,
+        probe_seconds: float = DEFAULT_PROBE_SECONDS, lend: bool = False,
     ) -> None:
         self.store = store
         self.local = store.is_local() if local is None else local
@@ -108,6 +115,10 @@ class StoreClient:
         self._flush_method = weakref.WeakMethod(self.flush_releases)
         self._pid = os.getpid()
         self._kept_mappings = KeptMappings()  # of the large segments this client wrote (local stores)
+        # What this client lent the store until it lets go of it; None: it writes segments (see the module doc).
+        self._lent: LentObjects | None = LentObjects() if lend and self.local else None
+        self._lending = self._lent is not None
+        self._loan_taken = False  # the store took a loan once: later ones need not wait for its answer
         self._closed = False
 
     # ------------------------------------------------------------------------------------------ writing
@@ -125,6 +136,8 @@ class StoreClient:
         seal arrives waits for it; a refused seal is logged when its answer comes (the object is then lost,
         and its readers report it so: lineage.py)."""
         deadline = self._deadline(timeout)
+        if self._lending and LentObjects.lendable(payload) and self._lend(object_id, payload, name, deadline, wait):
+            return payload.size
         if self.local:
             segment = self._request(lambda rid: d.Allocate(rid, payload.size, self._pid), deadline, d.Segment)
             self._kept_mappings.write(segment.path, payload.pieces())
@@ -141,6 +154,45 @@ class StoreClient:
             self._request(lambda rid: d.Put(rid, object_id, pieces, name), deadline, d.Stored)
         return payload.size
 
+    def _lend(self, object_id: bytes, payload: stored_payload.PreparedPayload, name: str, deadline: float,
+              wait: bool) -> bool:
+        """Lend the payload to the store; False if the store refuses (then this client lends no more)."""
+        lent = self._lent
+        assert lent is not None
+        loan = lent.lend(object_id, payload, self._pid)
+
+        def lend(rid: int) -> d.Lend:
+            return d.Lend(rid, object_id, payload.size, loan, name)
+
+        if self._loan_taken and not wait:
+            self._tell(lend, object_id)
+            return True
+        try:
+            self._request(lend, deadline, d.Stored)
+        except StoreTimeout:
+            lent.let_go([object_id])
+            raise
+        except StoreError as error:
+            lent.let_go([object_id])
+            self._stop_lending(str(error))
+            return False
+        self._loan_taken = True
+        return True
+
+    def _stop_lending(self, reason: str) -> None:
+        if self._lending:
+            logger.info(f"store client: objects go into shared memory from now on, not lent: {reason}")
+            self._lending = False
+
+    def let_go(self, object_ids: list[bytes]) -> None:
+        """These objects are deleted: what this client lent of them may be freed (readers can no longer read it)."""
+        if self._lent is not None:
+            self._lent.let_go(object_ids)
+
+    def let_go_all(self) -> None:
+        if self._lent is not None:
+            self._lent.let_go_all()
+
     # ------------------------------------------------------------------------------------------ reading
 
     def get(
@@ -154,14 +206,37 @@ class StoreClient:
         serializer = self._serializer if serializer is None else serializer
         if self.local:
             located = self._locate(object_id, holder, timeout)
+            if isinstance(located, d.Borrowed):
+                return self._read_borrowed(located, holder, timeout, serializer)
             return read_segment(located.path, located.size, serializer, self._let_go_of(located.object_id))
         return stored_payload.read(self.get_payload(object_id, holder, timeout), serializer)
+
+    def _read_borrowed(
+        self, borrowed: d.Borrowed, holder: str, timeout: float | None, serializer: Serializer | None
+    ) -> Any:
+        """A borrowed object, read out of its lender's memory; by the store, when this process may not."""
+        try:
+            parts = read_parts(borrowed.loan)
+        except LoanUnreadable:
+            return stored_payload.read(self._get_remote(borrowed.object_id, holder, timeout), serializer)
+        layout = stored_payload.read_layout(borrowed.loan.header, borrowed.size)
+        return stored_payload.read_parts(layout, parts[0], parts[1:], serializer)
 
     def get_payload(self, object_id: bytes, holder: str = "", timeout: float | None = None) -> Any:
         """The object's stored payload (stored_payload.py), not read yet: a private mapping of its segment
         (local: pinned in the store until the mapping and every view of it are gone) or the received bytes."""
         if self.local:
-            return self._map(self._locate(object_id, holder, timeout))
+            located = self._locate(object_id, holder, timeout)
+            if isinstance(located, d.Borrowed):
+                try:
+                    return read_payload(located.loan, located.size)
+                except LoanUnreadable:
+                    return self._get_remote(object_id, holder, timeout)
+            return self._map(located)
+        return self._get_remote(object_id, holder, timeout)
+
+    def _get_remote(self, object_id: bytes, holder: str, timeout: float | None) -> Any:
+        """The object's payload, sent by the store (over ipc too: the store reads what this process may not)."""
         wait = self._timeout if timeout is None else timeout
         deadline = time.monotonic() + wait + _ANSWER_GRACE_SECONDS
         answer = self._request(
@@ -170,12 +245,13 @@ class StoreClient:
         )
         return answer.payload[0] if len(answer.payload) == 1 else b"".join(answer.payload)
 
-    def _locate(self, object_id: bytes, holder: str, timeout: float | None) -> d.Located:
-        """Where the object's segment is (local stores): pinned for this process until let go of."""
+    def _locate(self, object_id: bytes, holder: str, timeout: float | None) -> d.Located | d.Borrowed:
+        """Where the object is (local stores): its segment, pinned for this process until let go of; or the
+        memory of the process that lent it."""
         wait = self._timeout if timeout is None else timeout
         return self._request(
             lambda rid: d.Get(rid, object_id, local=True, wait_ms=int(wait * 1000), pid=self._pid, holder=holder),
-            time.monotonic() + wait + _ANSWER_GRACE_SECONDS, d.Located,
+            time.monotonic() + wait + _ANSWER_GRACE_SECONDS, (d.Located, d.Borrowed),
         )
 
     def _let_go_of(self, object_id: bytes) -> Callable[[], None]:
@@ -238,6 +314,8 @@ class StoreClient:
         self._send_releases()
         self._closed = True
         self._kept_mappings.close()
+        if self._lent is not None:
+            self._lent.let_go_all()
         self._stop_probing()
         self._socket.close(linger=100)
         if self._own_context:
@@ -275,7 +353,9 @@ class StoreClient:
             self._send(make(request_id))
             self._unawaited[request_id] = object_id
 
-    def _request(self, make: Callable[[int], d.DataMessage], deadline: float, expected: type) -> Any:
+    def _request(
+        self, make: Callable[[int], d.DataMessage], deadline: float, expected: type | tuple[type, ...]
+    ) -> Any:
         with self._lock:
             request_id = self._next_request
             self._next_request += 1
@@ -368,5 +448,8 @@ class StoreClient:
                 if isinstance(answer, d.Failed):
                     logger.warning(f"store client: the store at {self.store.data_address} refused object "
                                    f"{object_id.hex()}: {answer.reason}")
+                    if self._lent is not None:  # a refused loan: the object is reported lost, and put again
+                        self._lent.let_go([object_id])
+                        self._stop_lending(answer.reason)
             if isinstance(answer, d.Located):
                 self._releases.append(answer.object_id)  # a late answer to a get we gave up on: it pinned the object

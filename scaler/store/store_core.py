@@ -2,7 +2,9 @@
 
 The store holds objects in shared-memory segments. This core decides which segment each object gets
 (a new one, or a recycled one of the same size from the pool; after a large one is handed out, a spare of
-its size is kept ready, its pages made in the background: prefault.py), which objects go to disk when the
+its size is kept ready, its pages made in the background: prefault.py), which objects it borrows instead
+(their bytes stay in the memory of the local writer that lent them, until it exits or the object is
+deleted: borrowed_memory.py; they take none of the capacity and never spill), which objects go to disk when the
 resident bytes pass the capacity (least recently used first, never one that a reader has mapped), when
 a waiting `get` is answered, and when a segment may be reused: only once no reader has it mapped.
 
@@ -34,6 +36,7 @@ from scaler.store.store_actions import (
     ReportHeld,
     ReportLost,
     Requester,
+    SendBorrowed,
     SendObject,
     SpillObject,
     UnwatchProcess,
@@ -72,6 +75,7 @@ class StoreCore:
         self._pins: dict[ReaderId, dict[bytes, list[int]]] = {}  # reader -> object id -> pinned segment ids
         self._pending: dict[bytes, list[PendingGet]] = {}
         self._loans: dict[int, int] = {}  # pid -> segments it borrowed and has not sealed
+        self._borrowed: dict[int, set[bytes]] = {}  # pid -> objects it lent this store (in its memory)
         self._spill_resumes_at = 0.0
         self._deleted_unheld = RecentDeletes()
 
@@ -120,6 +124,36 @@ class StoreCore:
         self._enforce_capacity(now, actions)
         return actions
 
+    def on_lend(
+        self, requester: Requester, object_id: bytes, size: int, name: str, loan: d.MemoryLoan, now: float
+    ) -> list[Action]:
+        """A local writer lends an object: its bytes stay in its memory (the shell checked they can be read)."""
+        if not object_id or size <= 0:
+            return [self._failed(requester, "lend: an object needs an id and a payload")]
+        actions: list[Action] = []
+        existing = self.objects.get(object_id)
+        if (existing is None or existing.state is ObjectState.FETCHING) and object_id not in self._deleted_unheld:
+            if not self._holds_anything(loan.pid):
+                actions.append(WatchProcess(loan.pid))
+            self._borrowed.setdefault(loan.pid, set()).add(object_id)
+            record = ObjectRecord(object_id, size, ObjectState.BORROWED, name, loan=loan)
+            self.objects[object_id] = record
+            self._answer_waiting(record, actions)
+            actions.append(ReportHeld(((object_id, size),)))
+        actions.append(Reply(requester, d.Stored(requester.request_id, object_id)))
+        return actions
+
+    def on_loan_broken(self, object_id: bytes, reason: str, now: float) -> list[Action]:
+        """The shell could not read a borrowed object (its lender let it go, or exited): it is lost."""
+        record = self.objects.get(object_id)
+        if record is None or record.state is not ObjectState.BORROWED:
+            return []
+        actions: list[Action] = []
+        self._drop_borrowed(record, actions)
+        self._answer_missing(object_id, f"lost: {reason}", actions)
+        actions.append(ReportLost((object_id,)))
+        return actions
+
     def on_put(self, requester: Requester, object_id: bytes, size: int, name: str, now: float) -> list[Action]:
         """A remote writer sends an object; its payload (`size` bytes) comes with the message."""
         if not object_id or size <= 0:
@@ -149,7 +183,7 @@ class StoreCore:
             elif wait_seconds <= 0:
                 return [Reply(requester, d.Missing(requester.request_id, object_id, "not held by this store"))]
             self._pending.setdefault(object_id, []).append(pending)
-        elif record.state is ObjectState.RESIDENT:
+        elif record.state is ObjectState.RESIDENT or record.state is ObjectState.BORROWED:
             self._answer(pending, record, actions)
         elif record.state is ObjectState.SPILLED:
             self._pending.setdefault(object_id, []).append(pending)
@@ -182,6 +216,12 @@ class StoreCore:
             if segment.use is SegmentUse.LENT and segment.lent_to == pid:
                 self._to_pool(segment, now)
         self._loans.pop(pid, None)
+        lost = [self.objects[object_id] for object_id in self._borrowed.get(pid, ())]
+        for record in lost:
+            self._drop_borrowed(record, actions)
+            self._answer_missing(record.object_id, "lost: the process that lent it exited", actions)
+        if lost:
+            actions.append(ReportLost(tuple(record.object_id for record in lost)))
         self._enforce_capacity(now, actions)
         return actions
 
@@ -257,6 +297,9 @@ class StoreCore:
                 self._deleted_unheld.add(object_id, now)
                 continue
             self._answer_missing(object_id, "deleted", actions)
+            if record.state is ObjectState.BORROWED:
+                self._forget_lender_of(record, actions)
+                continue
             if record.state is ObjectState.SPILLED:
                 actions.append(DropSpill(object_id))
                 continue
@@ -329,7 +372,25 @@ class StoreCore:
     # ------------------------------------------------------------------------------------------ internals
 
     def _holds_anything(self, pid: int) -> bool:
-        return bool(self._pins.get(process_reader(pid))) or bool(self._loans.get(pid))
+        """Whether the store watches this process: it has segments mapped or borrowed, or lent us objects."""
+        return bool(self._pins.get(process_reader(pid))) or bool(self._loans.get(pid)) or pid in self._borrowed
+
+    def _drop_borrowed(self, record: ObjectRecord, actions: list[Action]) -> None:
+        """Forget a borrowed object that is lost."""
+        del self.objects[record.object_id]
+        self._forget_lender_of(record, actions)
+
+    def _forget_lender_of(self, record: ObjectRecord, actions: list[Action]) -> None:
+        """A borrowed object is gone from `objects`: stop watching its lender if that was all it lent."""
+        assert record.loan is not None
+        pid = record.loan.pid
+        lent = self._borrowed.get(pid)
+        if lent is not None:
+            lent.discard(record.object_id)
+            if not lent:
+                del self._borrowed[pid]
+                if not self._holds_anything(pid):
+                    actions.append(UnwatchProcess(pid))
 
     def _end_loan(self, pid: int, actions: list[Action]) -> None:
         left = self._loans.get(pid, 0) - 1
@@ -456,6 +517,16 @@ class StoreCore:
             self._answer(pending, record, actions)
 
     def _answer(self, pending: PendingGet, record: ObjectRecord, actions: list[Action]) -> None:
+        if record.state is ObjectState.BORROWED:
+            assert record.loan is not None
+            requester = pending.requester
+            if pending.local:  # nothing to pin: the reader reads the lender's memory, or falls back to a remote get
+                actions.append(Reply(requester, d.Borrowed(requester.request_id, record.object_id, record.size,
+                                                           record.loan)))
+            else:
+                actions.append(SendBorrowed(requester, record.object_id, record.size, record.loan,
+                                            pending.max_frame_bytes))
+            return
         segment_id = record.segment_id
         assert segment_id is not None and record.state is ObjectState.RESIDENT
         self._lru.move_to_end(record.object_id)

@@ -38,7 +38,7 @@ class StoreProcess:
         scheduler_address: str | None = None, name: str | None = None,
         heartbeat_interval_seconds: float | None = None, death_timeout_seconds: float | None = None,
         curve_server_key: str | None = None, curve_secret_key: str | None = None,
-        logging_paths: tuple[str, ...] = (),
+        logging_paths: tuple[str, ...] = (), borrowing: bool = True,
     ) -> StoreProcess:
         """Start `python -m scaler.store` and return once it listens; StoreStartError (nothing left running) if not.
 
@@ -56,6 +56,8 @@ class StoreProcess:
         ):
             if value is not None:
                 arguments += [flag, str(value)]
+        if not borrowing:
+            arguments.append("--no-borrowing")
         if logging_paths:
             arguments += ["--logging-paths", *logging_paths]  # last: it takes every word that follows
         pipe = ReadinessPipe()

@@ -7,6 +7,7 @@ import dataclasses
 import enum
 from typing import Iterable
 
+from scaler.protocol import data_messages as d
 from scaler.store.store_actions import Requester
 
 
@@ -22,6 +23,7 @@ class ObjectState(enum.Enum):
     SPILLED = "spilled"
     READING_BACK = "reading back"
     FETCHING = "fetching"
+    BORROWED = "borrowed"  # its bytes are in the memory of the local process that lent it (borrowed_memory.py)
 
 
 @dataclasses.dataclass
@@ -42,6 +44,7 @@ class ObjectRecord:
     state: ObjectState
     name: str = ""
     segment_id: int | None = None
+    loan: d.MemoryLoan | None = None  # BORROWED: where its bytes are
 
 
 @dataclasses.dataclass
