@@ -406,6 +406,7 @@ class Client:
         self._call_sites.forget_sent()
         self._shared_arguments.forget_all()
         self._connection.sent_objects.forget_all()
+        self._connection.stores.let_go_all()
         self._connection.cancel_everything_pending()
 
     def drain_workers(self, worker_names: Iterable[str]) -> DrainResult:

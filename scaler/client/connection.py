@@ -72,7 +72,7 @@ class ClientConnection:
         # The stores the scheduler names (welcome, storeDirectory): where large objects go, and results come from;
         # those out of reach through the scheduler.
         self.relay = StoreRelay(self.send_message)
-        self.stores = Stores(timeout_seconds, self.relay, store_probe_seconds)
+        self.stores = Stores(timeout_seconds, self.relay, store_probe_seconds, lend=True)
         self._serializer = serializer
         self._store_failure_logged = False
         # What this client stored, until it deletes it: sent again if its store is lost (resendObjects).
@@ -259,6 +259,7 @@ class ClientConnection:
     def send_message(self, message: m.Message) -> None:
         if isinstance(message, m.DeleteObjects):
             self.sent_objects.forget(message.object_ids)
+            self.stores.let_go(message.object_ids)
         self._outbox.append(message)
         self._wakeup.wake()
 
