@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from scaler.client.shared_arguments import SHARED_ARGUMENT_NAME
 from scaler.protocol import messages as m
 from scaler.protocol.serializer import Serializer, loads
 from scaler.store.peer_stores import Stores
@@ -68,6 +69,20 @@ class TaskObjects:
             self._stored_holders.pop(object_id, None)
             self._lost.discard(object_id)
             self.names.pop(object_id, None)
+            self._values.pop(object_id, None)
+
+    def argument_values(self, object_ids: list[bytes]) -> set[bytes]:
+        """Of these objects, the stored call arguments whose values are kept here (a user's send_object is not
+        one: its value stays for the tasks to come, until it is deleted)."""
+        return {
+            object_id for object_id in object_ids
+            if object_id in self._values and object_id in self._stored_holders
+            and self.names.get(object_id) == SHARED_ARGUMENT_NAME
+        }
+
+    def drop_values(self, object_ids: set[bytes]) -> None:
+        """Let these values go (read from the store again, should a later task need one)."""
+        for object_id in object_ids:
             self._values.pop(object_id, None)
 
     def report_lost(self, object_id: bytes) -> bool:

@@ -40,3 +40,19 @@ def test_a_processor_gives_back_the_memory_of_a_large_task_once_idle(client: Cli
     waiting.wait_until(
         lambda: processor.memory_info().rss < baseline + 50 * MB, "the idle processor gave the 200 MB back", timeout=60
     )
+
+
+def pid_and_rss(argument: bytes) -> tuple[int, int]:
+    return os.getpid(), psutil.Process().memory_info().rss
+
+
+def test_a_processor_does_not_keep_the_large_arguments_of_the_tasks_it_has_run(client: Client) -> None:
+    # Eight 40 MB arguments queued at once. Kept until their deletes arrive, each processor's memory would grow
+    # by 40 MB a task; let go after each task, the next one's copy reuses the same memory.
+    futures = [client.submit(pid_and_rss, bytes([index]) * (40 * MB)) for index in range(8)]
+    by_processor: dict[int, list[int]] = {}
+    for future in futures:
+        pid, rss = future.result(timeout=60)
+        by_processor.setdefault(pid, []).append(rss)
+    for pid, sizes in by_processor.items():
+        assert max(sizes) - sizes[0] < 60 * MB, f"processor {pid}: RSS {[size // MB for size in sizes]} MB"
