@@ -115,7 +115,7 @@ class StoreClient:
         self._flush_method = weakref.WeakMethod(self.flush_releases)
         self._pid = os.getpid()
         self._kept_mappings = KeptMappings()  # of the large segments this client wrote (local stores)
-        # What this client lent the store until it lets go of it; None: it writes segments (see the module doc).
+        # What this client lent the store, until it lets go of it; None: it never lends (see the module doc).
         self._lent: LentObjects | None = LentObjects() if lend and self.local else None
         self._lending = self._lent is not None
         self._loan_taken = False  # the store took a loan once: later ones need not wait for its answer
