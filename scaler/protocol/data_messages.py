@@ -189,11 +189,12 @@ DataMessage = Union[
 # ---------------------------------------------------------------------------------------------- encoding
 
 
-def _fields(builder: Any, field: str, values: dict) -> None:
+def _fields(builder: Any, field: str, values: dict) -> Any:
     # A union member must be initialised before its fields are set (see messages._init_with).
     struct = builder.init(field)
     for name, value in values.items():
         setattr(struct, name, value)
+    return struct
 
 
 def _loan_fields(builder: Any, loan: MemoryLoan) -> None:
@@ -208,10 +209,7 @@ def _loan_fields(builder: Any, loan: MemoryLoan) -> None:
 
 
 def _with_loan(builder: Any, field: str, values: dict, loan: MemoryLoan) -> None:
-    struct = builder.init(field)
-    for name, value in values.items():
-        setattr(struct, name, value)
-    _loan_fields(struct.init("loan"), loan)
+    _loan_fields(_fields(builder, field, values).init("loan"), loan)
 
 
 _ENCODERS: dict[type, Callable[[Any, Any], None]] = {

@@ -130,24 +130,22 @@ class Stores:
 
     def let_go(self, object_ids: list[bytes]) -> None:
         """These objects are deleted: what was lent of them may be freed (StoreClient.let_go)."""
-        with self._lock:
-            clients = list(self._clients.values())
-        for client in clients:
+        for client in self._current_clients():
             client.let_go(object_ids)
 
     def let_go_all(self) -> None:
         """Every object this peer stored is deleted (a client's clear())."""
-        with self._lock:
-            clients = list(self._clients.values())
-        for client in clients:
+        for client in self._current_clients():
             client.let_go_all()
 
     def sweep(self) -> None:
         """Periodically (a client's heartbeat): memory held for later puts that is no longer worth holding."""
-        with self._lock:
-            clients = list(self._clients.values())
-        for client in clients:
+        for client in self._current_clients():
             client.sweep_kept_mappings()
+
+    def _current_clients(self) -> list[StoreClient]:
+        with self._lock:
+            return list(self._clients.values())
 
     def close(self) -> None:
         with self._lock:

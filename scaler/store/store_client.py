@@ -37,7 +37,7 @@ from scaler.client.serializer import Serializer
 from scaler.protocol import data_messages as d
 from scaler.protocol import stored_payload
 from scaler.protocol.messages import Buffer
-from scaler.store.borrowed_memory import LoanUnreadable, read_parts, read_payload
+from scaler.store.borrowed_memory import LoanUnreadable, loan_layout, read_parts, read_payload
 from scaler.store.kept_mappings import KeptMappings
 from scaler.store.lent_objects import LentObjects
 from scaler.store.local_read import read_segment
@@ -215,11 +215,11 @@ class StoreClient:
         self, borrowed: d.Borrowed, holder: str, timeout: float | None, serializer: Serializer | None
     ) -> Any:
         """A borrowed object, read out of its lender's memory; by the store, when this process may not."""
+        layout = loan_layout(borrowed.loan, borrowed.size)
         try:
             parts = read_parts(borrowed.loan)
         except LoanUnreadable:
             return stored_payload.read(self._get_remote(borrowed.object_id, holder, timeout), serializer)
-        layout = stored_payload.read_layout(borrowed.loan.header, borrowed.size)
         return stored_payload.read_parts(layout, parts[0], parts[1:], serializer)
 
     def get_payload(self, object_id: bytes, holder: str = "", timeout: float | None = None) -> Any:
