@@ -214,8 +214,10 @@ class WorkerAgent:
                             failed=True, level=logging.ERROR,
                         ) from None
             elif isinstance(action, SignalProcessor):
+                process = self._processes[action.identity]
+                process.slot.announce_urgent_sent(action.urgent_sent)
                 try:
-                    os.kill(self._processes[action.identity].process.pid, AGENT_SIGNAL)
+                    os.kill(process.process.pid, AGENT_SIGNAL)
                 except OSError:
                     pass  # it is gone; the next tick reports its exit
             elif isinstance(action, StartProcessor):

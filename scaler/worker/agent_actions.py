@@ -17,7 +17,8 @@ from typing import Protocol, Union
 
 from scaler.protocol import messages as m
 
-# The agent sends this signal after a cancel or release for tasks queued behind a running one; see
+# The agent sends this signal after a cancel or release for tasks queued behind a running one (or a request to
+# publish a result it made); see
 # Processor._on_agent_signal. Here rather than in processor.py: the agent would otherwise import everything a
 # processor needs (the store client, cloudpickle, ...) just for this name, at every worker's start.
 AGENT_SIGNAL = signal.SIGUSR1
@@ -67,10 +68,15 @@ class StopProcessor(ProcessorAction):
     __slots__ = ()
 
 
+@dataclasses.dataclass(slots=True)
 class SignalProcessor(ProcessorAction):
-    """Send the processor AGENT_SIGNAL: it reads its socket now, while its task runs (see processor.py)."""
+    """Send the processor AGENT_SIGNAL: it reads its socket now, while its task runs (see processor.py).
 
-    __slots__ = ()
+    `urgent_sent` (the urgent messages sent it so far) goes into its running-task slot first: the processor
+    reads until it has handled that many, even if the signal overtakes the last of them.
+    """
+
+    urgent_sent: int
 
 
 @dataclasses.dataclass(slots=True)

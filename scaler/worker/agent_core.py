@@ -278,13 +278,13 @@ class WorkerAgentCore:
         behind a long one at once (see Processor._on_agent_signal).
         """
         for processor in self._pool.processors.values():
-            self._pool.deliver(processor, frames)
+            self._pool.deliver_urgent(processor, frames)
             queued_here = named.intersection(processor.outstanding)
             if not processor.ready or not queued_here:
                 continue
             running = self._running_task_of(processor)
             if running is not None and queued_here != {running}:
-                self._out.append(SignalProcessor(processor.identity))
+                self._out.append(SignalProcessor(processor.identity, processor.urgent_sent))
 
     def _ask_to_publish(self, object_ids: list[bytes]) -> None:
         """Have the makers of these results write them into the store now, even in the middle of a task."""
@@ -297,9 +297,9 @@ class WorkerAgentCore:
             processor = self._pool.processors.get(maker)
             if processor is None:
                 continue
-            self._pool.deliver(processor, m.encode(m.PublishObjects(object_ids=ids)))
+            self._pool.deliver_urgent(processor, m.encode(m.PublishObjects(object_ids=ids)))
             if processor.ready and self._running_task_of(processor) is not None:
-                self._out.append(SignalProcessor(processor.identity))
+                self._out.append(SignalProcessor(processor.identity, processor.urgent_sent))
 
     def _report_unwritten_lost(self) -> None:
         """Results that processors now stopped may not have written into the store are gone with them: the

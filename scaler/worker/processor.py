@@ -93,6 +93,9 @@ class Processor:
         # True only while a task's own code runs (not while our loop or a nesting hook uses the socket):
         # the one time the signal handler may use the socket and the queues.
         self._signal_may_drain = False
+        # The urgent messages (cancel, release, publish) handled so far: the agent's slot half counts those
+        # it sent, and a signal is answered once this catches up with it (see _on_agent_signal).
+        self._urgent_handled = 0
 
     def run(self, parent_pid: int) -> None:
         socket = self._socket
@@ -144,13 +147,27 @@ class Processor:
             return
         self._signal_may_drain = False
         try:
-            if self._socket.poll(int(_SIGNALLED_MESSAGE_SECONDS * 1000)):
-                self._drain()
-                self._flush()
+            self._read_urgent_messages()
+            self._flush()
         except Exception:  # never into the task's code
             logger.exception("processor: could not read the agent's message during a task")
         finally:
             self._signal_may_drain = True
+
+    def _read_urgent_messages(self) -> None:
+        """Read the socket until every urgent message the agent announced before signalling is handled.
+
+        Not merely until the socket is empty: the signal can overtake its message, and a message sent
+        before it (a task queued behind this one, say) would then be all there is to read.
+        """
+        deadline = time.monotonic() + _SIGNALLED_MESSAGE_SECONDS
+        while True:
+            self._drain()
+            if not self._running or self._urgent_handled >= self._running_task_slot.urgent_sent():
+                return
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not self._socket.poll(max(1, int(remaining * 1000))):
+                return  # the rest is read between tasks
 
     def _drain(self) -> None:
         socket = self._socket
@@ -169,12 +186,15 @@ class Processor:
         if isinstance(message, m.TaskSubmission):
             self._accept(message)
         elif isinstance(message, m.CancelTasks):
+            self._urgent_handled += 1
             self._cancel(message.task_ids)
         elif isinstance(message, m.ReleaseTasks):
+            self._urgent_handled += 1
             self._release(message.task_ids)
         elif isinstance(message, m.TaskStarted):
             self._on_start_granted(message.task_ids)
         elif isinstance(message, m.PublishObjects):
+            self._urgent_handled += 1
             self._results.publish(message.object_ids)
         elif isinstance(message, m.DeleteObjects):
             self._forget_objects(message.object_ids)
@@ -501,7 +521,7 @@ def main() -> None:
     socket = context.socket(zmq.DEALER)
     configure_socket(socket, identity.encode())
     socket.connect(address)
-    slot = RunningTaskSlot(running_task_path, writable=True)
+    slot = RunningTaskSlot(running_task_path)
     try:
         Processor(socket, slot, float(input_wait_text)).run(parent_pid)
     finally:

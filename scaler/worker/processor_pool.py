@@ -47,6 +47,9 @@ class ProcessorRecord:
     # Objects it was given; one that becomes active is sent the rest before any task.
     object_ids: set[bytes] = dataclasses.field(default_factory=set)
     idle_since: float = 0.0
+    # Urgent messages (cancel, release, publish) sent it so far, counted so that a signal can say how many
+    # it must have read (agent_actions.SignalProcessor).
+    urgent_sent: int = 0
     # The task id last seen in its running-task slot, and since when: for --task-timeout-seconds.
     watched_task_id: int = 0
     watched_since: float = 0.0
@@ -171,6 +174,11 @@ class ProcessorPool:
             self._out.append(ToProcessor(processor.identity, frames))
         else:
             processor.backlog.append(frames)
+
+    def deliver_urgent(self, processor: ProcessorRecord, frames: list[m.Buffer]) -> None:
+        """A cancel, release or publish: counted, since a signal may follow it (see SignalProcessor)."""
+        processor.urgent_sent += 1
+        self.deliver(processor, frames)
 
     def add_objects(self, processor: ProcessorRecord, objects: list[m.ObjectPayload]) -> None:
         for item in objects:

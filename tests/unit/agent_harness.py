@@ -29,6 +29,8 @@ from scaler.worker.running_task_slot import NO_TASK
 FUNCTION_PAYLOAD = b"cloudpickled function: lambda x: x + 1"
 FUNCTION_ID = content_object_id(FUNCTION_PAYLOAD)
 WORKER_NAME = "sim-worker"
+# What a processor counts as urgent: a signal may follow each (agent_actions.SignalProcessor).
+URGENT_MESSAGES = (m.CancelTasks, m.ReleaseTasks, m.PublishObjects)
 # Task ids as the scheduler makes them: a client's prefix (from 1) above a counter.
 FIRST_TASK_ID = 1 << 40
 
@@ -124,6 +126,8 @@ class SimulatedAgent:
             elif isinstance(action, agent_actions.SignalProcessor):
                 assert action.identity not in self.stopped, f"signalled stopped processor {action.identity!r}"
                 processor = self.processors[action.identity]
+                urgent = [message for message in processor.received if isinstance(message, URGENT_MESSAGES)]
+                assert action.urgent_sent == len(urgent), "the signal announces every urgent message sent before it"
                 processor.signals += 1
                 self._read(processor)  # the handler reads while the task's code runs, and answers at once
             elif isinstance(action, agent_actions.Registered):

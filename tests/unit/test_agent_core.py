@@ -284,7 +284,7 @@ def test_a_release_goes_to_every_processor_and_signals_only_one_whose_queued_tas
     assert not of_type(agent.release([running]), SignalProcessor), "only its running task named: nothing to do"
     assert not of_type(agent.release([queued]), SignalProcessor)
     actions = agent.release([queued, more[1]])
-    assert of_type(actions, SignalProcessor) == [SignalProcessor(active.identity)]
+    assert [signal.identity for signal in of_type(actions, SignalProcessor)] == [active.identity]
     assert set(agent.failures(m.FailureKind.RETURNED)) == {more[1]}, "the signalled processor answered at once"
     for processor in agent.processors.values():
         if processor.said_hello:
@@ -492,7 +492,7 @@ def test_a_publish_request_goes_to_the_processor_that_made_the_result_signalled_
     _made_stored(agent, maker, LARGE)
     agent.run_next()  # busy with the next task: only the signal makes it read now
     actions = agent.from_scheduler(m.PublishObjects(object_ids=[LARGE]))
-    assert of_type(actions, SignalProcessor) == [SignalProcessor(maker.identity)]
+    assert [signal.identity for signal in of_type(actions, SignalProcessor)] == [maker.identity]
     assert maker.received_of(m.PublishObjects) == [m.PublishObjects(object_ids=[LARGE])]
     assert agent.from_scheduler(m.PublishObjects(object_ids=[LARGE])) == [], "asked once"
     agent.check()

@@ -1,0 +1,133 @@
+"""A real processor process, with this test as its agent: a signal during a task makes it answer a cancel of
+a queued task at once, even when the signal overtakes the cancel (the agent sends the message first, but
+nothing makes it arrive first)."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+import time
+from typing import Iterator
+
+import pytest
+import zmq
+
+from scaler.protocol import messages as m
+from scaler.protocol.serializer import DefaultSerializer
+from scaler.utility.identifiers import content_object_id
+from scaler.utility.zmq_util import configure_socket, receive_frames, send_frames
+from scaler.worker.agent_actions import AGENT_SIGNAL
+from scaler.worker.running_task_slot import RunningTaskSlot, create_slot
+from tests.integration.waiting import wait_until
+
+IDENTITY = b"P0"
+FIRST_TASK_ID = 1 << 40
+# How long a gated task waits for its gate at most, so that a failing test cannot leave it running.
+GATE_LIMIT_SECONDS = 20.0
+# An upper bound against hangs; the assertion is that the answer comes while the blocker still runs.
+ANSWER_SECONDS = 10.0
+
+
+def gated(gate: str, started: str) -> str:
+    pathlib.Path(started).touch()
+    deadline = time.monotonic() + GATE_LIMIT_SECONDS
+    while not os.path.exists(gate) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return "ran"
+
+
+class PlayedAgent:
+    """The agent's side of one processor: its ROUTER socket, the processor's slot and process."""
+
+    def __init__(self, directory: pathlib.Path) -> None:
+        self.context = zmq.Context()
+        self.router = self.context.socket(zmq.ROUTER)
+        configure_socket(self.router)
+        address = f"ipc://{directory / 'processors'}"
+        self.router.bind(address)
+        slot_path = str(directory / "slot")
+        create_slot(slot_path)
+        self.slot = RunningTaskSlot(slot_path)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "scaler.worker.processor", address, IDENTITY.decode(), slot_path,
+             str(os.getpid()), "5"],
+            stdin=subprocess.DEVNULL,
+        )
+
+    def receive(self, timeout: float) -> m.Message:
+        assert self.router.poll(int(timeout * 1000)), f"nothing from the processor within {timeout:g}s"
+        identity, *frames = receive_frames(self.router)
+        assert bytes(identity) == IDENTITY
+        return m.decode(frames)
+
+    def send(self, message: m.Message) -> None:
+        send_frames(self.router, [IDENTITY, *m.encode(message)])
+
+    def close(self) -> None:
+        try:
+            if self.process.poll() is None:
+                self.send(m.Disconnect())
+                try:
+                    self.process.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    self.process.kill()
+                    self.process.wait()
+        finally:
+            self.slot.close()
+            self.router.close(linger=0)
+            self.context.term()
+
+
+@pytest.fixture
+def agent(tmp_path: pathlib.Path) -> Iterator[PlayedAgent]:
+    played = PlayedAgent(tmp_path)
+    try:
+        yield played
+    finally:
+        (tmp_path / "gate").touch()
+        played.close()
+
+
+def submission(task_ids: list[int], gate: pathlib.Path, started: pathlib.Path) -> m.TaskSubmission:
+    function = DefaultSerializer.serialize(gated)
+    function_id = content_object_id(function)
+    args = [DefaultSerializer.serialize(str(path)) for _ in task_ids for path in (gate, started)]
+    group = m.TaskGroup(function_id=function_id, args_per_task=2, keywords=(), task_ids=task_ids, args=args)
+    return m.TaskSubmission(objects=[m.ObjectPayload(function_id, function)], groups=[group])
+
+
+def test_a_signal_that_overtakes_its_cancel_still_answers_the_cancel_during_the_task(
+    agent: PlayedAgent, tmp_path: pathlib.Path
+) -> None:
+    assert isinstance(agent.receive(30), m.Hello)
+    gate, started = tmp_path / "gate", tmp_path / "started"
+    blocker, queued, later = FIRST_TASK_ID, FIRST_TASK_ID + 1, FIRST_TASK_ID + 2
+    agent.send(submission([blocker, queued], gate, started))
+    wait_until(started.exists, "the blocker started", timeout=30)
+    assert agent.slot.read() == blocker
+
+    # Unread while the blocker runs: a task for the queue, then the signal, and only then its cancel.
+    agent.send(submission([later], gate, tmp_path / "started_later"))
+    time.sleep(0.2)  # the submission is in the processor's socket before the signal
+    agent.slot.announce_urgent_sent(1)
+    os.kill(agent.process.pid, AGENT_SIGNAL)
+    time.sleep(0.1)  # the handler has found the submission, and waits on
+    agent.send(m.CancelTasks(task_ids=[queued]))
+
+    answer = agent.receive(ANSWER_SECONDS)
+    assert not gate.exists()
+    assert isinstance(answer, m.TaskResults)
+    assert [(failure.task_id, failure.kind) for failure in answer.failures] == [(queued, m.FailureKind.CANCELED)]
+    assert answer.succeeded_ids == [], "answered while the blocker still runs"
+
+    gate.touch()
+    done: list[int] = []
+    deadline = time.monotonic() + ANSWER_SECONDS
+    while len(done) < 2:
+        results = agent.receive(max(0.1, deadline - time.monotonic()))
+        if isinstance(results, m.TaskResults):
+            assert not results.failures
+            done += results.succeeded_ids
+    assert done == [blocker, later]
