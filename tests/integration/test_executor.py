@@ -361,8 +361,15 @@ def test_embedded_cluster_is_owned_and_stopped_even_when_the_body_raises() -> No
             started = {p.pid for child in new_children for p in [child, *child.children(recursive=True)]}
             assert started, "an embedded cluster runs as child processes"
             1 / 0  # noqa: B018
-    still_running = [pid for pid in started if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
-    assert not still_running
+    still_running = []
+    for pid in started:
+        try:
+            process = psutil.Process(pid)
+            if process.status() != psutil.STATUS_ZOMBIE:
+                still_running.append((pid, process.cmdline()))
+        except psutil.NoSuchProcess:
+            pass
+    assert not still_running, f"left running: {still_running}"
     with pytest.raises(RuntimeError):
         executor.submit(abs, 1)
 
