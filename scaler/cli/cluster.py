@@ -122,12 +122,18 @@ def add_store_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-store", dest="store", action="store_false", help="run the workers without a store",
     )
+    parser.add_argument(
+        "--no-borrowing", dest="store_borrowing", action="store_false",
+        help="the store copies every object into its memory, never reading large bytes out of a client's",
+    )
 
 
 def store_settings(args: argparse.Namespace) -> StoreSettings | None:
     if not args.store:
         return None
-    return StoreSettings(capacity_bytes=args.store_capacity_bytes, data_address=args.data_address)
+    return StoreSettings(
+        capacity_bytes=args.store_capacity_bytes, data_address=args.data_address, borrowing=args.store_borrowing,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -206,6 +206,7 @@ class Cluster:
                 logging_paths=template.logging_paths, heartbeat_interval_seconds=template.heartbeat_interval_seconds,
                 death_timeout_seconds=template.death_timeout_seconds, curve_server_key=template.curve_server_key,
                 curve_secret_key=template.curve_secret_key, timeout_seconds=self._start_timeout_seconds,
+                borrowing=settings.borrowing,
             )
         except StoreStartError as error:
             raise ClusterStartError(f"Cluster: the store could not start: {error}") from None

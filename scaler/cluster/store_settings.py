@@ -25,6 +25,9 @@ class StoreSettings:
     data_address: str | None = None
     # Where spilled objects go (unlinked files); None: the system's temporary directory.
     spill_directory: str | None = None
+    # Whether the store borrows large `bytes` from clients on its host instead of having them copied into
+    # segments (PROTOCOL.md §17, "Borrowed objects"); False: every object is copied.
+    borrowing: bool = True
 
     def __post_init__(self) -> None:
         if self.capacity_bytes is not None and (
@@ -33,6 +36,8 @@ class StoreSettings:
             raise ValueError(f"store capacity_bytes must be a whole number, 0 or more, got {self.capacity_bytes!r}")
         if self.data_address is not None:
             tcp_bind_address(self.data_address)
+        if not isinstance(self.borrowing, bool):
+            raise ValueError(f"store borrowing must be True or False, got {self.borrowing!r}")
 
 
 def default_data_address(scheduler_address: str) -> str:

@@ -114,7 +114,7 @@ CLUSTER_OPTIONS = [
     "--num-of-workers", "--worker-names", "--heartbeat-interval", "--task-timeout-seconds",
     "--death-timeout-seconds", "--garbage-collect-interval-seconds", "--trim-memory-threshold-bytes",
     "--hard-processor-suspend", "--event-loop", "--io-threads", "--logging-paths", "--per-worker-task-queue-size",
-    "--store-capacity-bytes", "--data-address", "--no-store",
+    "--store-capacity-bytes", "--data-address", "--no-store", "--no-borrowing",
 ]
 
 

@@ -15,7 +15,7 @@ import psutil
 import pytest
 import zmq
 
-from scaler import SchedulerClusterCombo
+from scaler import Client, SchedulerClusterCombo
 from scaler.cluster.cluster import Cluster
 from scaler.cluster.combo import free_local_address
 from scaler.cluster.store_settings import StoreSettings
@@ -100,6 +100,28 @@ def test_scaler_cluster_starts_its_store_first_and_peers_are_told_of_it(spawn: S
     assert directory_of(address).stores == []
 
 
+@pytest.mark.parametrize("borrowing", [True, False], ids=["default", "no-borrowing"])
+def test_no_borrowing_has_the_store_copy_what_a_client_on_its_host_would_lend(spawn: Spawner, borrowing: bool) -> None:
+    address, _ = scheduler_at_a_free_address(spawn)
+    cluster = spawn("cluster", [
+        console_script("scaler_cluster"), "-n", "1", *([] if borrowing else ["--no-borrowing"]), address,
+    ])
+    cluster.wait_for_log("all 1 workers registered")
+    wait_until(lambda: directory_of(address).stores, "the store registered")
+    (entry,) = directory_of(address).stores
+    payload = os.urandom(16 << 20)
+    with StoreClient(StoreAddress(entry.data_address, entry.ipc_address, entry.host_key)) as store, \
+            Client(address=address, timeout_seconds=60) as client:
+        resident_before = store.status().resident_bytes
+        reference = client.send_object(payload)
+        assert client.submit(len, reference).result(timeout=60) == len(payload)
+        grown = store.status().resident_bytes - resident_before
+    if borrowing:
+        assert grown < len(payload), "lent: the bytes stay in the client's memory"
+    else:
+        assert grown >= len(payload), "copied into the store's memory"
+
+
 def test_no_store_means_none(spawn: Spawner) -> None:
     address, _ = scheduler_at_a_free_address(spawn)
     cluster = spawn("cluster", [console_script("scaler_cluster"), "-n", "1", "--no-store", address])
@@ -178,6 +200,8 @@ def test_store_settings_are_checked_where_given() -> None:
         StoreSettings(capacity_bytes=-1)
     with pytest.raises(ValueError, match="not a wildcard"):
         StoreSettings(data_address="tcp://0.0.0.0")
+    with pytest.raises(ValueError, match="borrowing must be True or False"):
+        StoreSettings(borrowing="no")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="StoreSettings or None"):
         Cluster(WorkerConfig(address="tcp://127.0.0.1:9"), ["a"], store=True)  # type: ignore[arg-type]
 
