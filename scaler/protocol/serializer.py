@@ -10,7 +10,10 @@ lives here, below both, because the client and the worker's processor both use i
 from __future__ import annotations
 
 import abc
+import io
 import pickle
+import types
+from collections import ChainMap
 from typing import Any, Callable
 
 import cloudpickle
@@ -46,7 +49,44 @@ def dumps(obj: Any, buffer_callback: Callable[[pickle.PickleBuffer], Any] | None
             for buffer in buffers:
                 buffer_callback(buffer)
         return stream
-    return cloudpickle.dumps(obj, protocol=5, buffer_callback=buffer_callback)
+    with io.BytesIO() as file:
+        _FileNamingPickler(file, protocol=5, buffer_callback=buffer_callback).dump(obj)
+        return file.getvalue()
+
+
+# How cloudpickle reduces a code object it sends by value. Since 3.1.3 it names the file "<dynamic-code>", for
+# deterministic payloads; a worker's tracebacks and warnings then lose the file, and with it the source lines a
+# user reads (of a script's `__main__`, a notebook cell, a module registered by value).
+_CLOUDPICKLE_CODE_REDUCE = cloudpickle.Pickler.dispatch_table.get(types.CodeType)
+
+
+class _CodeAsCloudpickleSendsIt:
+    """Pickles as cloudpickle's own reduction of `code`, and so loads as the code object itself."""
+
+    __slots__ = ("code",)
+
+    def __init__(self, code: types.CodeType) -> None:
+        self.code = code
+
+    def __reduce__(self) -> Any:
+        return _CLOUDPICKLE_CODE_REDUCE(self.code)
+
+
+def _named_code(code: types.CodeType, file_name: str) -> types.CodeType:
+    return code if code.co_filename == file_name else code.replace(co_filename=file_name)
+
+
+def _reduce_code(code: types.CodeType) -> tuple:
+    """The code as cloudpickle sends it, given back its file's name when loaded (nested code too: its constants
+    are pickled by the same pickler)."""
+    return _named_code, (_CodeAsCloudpickleSendsIt(code), code.co_filename)
+
+
+class _FileNamingPickler(cloudpickle.Pickler):
+    """cloudpickle, with each code object sent by value keeping the name of the file it was defined in."""
+
+    if _CLOUDPICKLE_CODE_REDUCE is not None:
+        dispatch_table = ChainMap({types.CodeType: _reduce_code}, cloudpickle.Pickler.dispatch_table)
 
 
 def _names_a_by_value_module(stream: bytes) -> bool:

@@ -8,6 +8,9 @@ import importlib
 import operator
 import pickle
 import sys
+import traceback
+import types
+import warnings
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -41,6 +44,29 @@ def test_a_function_of_main_travels_by_value() -> None:
     assert not hasattr(sys.modules["__main__"], "scaler_test_add_one")
     restored = pickle.loads(payload)
     assert restored["call"](41) == 42
+
+
+def _make_warner() -> Any:
+    def warn_and_fail() -> None:
+        inner = [warnings.warn("careful", stacklevel=1) for _ in range(1)]  # nested code: the comprehension's
+        raise ValueError(f"failed after {len(inner)}")
+
+    return warn_and_fail
+
+
+def test_a_function_sent_by_value_keeps_its_file_for_tracebacks_and_warnings() -> None:
+    """cloudpickle >= 3.1.3 would name it "<dynamic-code>": a worker's traceback would lose the user's lines."""
+    function = _make_warner()  # a nested function: the standard pickler refuses it, cloudpickle sends it by value
+    restored = pickle.loads(DefaultSerializer.serialize(function))
+    assert restored is not function and restored.__code__.co_filename == __file__
+    nested = [const for const in restored.__code__.co_consts if isinstance(const, types.CodeType)]
+    assert all(code.co_filename == __file__ for code in nested)
+    with pytest.raises(ValueError) as caught, warnings.catch_warnings(record=True) as caught_warnings:
+        warnings.simplefilter("always")
+        restored()
+    assert [warning.filename for warning in caught_warnings] == [__file__]
+    printed = "".join(traceback.format_exception(caught.value))
+    assert f'File "{__file__}"' in printed and 'raise ValueError(f"failed after' in printed
 
 
 def test_an_instance_of_a_main_class_travels_with_its_class() -> None:
