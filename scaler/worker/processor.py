@@ -96,6 +96,9 @@ class Processor:
         # The urgent messages (cancel, release, publish) handled so far: the agent's slot half counts those
         # it sent, and a signal is answered once this catches up with it (see _on_agent_signal).
         self._urgent_handled = 0
+        # A signal arrived while the handler could not read (between tasks, or before a task's code started):
+        # the task's start reads what it announced instead (see _allow_signal_reads).
+        self._signal_missed = False
 
     def run(self, parent_pid: int) -> None:
         socket = self._socket
@@ -141,18 +144,31 @@ class Processor:
         cancelled (or moved to an idle worker by load balancing) only once the running one has ended.
         The handler runs in this thread between two bytecodes of the task; it does anything only while
         the task's own code runs, when neither our loop nor a nesting hook is using the socket or the
-        queues. A signal at any other moment needs nothing: the loop reads the socket before the next task.
+        queues. A signal at any other moment is remembered, and read at the start of the next task's code:
+        its message may still be on the way when the loop last reads the socket.
         """
         if not self._signal_may_drain:
+            self._signal_missed = True
             return
         self._signal_may_drain = False
+        try:
+            self._answer_signal()
+        finally:
+            self._signal_may_drain = True
+
+    def _allow_signal_reads(self) -> None:
+        """The task's own code runs from now: a signal is read at once, and one missed before is read now."""
+        if self._signal_missed:
+            self._signal_missed = False
+            self._answer_signal()
+        self._signal_may_drain = True
+
+    def _answer_signal(self) -> None:
         try:
             self._read_urgent_messages()
             self._flush()
         except Exception:  # never into the task's code
             logger.exception("processor: could not read the agent's message during a task")
-        finally:
-            self._signal_may_drain = True
 
     def _read_urgent_messages(self) -> None:
         """Read the socket until every urgent message the agent announced before signalling is handled.
@@ -327,6 +343,8 @@ class Processor:
         if group.profiling:
             self._profiler.start()
         recorder = self._warnings
+        if self._signal_missed:  # inline on this path: a call per task costs more than the check
+            self._allow_signal_reads()
         self._signal_may_drain = True
         recorder.task_id = task_id
         try:
@@ -386,7 +404,8 @@ class Processor:
         try:
             self._ask_to_wait_on_tasks()
         finally:
-            self._signal_may_drain = previous
+            if previous:
+                self._allow_signal_reads()
 
     def _ask_to_wait_on_tasks(self) -> None:
         self._results.publish_all()  # the nested tasks, or the processor taking our queue, may read them

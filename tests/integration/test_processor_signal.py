@@ -131,3 +131,28 @@ def test_a_signal_that_overtakes_its_cancel_still_answers_the_cancel_during_the_
             assert not results.failures
             done += results.succeeded_ids
     assert done == [blocker, later]
+
+
+def test_a_signal_that_comes_between_tasks_before_its_cancel_is_answered_once_the_next_task_runs(
+    agent: PlayedAgent, tmp_path: pathlib.Path
+) -> None:
+    """The agent signals when the slot names a task it has no answer for yet, which includes one that has just
+    ended: the processor may be between tasks, its last read of the socket done before the cancel arrived."""
+    assert isinstance(agent.receive(30), m.Hello)
+    gate, started = tmp_path / "gate", tmp_path / "started"
+    blocker, queued = FIRST_TASK_ID, FIRST_TASK_ID + 1
+    agent.slot.announce_urgent_sent(1)
+    os.kill(agent.process.pid, AGENT_SIGNAL)  # idle: nothing can be read now
+    time.sleep(0.1)
+    agent.send(submission([blocker, queued], gate, started))
+    time.sleep(0.1)  # the processor has read the submission and started the blocker
+    agent.send(m.CancelTasks(task_ids=[queued]))
+
+    answer = agent.receive(ANSWER_SECONDS)
+    assert not gate.exists()
+    assert isinstance(answer, m.TaskResults)
+    assert [(failure.task_id, failure.kind) for failure in answer.failures] == [(queued, m.FailureKind.CANCELED)]
+    assert answer.succeeded_ids == [], "answered while the blocker still runs"
+    gate.touch()
+    results = agent.receive(ANSWER_SECONDS)
+    assert isinstance(results, m.TaskResults) and results.succeeded_ids == [blocker]
