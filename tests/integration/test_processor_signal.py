@@ -98,6 +98,14 @@ def submission(task_ids: list[int], gate: pathlib.Path, started: pathlib.Path) -
     return m.TaskSubmission(objects=[m.ObjectPayload(function_id, function)], groups=[group])
 
 
+def assert_canceled_while_the_blocker_runs(agent: PlayedAgent, queued: int, gate: pathlib.Path) -> None:
+    answer = agent.receive(ANSWER_SECONDS)
+    assert not gate.exists()
+    assert isinstance(answer, m.TaskResults)
+    assert [(failure.task_id, failure.kind) for failure in answer.failures] == [(queued, m.FailureKind.CANCELED)]
+    assert answer.succeeded_ids == [], "answered while the blocker still runs"
+
+
 def test_a_signal_that_overtakes_its_cancel_still_answers_the_cancel_during_the_task(
     agent: PlayedAgent, tmp_path: pathlib.Path
 ) -> None:
@@ -116,11 +124,7 @@ def test_a_signal_that_overtakes_its_cancel_still_answers_the_cancel_during_the_
     time.sleep(0.1)  # the handler has found the submission, and waits on
     agent.send(m.CancelTasks(task_ids=[queued]))
 
-    answer = agent.receive(ANSWER_SECONDS)
-    assert not gate.exists()
-    assert isinstance(answer, m.TaskResults)
-    assert [(failure.task_id, failure.kind) for failure in answer.failures] == [(queued, m.FailureKind.CANCELED)]
-    assert answer.succeeded_ids == [], "answered while the blocker still runs"
+    assert_canceled_while_the_blocker_runs(agent, queued, gate)
 
     gate.touch()
     done: list[int] = []
@@ -148,11 +152,7 @@ def test_a_signal_that_comes_between_tasks_before_its_cancel_is_answered_once_th
     time.sleep(0.1)  # the processor has read the submission and started the blocker
     agent.send(m.CancelTasks(task_ids=[queued]))
 
-    answer = agent.receive(ANSWER_SECONDS)
-    assert not gate.exists()
-    assert isinstance(answer, m.TaskResults)
-    assert [(failure.task_id, failure.kind) for failure in answer.failures] == [(queued, m.FailureKind.CANCELED)]
-    assert answer.succeeded_ids == [], "answered while the blocker still runs"
+    assert_canceled_while_the_blocker_runs(agent, queued, gate)
     gate.touch()
     results = agent.receive(ANSWER_SECONDS)
     assert isinstance(results, m.TaskResults) and results.succeeded_ids == [blocker]
