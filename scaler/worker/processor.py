@@ -429,7 +429,8 @@ class Processor:
         try:
             send_message(self._socket, m.ProcessorState(blocked=False))
         finally:
-            self._signal_may_drain = previous
+            if previous:
+                self._allow_signal_reads()
 
     def _hand_off_queue(self) -> None:
         """Send every queued task to the agent as a submission, for the processor that serves now."""
