@@ -96,8 +96,8 @@ class Processor:
         # The urgent messages (cancel, release, publish) handled so far: the agent's slot half counts those
         # it sent, and a signal is answered once this catches up with it (see _on_agent_signal).
         self._urgent_handled = 0
-        # A signal arrived while the handler could not read (between tasks, or before a task's code started):
-        # the task's start reads what it announced instead (see _allow_signal_reads).
+        # A signal not answered yet: it arrived while the handler could not read (between tasks, before a task's
+        # code started, during a nesting hook or another answer), and is answered once the task's code runs.
         self._signal_missed = False
 
     def run(self, parent_pid: int) -> None:
@@ -138,30 +138,36 @@ class Processor:
     # ------------------------------------------------------------------------------------------ input
 
     def _on_agent_signal(self, signum: int, frame: Any) -> None:
-        """A cancel or release names tasks queued here while a task runs: answer it now, not after the task.
+        """The agent wants an answer now, not after the running task: a cancel or release names tasks queued
+        here, another process needs a result we made, or results we hold back wait behind a long task.
 
         The socket is only read in the loop, between tasks, so without this a queued task could be
         cancelled (or moved to an idle worker by load balancing) only once the running one has ended.
         The handler runs in this thread between two bytecodes of the task; it does anything only while
         the task's own code runs, when neither our loop nor a nesting hook is using the socket or the
-        queues. A signal at any other moment is remembered, and read at the start of the next task's code:
-        its message may still be on the way when the loop last reads the socket.
+        queues. A signal at any other moment is remembered, and read as soon as the task's code runs
+        again: its message may still be on the way when the loop last reads the socket.
         """
-        if not self._signal_may_drain:
-            self._signal_missed = True
-            return
-        self._signal_may_drain = False
-        try:
-            self._answer_signal()
-        finally:
-            self._signal_may_drain = True
+        self._signal_missed = True
+        if self._signal_may_drain:
+            self._serve_signals()
 
     def _allow_signal_reads(self) -> None:
         """The task's own code runs from now: a signal is read at once, and one missed before is read now."""
-        if self._signal_missed:
-            self._signal_missed = False
-            self._answer_signal()
         self._signal_may_drain = True
+        if self._signal_missed:
+            self._serve_signals()
+
+    def _serve_signals(self) -> None:
+        """Answer signals until none is left; a signal arriving meanwhile (the handler may not read then) is
+        answered by the next round, so none waits for the end of the task."""
+        while self._signal_missed:
+            self._signal_may_drain = False
+            self._signal_missed = False
+            try:
+                self._answer_signal()
+            finally:
+                self._signal_may_drain = True
 
     def _answer_signal(self) -> None:
         try:
@@ -343,9 +349,9 @@ class Processor:
         if group.profiling:
             self._profiler.start()
         recorder = self._warnings
+        self._signal_may_drain = True  # before the check: a signal from now on is answered by its handler
         if self._signal_missed:  # inline on this path: a call per task costs more than the check
-            self._allow_signal_reads()
-        self._signal_may_drain = True
+            self._serve_signals()
         recorder.task_id = task_id
         try:
             if group.keywords:
