@@ -46,6 +46,10 @@ from scaler.worker.result_split import SizeLimits, split_results
 
 logger = logging.getLogger(__name__)
 
+# How long a processor's task must have run (seen by two ticks, 0.1 s apart) before the agent asks it for the
+# results it still holds of the tasks before it (see _ask_for_held_results).
+_HELD_RESULTS_AFTER_SECONDS = 0.05
+
 
 class WorkerAgentCore:
     def __init__(
@@ -223,7 +227,9 @@ class WorkerAgentCore:
         `watches_memory`); `usage` is a heartbeat holding only the CPU and memory figures of the agent and
         its processors, measured when `heartbeat_due(now)` said so; the core fills in the rest.
         """
+        self._watch_running_tasks(now)
         self._enforce_limits(now, processor_rss or {})
+        self._ask_for_held_results(now)
         processor_count = len(self._pool.processors)
         self._pool.trim_spares(now)
         if len(self._pool.processors) < processor_count:
@@ -329,16 +335,43 @@ class WorkerAgentCore:
 
     # ------------------------------------------------------------------------------------------ processors
 
+    def _watch_running_tasks(self, now: float) -> None:
+        """Note, for each processor, the task its slot names and since when (a tick saw it first)."""
+        for processor in self._pool.processors.values():
+            slot = self._running_tasks.running_task_id(processor.identity)
+            if slot != processor.watched_task_id:
+                processor.watched_task_id, processor.watched_since = slot, now
+
+    def _ask_for_held_results(self, now: float) -> None:
+        """Signal a processor whose task has run since the last tick while an older task of its is unanswered.
+
+        A processor sends its results in batches, at most every few milliseconds: a task that ends right
+        after a batch went out keeps its result until the next one, and when the next task runs long (or
+        waits on a gate, or on a user) that is the whole of it. Tasks run in the order they came, so a task
+        sent before the running one and still unanswered has ended and waits in such a batch; the signal
+        makes the processor send it (see Processor._answer_signal). Once per running task, and only past a
+        tick, so that a stream of short tasks, whose batches go out anyway, is never signalled.
+        """
+        for processor in self._pool.processors.values():
+            running = processor.watched_task_id
+            if (
+                running == processor.held_results_asked_for
+                or now - processor.watched_since < _HELD_RESULTS_AFTER_SECONDS
+                or not processor.ready
+                or running not in processor.outstanding
+                or next(iter(processor.outstanding)) == running
+            ):
+                continue
+            processor.held_results_asked_for = running
+            self._out.append(SignalProcessor(processor.identity, processor.urgent_sent))
+
     def _enforce_limits(self, now: float, processor_rss: Mapping[bytes, int]) -> None:
         """Stop a processor whose task runs too long or whose memory grows too large, before the OS does."""
         config = self._config
         if config.task_timeout_seconds <= 0 and config.memory_limit_bytes <= 0:
             return
         for processor in list(self._pool.processors.values()):
-            slot = self._running_tasks.running_task_id(processor.identity)
-            if slot != processor.watched_task_id:
-                processor.watched_task_id, processor.watched_since = slot, now
-            if slot not in processor.outstanding:
+            if processor.watched_task_id not in processor.outstanding:
                 continue
             if config.task_timeout_seconds > 0 and now - processor.watched_since > config.task_timeout_seconds:
                 self._stop_processor(

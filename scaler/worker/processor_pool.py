@@ -50,9 +50,12 @@ class ProcessorRecord:
     # Urgent messages (cancel, release, publish) sent it so far, counted so that a signal can say how many
     # it must have read (agent_actions.SignalProcessor).
     urgent_sent: int = 0
-    # The task id last seen in its running-task slot, and since when: for --task-timeout-seconds.
+    # The task id last seen in its running-task slot, and since when (a tick's time): for --task-timeout-seconds,
+    # and to ask for results it holds back while a long task runs.
     watched_task_id: int = 0
     watched_since: float = 0.0
+    # The running task for which it was last asked to send the results it holds (agent_core._ask_for_held_results).
+    held_results_asked_for: int = 0
 
 
 class ProcessorPool:

@@ -148,3 +148,27 @@ def test_tasks_queued_behind_a_long_running_task_move_to_an_idle_worker(tmp_path
             # About half the tasks were queued on the slow worker behind the long one. Without balancing,
             # or with a worker that answers a release only between tasks, they would all finish after it.
             assert long_position >= 180, f"only {long_position} of 199 quick tasks finished before the long one"
+
+
+def quick_or_gated(value: int, gated_value: int, gate: str) -> int:
+    """Returns at once, but for `gated_value`, which waits for `gate` (20 s at most)."""
+    deadline = time.monotonic() + 20
+    while value == gated_value and not os.path.exists(gate) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return value
+
+
+def test_results_of_quick_tasks_do_not_wait_for_the_long_task_after_them(tmp_path) -> None:
+    """A processor sends its results in batches a few milliseconds apart: those of the quick tasks that ended
+    just before a long one must still reach the client while the long one runs, not when it ends."""
+    gate = str(tmp_path / "gate")
+    count = 50
+    with SchedulerClusterCombo(n_workers=1, logging_level="ERROR") as cluster:
+        with Client(address=cluster.get_address()) as client:
+            futures = [client.submit(quick_or_gated, i, count - 1, gate) for i in range(count)]
+            done, not_done = concurrent.futures.wait(futures[:-1], timeout=10)
+            late = sorted(futures.index(future) for future in not_done)
+            assert not late, f"quick tasks {late} answered only after the long one"
+            assert not futures[-1].done()
+            open(gate, "w").close()
+            assert [future.result(timeout=30) for future in futures] == list(range(count))

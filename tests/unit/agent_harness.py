@@ -55,6 +55,8 @@ class SimProcessor:
     start_asked: set[int] = dataclasses.field(default_factory=set)
     start_granted: set[int] = dataclasses.field(default_factory=set)
     signals: int = 0
+    # Results of ended tasks it has not sent yet (the processor batches them); a signal sends them.
+    held_back: list[m.TaskResults] = dataclasses.field(default_factory=list)
     # The agent's answer to its last request to wait on nested tasks.
     answer: m.ProcessorState | None = None
 
@@ -130,6 +132,7 @@ class SimulatedAgent:
                 assert action.urgent_sent == len(urgent), "the signal announces every urgent message sent before it"
                 processor.signals += 1
                 self._read(processor)  # the handler reads while the task's code runs, and answers at once
+                self.send_held_back(processor)  # then it sends what it held back
             elif isinstance(action, agent_actions.Registered):
                 self.registered += 1
             elif isinstance(action, agent_actions.Exit):
@@ -286,9 +289,13 @@ class SimulatedAgent:
 
     def finish(
         self, processor: SimProcessor, *, payload: bytes | None = None, failure: m.FailureKind | None = None,
-        warnings: int = 0,
+        warnings: int = 0, held_back: bool = False,
     ) -> int:
-        """Its task ends: the result (or a failure of that kind) goes to the agent; then it reads its socket."""
+        """Its task ends: the result (or a failure of that kind) goes to the agent; then it reads its socket.
+
+        `held_back`: the result waits for the processor's next batch instead (see send_held_back), as the
+        result of a task that ended right after a batch went out does.
+        """
         task_id = processor.running
         assert task_id is not None, "nothing runs"
         processor.running, processor.waiting = None, False
@@ -307,10 +314,24 @@ class SimulatedAgent:
                 succeeded_ids=[], payloads=[], failures=[m.TaskFailure(task_id=task_id, kind=failure)],
                 warnings=task_warnings,
             )
+        if held_back:
+            processor.held_back.append(results)
+            return task_id
         self._from_processor(processor, results)
         if processor.identity in self.processors:
             self._read(processor)
         return task_id
+
+    def send_held_back(self, processor: SimProcessor) -> None:
+        """The processor sends the results it held back, in one batch."""
+        if processor.held_back:
+            held, processor.held_back = processor.held_back, []
+            self._from_processor(processor, m.TaskResults(
+                succeeded_ids=[task_id for results in held for task_id in results.succeeded_ids],
+                payloads=[payload for results in held for payload in results.payloads],
+                failures=[failure for results in held for failure in results.failures],
+                warnings=[warning for results in held for warning in results.warnings],
+            ))
 
     def lose_input(self, processor: SimProcessor, object_id: bytes) -> int:
         """Its task cannot read a stored input: it reports the object lost, then gives the task back."""

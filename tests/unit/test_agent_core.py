@@ -298,6 +298,35 @@ def test_an_idle_processor_is_not_signalled(agent: SimulatedAgent) -> None:
     assert set(agent.failures(m.FailureKind.RETURNED)) == set(task_ids)
 
 
+def test_a_result_held_back_behind_a_long_task_is_asked_for_once_the_task_outlasts_a_tick(
+    agent: SimulatedAgent,
+) -> None:
+    # The balancer saw the first task as queued behind the second and released the newest: the running one.
+    first, second = agent.submit(2)
+    processor = agent.run_next(first)
+    agent.finish(processor, held_back=True)  # it ended right after a batch went out
+    agent.run_next(second)
+    assert not of_type(agent.tick(0.1), SignalProcessor), "the tick that sees a task start does not ask"
+    assert not agent.outcomes[first]
+    assert [signal.identity for signal in of_type(agent.tick(0.1), SignalProcessor)] == [processor.identity]
+    assert agent.outcomes[first] == [("ok", payload_for(first))], "the held result reached the scheduler"
+    assert not of_type(agent.tick(0.1) + agent.tick(0.1), SignalProcessor), "asked once per running task"
+    agent.finish(processor)
+    agent.check()
+
+
+def test_a_long_task_with_no_older_task_unanswered_is_not_signalled(agent: SimulatedAgent) -> None:
+    first, second = agent.submit(2)
+    processor = agent.run_next(first)
+    for _ in range(3):
+        assert not of_type(agent.tick(0.1), SignalProcessor), "nothing before it waits for an answer"
+    agent.finish(processor)
+    agent.run_next(second)
+    for _ in range(3):
+        assert not of_type(agent.tick(0.1), SignalProcessor)
+    agent.check()
+
+
 def test_a_cancel_of_a_running_task_is_refused_at_once_before_the_queued_ones_are_canceled(
     agent: SimulatedAgent,
 ) -> None:
