@@ -317,6 +317,7 @@ class SimulatedAgent:
         if held_back:
             processor.held_back.append(results)
             return task_id
+        self.send_held_back(processor)  # a batch goes out with the earlier results first
         self._from_processor(processor, results)
         if processor.identity in self.processors:
             self._read(processor)
@@ -346,12 +347,14 @@ class SimulatedAgent:
             processor.queue.pop(task_id, None)
         if processor.running in answered:
             processor.running, processor.waiting = None, False
+        self.send_held_back(processor)
         self._from_processor(processor, results)
 
     def block(self, processor: SimProcessor) -> bool:
         """Its task waits on nested tasks: it asks the agent, and if granted hands its queue over."""
         assert processor.running is not None and not processor.waiting
         processor.answer = None
+        self.send_held_back(processor)  # it sends its results before it asks
         self._from_processor(processor, m.ProcessorState(blocked=True))
         self._read(processor, until_answer=True)
         answer = processor.answer

@@ -134,13 +134,34 @@ class AgentCoreFuzz(RuleBasedStateMachine):
         self.agent.start_task(processor, data.draw(st.sampled_from(sorted(processor.queue))))
 
     @precondition(lambda self: self.processors(runs_a_task))
-    @rule(data=st.data(), outcome=st.sampled_from(["ok", "raised", "large"]), warnings=st.integers(0, 2))
-    def processor_answers(self, data: st.DataObject, outcome: str, warnings: int) -> None:
+    @rule(
+        data=st.data(), outcome=st.sampled_from(["ok", "raised", "large"]), warnings=st.integers(0, 2),
+        held_back=st.booleans(),
+    )
+    def processor_answers(self, data: st.DataObject, outcome: str, warnings: int, held_back: bool) -> None:
+        """It ends its task; the answer goes at once, or waits for its next batch (`held_back`)."""
         processor = data.draw(st.sampled_from(self.processors(runs_a_task)))
         if outcome == "raised":
-            self.agent.finish(processor, failure=m.FailureKind.RAISED, warnings=warnings)
+            self.agent.finish(processor, failure=m.FailureKind.RAISED, warnings=warnings, held_back=held_back)
         else:
-            self.agent.finish(processor, payload=b"r" * (1_000 if outcome == "large" else 10), warnings=warnings)
+            payload = b"r" * (1_000 if outcome == "large" else 10)
+            self.agent.finish(processor, payload=payload, warnings=warnings, held_back=held_back)
+
+    @precondition(lambda self: self.processors(lambda p: runs_a_task(p) and p.queue))
+    @rule(data=st.data())
+    def processor_holds_a_result_back_behind_a_long_task(self, data: st.DataObject) -> None:
+        """It ends its task right after a batch went out, and its next task runs past two ticks."""
+        processor = data.draw(st.sampled_from(self.processors(lambda p: runs_a_task(p) and p.queue)))
+        self.agent.finish(processor, held_back=True)
+        if processor.identity in self.agent.processors and processor.running is None and processor.queue:
+            self.agent.start_task(processor, data.draw(st.sampled_from(sorted(processor.queue))))
+        self.agent.tick(0.1)
+        self.agent.tick(0.1)
+
+    @precondition(lambda self: self.processors(lambda p: p.held_back))
+    @rule(data=st.data())
+    def processor_sends_its_batch(self, data: st.DataObject) -> None:
+        self.agent.send_held_back(data.draw(st.sampled_from(self.processors(lambda p: p.held_back))))
 
     @precondition(lambda self: self.processors(idle_with_tasks))
     @rule(data=st.data())
@@ -206,6 +227,7 @@ class AgentCoreFuzz(RuleBasedStateMachine):
                 break
             agent.hello()
             for processor in list(agent.processors.values()):
+                agent.send_held_back(processor)
                 if processor.waiting:
                     agent.unblock(processor)
                 if processor.running is not None:
