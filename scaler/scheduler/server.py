@@ -42,21 +42,7 @@ class SchedulerStartError(RuntimeError):
 class SchedulerServer:
     def __init__(self, config: SchedulerConfig) -> None:
         self._config = config
-        self._core = SchedulerCore(
-            CoreConfig(
-                protected=config.protected,
-                client_timeout_seconds=config.client_timeout_seconds,
-                worker_timeout_seconds=config.worker_timeout_seconds,
-                heartbeat_interval_seconds=config.heartbeat_interval_seconds,
-                per_worker_queue_size=config.per_worker_queue_size,
-                max_tasks_waiting=config.max_number_of_tasks_waiting,
-                max_task_crashes=config.max_task_crashes,
-                load_balance_seconds=config.load_balance_seconds,
-                load_balance_trigger_times=config.load_balance_trigger_times,
-                max_frame_bytes=max(config.max_message_size_bytes, 0),
-                max_control_frame_bytes=max(config.max_control_frame_bytes, 0),
-            )
-        )
+        self._core = SchedulerCore(CoreConfig.from_settings(config))
         self._stop = LoopStop()
         # While run() runs, stop() writes here, so that a poll in progress ends at once instead of at the next tick.
         self._process = psutil.Process()
