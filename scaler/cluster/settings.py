@@ -50,18 +50,21 @@ CLUSTER = OptionTable(
         Option(
             "store_capacity_bytes", None, BYTES_OR_OFF,
             "bytes of objects the store keeps in memory; beyond, the least recently used spill to disk",
-            field="capacity_bytes", default_text=CAPACITY_DEFAULT_TEXT,
+            field="capacity_bytes", default_text=CAPACITY_DEFAULT_TEXT, doc="Spilled objects go to unlinked files.",
         ),
         Option(
             "data_address", None, DATA_ADDRESS,
             "where other hosts reach the store: tcp://HOST (a free port) or tcp://HOST:PORT",
             default_text="this host's address on the route to the scheduler",
+            doc="Loopback for a scheduler on loopback or ipc.",
         ),
         Option("store", True, ON_OR_OFF, "run the workers without a store", form=OFF_SWITCH),
         Option(
             "borrowing", True, ON_OR_OFF,
             "the store copies every object into its memory, never reading large bytes out of a client's",
             form=OFF_SWITCH,
+            doc='See PROTOCOL.md §17, "Borrowed objects"; the store already copies by itself wherever the kernel '
+            "forbids the read.",
         ),
         ignored_option(EVENT_LOOP, one_of(EVENT_LOOPS), "-el"),
     ),

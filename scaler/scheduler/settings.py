@@ -30,6 +30,7 @@ SCHEDULER = OptionTable(
         Option(
             "max_number_of_tasks_waiting", -1, TASKS_WAITING,
             "tasks allowed to wait for a worker; beyond it new tasks are rejected; -1 means no limit", flags=("-mt",),
+            doc="A rejected task fails with `TaskRejectedError`.",
         ),
         Option(
             "client_timeout_seconds", 60.0, POSITIVE_SECONDS,
@@ -39,6 +40,7 @@ SCHEDULER = OptionTable(
         Option(
             "worker_timeout_seconds", 60.0, POSITIVE_SECONDS,
             "drop a worker and reschedule its tasks after this long without a heartbeat", flags=("-wt",),
+            doc="Its tasks go back to the front of the queue.",
         ),
         Option(
             "heartbeat_interval_seconds", 2.0, POSITIVE_SECONDS, "heartbeat interval the scheduler asks its peers for",
@@ -61,14 +63,19 @@ SCHEDULER = OptionTable(
             "max_task_crashes", 3, AT_LEAST_ONE,
             "a task whose processor or worker died under it this many times fails with WorkerDiedError "
             "instead of being retried",
+            doc="A worker's death counts for the tasks known to run there (docs/failure_model.md).",
         ),
         Option(
             "max_message_size_bytes", 4 * 1024**3, FRAME_BYTES_OR_UNLIMITED,
             "a peer sending a larger frame is disconnected before it is read (-1: no limit)",
+            doc="It is disconnected inside zmq, before the scheduler allocates the frame. Announced to peers: clients "
+            "raise `PayloadTooLargeError` for larger arguments, objects and functions, and a larger result fails its "
+            "task.",
         ),
         Option(
             "max_control_frame_bytes", 256 * 1024**2, FRAME_BYTES,
             "largest Cap'n Proto frame accepted (large payloads travel in frames of their own)",
+            doc="Announced to peers, which split their messages to stay under it.",
         ),
         Option(
             "bad_frame_log_seconds", BAD_FRAME_LOG_SECONDS, POSITIVE_SECONDS,
@@ -88,5 +95,10 @@ SCHEDULER = OptionTable(
     ),
     scheduler_curve_options(),
     logging_options(),
-    (address_option("address to listen on, e.g. tcp://127.0.0.1:2345"),),
+    (
+        address_option(
+            "address to listen on, e.g. tcp://127.0.0.1:2345",
+            doc="Beyond loopback without CURVE keys, the log warns.",
+        ),
+    ),
 )

@@ -55,6 +55,8 @@ class Option:
     default_text: str | None = None
     # An option of Scaler 1.9.x accepted with no effect: checked, and the log says once that it was given.
     ignored: IgnoredSetting | None = None
+    # More than -h has room for: docs/configuration.md adds it after `help` (scaler/cli/option_docs.py).
+    doc: str = ""
 
     def __post_init__(self) -> None:
         if self.form not in FORMS:

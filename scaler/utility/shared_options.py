@@ -16,10 +16,10 @@ from scaler.utility.text_rules import (
 )
 
 
-def address_option(help_text: str, name: str = "address") -> Option:
+def address_option(help_text: str, doc: str = "") -> Option:
     """The address a command serves or joins. Optional to argparse only so that `--logging-paths x.log
     ADDRESS` can be read (scaler/cli/common.py, parse_command_line), which then requires it."""
-    return Option(name, None, ADDRESS, help_text, form=POSITIONAL)
+    return Option("address", None, ADDRESS, help_text, form=POSITIONAL, doc=doc)
 
 
 def logging_options(before_an_address: bool = True) -> tuple[Option, ...]:
@@ -58,7 +58,7 @@ def scheduler_curve_options() -> tuple[Option, ...]:
     )
 
 
-def peer_curve_options(who: str) -> tuple[Option, ...]:
+def peer_curve_options(who: str, doc: str = "") -> tuple[Option, ...]:
     """The keys of a peer of the scheduler (`who`: "this cluster's", "this worker's"); a client takes the
     same two as Client(...) keywords."""
     return (
@@ -69,6 +69,6 @@ def peer_curve_options(who: str) -> tuple[Option, ...]:
         Option(
             "curve_secret_key", None, CURVE_SECRET_KEY,
             f"CURVE: {who} .key_secret file (its public key must be authorized by the scheduler); or {SECRET_KEY_ENV}",
-            metavar="FILE",
+            metavar="FILE", doc=doc,
         ),
     )

@@ -28,7 +28,7 @@ WORKER_OPTIONS: tuple[Option, ...] = (
         "tags", (), TAGS,
         "comma-separated capabilities of these workers, e.g. gpu,fast: tasks submitted with tags={'gpu'} run only on "
         "workers that have every tag they require (the workers always have 'python' too)",
-        metavar="TAG,...",
+        metavar="TAG,...", doc='See the README, "Capability routing".',
     ),
     Option(
         "per_worker_task_queue_size", 1000, TASK_SLOTS,
@@ -39,7 +39,7 @@ WORKER_OPTIONS: tuple[Option, ...] = (
         "max_processors", 64, AT_LEAST_ONE,
         "processes one worker may run: one serves while the others hold tasks waiting on nested tasks; a task that "
         "would need more fails with NestingLimitError instead of deadlocking",
-        flags=("-mp",),
+        flags=("-mp",), doc="See docs/nested_tasks.md.",
     ),
     Option(
         "heartbeat_interval", 2.0, POSITIVE_SECONDS, "seconds between heartbeats to the scheduler",
@@ -65,9 +65,11 @@ WORKER_OPTIONS: tuple[Option, ...] = (
         "death_timeout_seconds", 300.0, POSITIVE_SECONDS,
         "a worker that hears nothing from the scheduler this long exits: with an error if it never got a welcome",
         flags=("-ds",),
+        doc="It logs an ERROR and exits with status 1 if it never got a welcome, a WARNING and status 0 if its "
+        "scheduler went silent later.",
     ),
     Option("io_threads", 1, IO_THREADS, "zmq io threads per worker", flags=("-it",)),
-    *peer_curve_options("this cluster's"),
+    *peer_curve_options("this cluster's", doc="The cluster's store uses the same keys."),
 )
 
 # What WorkerConfig's fields take their defaults from (its logging level aside: see config.py).

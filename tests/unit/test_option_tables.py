@@ -15,6 +15,7 @@ import pytest
 from scaler.adapters.slurm_settings import SLURM_CLUSTER
 from scaler.adapters.symphony.settings import SYMPHONY_CLUSTER
 from scaler.cli import cluster as cluster_cli
+from scaler.cli import option_docs
 from scaler.cli import scheduler as scheduler_cli
 from scaler.cli import slurm_cluster as slurm_cli
 from scaler.cli import symphony_cluster as symphony_cli
@@ -197,6 +198,14 @@ def test_the_symphony_config_has_the_tables_defaults() -> None:
     for option in SYMPHONY_CLUSTER.setting_options():
         if option.config_field in fields and option.form != POSITIONAL:
             assert fields[option.config_field] == option.default, option.name
+
+
+def test_the_configuration_document_shows_every_table_as_it_is() -> None:
+    with open(option_docs.DOCUMENT, encoding="utf-8") as file:
+        document = file.read()
+    shown = set(re.findall(r"<!-- options: (\w+) -->", document))
+    assert shown == set(option_docs.TABLES), "every command has its table in docs/configuration.md"
+    assert option_docs.rendered(document) == document, "run: python -m scaler.cli.option_docs"
 
 
 # ---------------------------------------------------------------------------------------------- what -h says
