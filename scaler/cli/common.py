@@ -8,36 +8,21 @@ status 2, before anything starts: never a traceback, never a value that fails la
 from __future__ import annotations
 
 import argparse
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 from scaler.utility.command_logging import announce_ignored_options, start_logging
 from scaler.utility.logging_setup import DEFAULT_LOGGING_PATHS, logging_path_problem
-from scaler.utility.option_table import OptionTable, add_option, parser_for
-from scaler.utility.setting_rules import Rule, argument_type
-from scaler.utility.shared_options import logging_options
-from scaler.utility.text_rules import read_address, read_existing_directory, read_existing_file
+from scaler.utility.option_table import POSITIONAL, OptionTable, parser_for
+from scaler.utility.text_rules import read_address
 
-__all__ = [
-    "add_logging_arguments", "announce_ignored_options", "check_curve_keys", "existing_directory", "existing_file",
-    "make_parser", "number_type", "parse_command_line", "start_logging", "zmq_address",
-]
-
-# The argparse types other modules took from here before the rules moved to scaler/utility/text_rules.py.
-zmq_address = read_address
-existing_file = read_existing_file
-existing_directory = read_existing_directory
+__all__ = ["announce_ignored_options", "check_curve_keys", "make_parser", "parse_command_line", "start_logging"]
 
 
-def make_parser(prog: str, description: str, table: OptionTable | None = None) -> argparse.ArgumentParser:
+def make_parser(prog: str, description: str, table: OptionTable) -> argparse.ArgumentParser:
     """A parser with every option of `table`. The usage line is written out: the address is optional to argparse
     only so that `--logging-paths x.log ADDRESS` can be read (see parse_command_line)."""
-    positionals = " ".join(option.name for option in table or () if option.form == "positional") or "address"
+    positionals = " ".join(option.name for option in table if option.form == POSITIONAL)
     return parser_for(table, prog, description, usage=f"{prog} [options] {positionals}")
-
-
-def add_logging_arguments(parser: argparse.ArgumentParser) -> None:
-    for option in logging_options():
-        add_option(parser, option)
 
 
 def parse_command_line(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
@@ -52,7 +37,7 @@ def parse_command_line(parser: argparse.ArgumentParser, argv: Sequence[str] | No
     if args.address is None:
         if paths and tuple(paths) != DEFAULT_LOGGING_PATHS and "://" in paths[-1]:
             try:
-                args.address = zmq_address(paths.pop())
+                args.address = read_address(paths.pop())
             except argparse.ArgumentTypeError as error:
                 parser.error(f"argument address: {error}")
         else:
@@ -73,9 +58,4 @@ def check_curve_keys(parser: argparse.ArgumentParser, resolve: Callable[..., obj
         resolve(*paths)
     except ValueError as error:
         parser.error(str(error))
-
-
-def number_type(kind: type, minimum: float, maximum: float) -> Any:
-    """argparse type for a number that sets no config field (a count, a port)."""
-    return argument_type(Rule(kind, minimum, maximum))
 

@@ -17,7 +17,7 @@ from scaler.cluster.settings import CLUSTER
 from scaler.scheduler.settings import SCHEDULER
 from scaler.store.settings import STORE
 from scaler.ui.settings import TOP, UI
-from scaler.utility.option_table import POSITIONAL, SWITCH, Option, OptionTable
+from scaler.utility.option_table import OFF_SWITCH, ON_SWITCH, POSITIONAL, SWITCH, Option, OptionTable
 from scaler.utility.setting_rules import MAX_SECONDS, Rule
 
 TABLES = {table.section: table for table in (SCHEDULER, CLUSTER, STORE, TOP, UI, SLURM_CLUSTER, SYMPHONY_CLUSTER)}
@@ -29,7 +29,7 @@ _OPEN_ENDED = 2**31 - 1
 
 def values_text(option: Option) -> str:
     rule = option.rule
-    if option.form in (SWITCH, "on_switch", "off_switch"):
+    if option.form in (SWITCH, ON_SWITCH, OFF_SWITCH):
         return ""
     if not isinstance(rule, Rule):
         return rule.describe()

@@ -33,7 +33,6 @@ from scaler.store.server_config import StoreServerConfig
 from scaler.store.settings import STORE
 from scaler.ui.settings import TOP, UI
 from scaler.utility.option_table import OFF_SWITCH, ON_SWITCH, POSITIONAL, SWITCH, OptionTable
-from scaler.utility.wording import article
 from scaler.worker.config import LIBRARY_LOGGING_LEVEL, WorkerConfig
 
 COMMANDS: list[tuple[OptionTable, Callable[[], argparse.ArgumentParser]]] = [
@@ -250,13 +249,3 @@ def test_a_bad_tag_is_named_once(capsys) -> None:
 def test_a_list_default_reads_as_its_values() -> None:
     entries = help_entries(scheduler_cli.build_parser())
     assert "(default: /dev/stdout)" in entries["--logging-paths, -lp"]
-
-
-@pytest.mark.parametrize(("word", "expected"), [
-    ("int", "an"), ("str", "a"), ("object", "an"), ("ObjectRequest", "an"), ("uint32", "a"), ("Hello", "a"),
-    ("8", "an"), ("11", "an"), ("18,000", "an"), ("80", "an"), ("1", "a"), ("100", "a"), ("11000", "an"),
-    ("110000", "a"), ("800", "an"), ("hour", "an"), ("unicode", "a"), ("event", "an"),
-])
-def test_the_article_fits_the_word(word: str, expected: str) -> None:
-    assert article(word) == expected
-
