@@ -169,7 +169,7 @@ class SchedulerServer:
     def _handle(self, frames: list[m.Buffer]) -> list[Outgoing]:
         sender = bytes(frames[0])
         if len(frames) > 1 and len(frames[1]) > self._config.max_control_frame_bytes:
-            self._log_bad_frame(sender, f"a {len(frames[1]):,}-byte control frame")
+            self._log_bad_frame(sender, f"a control frame of {len(frames[1]):,} bytes")
             return self._core.on_bad_frame(
                 sender, f"control frame over {self._config.max_control_frame_bytes:,} bytes; submit in smaller batches"
             )
