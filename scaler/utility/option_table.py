@@ -3,7 +3,8 @@
 Everything else is derived from the table: the command line (`add_to_parser`), the defaults of the Python
 config dataclasses (`field`), the keywords of SchedulerClusterCombo and Cluster (scaler/cluster/settings.py),
 the command line a parent gives a child it starts (`command_line`), and the option tables of
-docs/configuration.md (`markdown_rows`); tests/unit/test_option_tables.py checks that each derivation agrees.
+docs/configuration.md (scaler/cli/option_docs.py); tests/unit/test_option_tables.py checks that each
+derivation agrees.
 
 An option's `name` is its long option with underscores (`--per-worker-task-queue-size` is
 `per_worker_task_queue_size`; a switch `--no-store` is `store`): it is the argparse dest, and the key a
@@ -145,10 +146,6 @@ class OptionTable:
     def add_to_parser(self, parser: argparse.ArgumentParser) -> None:
         for option in self.options:
             add_option(parser, option)
-
-    def values(self, namespace: argparse.Namespace) -> dict[str, Any]:
-        """The parsed value of every option that has an effect, by option name."""
-        return {option.name: getattr(namespace, option.name) for option in self.setting_options()}
 
     def config_values(self, config_class: type, namespace: argparse.Namespace) -> dict[str, Any]:
         """The keywords of `config_class` that the parsed options set."""

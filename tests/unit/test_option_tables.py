@@ -32,7 +32,7 @@ from scaler.store.__main__ import build_parser as store_parser
 from scaler.store.server_config import StoreServerConfig
 from scaler.store.settings import STORE
 from scaler.ui.settings import TOP, UI
-from scaler.utility.option_table import OFF_SWITCH, ON_SWITCH, POSITIONAL, SWITCH, OptionTable
+from scaler.utility.option_table import LIST, OFF_SWITCH, ON_SWITCH, POSITIONAL, REPEATED, SWITCH, OptionTable
 from scaler.worker.config import LIBRARY_LOGGING_LEVEL, WorkerConfig
 
 COMMANDS: list[tuple[OptionTable, Callable[[], argparse.ArgumentParser]]] = [
@@ -78,6 +78,23 @@ def test_the_parser_has_every_option_of_the_table_with_its_default(table: Option
         if option.form != POSITIONAL:
             negative = {"--no-" + option.long_flag[2:]} if option.form == SWITCH else set()
             assert set(action.option_strings) == {option.long_flag, *option.flags, *negative}, option.name
+
+
+@pytest.mark.parametrize(("table", "build"), COMMANDS, ids=IDS)
+def test_every_default_meets_its_own_rule(table: OptionTable, build: Callable) -> None:
+    """What a config file holding the defaults (`[section]`, one key per option name) would be checked by."""
+    for option in table:
+        if option.default is None:
+            continue
+        values = option.default if option.form == REPEATED else [option.default]
+        for value in values:
+            assert option.rule.check(value) == (tuple(value) if option.form == LIST else value), option.name
+
+
+def test_option_names_can_be_keywords_and_file_keys() -> None:
+    for table, _ in COMMANDS:
+        for option in table:
+            assert re.fullmatch(r"[a-z][a-z0-9_]*", option.name) and option.name.isidentifier(), option.name
 
 
 @pytest.mark.parametrize(
