@@ -7,23 +7,17 @@ import logging
 import sys
 from typing import Sequence
 
-from scaler.cli.common import zmq_address
+from scaler.ui.settings import TOP
+from scaler.utility.option_table import parser_for
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    return parser_for(
+        TOP,
         "scaler_top",
-        description=(
-            "Show a scheduler's monitor feed like top: tasks, messages and workers, refreshed every second. "
-            "Keys: n C M c m f w d l sort the worker table (see the Shortcuts line), q or Ctrl-C quits."
-        ),
+        "Show a scheduler's monitor feed like top: tasks, messages and workers, refreshed every second. "
+        "Keys: n C M c m f w d l sort the worker table (see the Shortcuts line), q or Ctrl-C quits.",
     )
-    parser.add_argument(
-        "address", type=zmq_address,
-        help="the scheduler's monitor address, printed by the scheduler on startup, "
-             "e.g. ipc:///tmp/127.0.0.1_2345_monitor",
-    )
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> None:

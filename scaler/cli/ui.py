@@ -9,40 +9,15 @@ import sys
 from types import FrameType
 from typing import Sequence
 
-from scaler.cli.common import (
-    add_address_argument,
-    add_logging_arguments,
-    make_parser,
-    number_type,
-    parse_command_line,
-    start_logging,
-)
+from scaler.cli.common import make_parser, parse_command_line, start_logging
+from scaler.ui.settings import UI
 from scaler.ui.web import WebMonitor
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = make_parser(
-        "scaler_ui", "Serve a web page that shows a scheduler's monitor feed live: tasks, throughput, workers."
+    return make_parser(
+        "scaler_ui", "Serve a web page that shows a scheduler's monitor feed live: tasks, throughput, workers.", UI
     )
-    add_address_argument(
-        parser,
-        "the scheduler's monitor address, printed by the scheduler on startup, e.g. ipc:///tmp/127.0.0.1_2345_monitor",
-    )
-    parser.add_argument(
-        "--host", default="127.0.0.1", type=_host,
-        help="interface to serve on; the page has no authentication, so widen it (e.g. 0.0.0.0) with care",
-    )
-    parser.add_argument(
-        "--port", type=number_type(int, 0, 65535), default=8081, help="port to serve on (0: any free port)"
-    )
-    add_logging_arguments(parser)
-    return parser
-
-
-def _host(text: str) -> str:
-    if not text or text != text.strip() or "/" in text:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a host name or address, e.g. 127.0.0.1 or 0.0.0.0")
-    return text
 
 
 def main(argv: Sequence[str] | None = None) -> None:

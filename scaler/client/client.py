@@ -33,6 +33,7 @@ from scaler.utility.curve import PeerKeys
 from scaler.utility.identifiers import random_object_id
 from scaler.utility.setting_rules import POSITIVE_SECONDS
 from scaler.utility.tags import NO_TAGS, Tags, checked_tags, wait_for_tags_ms
+from scaler.utility.wording import with_article
 from scaler.utility.zmq_config import zmq_address_text
 
 DEFAULT_TIMEOUT_SECONDS = 60.0
@@ -329,7 +330,7 @@ class Client:
                 if not isinstance(arguments, (tuple, list)):
                     raise TypeError(
                         f"map() takes an iterable of argument tuples such as [(1,), (2,)]; "
-                        f"item {end} is a {type(arguments).__name__}"
+                        f"item {end} is {with_article(type(arguments).__name__)}"
                     )
                 if width == -1:
                     width = len(arguments)

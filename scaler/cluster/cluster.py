@@ -16,17 +16,12 @@ import threading
 import time
 from typing import Any, Iterable, Sequence
 
+from scaler.cluster.settings import CLUSTER, CLUSTER_KEYWORDS
 from scaler.cluster.store_settings import StoreSettings, default_data_address
 from scaler.errors import ClusterStartError
 from scaler.store.server_config import StoreStartError
 from scaler.store.store_process import StoreProcess
-from scaler.utility.ignored_settings import (
-    EVENT_LOOP,
-    GARBAGE_COLLECT_INTERVAL_SECONDS,
-    HARD_PROCESSOR_SUSPEND,
-    TRIM_MEMORY_THRESHOLD_BYTES,
-    check_ignored_settings,
-)
+from scaler.utility.ignored_settings import check_ignored_settings
 from scaler.utility.parent_watch import environment_exiting_with_this_process
 from scaler.utility.process_stop import stop_processes
 from scaler.utility.readiness import FAILED, REGISTERED, ReadinessPipe
@@ -44,22 +39,11 @@ _FIRST_WARNING_SECONDS = 5.0
 _WARNING_INTERVAL_SECONDS = 30.0
 _WATCH_SECONDS = 0.2
 
-# Keywords of the Scaler 1.9.x Cluster (a multiprocessing.Process) and the WorkerConfig field each sets.
-_LEGACY_KEYWORDS = {
-    "worker_io_threads": "io_threads",
-    "heartbeat_interval_seconds": "heartbeat_interval_seconds",
-    "task_timeout_seconds": "task_timeout_seconds",
-    "death_timeout_seconds": "death_timeout_seconds",
-    "logging_paths": "logging_paths",
-    "logging_level": "logging_level",
-    "logging_config_file": "logging_config_file",
-    "per_worker_task_queue_size": "task_queue_size",
-}
+# Keywords of the Scaler 1.9.x Cluster (a multiprocessing.Process), every worker option's name and field's, and
+# the WorkerConfig field each sets (see settings.py).
+_LEGACY_KEYWORDS = CLUSTER_KEYWORDS
 # Keywords of the 1.9.x Cluster that change nothing here: checked, then dropped.
-_IGNORED_LEGACY_KEYWORDS = {
-    setting.name: setting
-    for setting in (GARBAGE_COLLECT_INTERVAL_SECONDS, TRIM_MEMORY_THRESHOLD_BYTES, HARD_PROCESSOR_SUSPEND, EVENT_LOOP)
-}
+_IGNORED_LEGACY_KEYWORDS = {option.name: option.ignored for option in CLUSTER if option.ignored is not None}
 
 
 class Cluster:
@@ -373,7 +357,7 @@ def _config_from_legacy_keywords(address: Any, settings: dict[str, Any]) -> Work
         raise TypeError("Cluster() needs a WorkerConfig, or the scheduler's address as address=...")
     # A 1.9.x ZMQConfig (or ours) says where with to_address(); a string is the address itself.
     text = address.to_address() if hasattr(address, "to_address") else address
-    fields: dict[str, Any] = {"address": zmq_address_text(text), "logging_level": "WARNING"}
+    fields: dict[str, Any] = {"address": zmq_address_text(text)}
     for keyword, value in settings.items():
         if value is not None:
             fields[_LEGACY_KEYWORDS[keyword]] = value

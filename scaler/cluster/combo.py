@@ -3,27 +3,23 @@
 from __future__ import annotations
 
 import atexit
-import dataclasses
 import logging
-import os
 import socket
 import subprocess
 import sys
 import threading
 import time
-from typing import Sequence
+from typing import Any, Sequence
 
-from scaler.cluster.store_settings import StoreSettings
+from scaler.cluster.settings import CLUSTER, COMBO_OWN, combo_keywords
 from scaler.errors import ClusterStartError
-from scaler.scheduler.config import SchedulerConfig
-from scaler.utility.ignored_settings import EVENT_LOOP, OBJECT_RETENTION_SECONDS, check_ignored_settings
-from scaler.utility.logging_setup import DEFAULT_LOGGING_PATHS
+from scaler.scheduler.settings import SCHEDULER
 from scaler.utility.parent_watch import environment_exiting_with_this_process
 from scaler.utility.process_stop import stop_processes
 from scaler.utility.readiness import FAILED, LISTENING, REGISTERED, ReadinessPipe
-from scaler.utility.setting_rules import AT_LEAST_ONE, POSITIVE_SECONDS
+from scaler.utility.setting_rules import POSITIVE_SECONDS
 from scaler.utility.zmq_config import zmq_address_text
-from scaler.worker.config import WorkerConfig
+from scaler.worker.config import LIBRARY_LOGGING_LEVEL
 
 logger = logging.getLogger(__name__)
 
@@ -31,25 +27,8 @@ _STOP_GRACE_SECONDS = 10.0
 DEFAULT_START_TIMEOUT_SECONDS = 60.0
 # A free port found by free_local_address can be taken by someone else before the scheduler binds it.
 _FREE_PORT_ATTEMPTS = 3
-
-
-# WorkerConfig fields whose scaler_cluster option is not named after them (1.9.x names).
-_WORKER_OPTION_NAMES = {
-    "task_queue_size": "--per-worker-task-queue-size", "heartbeat_interval_seconds": "--heartbeat-interval",
-}
-
-
-def _setting_options(config: SchedulerConfig | WorkerConfig, option_names: dict[str, str] | None = None) -> list[str]:
-    """Every numeric setting of a config as the command line option of its name: `--io-threads 1`, ...
-
-    A float goes as its repr, so the child reads back exactly the value checked here.
-    """
-    options = []
-    for field in dataclasses.fields(config):
-        if "rule" in field.metadata:
-            flag = (option_names or {}).get(field.name) or "--" + field.name.replace("_", "-")
-            options += [flag, repr(getattr(config, field.name))]
-    return options
+# Each keyword the combo takes and the options of the scheduler's and the cluster's tables it sets.
+_ROUTES = combo_keywords()
 
 
 def free_local_address() -> str:
@@ -70,79 +49,76 @@ class SchedulerClusterCombo:
     `event_loop` and `object_retention_seconds` are accepted for Scaler 1.9.x code and have no effect.
     The cluster runs a store for its workers' objects (PROTOCOL.md §17) unless `store` is false;
     `store_capacity_bytes` None means 30% of this machine's memory.
+
+    Every other option of `scaler_scheduler` and `scaler_cluster` is a keyword too, by its name with
+    underscores (`bad_frame_log_seconds=...`, `tags=["gpu"]`, `input_wait_seconds=...`); where both have
+    one of the same name, `scheduler_` or `worker_` says which (`worker_curve_secret_key=...`). See
+    scaler/cluster/settings.py, `combo_keywords`.
     """
 
     def __init__(
         self,
         address: str | None = None,
-        n_workers: int = os.cpu_count() or 1,
-        event_loop: str = "builtin",
+        n_workers: int = CLUSTER["num_of_workers"].default,
+        event_loop: str = SCHEDULER["event_loop"].default,
         *,
         monitor_address: str | None = None,
-        protected: bool = True,
-        per_worker_queue_size: int = 1000,
-        max_number_of_tasks_waiting: int = -1,
-        heartbeat_interval_seconds: float = 2.0,
-        client_timeout_seconds: float = 60.0,
-        worker_timeout_seconds: float = 60.0,
-        death_timeout_seconds: float = 300.0,
-        object_retention_seconds: float = 3600.0,
-        task_timeout_seconds: float = 0.0,
-        memory_limit_bytes: int = 0,
-        load_balance_trigger_times: int = 2,
-        load_balance_seconds: float = 1.0,
-        max_task_crashes: int = 3,
-        max_message_size_bytes: int = 4 * 1024**3,
-        max_control_frame_bytes: int = 256 * 1024**2,
-        max_processors: int = 64,
-        scheduler_io_threads: int = 1,
-        worker_io_threads: int = 1,
-        logging_paths: Sequence[str] = DEFAULT_LOGGING_PATHS,
-        logging_level: str = "WARNING",
+        protected: bool = SCHEDULER["protected"].default,
+        per_worker_queue_size: int = SCHEDULER["per_worker_queue_size"].default,
+        max_number_of_tasks_waiting: int = SCHEDULER["max_number_of_tasks_waiting"].default,
+        heartbeat_interval_seconds: float = SCHEDULER["heartbeat_interval_seconds"].default,
+        client_timeout_seconds: float = SCHEDULER["client_timeout_seconds"].default,
+        worker_timeout_seconds: float = SCHEDULER["worker_timeout_seconds"].default,
+        death_timeout_seconds: float = CLUSTER["death_timeout_seconds"].default,
+        object_retention_seconds: float = SCHEDULER["object_retention_seconds"].default,
+        task_timeout_seconds: float = CLUSTER["task_timeout_seconds"].default,
+        memory_limit_bytes: int = CLUSTER["memory_limit_bytes"].default,
+        load_balance_trigger_times: int = SCHEDULER["load_balance_trigger_times"].default,
+        load_balance_seconds: float = SCHEDULER["load_balance_seconds"].default,
+        max_task_crashes: int = SCHEDULER["max_task_crashes"].default,
+        max_message_size_bytes: int = SCHEDULER["max_message_size_bytes"].default,
+        max_control_frame_bytes: int = SCHEDULER["max_control_frame_bytes"].default,
+        max_processors: int = CLUSTER["max_processors"].default,
+        scheduler_io_threads: int = SCHEDULER["io_threads"].default,
+        worker_io_threads: int = CLUSTER["io_threads"].default,
+        logging_paths: Sequence[str] = SCHEDULER["logging_paths"].default,
+        logging_level: str = LIBRARY_LOGGING_LEVEL,
         start_timeout_seconds: float = DEFAULT_START_TIMEOUT_SECONDS,
-        store: bool = True,
-        store_capacity_bytes: int | None = None,
+        store: bool = CLUSTER["store"].default,
+        store_capacity_bytes: int | None = CLUSTER["store_capacity_bytes"].default,
+        **settings: Any,
     ) -> None:
-        for name, value, rule in (
-            ("n_workers", n_workers, AT_LEAST_ONE), ("start_timeout_seconds", start_timeout_seconds, POSITIVE_SECONDS)
-        ):
-            try:
-                rule.check(value)
-            except (TypeError, ValueError) as error:
-                raise type(error)(f"{name} {error}") from None
-        # Accepted for 1.9.x code, checked, and without effect: the children are not told.
-        check_ignored_settings(
-            {"event_loop": event_loop, "object_retention_seconds": object_retention_seconds},
-            (EVENT_LOOP, OBJECT_RETENTION_SECONDS),
-        )
-        if isinstance(logging_paths, str):
-            logging_paths = (logging_paths,)
+        given = {name: value for name, value in locals().items() if name not in ("self", "settings")}
+        unknown = sorted(set(settings) - set(_ROUTES))
+        if unknown:
+            raise TypeError(f"SchedulerClusterCombo() got unexpected keyword arguments {unknown}")
+        given.update(settings)
+        try:
+            POSITIVE_SECONDS.check(start_timeout_seconds)
+        except (TypeError, ValueError) as error:
+            raise type(error)(f"start_timeout_seconds {error}") from None
+        if isinstance(given["logging_paths"], str):
+            given["logging_paths"] = (given["logging_paths"],)
+        # Every value is checked here, where it was given, before any process starts; the 1.9.x keywords that
+        # have no effect too, and go no further.
+        self._scheduler_values: dict[str, Any] = {}
+        self._cluster_values: dict[str, Any] = {}
+        for keyword, value in given.items():
+            if keyword not in _ROUTES or keyword in COMBO_OWN:
+                continue
+            targets = _ROUTES[keyword]
+            if value is not None or targets[0][1].default is not None:
+                try:  # a shared keyword meets the rule of each option it sets
+                    value = [option.rule.check(value) for _, option in targets][0]
+                except (TypeError, ValueError) as error:
+                    raise type(error)(f"{keyword} {error}") from None
+            for table, option in targets:
+                if option.ignored is None and value != option.default:
+                    values = self._scheduler_values if table is SCHEDULER else self._cluster_values
+                    values[option.name] = value
         self._chosen_address = address is None
-        first_address = free_local_address() if address is None else zmq_address_text(address)
-        # Every value is checked here, where it was given, before any process starts.
-        scheduler_config = SchedulerConfig(
-            address=first_address, io_threads=scheduler_io_threads,
-            max_number_of_tasks_waiting=max_number_of_tasks_waiting, client_timeout_seconds=client_timeout_seconds,
-            worker_timeout_seconds=worker_timeout_seconds, heartbeat_interval_seconds=heartbeat_interval_seconds,
-            load_balance_seconds=load_balance_seconds,
-            load_balance_trigger_times=load_balance_trigger_times, per_worker_queue_size=per_worker_queue_size,
-            max_task_crashes=max_task_crashes, protected=protected,
-            monitor_address=None if monitor_address is None else zmq_address_text(monitor_address),
-            max_message_size_bytes=max_message_size_bytes, max_control_frame_bytes=max_control_frame_bytes,
-            logging_paths=tuple(logging_paths), logging_level=logging_level,
-        )
-        worker_config = WorkerConfig(
-            address=first_address, task_queue_size=per_worker_queue_size, max_processors=max_processors,
-            heartbeat_interval_seconds=heartbeat_interval_seconds, death_timeout_seconds=death_timeout_seconds,
-            task_timeout_seconds=task_timeout_seconds, memory_limit_bytes=memory_limit_bytes,
-            io_threads=worker_io_threads, logging_paths=tuple(logging_paths), logging_level=logging_level,
-        )
-        # Checked here, where it was given, as the rest.
-        self._store = StoreSettings(capacity_bytes=store_capacity_bytes) if store else None
-        self._address = first_address
-        self._n_workers = n_workers
-        self._scheduler_config = scheduler_config
-        self._worker_config = worker_config
+        self._address = free_local_address() if address is None else zmq_address_text(address)
+        self._n_workers = given["n_workers"]
         self._start_timeout_seconds = start_timeout_seconds
         self._lock = threading.Lock()
         self._processes: list[subprocess.Popen] = []
@@ -232,34 +208,10 @@ class SchedulerClusterCombo:
                 raise ClusterStartError(f"{prefix}: not ready within {timeout:g}s (start_timeout_seconds)")
 
     def _scheduler_args(self) -> list[str]:
-        config = self._scheduler_config
-        return [
-            *_setting_options(config),
-            "--protected" if config.protected else "--no-protected",
-            *(["--monitor-address", config.monitor_address] if config.monitor_address else []),
-            *self._logging_args(),
-            "--", self._address,
-        ]
+        return SCHEDULER.command_line({**self._scheduler_values, "address": self._address})
 
     def _cluster_args(self) -> list[str]:
-        return [
-            "--num-of-workers", str(self._n_workers),
-            *_setting_options(self._worker_config, _WORKER_OPTION_NAMES),
-            *self._store_args(),
-            *self._logging_args(),
-            "--", self._address,
-        ]
-
-    def _store_args(self) -> list[str]:
-        if self._store is None:
-            return ["--no-store"]
-        if self._store.capacity_bytes is None:
-            return []
-        return ["--store-capacity-bytes", str(self._store.capacity_bytes)]
-
-    def _logging_args(self) -> list[str]:
-        config = self._worker_config
-        return ["--logging-paths", *config.logging_paths, "--logging-level", config.logging_level.upper()]
+        return CLUSTER.command_line({**self._cluster_values, "address": self._address})
 
     # ------------------------------------------------------------------------------------------ use
 

@@ -129,7 +129,7 @@ class PreparedPayload:
         if view.readonly:
             raise ValueError("stored payload: the target buffer is read-only")
         if view.nbytes < self.size:
-            raise ValueError(f"stored payload: a {self.size:,}-byte payload does not fit {view.nbytes:,} bytes")
+            raise ValueError(f"stored payload: a payload of {self.size:,} bytes does not fit {view.nbytes:,} bytes")
         header = self.layout.header_bytes()
         view[: len(header)] = header
         start = self.layout.main_offset

@@ -1,4 +1,4 @@
-"""Everything a scheduler can be told, with the option names of released Scaler 1.9.x.
+"""Everything a scheduler can be told: the fields of its option table (settings.py), with its defaults and rules.
 
 Options 1.9.x had that change nothing here stop at the command line (scaler/utility/ignored_settings.py).
 
@@ -10,48 +10,34 @@ from __future__ import annotations
 
 import dataclasses
 
-from scaler.scheduler.bad_frame_log import INTERVAL_SECONDS as BAD_FRAME_LOG_SECONDS
-from scaler.utility.logging_setup import DEFAULT_LOGGING_PATHS, check_logging_level, check_logging_paths
-from scaler.utility.setting_rules import (
-    AT_LEAST_ONE,
-    FRAME_BYTES,
-    FRAME_BYTES_OR_UNLIMITED,
-    IO_THREADS,
-    POSITIVE_SECONDS,
-    SECONDS_OR_OFF,
-    TASK_SLOTS_OR_ANY,
-    TASKS_WAITING,
-    check_settings,
-    setting,
-)
+from scaler.scheduler.settings import SCHEDULER
+from scaler.utility.logging_setup import check_logging_level, check_logging_paths
+from scaler.utility.setting_rules import check_settings
 from scaler.utility.zmq_config import parse_zmq_address
 
 
 @dataclasses.dataclass
 class SchedulerConfig:
     address: str
-    io_threads: int = setting(1, IO_THREADS)
-    max_number_of_tasks_waiting: int = setting(-1, TASKS_WAITING)
-    client_timeout_seconds: float = setting(60.0, POSITIVE_SECONDS)
-    worker_timeout_seconds: float = setting(60.0, POSITIVE_SECONDS)
-    heartbeat_interval_seconds: float = setting(2.0, POSITIVE_SECONDS)
-    load_balance_seconds: float = setting(1.0, SECONDS_OR_OFF)
-    load_balance_trigger_times: int = setting(2, AT_LEAST_ONE)
-    per_worker_queue_size: int = setting(1000, TASK_SLOTS_OR_ANY)
-    max_task_crashes: int = setting(3, AT_LEAST_ONE)
-    protected: bool = True
-    monitor_address: str | None = None
-    # A peer sending a larger frame is disconnected by zmq before the scheduler allocates it; -1: no limit.
-    max_message_size_bytes: int = setting(4 * 1024**3, FRAME_BYTES_OR_UNLIMITED)
-    # The Cap'n Proto frame of a message (payloads travel in frames of their own) is refused above this.
-    max_control_frame_bytes: int = setting(256 * 1024**2, FRAME_BYTES)
-    # After a sender's first bad frame, its next ones are only counted for this long, then summed up in one line.
-    bad_frame_log_seconds: float = setting(BAD_FRAME_LOG_SECONDS, POSITIVE_SECONDS)
-    curve_secret_key: str | None = None
-    curve_authorized_keys: str | None = None
-    logging_paths: tuple[str, ...] = DEFAULT_LOGGING_PATHS
-    logging_level: str = "INFO"
-    logging_config_file: str | None = None
+    io_threads: int = SCHEDULER.field("io_threads")
+    max_number_of_tasks_waiting: int = SCHEDULER.field("max_number_of_tasks_waiting")
+    client_timeout_seconds: float = SCHEDULER.field("client_timeout_seconds")
+    worker_timeout_seconds: float = SCHEDULER.field("worker_timeout_seconds")
+    heartbeat_interval_seconds: float = SCHEDULER.field("heartbeat_interval_seconds")
+    load_balance_seconds: float = SCHEDULER.field("load_balance_seconds")
+    load_balance_trigger_times: int = SCHEDULER.field("load_balance_trigger_times")
+    per_worker_queue_size: int = SCHEDULER.field("per_worker_queue_size")
+    max_task_crashes: int = SCHEDULER.field("max_task_crashes")
+    protected: bool = SCHEDULER.field("protected")
+    monitor_address: str | None = SCHEDULER.field("monitor_address")
+    max_message_size_bytes: int = SCHEDULER.field("max_message_size_bytes")
+    max_control_frame_bytes: int = SCHEDULER.field("max_control_frame_bytes")
+    bad_frame_log_seconds: float = SCHEDULER.field("bad_frame_log_seconds")
+    curve_secret_key: str | None = SCHEDULER.field("curve_secret_key")
+    curve_authorized_keys: str | None = SCHEDULER.field("curve_authorized_keys")
+    logging_paths: tuple[str, ...] = SCHEDULER.field("logging_paths")
+    logging_level: str = SCHEDULER.field("logging_level")
+    logging_config_file: str | None = SCHEDULER.field("logging_config_file")
 
     def __post_init__(self) -> None:
         if self.address:  # empty only for the template that holds the defaults the command line shows

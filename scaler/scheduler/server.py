@@ -42,21 +42,7 @@ class SchedulerStartError(RuntimeError):
 class SchedulerServer:
     def __init__(self, config: SchedulerConfig) -> None:
         self._config = config
-        self._core = SchedulerCore(
-            CoreConfig(
-                protected=config.protected,
-                client_timeout_seconds=config.client_timeout_seconds,
-                worker_timeout_seconds=config.worker_timeout_seconds,
-                heartbeat_interval_seconds=config.heartbeat_interval_seconds,
-                per_worker_queue_size=config.per_worker_queue_size,
-                max_tasks_waiting=config.max_number_of_tasks_waiting,
-                max_task_crashes=config.max_task_crashes,
-                load_balance_seconds=config.load_balance_seconds,
-                load_balance_trigger_times=config.load_balance_trigger_times,
-                max_frame_bytes=max(config.max_message_size_bytes, 0),
-                max_control_frame_bytes=max(config.max_control_frame_bytes, 0),
-            )
-        )
+        self._core = SchedulerCore(CoreConfig.from_settings(config))
         self._stop = LoopStop()
         # While run() runs, stop() writes here, so that a poll in progress ends at once instead of at the next tick.
         self._process = psutil.Process()
@@ -183,7 +169,7 @@ class SchedulerServer:
     def _handle(self, frames: list[m.Buffer]) -> list[Outgoing]:
         sender = bytes(frames[0])
         if len(frames) > 1 and len(frames[1]) > self._config.max_control_frame_bytes:
-            self._log_bad_frame(sender, f"a {len(frames[1]):,}-byte control frame")
+            self._log_bad_frame(sender, f"a control frame of {len(frames[1]):,} bytes")
             return self._core.on_bad_frame(
                 sender, f"control frame over {self._config.max_control_frame_bytes:,} bytes; submit in smaller batches"
             )

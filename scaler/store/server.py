@@ -51,6 +51,7 @@ from scaler.store.spill import SpillError, SpillFile
 from scaler.utility.host_key import this_host_key
 from scaler.utility.loop_stop import LoopStop
 from scaler.utility.owned_directory import make_owned_directory, remove_abandoned_directories
+from scaler.utility.wording import with_article
 
 logger = logging.getLogger(__name__)
 
@@ -288,7 +289,8 @@ class StoreServer:
                 actions = [a.Reply(a.Requester(peer, message.request_id), _status_message(message.request_id, core))]
             else:
                 where = "ipc" if is_local else "tcp"
-                self._bad_frame(identity, f"a {type(message).__name__}, which the store does not take over {where}")
+                what = with_article(type(message).__name__)
+                self._bad_frame(identity, f"{what}, which the store does not take over {where}")
                 return
         except Exception:
             # A bug triggered by one message must not take the store, and every object in it, down.

@@ -1,4 +1,4 @@
-"""What a store process is started with, and the checks of it that its command line and the Cluster share."""
+"""What a store process is started with: the fields of its option table (settings.py), defaults included."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ import dataclasses
 
 import psutil
 
-from scaler.utility.zmq_config import parse_zmq_address
+from scaler.store.settings import STORE, tcp_bind_address
+
+__all__ = ["StoreServerConfig", "StoreStartError", "default_capacity_bytes", "tcp_bind_address"]
 
 # Of this machine's memory, what a store keeps in memory by default before it spills to disk.
 DEFAULT_CAPACITY_FRACTION = 0.3
@@ -24,29 +26,10 @@ class StoreStartError(RuntimeError):
 class StoreServerConfig:
     capacity_bytes: int
     # tcp://HOST (a free port) or tcp://HOST:PORT; HOST is what peers connect to, so not a wildcard.
-    data_address: str = "tcp://127.0.0.1"
+    data_address: str = STORE.field("data_address")
     spill_directory: str = ""  # empty: the system's temporary directory
     host_key: str = ""  # empty: this host's (see scaler/utility/host_key.py)
-    pool_idle_seconds: float = 30.0
+    pool_idle_seconds: float = STORE.field("pool_idle_seconds")
     work_directory_parent: str | None = None
     # Take loans of local writers' memory (borrowed_memory.py); False: every object is copied into a segment.
-    borrowing: bool = True
-
-
-def tcp_bind_address(data_address: str) -> str:
-    """What to bind for a data address: tcp://HOST means a free port. ValueError for anything else."""
-    rest = data_address[len("tcp://"):] if data_address.startswith("tcp://") else None
-    if rest is not None and (":" not in rest or rest.endswith("]")):  # no port
-        if not rest:
-            raise ValueError("a data address needs a host, e.g. tcp://192.168.1.10")
-        host = parse_zmq_address(f"{data_address}:1").host
-        bind = f"{data_address}:*"
-    else:
-        parsed = parse_zmq_address(data_address)
-        if parsed.type.value != "tcp":
-            raise ValueError(f"{data_address!r}: a data address is tcp://HOST or tcp://HOST:PORT")
-        bind = parsed.to_address()
-        host = parsed.host
-    if host in ("*", "0.0.0.0", "[::]"):
-        raise ValueError(f"{data_address!r}: give the address other hosts reach this store at, not a wildcard")
-    return bind
+    borrowing: bool = STORE.field("borrowing")

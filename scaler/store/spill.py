@@ -70,7 +70,7 @@ class SpillFile:
     def read_into(self, segment: Segment) -> None:
         """Copy the spilled bytes back to the start of `segment` (whose capacity must hold them)."""
         if segment.capacity < self.size:
-            raise ValueError(f"spill: {self.size:,} bytes do not fit a {segment.capacity:,}-byte segment")
+            raise ValueError(f"spill: {self.size:,} bytes do not fit a segment of {segment.capacity:,} bytes")
         try:
             _copy(self.fd, segment.fd, self.size)
         except OSError as error:

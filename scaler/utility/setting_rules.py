@@ -1,9 +1,11 @@
-"""What values a numeric setting takes, declared once beside the setting and checked at every entry point.
+"""What values a numeric setting takes, declared once in its command's option table and checked at every entry.
 
-A config dataclass declares a field with `setting(default, RULE)`. `check_settings(config)` (called by
-the config's `__post_init__`) raises ValueError for a value outside its rule: that is what the Python
-entry points raise. The command lines give argparse `argument_type(RULE)`, the same check with
-argparse's short message. Every rule also keeps its values within what the wire carries (a timeout
+Every rule (these for numbers, scaler/utility/text_rules.py for the rest) answers three questions:
+`describe()` (for the help, the docs and the errors), `parse(text)` (a value from a command line, or
+argparse.ArgumentTypeError: argparse's short message) and `check(value)` (a value given from Python or a
+config file, or TypeError/ValueError). A config dataclass takes its field from the table
+(scaler/utility/option_table.py); `check_settings(config)` (called by the config's `__post_init__`) holds
+each numeric field to its rule. Every rule also keeps its values within what the wire carries (a timeout
 travels in milliseconds as a 32-bit number), so no accepted value can fail to encode later.
 """
 
@@ -47,6 +49,13 @@ class Rule:
             raise ValueError(f"must be {self.describe()}, got {value!r}")
         return value
 
+    def parse(self, text: str) -> Any:
+        """The value a command line gives as `text`, or argparse.ArgumentTypeError naming the rule."""
+        try:
+            return self.check(self.kind(text))
+        except (TypeError, ValueError):
+            raise argparse.ArgumentTypeError(f"must be {self.describe()}, got {text!r}") from None
+
 
 def _plain(number: float) -> str:
     return str(int(number)) if float(number).is_integer() else f"{number:g}"
@@ -86,14 +95,7 @@ def argument_type(rule: Rule) -> Callable[[str], Any]:
     """An argparse `type=` that reads a number and holds it to `rule`, with argparse's short error."""
 
     def convert(text: str) -> Any:
-        try:
-            value = rule.kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be {rule.describe()}, got {text!r}") from None
-        try:
-            return rule.check(value)
-        except (TypeError, ValueError):
-            raise argparse.ArgumentTypeError(f"must be {rule.describe()}, got {text!r}") from None
+        return rule.parse(text)
 
     convert.__name__ = rule.kind.__name__
     return convert

@@ -131,8 +131,12 @@ def test_help_lists_every_option_with_its_default(script: str, options: list[str
     blocks = option_blocks(done.stdout)
     for option in options:
         assert option in blocks, f"{option} missing from {script} -h:\n{done.stdout}"
+    # A switch whose absence is the default (--no-store, --hard-processor-suspend) states none; an option nobody
+    # needs to give (the CURVE keys, --tags, the logging config file) has none to state.
+    no_default = {"--help", "--no-store", "--no-borrowing", "--hard-processor-suspend", "--tags", "--curve-secret-key",
+                  "--curve-server-key", "--curve-authorized-keys", "--logging-config-file"}
     for option, text in blocks.items():
-        if option != "--help":
+        if option not in no_default:
             assert "(default:" in text, f"{script} -h does not show the default of {option}: {text!r}"
 
 
@@ -146,6 +150,23 @@ def test_help_shows_one_default_per_option(script: str, python_env) -> None:
     assert not doubled, f"{script} -h shows two defaults for: {doubled}"
 
 
+@pytest.mark.parametrize(
+    "script",
+    ["scaler_scheduler", "scaler_cluster", "scaler_top", "scaler_ui", "scaler_slurm_cluster",
+     "scaler_symphony_cluster"],
+)
+def test_help_states_no_default_that_misleads(script: str, python_env) -> None:
+    """No "--no-store ... (default: True)" (it reads as if the store were off), no "(default: None)" on an
+    address one must give, no empty or list-shaped default, and an item of a list said once."""
+    done = subprocess.run([console_script(script), "-h"], capture_output=True, text=True, timeout=60, env=python_env)
+    assert done.returncode == 0, done.stderr
+    text = " ".join(done.stdout.split())
+    for wrong in ("(default: None)", "(default: )", "(default: [])", "(default: ('", "(default: True)",
+                  "(default: False)", "default Guest) (default"):
+        assert wrong not in text, f"{script} -h shows {wrong!r}:\n{done.stdout}"
+    assert not re.search(r"default: [^()]*\) \(default:", text), done.stdout
+
+
 def test_help_shows_the_documented_default_values(python_env) -> None:
     done = subprocess.run([*SCHEDULER, "-h"], capture_output=True, text=True, timeout=60, env=python_env)
     blocks = option_blocks(done.stdout)
@@ -153,7 +174,7 @@ def test_help_shows_the_documented_default_values(python_env) -> None:
     assert "(default: 60.0)" in blocks["--client-timeout-seconds"]
     assert "(default: 60.0)" in blocks["--worker-timeout-seconds"]
     assert "(default: 1000)" in blocks["--per-worker-queue-size"]
-    assert "(default: True)" in blocks["--protected"]
+    assert "(default: --protected)" in blocks["--protected"]
     assert "(default: builtin)" in blocks["--event-loop"]
     assert "(default: INFO)" in blocks["--logging-level"]
     assert "/dev/stdout" in blocks["--logging-paths"]
@@ -161,7 +182,7 @@ def test_help_shows_the_documented_default_values(python_env) -> None:
     blocks = option_blocks(done.stdout)
     assert "(default: 300.0)" in blocks["--death-timeout-seconds"]
     assert "(default: 1000)" in blocks["--per-worker-task-queue-size"]
-    assert "(default: False)" in blocks["--hard-processor-suspend"]
+    assert "(default:" not in blocks["--hard-processor-suspend"]  # off unless given
 
 
 # ---------------------------------------------------------------------------------------------- a real cluster

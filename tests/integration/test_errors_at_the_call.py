@@ -85,6 +85,13 @@ def test_map_raises_type_error_naming_the_tuple_that_does_not_fit(client: Client
     assert client.map(max, [(1, 2), (5, 3, 4)]) == [2, 5]
 
 
+def test_map_of_bare_values_says_what_an_item_is(client: Client) -> None:
+    with pytest.raises(TypeError, match=r"item 0 is an int$"):
+        client.map(two, [1, 2])
+    with pytest.raises(TypeError, match=r"item 1 is a str$"):
+        client.map(two, [(1, 2), "ab"])
+
+
 def test_get_raises_type_error_naming_the_key_whose_task_does_not_fit(client: Client) -> None:
     with pytest.raises(TypeError, match=r"task at key 'bad' does not fit two\(a, b\): missing"):
         client.get({"a": 1, "ok": (two, "a", 2), "bad": (two, "a")}, keys=["ok", "bad"])

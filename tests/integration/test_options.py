@@ -83,6 +83,7 @@ BAD_COMMAND_LINES = [
     ("scaler_cluster", ["-it", "0", ADDRESS], "--io-threads"),
     ("scaler_cluster", ["-el", "tokio", ADDRESS], "--event-loop"),
     ("scaler_cluster", ["-wn", "a,,b", "-n", "3", ADDRESS], "--worker-names"),
+    ("scaler_cluster", ["--tags", "gpu,,fast", ADDRESS], "--tags"),
     ("scaler_cluster", ["--curve-server-key", "/nonexistent", ADDRESS], "--curve-server-key"),
     ("scaler_cluster", ["--curve-secret-key", "/nonexistent", ADDRESS], "--curve-secret-key"),
     ("scaler_cluster", ["--logging-paths", "/nonexistent/dir/x.log", ADDRESS], "--logging-paths"),
@@ -112,6 +113,7 @@ def test_a_bad_option_is_a_short_parser_error(script: str, args: list[str], opti
     assert "Traceback" not in done.stderr, done.stderr
     error_line = done.stderr.strip().splitlines()[-1]
     assert error_line.startswith(f"{script}: error:") and option in error_line, done.stderr
+    assert f"{option}: {option}:" not in error_line, "the option is named twice"
     assert done.stdout == "", "nothing may start or log before the command line is right"
 
 

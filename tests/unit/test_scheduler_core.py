@@ -435,7 +435,7 @@ def test_duplicate_task_id_within_one_group_is_rejected():
 
 
 def test_queue_limit_rejects_tasks_beyond_max_tasks_waiting():
-    cluster = SimulatedCluster(CoreConfig(max_tasks_waiting=10))
+    cluster = SimulatedCluster(CoreConfig(max_number_of_tasks_waiting=10))
     client = cluster.add_client()
     accepted = cluster.submit(client, 8)
     too_many = cluster.submit(client, 3)
@@ -450,7 +450,7 @@ def test_queue_limit_rejects_tasks_beyond_max_tasks_waiting():
 
 
 def test_canceled_tasks_do_not_count_against_max_tasks_waiting():
-    cluster = SimulatedCluster(CoreConfig(max_tasks_waiting=10))
+    cluster = SimulatedCluster(CoreConfig(max_number_of_tasks_waiting=10))
     client = cluster.add_client()
     ids = cluster.submit(client, 10)
     cluster.cancel(client, ids)

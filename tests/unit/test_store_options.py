@@ -42,12 +42,13 @@ def test_a_bad_data_address_is_named(address: str, message: str) -> None:
 @pytest.mark.parametrize(
     "arguments, message",
     [
-        (["--capacity-bytes", "-1"], "negative"),
-        (["--capacity-bytes", "lots"], "not a whole number"),
+        # the rules of scaler_cluster's --store-capacity-bytes and of every other number (setting_rules.py)
+        (["--capacity-bytes", "-1"], "must be a whole number at least 0"),
+        (["--capacity-bytes", "lots"], "got 'lots'"),
         (["--data-address", "tcp://0.0.0.0"], "not a wildcard"),
         (["--spill-directory", "/no/such/directory"], "no such directory"),
         (["--host-key", "two words"], "one word"),
-        (["--pool-idle-seconds", "-5"], "negative"),
+        (["--pool-idle-seconds", "-5"], "must be a number at least 0"),
     ],
 )
 def test_bad_options_are_parser_errors(arguments: list[str], message: str, capsys) -> None:

@@ -36,7 +36,7 @@ class TaskIntake:
         counters: collections.Counter[str],
     ) -> None:
         self._tag_waits = tag_waits
-        self._max_tasks_waiting = config.max_tasks_waiting
+        self._max_tasks_waiting = config.max_number_of_tasks_waiting
         self._tasks = tasks
         self._graph = graph
         self._objects = objects

@@ -1,0 +1,104 @@
+"""The scheduler's options (`scaler_scheduler`, `[scheduler]` in a config file): the one table of them.
+
+SchedulerConfig (config.py) and the core's CoreConfig (core/core_config.py) take their defaults from
+here, the command line is built from it (scaler/cli/scheduler.py), and so are SchedulerClusterCombo's
+keywords (scaler/cluster/settings.py). The option names are those of released Scaler 1.9.x.
+"""
+
+from __future__ import annotations
+
+from scaler.scheduler.bad_frame_log import INTERVAL_SECONDS as BAD_FRAME_LOG_SECONDS
+from scaler.utility.ignored_settings import EVENT_LOOP, EVENT_LOOPS, OBJECT_RETENTION_SECONDS
+from scaler.utility.option_table import SWITCH, Option, OptionTable, ignored_option
+from scaler.utility.setting_rules import (
+    AT_LEAST_ONE,
+    FRAME_BYTES,
+    FRAME_BYTES_OR_UNLIMITED,
+    IO_THREADS,
+    POSITIVE_SECONDS,
+    SECONDS_OR_OFF,
+    TASK_SLOTS_OR_ANY,
+    TASKS_WAITING,
+)
+from scaler.utility.shared_options import address_option, logging_options, scheduler_curve_options
+from scaler.utility.text_rules import ADDRESS, ON_OR_OFF, one_of
+
+SCHEDULER = OptionTable(
+    "scheduler",
+    (
+        Option("io_threads", 1, IO_THREADS, "number of zmq io threads", flags=("-it",)),
+        Option(
+            "max_number_of_tasks_waiting", -1, TASKS_WAITING,
+            "tasks allowed to wait for a worker; beyond it new tasks are rejected; -1 means no limit", flags=("-mt",),
+            doc="A rejected task fails with `TaskRejectedError`.",
+        ),
+        Option(
+            "client_timeout_seconds", 60.0, POSITIVE_SECONDS,
+            "drop a client (cancel its tasks, free its objects) after this long without hearing from it",
+            flags=("-ct",),
+        ),
+        Option(
+            "worker_timeout_seconds", 60.0, POSITIVE_SECONDS,
+            "drop a worker and reschedule its tasks after this long without a heartbeat", flags=("-wt",),
+            doc="Its tasks go back to the front of the queue.",
+        ),
+        Option(
+            "heartbeat_interval_seconds", 2.0, POSITIVE_SECONDS, "heartbeat interval the scheduler asks its peers for",
+            flags=("-hi",),
+        ),
+        Option(
+            "load_balance_seconds", 1.0, SECONDS_OR_OFF,
+            "how often to look for workers running dry while others hold queued tasks (0 turns balancing off)",
+            flags=("-ls",),
+        ),
+        Option(
+            "load_balance_trigger_times", 2, AT_LEAST_ONE,
+            "how many looks in a row must see the imbalance before queued tasks are moved", flags=("-lbt",),
+        ),
+        Option(
+            "per_worker_queue_size", 1000, TASK_SLOTS_OR_ANY,
+            "most tasks a worker is given at once (caps what the worker offers); 0 trusts the worker", flags=("-qs",),
+        ),
+        Option(
+            "max_task_crashes", 3, AT_LEAST_ONE,
+            "a task whose processor or worker died under it this many times fails with WorkerDiedError "
+            "instead of being retried",
+            doc="A worker's death counts for the tasks known to run there (docs/failure_model.md).",
+        ),
+        Option(
+            "max_message_size_bytes", 4 * 1024**3, FRAME_BYTES_OR_UNLIMITED,
+            "a peer sending a larger frame is disconnected before it is read (-1: no limit)",
+            doc="It is disconnected inside zmq, before the scheduler allocates the frame. Announced to peers: clients "
+            "raise `PayloadTooLargeError` for larger arguments, objects and functions, and a larger result fails its "
+            "task.",
+        ),
+        Option(
+            "max_control_frame_bytes", 256 * 1024**2, FRAME_BYTES,
+            "largest Cap'n Proto frame accepted (large payloads travel in frames of their own)",
+            doc="Announced to peers, which split their messages to stay under it.",
+        ),
+        Option(
+            "bad_frame_log_seconds", BAD_FRAME_LOG_SECONDS, POSITIVE_SECONDS,
+            "after a peer's first undecodable frame is logged, its next ones are counted for this long, then one line "
+            "says how many",
+        ),
+        ignored_option(OBJECT_RETENTION_SECONDS, POSITIVE_SECONDS, "-ot"),
+        ignored_option(EVENT_LOOP, one_of(EVENT_LOOPS), "-e"),
+        Option(
+            "protected", True, ON_OR_OFF, "refuse shutdown requests from clients (--no-protected allows them)",
+            flags=("-p",), form=SWITCH,
+        ),
+        Option(
+            "monitor_address", None, ADDRESS, "where the monitor feed is published (see docs/monitor.md)",
+            flags=("-ma",), default_text="derived from the address, e.g. ipc:///tmp/127.0.0.1_2345_monitor",
+        ),
+    ),
+    scheduler_curve_options(),
+    logging_options(),
+    (
+        address_option(
+            "address to listen on, e.g. tcp://127.0.0.1:2345",
+            doc="Beyond loopback without CURVE keys, the log warns.",
+        ),
+    ),
+)
