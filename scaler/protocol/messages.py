@@ -158,6 +158,11 @@ class ObjectPayload:
         return bool(self.holder)
 
 
+# The name of the objects that stand for arguments shared by several tasks (scaler/client/shared_arguments.py):
+# a worker keeps their values only while its tasks need them, and error messages call them "an argument".
+SHARED_ARGUMENT_NAME = "shared argument"
+
+
 @dataclasses.dataclass(slots=True)
 class TaskGroup:
     """Tasks sharing a function and an argument layout; `args` is flattened row by row."""
