@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from scaler.scheduler.bad_frame_log import INTERVAL_SECONDS as BAD_FRAME_LOG_SECONDS
+from scaler.utility.bad_frame_log import INTERVAL_SECONDS as BAD_FRAME_LOG_SECONDS
 from scaler.utility.logging_setup import DEFAULT_LOGGING_PATHS, check_logging_level, check_logging_paths
 from scaler.utility.setting_rules import (
     AT_LEAST_ONE,
