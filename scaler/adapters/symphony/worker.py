@@ -28,15 +28,16 @@ import zmq
 from scaler.adapters.symphony import task_call
 from scaler.adapters.symphony.forwarding import ForwardingQueue, Stage
 from scaler.adapters.symphony.sdk import SymphonySession
-from scaler.client.serializer import DefaultSerializer, Serializer, loads
 from scaler.errors import PayloadTooLargeError
 from scaler.protocol import messages as m
+from scaler.protocol.serializer import DefaultSerializer, Serializer, loads
+from scaler.protocol.zmq_messages import send_message
 from scaler.utility.curve import PeerKeys, secure_peer
 from scaler.utility.loop_stop import LoopStop
 from scaler.utility.setting_rules import AT_LEAST_ONE, POSITIVE_SECONDS, TASK_SLOTS, check_settings, setting
 from scaler.utility.tags import PYTHON_TAG
 from scaler.utility.zmq_config import parse_zmq_address
-from scaler.utility.zmq_util import has_input, receive_frames, send_message
+from scaler.utility.zmq_util import has_input, receive_frames
 
 logger = logging.getLogger(__name__)
 
