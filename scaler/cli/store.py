@@ -1,4 +1,4 @@
-"""`python -m scaler.store`: one store process, the data plane of one host (started before its workers).
+"""`python -m scaler.cli.store`: one store process, the data plane of one host (started before its workers).
 
 With `--scheduler-address` it is a peer of that scheduler (role `store`, PROTOCOL.md §17); without,
 a standalone store that local processes order deletes from themselves.
@@ -48,7 +48,7 @@ def _host_key(text: str) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        "python -m scaler.store", description="A Scaler object store: shared memory for this host, tcp for others.",
+        "python -m scaler.cli.store", description="A Scaler object store: shared memory for this host, tcp for others.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument(
