@@ -75,7 +75,7 @@ class WorkerAgentCore:
         self._latency_us = 0
         self._limits = SizeLimits()
         # The large results of our processors, by the processor that made each: it may not have written it
-        # into the store yet (deferred_results.py), and must before another process reads it.
+        # into the store yet (own_results.py), and must before another process reads it.
         self._made_by: dict[bytes, bytes] = {}
 
     @property

@@ -145,7 +145,7 @@ def test_a_cluster_killed_while_its_store_holds_intermediates_and_an_object_lose
         keys = [f"digest-{index}" for index in range(PARTS)]
         futures = client.get(graph, keys, block=False)
         # Every part is made and held by the holder (its processors keep them until another process reads
-        # them: worker/deferred_results.py), and the object by its store; none read yet: the gate holds their
+        # them: worker/own_results.py), and the object by its store; none read yet: the gate holds their
         # readers back.
         wait_until(lambda: object_count(holder_store) >= 1, "the object is in the holder's store")
         wait_until(lambda: len(list(made.iterdir())) == PARTS, "the parts are made")
