@@ -195,6 +195,10 @@ class WorkerAgentCore:
             self._pool.hand_over(processor, task_ids, frames, now)
         elif isinstance(message, m.TaskStarted):
             self._out.append(ToScheduler(frames))  # a suspect task asks to start; the scheduler answers
+        elif isinstance(message, m.CancelRefused):
+            # A processor that holds many tasks running elsewhere at once (the Symphony worker's) has no
+            # running-task slot to refuse by: it says itself which tasks a cancel cannot stop.
+            self._out.append(ToScheduler(frames))
         elif isinstance(message, m.ObjectsLost):
             # An input its holders did not give; its task follows as `returned`, and must reach the scheduler
             # after this, so that it parks the task until the input is back instead of sending it out again.
