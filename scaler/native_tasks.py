@@ -25,7 +25,7 @@ from typing import Any, NoReturn
 import cloudpickle
 import msgpack
 
-from scaler.client.serializer import Serializer
+from scaler.protocol.serializer import Serializer
 
 # msgpack extension types of the neutral encoding (PROTOCOL.md §16).
 NATIVE_FUNCTION_EXT = 1  # data: the function's name, UTF-8

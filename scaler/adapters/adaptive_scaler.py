@@ -27,8 +27,8 @@ from scaler.adapters.scaling_policy import (
 )
 from scaler.adapters.worker_adapter import WorkerAdapter
 from scaler.client.client import Client
-from scaler.scheduler.monitor import MonitorSnapshot
-from scaler.ui.feed import MonitorSubscriber
+from scaler.protocol.monitor_feed import MonitorSubscriber
+from scaler.protocol.monitor_messages import MonitorSnapshot
 
 logger = logging.getLogger(__name__)
 

@@ -12,9 +12,9 @@ from typing import Any, Callable, Iterable, Protocol
 
 from scaler.client.graph import TemplateCall
 from scaler.client.object_reference import ObjectReference
-from scaler.client.shared_arguments import NEVER_LARGE_TYPES
 from scaler.client.stored_arguments import StoredArguments
 from scaler.errors import ScalerError, SerializationError
+from scaler.protocol.stored_payload import NEVER_LARGE_TYPES
 
 
 class ArgumentSharing(Protocol):

@@ -19,14 +19,16 @@ from scaler.client.graph_submission import submit_graph
 from scaler.client.object_reference import ObjectReference
 from scaler.client.progress import wait_for_futures_with_progress, wait_with_progress
 from scaler.client.result_sinks import MapCollector
-from scaler.client.shared_arguments import SHARED_ARGUMENT_NAME, RepeatedArguments, SharedArguments
+from scaler.client.shared_arguments import RepeatedArguments, SharedArguments
 from scaler.client.stored_arguments import StoredArguments, stored_arguments_of
-from scaler.client.task_warnings import issue_task_warnings
 from scaler.client.worker_drain import DrainResult, drain_request, drain_result
 from scaler.errors import ProtectedModeError
 from scaler.protocol import messages as m
 from scaler.protocol import stored_payload
-from scaler.protocol.serializer import DefaultSerializer, Serializer, StoredBuffer, loads
+from scaler.protocol.messages import SHARED_ARGUMENT_NAME
+from scaler.protocol.serializer import DefaultSerializer, Serializer, loads
+from scaler.protocol.stored_payload import StoredBuffer
+from scaler.protocol.task_warnings import issue_task_warnings
 from scaler.store.relay_path import DEFAULT_PROBE_SECONDS
 from scaler.utility.blocking import client_nesting_depth, waiting_for_tasks
 from scaler.utility.curve import PeerKeys

@@ -34,6 +34,7 @@ from scaler.protocol import messages as m
 from scaler.protocol import stored_payload
 from scaler.protocol.serializer import DefaultSerializer, Serializer
 from scaler.protocol.task_signature import TaskSignature
+from scaler.protocol.zmq_messages import send_message
 from scaler.store.peer_stores import Stores
 from scaler.store.relay_path import DEFAULT_PROBE_SECONDS
 from scaler.store.store_client import StoreError
@@ -42,7 +43,7 @@ from scaler.utility.curve import PeerKeys, secure_peer
 from scaler.utility.fork_safety import fix_after_fork
 from scaler.utility.host_key import this_host_key
 from scaler.utility.identifiers import TASK_COUNTER_BITS
-from scaler.utility.zmq_util import configure_socket, has_input, receive_frames, send_frames, send_message
+from scaler.utility.zmq_util import configure_socket, has_input, receive_frames, send_frames
 
 logger = logging.getLogger(__name__)
 

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 import cloudpickle
 
 from scaler.client.profiling import ProfilingInfo
-from scaler.client.task_warnings import issue_task_warnings
 from scaler.errors import (
     NoCapableWorkerError,
     ObjectLostError,
@@ -23,6 +22,7 @@ from scaler.errors import (
 )
 from scaler.protocol import messages as m
 from scaler.protocol.serializer import Serializer, loads
+from scaler.protocol.task_warnings import issue_task_warnings
 from scaler.utility.blocking import waiting_for_tasks
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ class ScalerFuture(concurrent.futures.Future):
         self._profile: m.TaskProfile | None = None
         self._cancel_refused = False
         # Warnings of the task, and of the quiet tasks of its graph (a list shared by the graph's
-        # futures), held until the outcome is handed out; see scaler/client/task_warnings.py.
+        # futures), held until the outcome is handed out; see scaler/protocol/task_warnings.py.
         self._warnings: list[m.TaskWarning] | None = None
         self._graph_warnings: list[m.TaskWarning] | None = None
 

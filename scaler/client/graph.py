@@ -14,50 +14,11 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-import graphlib
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any, Callable, Union
 
-
-class GraphError(ValueError):
-    """The graph cannot be computed: a requested key is missing or repeated, or there is a cycle."""
-
-
-class GraphKeyError(GraphError, KeyError):
-    """A requested key is not in the graph; a KeyError too, as dask's schedulers raise for a bad key."""
-
-    def __init__(self, key: Hashable) -> None:
-        super().__init__(f"requested key {key!r} is not in the graph")
-        self.key = key
-
-    def __str__(self) -> str:
-        return str(self.args[0])  # not KeyError's repr of the message
-
-
-class DuplicateKeyError(GraphError, KeyError):
-    """A key is requested more than once; a KeyError too, as Scaler 1.9.x raised for it."""
-
-    def __init__(self, keys: list[Hashable]) -> None:
-        super().__init__(f"keys requested more than once: {keys!r}; ask for each key once")
-        self.keys = keys
-
-    def __str__(self) -> str:
-        return str(self.args[0])
-
-
-class GraphCycleError(GraphError, graphlib.CycleError):
-    """The graph has a cycle; also a `graphlib.CycleError`, which Scaler 1.9.x raised.
-
-    As graphlib does, `args[1]` lists the keys of one cycle, each one a dependency of the next, the
-    first repeated at the end.
-    """
-
-    def __init__(self, message: str, cycle: list[Hashable]) -> None:
-        super().__init__(message, cycle)
-        self.cycle = cycle
-
-    def __str__(self) -> str:
-        return str(self.args[0])
+from scaler.client.graph_errors import DuplicateKeyError, GraphCycleError, GraphError, GraphKeyError
+from scaler.client.graph_order import topological_order
 
 
 @dataclasses.dataclass(frozen=True)
@@ -393,43 +354,6 @@ def _has_key_or_task(container: list | tuple, graph: Mapping) -> bool:
                 return True
             stack.extend(item)
     return False
-
-
-def topological_order(dependencies: Mapping[Hashable, Sequence[Hashable]]) -> list[Hashable]:
-    """Kahn's algorithm: every key after its dependencies; GraphError naming part of a cycle if any."""
-    remaining = {key: len(needed) for key, needed in dependencies.items()}
-    dependents: dict[Hashable, list[Hashable]] = {key: [] for key in dependencies}
-    for key, needed in dependencies.items():
-        for dependency in needed:  # a repeated dependency is counted, and released, once per use
-            dependents[dependency].append(key)
-    ready = [key for key, count in remaining.items() if count == 0]
-    ordered: list[Hashable] = []
-    while ready:
-        key = ready.pop()
-        ordered.append(key)
-        for dependent in dependents[key]:
-            remaining[dependent] -= 1
-            if remaining[dependent] == 0:
-                ready.append(dependent)
-    if len(ordered) != len(dependencies):
-        stuck = {key for key, count in remaining.items() if count > 0}
-        raise cycle_error(stuck, dependencies)
-    return ordered
-
-
-def cycle_error(stuck: set[Hashable], dependencies: Mapping[Hashable, Sequence[Hashable]]) -> GraphCycleError:
-    """The error for an ordering that placed every key but `stuck`: each of those waits on another one."""
-    named = sorted(repr(key) for key in stuck)[:5]
-    # Walking from any stuck key to a stuck dependency of it must come back to a key already seen.
-    walked: list[Hashable] = []
-    seen: set[Hashable] = set()
-    key = next(iter(stuck))
-    while key not in seen:
-        seen.add(key)
-        walked.append(key)
-        key = next(dependency for dependency in dependencies[key] if dependency in stuck)
-    loop = walked[walked.index(key):]
-    return GraphCycleError(f"the graph has a cycle involving {', '.join(named)}", [*reversed(loop), loop[-1]])
 
 
 def _cycle_through(key: Hashable, dependency: Hashable, on_path: Mapping[Hashable, PlannedCall]) -> list[Hashable]:

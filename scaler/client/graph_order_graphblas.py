@@ -14,7 +14,7 @@ import itertools
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
-from scaler.client.graph import cycle_error
+from scaler.client.graph_order import cycle_error
 
 _graphblas: Any = None
 
@@ -48,7 +48,7 @@ def _load() -> Any:
 def graphblas_order(dependencies: Mapping[Hashable, Sequence[Hashable]]) -> list[Hashable]:
     """Every key after its dependencies, wave by wave; GraphError naming part of a cycle if any.
 
-    Same contract as `scaler.client.graph.topological_order`. Raises ImportError without python-graphblas.
+    Same contract as `scaler.client.graph_order.topological_order`. Raises ImportError without python-graphblas.
     """
     graphblas = _load()
     import numpy

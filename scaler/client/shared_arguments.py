@@ -22,17 +22,13 @@ import threading
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from scaler.protocol import messages as m
-from scaler.protocol.messages import LARGE_PAYLOAD_BYTES
+from scaler.protocol.messages import LARGE_PAYLOAD_BYTES, SHARED_ARGUMENT_NAME
+from scaler.protocol.stored_payload import NEVER_LARGE_TYPES  # arguments of these types are never large
 from scaler.utility.identifiers import random_object_id
 
 if TYPE_CHECKING:
     from scaler.client.stored_arguments import StoredArguments
 
-# The name of the objects that stand for shared arguments (error messages call them "an argument").
-SHARED_ARGUMENT_NAME = "shared argument"
-
-# Arguments of these types are never large: no identity is tracked for them.
-NEVER_LARGE_TYPES = frozenset({int, float, bool, complex, type(None)})
 # Immutable, so identity across submit calls means the same value; `len` bounds their payload from below.
 IMMUTABLE_SIZED_TYPES = frozenset({bytes, str})
 

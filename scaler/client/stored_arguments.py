@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
 
-from scaler.client.shared_arguments import SHARED_ARGUMENT_NAME
 from scaler.protocol import messages as m
 from scaler.protocol import stored_payload
+from scaler.protocol.messages import SHARED_ARGUMENT_NAME
 from scaler.protocol.serializer import Serializer
 from scaler.store.peer_stores import Stores
 from scaler.utility.identifiers import random_object_id

@@ -21,7 +21,7 @@ from typing import Callable
 
 from scaler.errors import ObjectLostError
 from scaler.protocol import messages as m
-from scaler.protocol.serializer import StoredBuffer
+from scaler.protocol.stored_payload import StoredBuffer
 from scaler.store.peer_stores import Stores
 from scaler.store.store_client import ObjectMissing, StoreError, StoreTimeout
 

@@ -16,7 +16,7 @@ from typing import Any, Callable, cast
 import capnp
 
 from scaler.protocol.capnp_fields import FLAT_MESSAGES, read_directory, read_fields, write_directory, write_fields
-from scaler.protocol.messages import (
+from scaler.protocol.message_types import (
     LARGE_PAYLOAD_BYTES,
     Buffer,
     FailureKind,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
-from scaler.protocol.messages import (
+from scaler.protocol.message_types import (
     CancelRefused,
     CancelTasks,
     ClearRequest,

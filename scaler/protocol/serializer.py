@@ -14,9 +14,12 @@ import io
 import pickle
 import types
 from collections import ChainMap
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import cloudpickle
+
+if TYPE_CHECKING:
+    from scaler.protocol.stored_payload import StoredBuffer
 
 # Values of these exact types pickle the same with the standard library as with cloudpickle, and the
 # standard library is about ten times faster on them: the fast path for the many tiny arguments of a map.
@@ -122,25 +125,18 @@ class DefaultSerializer(Serializer):
         return pickle.loads(payload)
 
 
-class StoredBuffer:
-    """A payload in the stored-payload layout (scaler/protocol/stored_payload.py): a result fetched from a
-    store, mapped or received. `loads` reads it as such; it keeps its mapping alive while it lives."""
-
-    __slots__ = ("buffer",)
-
-    def __init__(self, buffer: Any) -> None:
-        self.buffer = buffer
-
-
 def loads(serializer: Serializer, payload: bytes | memoryview | StoredBuffer) -> Any:
     """Deserialize a payload that may be a zero-copy view of a received frame, or a stored payload.
 
-    The default serializer reads views directly; a custom one is promised bytes, so it gets a copy.
+    The default serializer reads views directly; a custom one is promised bytes, so it gets a copy. A stored
+    payload (scaler/protocol/stored_payload.py, which imports this module) reads itself.
     """
-    if type(payload) is StoredBuffer:
-        from scaler.protocol import stored_payload  # it imports this module
-
-        return stored_payload.read(payload.buffer, serializer)
-    if type(payload) is memoryview and type(serializer) is not DefaultSerializer:
-        payload = bytes(payload)
+    payload_type = type(payload)
+    if payload_type is memoryview:
+        if type(serializer) is not DefaultSerializer:
+            payload = bytes(payload)  # type: ignore[arg-type]
+    elif payload_type is not bytes:
+        load = getattr(payload, "load", None)  # a StoredBuffer; anything else is bytes-like
+        if load is not None:
+            return load(serializer)
     return serializer.deserialize(payload)  # type: ignore[arg-type]

@@ -34,7 +34,7 @@ import pickle
 import struct
 from typing import Any, Union
 
-from scaler.client.serializer import DefaultSerializer, Serializer
+from scaler.protocol.serializer import DefaultSerializer, Serializer
 from scaler.protocol.serializer import dumps as serializer_dumps
 
 MAGIC = b"SCLRPAY\x00"
@@ -334,6 +334,19 @@ def table_end(head: Any) -> int:
 # What a reader that does not map a payload reads of it first: header and table (up to 4,000 buffers), and
 # most often the main part too.
 HEAD_BYTES = 64 * 1024
+
+
+class StoredBuffer:
+    """A payload in the stored-payload layout: a result fetched from a store, mapped or received.
+    `scaler.protocol.serializer.loads` reads it as such; it keeps its mapping alive while it lives."""
+
+    __slots__ = ("buffer",)
+
+    def __init__(self, buffer: Any) -> None:
+        self.buffer = buffer
+
+    def load(self, serializer: Serializer) -> Any:
+        return read(self.buffer, serializer)
 
 
 def read(buffer: Any, serializer: Serializer | None = None) -> Any:

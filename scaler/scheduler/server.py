@@ -15,12 +15,12 @@ import zmq
 
 from scaler.protocol import messages as m
 from scaler.protocol.monitor_messages import MonitorSnapshot
-from scaler.scheduler.bad_frame_log import BadFrameLog, short_identity
 from scaler.scheduler.config import MONITOR_DIRECTORY, SchedulerConfig, default_monitor_address
 from scaler.scheduler.core.core_config import CoreConfig
 from scaler.scheduler.core.outgoing import Outgoing
 from scaler.scheduler.core.scheduler_core import SchedulerCore
 from scaler.scheduler.monitor import MonitorPublisher
+from scaler.utility.bad_frame_log import BadFrameLog, short_identity
 from scaler.utility.curve import ServerKeys, secure_server
 from scaler.utility.ipc_sockets import remove_stale_monitor_sockets
 from scaler.utility.loop_stop import LoopStop

@@ -7,7 +7,7 @@ keywords (scaler/cluster/settings.py). The option names are those of released Sc
 
 from __future__ import annotations
 
-from scaler.scheduler.bad_frame_log import INTERVAL_SECONDS as BAD_FRAME_LOG_SECONDS
+from scaler.utility.bad_frame_log import INTERVAL_SECONDS as BAD_FRAME_LOG_SECONDS
 from scaler.utility.ignored_settings import EVENT_LOOP, EVENT_LOOPS, OBJECT_RETENTION_SECONDS
 from scaler.utility.option_table import SWITCH, Option, OptionTable, ignored_option
 from scaler.utility.setting_rules import (

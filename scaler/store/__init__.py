@@ -5,6 +5,6 @@ store_records.py (what it remembers), segment_pool.py (recycled segments by size
 server.py (its sockets), server_config.py (what it is started with), segment.py (memfd segments),
 spill.py (unlinked files), holder_fetches.py (fetching from other stores), process_watch.py (local
 readers that die), scheduler_link.py (the seam to the scheduler) and control_link.py (that link over
-the control protocol), __main__.py (its command line), store_process.py (starting one). For the other
+the control protocol), scaler/cli/store.py (its command line), store_process.py (starting one). For the other
 processes: store_client.py.
 """

@@ -16,6 +16,7 @@ import psutil
 import zmq
 
 from scaler.protocol import messages as m
+from scaler.protocol.zmq_messages import send_message
 from scaler.store.scheduler_link import (
     DeleteOrder,
     LinkEvent,
@@ -27,7 +28,7 @@ from scaler.store.scheduler_link import (
 )
 from scaler.store.store_records import StoreStatus
 from scaler.utility.curve import PeerKeys, secure_peer
-from scaler.utility.zmq_util import configure_socket, receive_frames, send_message
+from scaler.utility.zmq_util import configure_socket, receive_frames
 
 logger = logging.getLogger(__name__)
 

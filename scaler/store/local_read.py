@@ -14,8 +14,8 @@ import os
 import weakref
 from typing import Any, Callable
 
-from scaler.client.serializer import Serializer
 from scaler.protocol import stored_payload
+from scaler.protocol.serializer import Serializer
 from scaler.store.segment import map_descriptor_for_reading, open_for_reading, read_copy
 
 

@@ -19,7 +19,8 @@ from typing import Any
 
 from scaler.protocol import messages as m
 from scaler.protocol import stored_payload
-from scaler.protocol.serializer import DefaultSerializer, Serializer, StoredBuffer
+from scaler.protocol.serializer import DefaultSerializer, Serializer
+from scaler.protocol.stored_payload import StoredBuffer
 from scaler.store.relay_path import DEFAULT_PROBE_SECONDS, RelayPath
 from scaler.store.store_client import StoreAddress, StoreClient, StoreTimeout
 

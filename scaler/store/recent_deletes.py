@@ -1,6 +1,6 @@
 """The ids of objects the store was told to delete while it did not hold them, remembered for a while.
 
-A worker writes a result into its store only when another process is to read it (worker/deferred_results.py),
+A worker writes a result into its store only when another process is to read it (worker/own_results.py),
 so the scheduler's delete of a freed result can overtake a late write of it. The store drops a write of an
 id it remembers here; else that object would stay forever, since nobody would delete it again.
 """

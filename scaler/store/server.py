@@ -29,7 +29,6 @@ from scaler.protocol import data_messages as d
 from scaler.protocol import messages as m
 from scaler.protocol.messages import Buffer
 from scaler.protocol.stored_payload import StoredPayloadError, split_frames
-from scaler.scheduler.bad_frame_log import BadFrameLog, short_identity
 from scaler.store import store_actions as a
 from scaler.store import store_core as c
 from scaler.store import store_records as r
@@ -48,6 +47,7 @@ from scaler.store.scheduler_link import (
 from scaler.store.segment import Segment, check_available
 from scaler.store.server_config import StoreServerConfig, StoreStartError, tcp_bind_address
 from scaler.store.spill import SpillError, SpillFile
+from scaler.utility.bad_frame_log import BadFrameLog, short_identity
 from scaler.utility.host_key import this_host_key
 from scaler.utility.loop_stop import LoopStop
 from scaler.utility.owned_directory import make_owned_directory, remove_abandoned_directories

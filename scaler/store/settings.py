@@ -1,4 +1,4 @@
-"""The store's options (`python -m scaler.store`, `[store]` in a config file): the one table of them.
+"""The store's options (`python -m scaler.cli.store`, `[store]` in a config file): the one table of them.
 
 StoreServerConfig (server_config.py) takes its defaults from here. `scaler_cluster` starts its store with
 the options of its own table (scaler/cluster/settings.py), which uses DATA_ADDRESS from here.

@@ -33,10 +33,10 @@ from typing import Any, Callable
 
 import zmq
 
-from scaler.client.serializer import Serializer
 from scaler.protocol import data_messages as d
 from scaler.protocol import stored_payload
 from scaler.protocol.messages import Buffer
+from scaler.protocol.serializer import Serializer
 from scaler.store.borrowed_memory import LoanUnreadable, loan_layout, read_parts, read_payload
 from scaler.store.kept_mappings import KeptMappings
 from scaler.store.lent_objects import LentObjects

@@ -40,7 +40,7 @@ class StoreProcess:
         curve_server_key: str | None = None, curve_secret_key: str | None = None,
         logging_paths: tuple[str, ...] = (), borrowing: bool = True,
     ) -> StoreProcess:
-        """Start `python -m scaler.store` and return once it listens; StoreStartError (nothing left running) if not.
+        """Start `python -m scaler.cli.store` and return once it listens; StoreStartError (nothing left running) if not.
 
         With a scheduler address it registers there as a store (PROTOCOL.md §17); listening comes first, so
         its registration may follow the return.
@@ -65,7 +65,7 @@ class StoreProcess:
         child_environment[EXIT_WITH_PARENT_ENV] = str(os.getpid())
         try:
             process = subprocess.Popen(
-                [sys.executable, "-m", "scaler.store", *arguments], env=pipe.child_environment(child_environment),
+                [sys.executable, "-m", "scaler.cli.store", *arguments], env=pipe.child_environment(child_environment),
                 stdin=subprocess.DEVNULL, pass_fds=pipe.pass_fds,
             )
             pipe.children_started()

@@ -12,8 +12,8 @@ import signal
 import time
 from types import FrameType
 
+from scaler.protocol.monitor_feed import MonitorSubscriber
 from scaler.protocol.monitor_messages import MonitorSnapshot
-from scaler.ui.feed import MonitorSubscriber
 from scaler.ui.top_screen import DEFAULT_SORT, SORT_SHORTCUTS, render
 
 # How long one wait for a key lasts; bounds how late a snapshot or a key is shown.

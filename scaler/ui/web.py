@@ -20,7 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
-from scaler.ui.feed import MonitorSubscriber
+from scaler.protocol.monitor_feed import MonitorSubscriber
 from scaler.ui.history import MonitorHistory
 
 logger = logging.getLogger(__name__)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Union
+
 import zmq
 
-from scaler.protocol import messages as m
+# A frame going out or coming in: bytes, or a zero-copy view of a received frame (the protocol's Buffer).
+Frame = Union[bytes, memoryview]
 
 
 def configure_socket(socket: zmq.Socket, identity: bytes | None = None) -> None:
@@ -22,7 +25,7 @@ def has_input(socket: zmq.Socket) -> bool:
     return bool(socket.getsockopt(zmq.EVENTS) & zmq.POLLIN)  # type: ignore[operator, arg-type]
 
 
-def send_frames(socket: zmq.Socket, frames: list[m.Buffer], flags: int = 0) -> None:
+def send_frames(socket: zmq.Socket, frames: list[Frame], flags: int = 0) -> None:
     if len(frames) == 1:
         socket.send(frames[0], flags)
     else:
@@ -30,10 +33,6 @@ def send_frames(socket: zmq.Socket, frames: list[m.Buffer], flags: int = 0) -> N
         socket.send_multipart(frames, flags, copy=False)
 
 
-def send_message(socket: zmq.Socket, message: m.Message, flags: int = 0) -> None:
-    send_frames(socket, m.encode(message), flags)
-
-
-def receive_frames(socket: zmq.Socket, flags: int = 0) -> list[m.Buffer]:
+def receive_frames(socket: zmq.Socket, flags: int = 0) -> list[Frame]:
     """One message's frames as zero-copy views."""
     return [part.buffer for part in socket.recv_multipart(flags, copy=False)]

@@ -23,13 +23,14 @@ import psutil
 import zmq
 
 from scaler.protocol import messages as m
+from scaler.protocol.zmq_messages import send_message
 from scaler.utility.curve import PeerKeys, secure_peer
 from scaler.utility.loop_stop import LoopStop
 from scaler.utility.malloc_tuning import with_freed_memory_kept
 from scaler.utility.parent_watch import parent_is_gone
 from scaler.utility.process_stop import stop_process
 from scaler.utility.readiness import FAILED, REGISTERED, ReadinessReporter
-from scaler.utility.zmq_util import configure_socket, has_input, receive_frames, send_frames, send_message
+from scaler.utility.zmq_util import configure_socket, has_input, receive_frames, send_frames
 from scaler.worker.agent_actions import (
     AGENT_SIGNAL,
     Action,

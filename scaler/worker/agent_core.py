@@ -75,7 +75,7 @@ class WorkerAgentCore:
         self._latency_us = 0
         self._limits = SizeLimits()
         # The large results of our processors, by the processor that made each: it may not have written it
-        # into the store yet (deferred_results.py), and must before another process reads it.
+        # into the store yet (own_results.py), and must before another process reads it.
         self._made_by: dict[bytes, bytes] = {}
 
     @property
@@ -195,6 +195,10 @@ class WorkerAgentCore:
             self._pool.hand_over(processor, task_ids, frames, now)
         elif isinstance(message, m.TaskStarted):
             self._out.append(ToScheduler(frames))  # a suspect task asks to start; the scheduler answers
+        elif isinstance(message, m.CancelRefused):
+            # A processor that holds many tasks running elsewhere at once (the Symphony worker's) has no
+            # running-task slot to refuse by: it says itself which tasks a cancel cannot stop.
+            self._out.append(ToScheduler(frames))
         elif isinstance(message, m.ObjectsLost):
             # An input its holders did not give; its task follows as `returned`, and must reach the scheduler
             # after this, so that it parks the task until the input is back instead of sending it out again.

@@ -1,10 +1,10 @@
 """Where a processor puts the result of a task: inline on the control path, or in this worker's store.
 
 A result under the store's inline limit travels inline in TaskResults, as it always did. A larger one
-(of any type, its buffers out-of-band) is reported as a stored object of this worker's store, and its
-value stays in the processor for the dependents placed here (own_results.py); its bytes are written into
-the store only when another process is to read it (deferred_results.py). When the store fails, results
-go inline from then on (those reported already are made again when their readers report them lost).
+(of any type, its buffers out-of-band) is reported as a stored object of this worker's store; its value
+stays in the processor for the dependents placed here, and its bytes are written into the store only when
+another process is to read it (own_results.py). When the store fails, results go inline from then on
+(those reported already are made again when their readers report them lost).
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from scaler.protocol.serializer import Serializer
 from scaler.store.peer_stores import Stores
 from scaler.store.store_client import StoreError
 from scaler.utility.identifiers import random_object_id
-from scaler.worker.deferred_results import DeferredResults
 from scaler.worker.own_results import OwnResults
 
 logger = logging.getLogger(__name__)
@@ -28,7 +27,6 @@ class LargeResults:
     def __init__(self, stores: Stores) -> None:
         self._stores = stores
         self.own = OwnResults()
-        self._deferred = DeferredResults()
         self._store_failed = False
         # Results reported as stored since the last flush.
         self.reported: list[m.StoredResult] = []
@@ -47,22 +45,20 @@ class LargeResults:
             return sized
         object_id = random_object_id()
         self.reported.append(m.StoredResult(task_id=task_id, object_id=object_id, size=sized.size, holder=stores.home))
-        self.own.add(object_id, result, sized.size)
-        self._write(self._deferred.defer(object_id, sized))
+        self._write(self.own.add(object_id, result, sized))
         return None
 
     def publish(self, object_ids: list[bytes]) -> None:
         """Another process is to read these: into the store with those not written yet."""
-        self._write(self._deferred.take(object_ids))
+        self._write(self.own.to_write(object_ids))
 
     def publish_all(self) -> None:
         """Before the queue goes to another processor: whoever reads them now needs the store."""
-        self._write(self._deferred.take_all())
+        self._write(self.own.all_to_write())
 
     def forget(self, object_ids: list[bytes]) -> None:
         """Freed by the scheduler: neither kept nor written."""
         self.own.forget(object_ids)
-        self._deferred.forget(object_ids)
 
     def _write(self, results: list[tuple[bytes, stored_payload.PreparedPayload]]) -> None:
         for object_id, payload in results:

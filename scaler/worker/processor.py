@@ -29,11 +29,12 @@ from scaler.protocol import messages as m
 from scaler.protocol.layout import slots_by_row
 from scaler.protocol.serializer import DefaultSerializer, Serializer, loads
 from scaler.protocol.task_signature import TaskSignature
+from scaler.protocol.zmq_messages import send_message
 from scaler.store.peer_stores import Stores
 from scaler.utility.blocking import install_hooks, set_task_depth
 from scaler.utility.malloc_tuning import give_back_freed_memory
 from scaler.utility.parent_watch import die_with_parent
-from scaler.utility.zmq_util import configure_socket, has_input, receive_frames, send_message
+from scaler.utility.zmq_util import configure_socket, has_input, receive_frames
 from scaler.worker.agent_actions import AGENT_SIGNAL
 from scaler.worker.config import DEFAULT_INPUT_WAIT_SECONDS
 from scaler.worker.large_results import LargeResults

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from scaler.client.shared_arguments import SHARED_ARGUMENT_NAME
 from scaler.protocol import messages as m
+from scaler.protocol.messages import SHARED_ARGUMENT_NAME
 from scaler.protocol.serializer import Serializer, loads
 from scaler.store.peer_stores import Stores
 from scaler.store.store_client import ObjectMissing, StoreTimeout

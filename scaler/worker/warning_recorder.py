@@ -2,7 +2,7 @@
 
 Installed once per processor, with a single filter, "always", in place of the worker's own: every
 warning a task raises reaches the recorder, and the caller's filters decide later, in the client, what
-to show, ignore or raise (see scaler/client/task_warnings.py). A task that sets filters of its own
+to show, ignore or raise (see scaler/protocol/task_warnings.py). A task that sets filters of its own
 (inside `warnings.catch_warnings()` or not) is obeyed as it would be in a local process.
 
 Nothing is done per task that warns nothing beyond setting and clearing `task_id`: the work happens in
@@ -22,8 +22,8 @@ import warnings
 from types import FrameType
 from typing import Any, TextIO
 
-from scaler.client.task_warnings import FORWARDED_RECORD_ATTRIBUTE
 from scaler.protocol import messages as m
+from scaler.protocol.task_warnings import FORWARDED_RECORD_ATTRIBUTE
 
 MAX_WARNINGS_PER_TASK = 32
 # Longer texts are cut: a warning rides in the control frame with the result.

@@ -61,7 +61,7 @@ def directory_of(address: str) -> m.StoreDirectory:
 def store_processes(spawned_pid: int) -> list[psutil.Process]:
     return [
         child for child in psutil.Process(spawned_pid).children(recursive=True)
-        if "scaler.store" in " ".join(child.cmdline())
+        if "scaler.cli.store" in " ".join(child.cmdline())
     ]
 
 

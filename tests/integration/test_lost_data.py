@@ -84,7 +84,7 @@ def start_cluster(
 
 def store_of(cluster: Spawned, client: Client) -> StoreAddress:
     """The store this cluster started, as the scheduler's directory names it to the client."""
-    (store_process,) = [child for child in cluster.descendants() if "scaler.store" in " ".join(child.cmdline())]
+    (store_process,) = [child for child in cluster.descendants() if "scaler.cli.store" in " ".join(child.cmdline())]
     stores = client._connection.stores
 
     def listed() -> str | None:
@@ -102,7 +102,7 @@ def store_of(cluster: Spawned, client: Client) -> StoreAddress:
 
 def kill_store_then_cluster(cluster: Spawned) -> None:
     """SIGKILL to the cluster's store (it cannot say goodbye), then to the cluster and its workers."""
-    (store_process,) = [child for child in cluster.descendants() if "scaler.store" in " ".join(child.cmdline())]
+    (store_process,) = [child for child in cluster.descendants() if "scaler.cli.store" in " ".join(child.cmdline())]
     store_process.kill()
     store_process.wait(WAIT_SECONDS)
     cluster.process.send_signal(signal.SIGKILL)
@@ -145,7 +145,7 @@ def test_a_cluster_killed_while_its_store_holds_intermediates_and_an_object_lose
         keys = [f"digest-{index}" for index in range(PARTS)]
         futures = client.get(graph, keys, block=False)
         # Every part is made and held by the holder (its processors keep them until another process reads
-        # them: worker/deferred_results.py), and the object by its store; none read yet: the gate holds their
+        # them: worker/own_results.py), and the object by its store; none read yet: the gate holds their
         # readers back.
         wait_until(lambda: object_count(holder_store) >= 1, "the object is in the holder's store")
         wait_until(lambda: len(list(made.iterdir())) == PARTS, "the parts are made")
@@ -218,7 +218,9 @@ def test_workers_whose_own_store_died_read_from_the_holder_and_nothing_is_taken_
         # grace), then go to the holder: 2 s, not the default 10, as the test waits for it.
         orphaned = start_cluster(spawn, "orphaned", address, 1 << 30, 2, "--input-wait-seconds", "2")
         wait_until(lambda: len(client._connection.stores._addresses) == 2, "the second store registered")
-        (store_process,) = [child for child in orphaned.descendants() if "scaler.store" in " ".join(child.cmdline())]
+        (store_process,) = [
+            child for child in orphaned.descendants() if "scaler.cli.store" in " ".join(child.cmdline())
+        ]
         store_process.kill()
         store_process.wait(WAIT_SECONDS)
         blob = os.urandom(2 * MB)

@@ -597,7 +597,7 @@ def test_a_host_cut_off_while_holding_intermediates_the_graph_still_completes_ex
                 graph[f"digest-{index}"] = (digest_of, f"part-{index}", "gate", index)
             futures = client.get(graph, [f"digest-{index}" for index in range(PARTS)], block=False)
             # Every part made and held where it was made (by the processor that made it, as nothing else reads
-            # it yet: worker/deferred_results.py); their readers wait for the gate.
+            # it yet: worker/own_results.py); their readers wait for the gate.
             wait_for(monitor, lambda s: s.tasks.success >= PARTS, 60, "the parts made")
             holder = max((a, b), key=lambda host: parts_made_on(host, notes))
             lab.cut(holder)

@@ -1,5 +1,5 @@
 """Large results kept by the processor that made them until another process reads them
-(worker/deferred_results.py), with a real scheduler, real workers and their real store.
+(worker/own_results.py), with a real scheduler, real workers and their real store.
 
 A dependent placed on the maker's worker takes the value from the maker's processor, and the store never
 sees the bytes; a dependent on another worker reads them from the store, where the maker writes them when

@@ -139,7 +139,7 @@ def test_a_relayed_fetch_from_a_store_that_leaves_is_answered_at_once_naming_the
     assert host.process is not None
     (store_process,) = [
         child for child in psutil.Process(host.process.pid).children(recursive=True)
-        if "scaler.store" in " ".join(child.cmdline())
+        if "scaler.cli.store" in " ".join(child.cmdline())
     ]
     armed = str(tmp_path / "armed")
     store_stopped = threading.Event()

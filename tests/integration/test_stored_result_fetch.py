@@ -47,7 +47,7 @@ def test_a_fetch_from_a_stopped_store_holds_up_no_other_result(tmp_path, monkeyp
             Client(address=combo.get_address(), timeout_seconds=120) as client:
         (store_process,) = [
             child for child in psutil.Process(combo.cluster_pid).children(recursive=True)
-            if "scaler.store" in " ".join(child.cmdline())
+            if "scaler.cli.store" in " ".join(child.cmdline())
         ]
         wait_until(lambda: client._connection.stores.home, "the client's home store")
         home = client._connection.stores.address_of(client._connection.stores.home)

@@ -7,6 +7,7 @@ documented SDK surface and the Scaler protocol correctly, not how Symphony itsel
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import subprocess
 import sys
@@ -113,6 +114,14 @@ def parent_waiting_on_a_child(client: Client, value: int) -> int:
     return client.submit(pow, value, 2).result(timeout=60) + 1
 
 
+def hold_until_opened(started: str, gate: str) -> str:
+    open(started, "w").close()
+    deadline = time.monotonic() + WAIT_SECONDS
+    while not os.path.exists(gate) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return "opened"
+
+
 def test_without_the_sdk_the_command_says_what_to_install_and_exits() -> None:
     completed = subprocess.run(
         [console_script("scaler_symphony_cluster"), "tcp://127.0.0.1:2345", "ScalerService", "--base-concurrency", "4"],
@@ -147,3 +156,26 @@ def test_nested_tasks_go_past_the_base_concurrency_so_waiting_parents_do_not_dea
     client = symphony_cluster(base_concurrency=1, slots=2)
     futures = [client.submit(parent_waiting_on_a_child, client, value) for value in range(3)]
     assert [future.result(timeout=WAIT_SECONDS) for future in futures] == [1, 2, 5]
+
+
+def test_a_cancel_stops_a_task_still_queued_and_is_refused_for_one_running_in_symphony(
+    symphony_cluster: Cluster, tmp_path
+) -> None:
+    client = symphony_cluster(base_concurrency=1, slots=1)
+    started, gate = str(tmp_path / "started"), str(tmp_path / "gate")
+    running = client.submit(hold_until_opened, started, gate)
+    deadline = time.monotonic() + WAIT_SECONDS
+    while not os.path.exists(started):
+        assert time.monotonic() < deadline, "the first task never started in Symphony"
+        time.sleep(0.01)
+    queued = client.submit(pow, 2, 10)  # behind the first: the base concurrency is 1
+    assert queued.cancel() is True and queued.cancelled()
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        refusal = pool.submit(running.cancel)
+        # In Symphony, only a forced cancel could drop it: the worker refuses at once. Unanswered, the cancel
+        # would wait for the client's whole timeout (60 s) and then say False all the same.
+        assert refusal.result(timeout=WAIT_SECONDS / 2) is False
+    assert not running.done()
+    open(gate, "w").close()
+    assert running.result(timeout=WAIT_SECONDS) == "opened"
+    assert client.submit(pow, 2, 10).result(timeout=WAIT_SECONDS) == 1024

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scaler.scheduler.bad_frame_log import BadFrameLog, short_identity
+from scaler.utility.bad_frame_log import BadFrameLog, short_identity
 
 pytestmark = pytest.mark.timeout(30)
 

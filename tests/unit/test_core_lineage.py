@@ -203,7 +203,7 @@ def test_an_unneeded_lost_result_is_simply_forgotten() -> None:
 def test_the_client_raises_object_lost_error_for_the_schedulers_failure() -> None:
     from scaler.client.future import exception_from_failure
     from scaler.errors import ObjectLostError
-    from scaler.scheduler.core.lineage import lost_failure
+    from scaler.scheduler.core.object_lifetime.lineage import lost_failure
 
     error = exception_from_failure(lost_failure(1, b"q" * 16, "no client could send it again"))
     assert isinstance(error, ObjectLostError) and (b"q" * 16).hex() in str(error)

@@ -1,5 +1,5 @@
 """The scheduler core asks the maker of a large result to write it into its store only when someone else
-reads it (worker/deferred_results.py): a dependent placed on another worker, or the client it is for."""
+reads it (worker/own_results.py): a dependent placed on another worker, or the client it is for."""
 
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ from scaler.cluster.store_settings import StoreSettings
 from scaler.scheduler.config import SchedulerConfig
 from scaler.scheduler.core.core_config import CoreConfig, frame_limit
 from scaler.scheduler.settings import SCHEDULER
-from scaler.store.__main__ import build_parser as store_parser
+from scaler.cli.store import build_parser as store_parser
 from scaler.store.server_config import StoreServerConfig
 from scaler.store.settings import STORE
 from scaler.ui.settings import TOP, UI

@@ -130,7 +130,7 @@ def test_a_large_segment_is_made_with_a_spare_whose_pages_are_made_off_the_write
 
 
 def test_a_write_that_comes_after_the_delete_of_its_object_is_dropped_not_kept_forever() -> None:
-    # A worker writes a result only when asked (worker/deferred_results.py): the scheduler's delete of the
+    # A worker writes a result only when asked (worker/own_results.py): the scheduler's delete of the
     # freed result may reach the store first. Nobody would ever delete what that late write leaves.
     core = new_core()
     assert core.on_delete([b"late"], 1.0) == []

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from scaler.cli.store import build_parser
 from scaler.cluster.store_settings import default_data_address
-from scaler.store.__main__ import build_parser
 from scaler.store.server_config import tcp_bind_address
 
 

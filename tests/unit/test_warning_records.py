@@ -8,9 +8,9 @@ from typing import Callable, Iterator
 
 import pytest
 
-from scaler.client.task_warnings import issue_task_warnings
 from scaler.protocol import capnp_codec
 from scaler.protocol import messages as m
+from scaler.protocol.task_warnings import issue_task_warnings
 from scaler.worker.warning_recorder import MAX_WARNING_TEXT, MAX_WARNINGS_PER_TASK, WarningRecorder
 
 pytestmark = pytest.mark.timeout(30)

@@ -1,49 +1,55 @@
 """The Symphony worker: one Scaler worker that runs its tasks as tasks of an IBM Spectrum Symphony service.
 
-It speaks the worker protocol (PROTOCOL.md §8 and §14) over its own socket, with the messages of
-scaler/protocol/messages.py. Tasks arrive as usual; the worker deserializes each one's function and
-arguments with the client's serializer and sends `cloudpickle.dumps((fn, *args))` to the service, which
-runs `fn(*args)` and sends back `cloudpickle.dumps(result)` (document 004's service container; `fn`
-carries the keywords and the nesting depth, see task_call.py). The result goes back to the scheduler
-serialized with the client's serializer. Which tasks go when is the ForwardingQueue's decision.
+It is a worker like any other to the scheduler because it is built on the worker agent's core
+(scaler/worker/agent_core.py): the hello, the welcome, heartbeats, refusals, the scheduler's silence and
+results over its size limits are the core's decisions. Its one processor is not a process but the
+SymphonyProcessor (symphony_processor.py), which forwards each task to the Symphony service. This module is
+the shell: the scheduler's socket, the Symphony session, and a loop that feeds the core the scheduler's
+frames, the processor's answers, Symphony's outcomes (from the SDK's threads) and a tick.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import os
 import queue
 import socket as socket_module
 import time
-import traceback
 import uuid
-from typing import Any, Callable
+from collections import deque
+from typing import Callable
 
-import cloudpickle
 import psutil
 import zmq
 
-from scaler.adapters.symphony import task_call
-from scaler.adapters.symphony.forwarding import ForwardingQueue, Stage
 from scaler.adapters.symphony.sdk import SymphonySession
-from scaler.client.serializer import DefaultSerializer, Serializer, loads
-from scaler.errors import PayloadTooLargeError
+from scaler.adapters.symphony.symphony_processor import SymphonyProcessor
 from scaler.protocol import messages as m
+from scaler.protocol.zmq_messages import send_message
 from scaler.utility.curve import PeerKeys, secure_peer
 from scaler.utility.loop_stop import LoopStop
 from scaler.utility.setting_rules import AT_LEAST_ONE, POSITIVE_SECONDS, TASK_SLOTS, check_settings, setting
-from scaler.utility.tags import PYTHON_TAG
 from scaler.utility.zmq_config import parse_zmq_address
-from scaler.utility.zmq_util import has_input, receive_frames, send_message
+from scaler.utility.zmq_util import configure_socket, has_input, receive_frames, send_frames
+from scaler.worker.agent_actions import (
+    Action,
+    Exit,
+    Registered,
+    SignalProcessor,
+    StartProcessor,
+    StopProcessor,
+    ToProcessor,
+    ToScheduler,
+)
+from scaler.worker.agent_core import WorkerAgentCore
+from scaler.worker.config import WorkerConfig
+from scaler.worker.running_task_slot import NO_TASK
 
 logger = logging.getLogger(__name__)
 
-_CHECK_SECONDS = 0.1
-
-# TaskCall travels by value: a service host needs cloudpickle, not scaler.
-cloudpickle.register_pickle_by_value(task_call)
+# The agent's tick, as in scaler/worker/agent.py.
+_TICK_SECONDS = 0.1
 
 
 @dataclasses.dataclass
@@ -68,20 +74,11 @@ class SymphonyWorkerConfig:
         check_settings(self)
 
 
-@dataclasses.dataclass
-class _Task:
-    function_id: bytes
-    serializer_id: bytes
-    keywords: tuple[str, ...]
-    args: list[m.Buffer]
-    object_positions: frozenset[int]  # positions in `args` that hold object ids
-    depth: int
-
-
 class WorkerExit(Exception):
-    def __init__(self, reason: str, failed: bool = False) -> None:
+    def __init__(self, reason: str, failed: bool = False, level: int = logging.INFO) -> None:
         super().__init__(reason)
         self.failed = failed
+        self.level = level
 
 
 class SymphonyWorker:
@@ -92,30 +89,24 @@ class SymphonyWorker:
         self._session_factory = session_factory
         self._name = config.name or f"symphony|{socket_module.gethostname()}|{os.getpid()}"
         self._identity = f"W|{self._name}|{uuid.uuid4().hex[:8]}".encode()
-        self._forwarding = ForwardingQueue(config.base_concurrency)
-        self._tasks: dict[int, _Task] = {}
-        self._symphony_ids: dict[str, int] = {}
-        self._objects: dict[bytes, m.Buffer] = {}
-        self._object_values: dict[bytes, Any] = {}
-        self._serializers: dict[bytes, Serializer] = {b"": DefaultSerializer()}
-        self._functions: dict[tuple[bytes, bytes], Any] = {}
+        # One processor, no store, no limits of its own: Symphony runs the functions and watches them.
+        agent_config = WorkerConfig(
+            address=config.address, name=self._name, task_queue_size=config.task_queue_size,
+            heartbeat_interval_seconds=config.heartbeat_interval_seconds,
+            death_timeout_seconds=config.death_timeout_seconds, max_processors=1,
+        )
+        self._core = WorkerAgentCore(agent_config, self._name, socket_module.gethostname(), os.getpid(), self)
+        self._processor: SymphonyProcessor | None = None
+        self._processor_identity = b""
+        self._session: SymphonySession | None = None
+        self._scheduler: zmq.Socket | None = None
+        # Symphony's answers, from the SDK's threads; the loop hands them to the processor.
         self._outcomes: queue.SimpleQueue[tuple[str, bytes | None, BaseException | None]] = queue.SimpleQueue()
         self._broken: BaseException | None = None
         # Ends the loop's wait: to stop (a signal handler, another thread), or for answers from the SDK's threads.
         self._loop_stop = LoopStop()
-        self._welcomed = False
-        self._heartbeat_interval = config.heartbeat_interval_seconds
-        self._max_frame_bytes = 0  # the scheduler's limit on one frame (Welcome; 0: none)
-        self._heartbeat_sent_at: float | None = None
-        self._latency_us = 0
         self._process = psutil.Process()
         self._process.cpu_percent()
-        self._session: SymphonySession | None = None
-        self._socket: zmq.Socket | None = None
-        # Outcomes waiting to go to the scheduler in the next TaskResults.
-        self._succeeded: list[int] = []
-        self._payloads: list[m.Buffer] = []
-        self._failures: list[m.TaskFailure] = []
 
     @property
     def name(self) -> str:
@@ -125,6 +116,11 @@ class SymphonyWorker:
         """Leave soon (from a signal handler or another thread)."""
         self._loop_stop.request()
 
+    def running_task_id(self, identity: bytes) -> int:
+        """The core's view of the running-task slots: none here, Symphony holds many tasks at once (see
+        symphony_processor.py, which refuses the cancels of those already in Symphony)."""
+        return NO_TASK
+
     # ------------------------------------------------------------------------------------------ lifetime
 
     def run(self) -> int:
@@ -132,11 +128,8 @@ class SymphonyWorker:
         config = self._config
         self._loop_stop.open()
         context = zmq.Context(io_threads=1)
-        scheduler = self._socket = context.socket(zmq.DEALER)
-        scheduler.setsockopt(zmq.SNDHWM, 0)
-        scheduler.setsockopt(zmq.RCVHWM, 0)
-        scheduler.setsockopt(zmq.LINGER, 0)
-        scheduler.setsockopt(zmq.IDENTITY, self._identity)
+        scheduler = self._scheduler = context.socket(zmq.DEALER)
+        configure_socket(scheduler, self._identity)
         exit_code = 0
         try:
             keys = PeerKeys.resolve(config.curve_server_key, config.curve_secret_key)
@@ -152,21 +145,17 @@ class SymphonyWorker:
             except Exception as error:
                 raise WorkerExit(
                     f"could not open a Symphony session of {config.service}: {type(error).__name__}: {error}",
-                    failed=True,
+                    failed=True, level=logging.ERROR,
                 ) from None
             logger.info(
                 f"SymphonyWorker[{self._name}]: Symphony session {self._session.session_id} of {config.service} open, "
                 f"base concurrency {config.base_concurrency}"
             )
             scheduler.connect(config.address)
-            send_message(scheduler, m.Hello(
-                role=m.Role.WORKER, name=self._name, hostname=socket_module.gethostname(), pid=os.getpid(),
-                capacity=config.task_queue_size, tags=(PYTHON_TAG,),  # Symphony runs the Python functions
-            ))
+            self._carry_out(self._core.start(time.monotonic()), time.monotonic())
             self._loop(scheduler)
         except WorkerExit as reason:
-            level = logging.ERROR if reason.failed else logging.INFO
-            logger.log(level, f"SymphonyWorker[{self._name}]: {reason}")
+            logger.log(reason.level, f"SymphonyWorker[{self._name}]: {reason}")
             exit_code = 1 if reason.failed else 0
         finally:
             try:
@@ -184,192 +173,80 @@ class SymphonyWorker:
         return exit_code
 
     def _loop(self, scheduler: zmq.Socket) -> None:
-        config = self._config
+        core = self._core
         poller = zmq.Poller()
         poller.register(scheduler, zmq.POLLIN)
         poller.register(self._loop_stop.fileno(), zmq.POLLIN)
-        last_heard = time.monotonic()
-        last_heartbeat = -math.inf
+        next_tick = 0.0
         while not self._loop_stop.requested:
-            events = dict(poller.poll(int(_CHECK_SECONDS * 1000)))
+            events = dict(poller.poll(int(_TICK_SECONDS * 1000)))
             now = time.monotonic()
             if scheduler in events:
-                last_heard = now
                 while has_input(scheduler):
-                    self._on_scheduler_frames(receive_frames(scheduler), now)
+                    self._carry_out(core.on_scheduler_frames(receive_frames(scheduler), now), now)
             if self._loop_stop.fileno() in events:
                 self._loop_stop.drain()
-            self._take_outcomes()
-            for task_id in self._forwarding.unanswered(now):
-                self._tasks.pop(task_id, None)
-                self._failures.append(m.TaskFailure(task_id=task_id, kind=m.FailureKind.RETURNED))
-            self._pump(now)
-            self._flush()
+            if self._processor is not None:
+                while True:
+                    try:
+                        self._processor.on_outcome(*self._outcomes.get_nowait())
+                    except queue.Empty:
+                        break
+                self._processor.pump(now)
+                self._from_processor(now)
             if self._broken is not None:
-                raise WorkerExit(f"the Symphony session failed: {self._broken}", failed=True)
-            if now - last_heard > config.death_timeout_seconds:
-                raise WorkerExit(
-                    f"no word from the scheduler at {config.address} for {config.death_timeout_seconds:g}s "
-                    "(--death-timeout-seconds), exiting", failed=not self._welcomed,
-                )
-            if now - last_heartbeat >= self._heartbeat_interval:
-                last_heartbeat = now
+                raise WorkerExit(f"the Symphony session failed: {self._broken}", failed=True, level=logging.ERROR)
+            if now >= next_tick:
+                next_tick = now + _TICK_SECONDS
+                usage = None
+                if core.heartbeat_due(now):
+                    usage = m.Heartbeat(
+                        cpu_percent=self._process.cpu_percent(), rss_bytes=self._process.memory_info().rss
+                    )
+                self._carry_out(core.on_tick(now, None, usage), now)
+
+    # ------------------------------------------------------------------------------------------ actions
+
+    def _carry_out(self, actions: list[Action], now: float) -> None:
+        pending = deque(actions)
+        while pending:
+            action = pending.popleft()
+            if isinstance(action, ToScheduler):
+                assert self._scheduler is not None
                 try:
-                    send_message(scheduler, self._heartbeat(), zmq.NOBLOCK)
-                    self._heartbeat_sent_at = now
+                    send_frames(self._scheduler, action.frames, zmq.NOBLOCK if action.may_drop else 0)
                 except zmq.Again:
-                    pass
-
-    # ------------------------------------------------------------------------------------------ scheduler side
-
-    def _on_scheduler_frames(self, frames: list[m.Buffer], now: float) -> None:
-        try:
-            message = m.decode(frames)
-        except m.ProtocolDecodeError as error:
-            logger.warning(f"SymphonyWorker[{self._name}]: dropped an undecodable message from the scheduler: {error}")
-            return
-        if isinstance(message, m.TaskSubmission):
-            self._on_submission(message)
-        elif isinstance(message, m.CancelTasks):
-            self._on_cancel(message)
-        elif isinstance(message, m.ReleaseTasks):
-            for task_id in self._forwarding.release(message.task_ids):
-                self._tasks.pop(task_id, None)
-                self._failures.append(m.TaskFailure(task_id=task_id, kind=m.FailureKind.RETURNED))
-        elif isinstance(message, m.TaskStarted):
-            for task_id in self._forwarding.on_start_answer(message.task_ids):
-                self._forward(task_id)
-        elif isinstance(message, m.DeleteObjects):
-            for object_id in message.object_ids:
-                self._objects.pop(object_id, None)
-                self._object_values.pop(object_id, None)
-                self._serializers.pop(object_id, None)
-                for key in [key for key in self._functions if object_id in key]:
-                    del self._functions[key]
-        elif isinstance(message, m.Welcome):
-            self._heartbeat_interval = message.heartbeat_interval_for(self._config.heartbeat_interval_seconds)
-            self._max_frame_bytes = message.max_frame_bytes
-            if not self._welcomed:
-                self._welcomed = True
+                    pass  # a heartbeat with no usable connection: the death timeout decides
+            elif isinstance(action, ToProcessor):
+                assert self._processor is not None
+                self._processor.on_frames(action.frames)
+                pending.extend(self._from_processor(now, carry_out=False))
+            elif isinstance(action, StartProcessor):
+                # The processor lives here: it is ready at once, and says hello as a processor process would.
+                assert self._session is not None and self._processor is None, "a Symphony worker has one processor"
+                self._processor = SymphonyProcessor(self._name, self._config.base_concurrency, self._session)
+                self._processor_identity = action.identity
+                hello = m.Hello(role=m.Role.WORKER, pid=os.getpid())
+                pending.extend(self._core.on_processor_frames(action.identity, m.encode(hello), now))
+            elif isinstance(action, Registered):
                 logger.info(f"SymphonyWorker[{self._name}]: connected to the scheduler at {self._config.address}")
-        elif isinstance(message, m.HeartbeatEcho):
-            if self._heartbeat_sent_at is not None:
-                self._latency_us = int((now - self._heartbeat_sent_at) * 1e6)
-                self._heartbeat_sent_at = None
-        elif isinstance(message, m.Disconnect):
-            raise WorkerExit(f"scheduler asked us to leave: {message.reason}")
-        elif isinstance(message, m.Refused):
-            raise WorkerExit(f"scheduler refused us: {message.reason}", failed=not self._welcomed)
-        elif isinstance(message, m.ProtocolError):
-            logger.warning(f"SymphonyWorker[{self._name}]: scheduler reports a protocol error: {message.reason}")
+            elif isinstance(action, Exit):
+                raise WorkerExit(action.reason, action.failed, action.level)
+            elif isinstance(action, (SignalProcessor, StopProcessor)):
+                pass  # never asked of it: no running-task slot, and no processor beyond the first
 
-    def _on_submission(self, submission: m.TaskSubmission) -> None:
-        for item in submission.objects:
-            self._objects[item.object_id] = item.payload
-        for group in submission.groups:
-            width = group.args_per_task
-            object_positions: dict[int, set[int]] = {}
-            for index in group.object_arg_indices:
-                object_positions.setdefault(index // width, set()).add(index % width)
-            for row, task_id in enumerate(group.task_ids):
-                start = row * width
-                self._tasks[task_id] = _Task(
-                    function_id=group.function_id, serializer_id=group.serializer_id, keywords=group.keywords,
-                    args=group.args[start:start + width], object_positions=frozenset(object_positions.get(row, ())),
-                    depth=group.nesting_depth,
-                )
-                self._forwarding.add(task_id, group.nesting_depth, group.report_start)
+    def _from_processor(self, now: float, carry_out: bool = True) -> list[Action]:
+        """Hand the processor's messages to the core; returns (or carries out) the core's actions."""
+        assert self._processor is not None
+        actions: list[Action] = []
+        for message in self._processor.take_messages():
+            actions.extend(self._core.on_processor_frames(self._processor_identity, m.encode(message), now))
+        if carry_out:
+            self._carry_out(actions, now)
+            return []
+        return actions
 
-    def _on_cancel(self, cancel: m.CancelTasks) -> None:
-        refused = []
-        for task_id in cancel.task_ids:
-            stage = self._forwarding.cancel(task_id, cancel.force)
-            if stage is None:
-                continue
-            if stage is Stage.FORWARDED and not cancel.force:
-                refused.append(task_id)
-                continue
-            self._tasks.pop(task_id, None)
-            self._failures.append(m.TaskFailure(task_id=task_id, kind=m.FailureKind.CANCELED))
-        if refused:
-            assert self._socket is not None
-            send_message(self._socket, m.CancelRefused(task_ids=refused))
-
-    # ------------------------------------------------------------------------------------------ Symphony side
-
-    def _pump(self, now: float) -> None:
-        ready = self._forwarding.take_ready(now)
-        if ready.announce:
-            assert self._socket is not None
-            self._flush()  # results first (§8, suspect tasks)
-            send_message(self._socket, m.TaskStarted(task_ids=ready.announce))
-        for task_id in ready.forward:
-            self._forward(task_id)
-
-    def _forward(self, task_id: int) -> None:
-        task = self._tasks[task_id]
-        try:
-            payload = self._payload(task)
-        except Exception as error:
-            self._forwarding.finish(task_id)
-            del self._tasks[task_id]
-            self._fail(task_id, m.FailureKind.SERIALIZATION, error, "could not load the function or its arguments")
-            return
-        assert self._session is not None
-        try:
-            symphony_id = self._session.send(payload)
-        except Exception as error:
-            self._forwarding.finish(task_id)
-            del self._tasks[task_id]
-            logger.error(f"SymphonyWorker[{self._name}]: Symphony refused a task: {error}")
-            self._fail(task_id, m.FailureKind.WORKER_DIED, error, "could not send the task to Symphony")
-            return
-        self._symphony_ids[symphony_id] = task_id
-
-    def _payload(self, task: _Task) -> bytes:
-        serializer = self._serializer(task.serializer_id)
-        function = self._function(task.function_id, task.serializer_id, serializer)
-        args = [
-            self._object_value(bytes(payload), serializer) if position in task.object_positions
-            else loads(serializer, payload)
-            for position, payload in enumerate(task.args)
-        ]
-        split = len(args) - len(task.keywords)
-        call = task_call.TaskCall(function, dict(zip(task.keywords, args[split:])), task.depth)
-        return cloudpickle.dumps((call, *args[:split]))
-
-    def _take_outcomes(self) -> None:
-        while True:
-            try:
-                symphony_id, payload, error = self._outcomes.get_nowait()
-            except queue.Empty:
-                return
-            task_id = self._symphony_ids.pop(symphony_id, None)
-            if task_id is None or not self._forwarding.finish(task_id):
-                continue  # abandoned by a forced cancel, or not ours
-            task = self._tasks.pop(task_id)
-            if error is not None:
-                self._fail(task_id, m.FailureKind.RAISED, error)
-                continue
-            serializer = self._serializer(task.serializer_id)
-            try:
-                result = cloudpickle.loads(payload)
-            except Exception as load_error:
-                self._fail(task_id, m.FailureKind.SERIALIZATION, load_error, "could not read what Symphony returned")
-                continue
-            try:
-                result_payload = serializer.serialize(result)
-            except Exception as serialize_error:
-                self._fail(task_id, m.FailureKind.SERIALIZATION, serialize_error, "the result could not be serialized")
-                continue
-            if self._max_frame_bytes and len(result_payload) > self._max_frame_bytes:
-                self._fail(task_id, m.FailureKind.RAISED, PayloadTooLargeError(
-                    f"the result is {len(result_payload):,} bytes, over the scheduler's limit of "
-                    f"{self._max_frame_bytes:,} bytes per frame (--max-message-size-bytes)"
-                ))
-                continue
-            self._payloads.append(result_payload)
-            self._succeeded.append(task_id)
+    # ------------------------------------------------------------------------------------------ SDK threads
 
     def _on_outcome(self, symphony_id: str, payload: bytes | None, error: BaseException | None) -> None:
         """From the SDK's threads: hand the answer to the loop."""
@@ -380,56 +257,6 @@ class SymphonyWorker:
         self._broken = error
         self._loop_stop.wake()
 
-    # ------------------------------------------------------------------------------------------ helpers
-
-    def _serializer(self, serializer_id: bytes) -> Serializer:
-        serializer = self._serializers.get(serializer_id)
-        if serializer is None:
-            serializer = self._serializers[serializer_id] = cloudpickle.loads(self._objects[serializer_id])
-        return serializer
-
-    def _function(self, function_id: bytes, serializer_id: bytes, serializer: Serializer) -> Any:
-        key = (function_id, serializer_id)
-        function = self._functions.get(key)
-        if function is None:
-            function = self._functions[key] = loads(serializer, self._objects[function_id])
-        return function
-
-    def _object_value(self, object_id: bytes, serializer: Serializer) -> Any:
-        if object_id not in self._object_values:
-            self._object_values[object_id] = loads(serializer, self._objects[object_id])
-        return self._object_values[object_id]
-
-    def _fail(self, task_id: int, kind: m.FailureKind, error: BaseException, context: str = "") -> None:
-        try:
-            pickled = cloudpickle.dumps(error)
-            cloudpickle.loads(pickled)
-        except Exception:
-            pickled = b""
-        message = f"{context}: {type(error).__name__}: {error}" if context else str(error)
-        self._failures.append(m.TaskFailure(
-            task_id=task_id, kind=kind, type_name=f"{type(error).__module__}.{type(error).__qualname__}",
-            message=message, traceback="".join(traceback.format_exception(type(error), error, error.__traceback__)),
-            exception=pickled,
-        ))
-
-    def _flush(self) -> None:
-        if not self._succeeded and not self._failures:
-            return
-        assert self._socket is not None
-        send_message(self._socket, m.TaskResults(
-            succeeded_ids=self._succeeded, payloads=self._payloads, failures=self._failures,
-        ))
-        self._succeeded, self._payloads, self._failures = [], [], []
-
-    def _heartbeat(self) -> m.Heartbeat:
-        return m.Heartbeat(
-            cpu_percent=self._process.cpu_percent(),
-            rss_bytes=self._process.memory_info().rss,
-            queued_tasks=self._forwarding.held,
-            latency_us=self._latency_us,
-        )
-
 
 def run_symphony_worker(config: SymphonyWorkerConfig) -> int:
     import signal
@@ -438,4 +265,3 @@ def run_symphony_worker(config: SymphonyWorkerConfig) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: worker.stop())
     return worker.run()
-

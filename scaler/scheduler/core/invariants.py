@@ -10,8 +10,8 @@ from __future__ import annotations
 import collections
 
 from scaler.scheduler.core.core_config import CoreConfig
-from scaler.scheduler.core.lineage import Lineage
-from scaler.scheduler.core.object_table import ObjectTable
+from scaler.scheduler.core.object_lifetime.lineage import Lineage
+from scaler.scheduler.core.object_lifetime.object_table import ObjectTable
 from scaler.scheduler.core.peer_registry import PeerRegistry
 from scaler.scheduler.core.store_registry import StoreRegistry
 from scaler.scheduler.core.task_graph import TaskGraph

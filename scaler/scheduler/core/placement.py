@@ -22,7 +22,7 @@ import math
 
 from scaler.protocol import messages as m
 from scaler.scheduler.core.core_config import CoreConfig
-from scaler.scheduler.core.object_table import ObjectTable
+from scaler.scheduler.core.object_lifetime.object_table import ObjectTable
 from scaler.scheduler.core.outgoing import Outgoing
 from scaler.scheduler.core.peer_registry import WorkerPeer
 from scaler.scheduler.core.ready_queue import ReadyQueue, Tags

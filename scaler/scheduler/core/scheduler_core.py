@@ -14,10 +14,11 @@ core it concerns:
     task_graph.py      which task waits on which other task's result
     crash_blame.py     which task is blamed when a processor or a worker dies
     cancellation.py    cancelTasks and cancelRefused
-    object_table.py    objects, their owners, and which worker holds which
+    object_lifetime/   how long objects live: object_table.py (objects, their owners and users, which
+                       worker holds which, when one is freed) and lineage.py (lost stored objects:
+                       results run again, client objects asked for again)
     ready_queue.py     the ready tasks of one set of required worker tags
     tag_waits.py       when tasks that may wait only so long for a worker with their tags are due
-    lineage.py         lost stored objects: results run again, client objects asked for again
     placement.py       which worker gets which task, and balancing between workers
     result_router.py   one results message per client per event
     relay.py           data messages passed between a peer and a store it cannot reach (the relay fallback)
@@ -37,9 +38,9 @@ from scaler.protocol import messages as m
 from scaler.scheduler.core import cancellation, crash_blame
 from scaler.scheduler.core.core_config import CoreConfig
 from scaler.scheduler.core.invariants import check_invariants
-from scaler.scheduler.core.lineage import Lineage
 from scaler.scheduler.core.message_rules import SENDERS, violation
-from scaler.scheduler.core.object_table import ObjectTable
+from scaler.scheduler.core.object_lifetime.lineage import Lineage
+from scaler.scheduler.core.object_lifetime.object_table import ObjectTable
 from scaler.scheduler.core.outgoing import Outgoing
 from scaler.scheduler.core.peer_registry import ClientPeer, PeerRegistry, WorkerPeer, version_refusal
 from scaler.scheduler.core.placement import Placement

@@ -11,7 +11,7 @@ import dataclasses
 
 from scaler.protocol import messages as m
 from scaler.protocol.monitor_messages import ClientStatus, StoreStatus, TagsWait, TaskCounts, WorkerStatus
-from scaler.scheduler.core.object_table import ObjectTable
+from scaler.scheduler.core.object_lifetime.object_table import ObjectTable
 from scaler.scheduler.core.peer_registry import PeerRegistry
 from scaler.scheduler.core.store_registry import StoreRegistry
 from scaler.scheduler.core.task_table import TaskTable

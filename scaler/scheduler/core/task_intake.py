@@ -14,7 +14,7 @@ from scaler.protocol import messages as m
 from scaler.protocol.layout import slots_by_row
 from scaler.protocol.task_signature import TaskSignature
 from scaler.scheduler.core.core_config import CoreConfig
-from scaler.scheduler.core.object_table import ObjectTable
+from scaler.scheduler.core.object_lifetime.object_table import ObjectTable
 from scaler.scheduler.core.peer_registry import ClientPeer
 from scaler.scheduler.core.ready_queue import Tags
 from scaler.scheduler.core.result_router import ResultRouter

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 
 from scaler.protocol import messages as m
 from scaler.scheduler.core import crash_blame
-from scaler.scheduler.core.object_table import ObjectTable
 from scaler.scheduler.core.outgoing import Outgoing
 from scaler.scheduler.core.peer_registry import ClientPeer, WorkerPeer
 from scaler.scheduler.core.ready_queue import NO_TAGS, ReadyQueue, Tags
@@ -24,8 +23,10 @@ from scaler.scheduler.core.result_router import ResultRouter
 from scaler.scheduler.core.task_graph import Edge, TaskGraph
 from scaler.scheduler.core.task_record import TaskRecord
 
+# Both are given to the table by the core: it tells them of tasks ending (object_lifetime/), never builds them.
 if TYPE_CHECKING:
-    from scaler.scheduler.core.lineage import Lineage
+    from scaler.scheduler.core.object_lifetime.lineage import Lineage
+    from scaler.scheduler.core.object_lifetime.object_table import ObjectTable
 
 _NO_EDGES: tuple[Edge, ...] = ()
 

@@ -42,7 +42,7 @@ class ObjectRecord:
     # The worker whose processor made it (a result): that processor still has its value, so a dependent
     # placed there reads nothing at all (worker/own_results.py).
     made_by: bytes = b""
-    # A result that its maker may not have written into its store yet (worker/deferred_results.py): it is
+    # A result that its maker may not have written into its store yet (worker/own_results.py): it is
     # asked to (publishObjects) once another worker or a client is to read it.
     unpublished: bool = False
     uses: int = 0

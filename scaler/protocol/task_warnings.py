@@ -11,6 +11,9 @@ A category the client cannot find among its loaded modules (a class local to a f
 library the client never imported) is replaced by its nearest base class it can find, usually a
 built-in one, and the text then starts with the original category's name. Modules are never imported
 for this.
+
+It lives with the protocol, below the client and the worker, because both use it: the client issues the
+records of its tasks, and a worker's processor passes on unchanged those of its nested tasks.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`python -m scaler.store`: one store process, the data plane of one host (started before its workers).
+"""`python -m scaler.cli.store`: one store process, the data plane of one host (started before its workers).
 
 With `--scheduler-address` it is a peer of that scheduler (role `store`, PROTOCOL.md §17); without,
 a standalone store that local processes order deletes from themselves.
@@ -32,7 +32,7 @@ logger = logging.getLogger(__name__)
 
 def build_parser() -> argparse.ArgumentParser:
     return parser_for(
-        STORE, "python -m scaler.store", "A Scaler object store: shared memory for this host, tcp for others."
+        STORE, "python -m scaler.cli.store", "A Scaler object store: shared memory for this host, tcp for others."
     )
 
 

@@ -26,7 +26,7 @@ import logging
 from collections.abc import Iterable
 
 from scaler.protocol import messages as m
-from scaler.scheduler.core.object_table import ObjectTable
+from scaler.scheduler.core.object_lifetime.object_table import ObjectTable
 from scaler.scheduler.core.peer_registry import ClientPeer, PeerRegistry
 from scaler.scheduler.core.result_router import ResultRouter
 from scaler.scheduler.core.task_graph import TaskGraph

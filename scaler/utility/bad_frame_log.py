@@ -1,4 +1,4 @@
-"""What the scheduler says about the frames it drops: one line per sender per interval, not one per frame.
+"""What a server (the scheduler, a store) says about the frames it drops: one line per sender per interval.
 
 Random bytes written at the scheduler's port (a port scanner, a program pointed at the wrong port)
 read as a stream of undecodable messages, about one per 250 bytes, and a broken peer repeats its
