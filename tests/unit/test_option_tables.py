@@ -21,6 +21,7 @@ from scaler.cli import slurm_cluster as slurm_cli
 from scaler.cli import symphony_cluster as symphony_cli
 from scaler.cli import top as top_cli
 from scaler.cli import ui as ui_cli
+from scaler.cli.store import build_parser as store_parser
 from scaler.cluster.cluster import Cluster
 from scaler.cluster.combo import SchedulerClusterCombo
 from scaler.cluster.settings import CLUSTER, CLUSTER_KEYWORDS, combo_keywords
@@ -28,7 +29,6 @@ from scaler.cluster.store_settings import StoreSettings
 from scaler.scheduler.config import SchedulerConfig
 from scaler.scheduler.core.core_config import CoreConfig, frame_limit
 from scaler.scheduler.settings import SCHEDULER
-from scaler.cli.store import build_parser as store_parser
 from scaler.store.server_config import StoreServerConfig
 from scaler.store.settings import STORE
 from scaler.ui.settings import TOP, UI
