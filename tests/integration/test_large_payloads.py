@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import sys
 
+import psutil
 import pytest
 
-from scaler import Client
+from scaler import Client, SchedulerClusterCombo
 from scaler.cluster.combo import free_local_address
+from scaler.errors import PayloadTooLargeError
 from tests.conftest import console_script
 from tests.integration.spawned import Spawner, start_scheduler
 
@@ -40,6 +42,10 @@ def length_and_samples(data: bytes) -> tuple[int, list[int]]:
     return len(data), [data[index] for index in SAMPLES]
 
 
+def lengths_of(*payloads: bytes) -> list[int]:
+    return [len(payload) for payload in payloads]
+
+
 def expected_samples() -> list[int]:
     return [index % PERIOD for index in SAMPLES]
 
@@ -58,3 +64,25 @@ def test_a_bytes_argument_over_2_gib_arrives_whole(spawn: Spawner, options: tupl
     with Client(address=address, timeout_seconds=60) as client:
         argument = periodic(LENGTH)
         assert client.submit(length_and_samples, argument).result(timeout=120) == (LENGTH, expected_samples())
+
+
+LIMIT = 4 * 1024**3  # the scheduler's default --max-message-size-bytes
+
+
+def test_an_argument_or_object_at_or_over_the_4_gib_limit_is_refused_at_the_call_before_it_is_read() -> None:
+    # bytes(n) is calloc'd: its pages cost nothing until something reads them, so a read shows in this RSS.
+    at_limit, over_limit = bytes(LIMIT), bytes(LIMIT + 512 * 1024**2)
+    this_process = psutil.Process()
+    resident_before = this_process.memory_info().rss
+    with SchedulerClusterCombo(n_workers=1) as combo, Client(address=combo.get_address(), timeout_seconds=60) as client:
+        for too_large in (at_limit, over_limit):
+            with pytest.raises(PayloadTooLargeError, match="an argument of 4,.* bytes is over the scheduler's limit"):
+                client.submit(len, too_large)
+            with pytest.raises(PayloadTooLargeError, match="an argument"):
+                client.submit(lengths_of, b"small", too_large)
+            with pytest.raises(PayloadTooLargeError, match="an argument"):
+                client.map(lengths_of, [(b"small",), (too_large,)])
+            with pytest.raises(PayloadTooLargeError, match="object 'huge'"):
+                client.send_object(too_large, name="huge")
+        assert this_process.memory_info().rss - resident_before < 1024**3, "the refused bytes were read"
+        assert client.submit(len, b"still serves").result(timeout=60) == 12
