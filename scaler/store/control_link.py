@@ -27,6 +27,7 @@ from scaler.store.scheduler_link import (
 )
 from scaler.store.store_records import StoreStatus
 from scaler.utility.curve import PeerKeys, secure_peer
+from scaler.utility.handshake_failures import HandshakeWatch
 from scaler.utility.zmq_util import configure_socket, receive_frames, send_message
 
 logger = logging.getLogger(__name__)
@@ -48,6 +49,7 @@ class ControlLink(SchedulerLink):
         self._interval = heartbeat_interval_seconds
         self._death_timeout = death_timeout_seconds
         self._socket: zmq.Socket | None = None
+        self._handshakes: HandshakeWatch | None = None  # tells a refused key at once, not at the death timeout
         self._welcomed = False
         self._last_heard = 0.0
         self._next_heartbeat = 0.0
@@ -58,6 +60,9 @@ class ControlLink(SchedulerLink):
         configure_socket(socket, f"S|{self._name}|{uuid.uuid4().hex[:8]}".encode())
         if self._keys is not None:
             secure_peer(socket, self._keys)
+        self._handshakes = HandshakeWatch(
+            socket, self._scheduler_address, now, role="store", secured=self._keys is not None
+        )
         socket.connect(self._scheduler_address)
         send_message(socket, m.Hello(
             role=m.Role.STORE, name=self._name, hostname=socket_module.gethostname(), pid=identity.pid,
@@ -106,6 +111,9 @@ class ControlLink(SchedulerLink):
         return []
 
     def on_tick(self, status: StoreStatus, now: float) -> list[LinkEvent]:
+        if self._handshakes is not None:
+            for problem in self._handshakes.poll(now):
+                logger.error(f"Store: {problem}")
         if now - self._last_heard > self._death_timeout:
             return [StopStore(
                 f"no word from the scheduler at {self._scheduler_address} for {self._death_timeout:g}s"
@@ -148,6 +156,9 @@ class ControlLink(SchedulerLink):
         return zmq.MessageTracker(*[tracker for tracker in trackers if tracker])
 
     def close(self) -> None:
+        handshakes, self._handshakes = self._handshakes, None
+        if handshakes is not None:
+            handshakes.close()
         socket, self._socket = self._socket, None
         if socket is None:
             return

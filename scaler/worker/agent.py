@@ -24,6 +24,7 @@ import zmq
 
 from scaler.protocol import messages as m
 from scaler.utility.curve import PeerKeys, secure_peer
+from scaler.utility.handshake_failures import HandshakeWatch
 from scaler.utility.loop_stop import LoopStop
 from scaler.utility.malloc_tuning import with_freed_memory_kept
 from scaler.utility.parent_watch import parent_is_gone
@@ -94,6 +95,7 @@ class WorkerAgent:
         self._processor_address = ""
         self._router: zmq.Socket | None = None
         self._scheduler: zmq.Socket | None = None
+        self._handshakes: HandshakeWatch | None = None  # tells a refused key within a tick, not at the death timeout
 
     def stop(self) -> None:
         self._stop.request()
@@ -126,6 +128,9 @@ class WorkerAgent:
                 raise WorkerExit(f"cannot start: {error}", failed=True, level=logging.ERROR) from None
             self._processor_address = f"ipc://{os.path.join(self._work_dir, PROCESSOR_SOCKET_NAME)}"
             router.bind(self._processor_address)
+            self._handshakes = HandshakeWatch(
+                scheduler, config.address, time.monotonic(), role="worker", secured=curve_keys is not None
+            )
             scheduler.connect(config.address)
             self._carry_out(self._core.start(time.monotonic()))
             self._stop.open()
@@ -151,6 +156,8 @@ class WorkerAgent:
                 pass
             for identity in list(self._processes):
                 self._stop_processor(identity)
+            if self._handshakes is not None:
+                self._handshakes.close()
             router.close(linger=0)
             scheduler.close(linger=100)
             context.term()
@@ -180,6 +187,9 @@ class WorkerAgent:
             if now < next_tick:
                 continue
             next_tick = now + _TICK_SECONDS
+            if self._handshakes is not None:
+                for problem in self._handshakes.poll(now):
+                    logger.error(f"Worker[{self._name}]: {problem}")
             for identity, process in list(self._processes.items()):
                 exit_code = process.process.poll()
                 if exit_code is not None:
