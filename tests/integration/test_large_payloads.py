@@ -82,6 +82,8 @@ def test_an_argument_or_object_at_or_over_the_4_gib_limit_is_refused_at_the_call
                 client.submit(lengths_of, b"small", too_large)
             with pytest.raises(PayloadTooLargeError, match="an argument"):
                 client.map(lengths_of, [(b"small",), (too_large,)])
+            with pytest.raises(PayloadTooLargeError, match="an argument"):
+                client.get({"a": (lengths_of, too_large), "b": (lengths_of, b"small")}, ["a", "b"])
             with pytest.raises(PayloadTooLargeError, match="object 'huge'"):
                 client.send_object(too_large, name="huge")
         assert this_process.memory_info().rss - resident_before < 1024**3, "the refused bytes were read"
