@@ -115,8 +115,10 @@ class ControlLink(SchedulerLink):
             for problem in self._handshakes.poll(now):
                 logger.error(f"Store: {problem}")
         if now - self._last_heard > self._death_timeout:
+            problem = self._handshakes.problem if self._handshakes is not None else ""
             return [StopStore(
                 f"no word from the scheduler at {self._scheduler_address} for {self._death_timeout:g}s"
+                + (f": {problem}" if problem else "")
             )]
         if now >= self._next_heartbeat and self._socket is not None:
             self._next_heartbeat = now + self._interval

@@ -218,9 +218,11 @@ class WorkerAgent:
                     try:
                         send_frames(self._scheduler, action.frames)
                     except zmq.Again:
+                        problem = self._handshakes.problem if self._handshakes is not None else ""
                         raise WorkerExit(
                             f"no usable connection to the scheduler at {self._config.address} for "
-                            f"{self._config.death_timeout_seconds:g}s (--death-timeout-seconds), exiting",
+                            f"{self._config.death_timeout_seconds:g}s (--death-timeout-seconds), exiting"
+                            + (f": {problem}" if problem else ""),
                             failed=True, level=logging.ERROR,
                         ) from None
             elif isinstance(action, SignalProcessor):
@@ -239,6 +241,12 @@ class WorkerAgent:
                 self._reporter.report(REGISTERED, self._name)
                 self._reporter.close()
             elif isinstance(action, Exit):
+                problem = self._handshakes.problem if self._handshakes is not None else ""
+                if problem and not self._welcomed:  # the core saw silence; the handshakes say why
+                    raise WorkerExit(
+                        f"no usable connection to the scheduler within {self._config.death_timeout_seconds:g}s "
+                        f"(--death-timeout-seconds), exiting: {problem}", action.failed, action.level,
+                    )
                 raise WorkerExit(action.reason, action.failed, action.level)
 
     # ------------------------------------------------------------------------------------------ processes

@@ -35,10 +35,17 @@ def test_a_worker_and_its_store_with_a_key_the_scheduler_refuses_say_so(spawn: S
     start_scheduler(spawn, address, "--curve-secret-key", keys["scheduler_secret"],
                     "--curve-authorized-keys", keys["authorized"])
     cluster = spawn("cluster", [
-        console_script("scaler_cluster"), "-n", "1", "--curve-server-key", keys["scheduler_public"],
+        console_script("scaler_cluster"), "-n", "1", "--death-timeout-seconds", "5",
+        "--curve-server-key", keys["scheduler_public"],
         "--curve-secret-key", keys["intruder"], address,
     ])
     for role in ("worker", "store"):
         needle = f"refused this {role}'s key (CURVE authentication failed"
         (line,) = [line for line in cluster.wait_for_log(needle).splitlines() if needle in line]
         assert f"the scheduler at {address} {needle}" in line and "authorized keys" in line
+    # At the death timeout, each says why it gives up: not a scheduler out of reach, but a refused key.
+    cluster.wait_for_log("Store: stopping: no word from the scheduler")
+    assert cluster.wait_exit() == 1
+    for line in cluster.log().splitlines():
+        if "Store: stopping" in line or ("Worker[" in line and "exiting" in line):
+            assert "refused this" in line, line
