@@ -22,7 +22,7 @@ from scaler.client.result_sinks import MapCollector
 from scaler.client.shared_arguments import RepeatedArguments, SharedArguments
 from scaler.client.stored_arguments import StoredArguments, stored_arguments_of
 from scaler.client.worker_drain import DrainResult, drain_request, drain_result
-from scaler.errors import ProtectedModeError
+from scaler.errors import PayloadTooLargeError, ProtectedModeError
 from scaler.protocol import messages as m
 from scaler.protocol import stored_payload
 from scaler.protocol.messages import SHARED_ARGUMENT_NAME
@@ -214,6 +214,7 @@ class Client:
             if stores.home:
                 # Serialized once, straight into the home store when large (its buffers out-of-band).
                 prepared = stored_payload.prepare(obj, self._serializer)
+                connection.limits.check_size(prepared.size, f"object {name!r}" if name else "an object")
                 if prepared.size >= stores.inline_limit:
                     stored = connection.store_or_none(
                         lambda: stores.put_prepared(object_id, prepared, name or "")
@@ -225,6 +226,8 @@ class Client:
                         connection.wake()
                         return ObjectReference(name=name or "", object_id=object_id, size=stored.size)
             payload = self._serializer.serialize(obj)
+        except PayloadTooLargeError:
+            raise
         except Exception as error:
             named = f" (name {name!r})" if name else ""
             raise serialization_error(f"the object given to send_object{named}", error) from error
@@ -241,8 +244,10 @@ class Client:
             return None
         # Not waiting for the seal's answer: a task that asks first waits in the store for the seal, and the
         # argument is remembered to be put again should the store refuse it (the object is then reported lost).
+        prepared = stored_payload.prepare(argument, self._serializer)
+        connection.limits.check_size(prepared.size, "an argument")  # before anything reads its bytes
         stored = connection.store_or_none(
-            lambda: connection.stores.put_object(object_id, argument, self._serializer, SHARED_ARGUMENT_NAME, False)
+            lambda: connection.stores.put_prepared(object_id, prepared, SHARED_ARGUMENT_NAME, False)
         )
         if stored is not None:
             connection.remember_stored(stored, argument)

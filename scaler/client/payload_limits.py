@@ -22,10 +22,16 @@ class PayloadLimits:
 
     def check_payload(self, payload: m.Buffer, what: str) -> None:
         """Raise PayloadTooLargeError for a payload over the scheduler's limit per frame."""
+        self.check_size(len(payload), what)
+
+    def check_size(self, size: int, what: str) -> None:
+        """Raise PayloadTooLargeError for a payload of `size` bytes over the scheduler's limit per frame, also when
+        it goes through a store: a stored object comes back on the control path when its store fails, and a
+        payload this large is better refused at the call than read, copied and lent first."""
         limit = self._max_frame_bytes
-        if limit and len(payload) > limit:
+        if limit and size > limit:
             raise PayloadTooLargeError(
-                f"{what} of {len(payload):,} bytes is over the scheduler's limit of {limit:,} bytes per frame "
+                f"{what} of {size:,} bytes is over the scheduler's limit of {limit:,} bytes per frame "
                 "(--max-message-size-bytes); send less per task, or start the scheduler with a higher limit"
             )
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
 
+from scaler.client.payload_limits import PayloadLimits
 from scaler.protocol import messages as m
 from scaler.protocol import stored_payload
 from scaler.protocol.messages import SHARED_ARGUMENT_NAME
@@ -26,9 +27,10 @@ class StoredArguments:
     def __init__(
         self, stores: Stores, serializer: Serializer,
         store_or_none: Callable[[Callable[[], m.ObjectPayload]], m.ObjectPayload | None],
-        send_object: Callable[[m.ObjectPayload], None],
+        send_object: Callable[[m.ObjectPayload], None], limits: PayloadLimits,
     ) -> None:
         self._stores = stores
+        self._limits = limits
         self._serializer = serializer
         self._store_or_none = store_or_none
         self._send_object = send_object
@@ -41,6 +43,8 @@ class StoredArguments:
         if not isinstance(sized, stored_payload.PreparedPayload):
             return sized, False
         prepared = sized
+        # Before anything reads the argument's bytes: preparing only measured them.
+        self._limits.check_size(prepared.size, "an argument")
         object_id = random_object_id()
         # Not waiting for the seal's answer: a task that asks first waits in the store for the seal.
         stored = self._store_or_none(
@@ -58,4 +62,4 @@ def stored_arguments_of(connection: ClientConnection, serializer: Serializer) ->
     stores = connection.stores
     if not stores.home:
         return None
-    return StoredArguments(stores, serializer, connection.store_or_none, connection.send_object)
+    return StoredArguments(stores, serializer, connection.store_or_none, connection.send_object, connection.limits)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Callable
 
 import zmq
 
@@ -22,7 +23,8 @@ class MonitorSubscriber:
     `receive` returns None until something arrives.
     """
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, before_connect: Callable[[zmq.Socket], None] | None = None) -> None:
+        """`before_connect` is given the socket before it connects (to watch its connection, say)."""
         self._address = address
         self._context = zmq.Context(io_threads=1)
         self._socket = self._context.socket(zmq.SUB)
@@ -33,6 +35,8 @@ class MonitorSubscriber:
         self._reported_bad_frame = False
         self.last_received_at: float | None = None  # time.monotonic() of the last good snapshot
         try:
+            if before_connect is not None:
+                before_connect(self._socket)
             self._socket.connect(address)
         except zmq.ZMQError:
             self.close()

@@ -13,8 +13,9 @@ and the caller takes another path (the store refuses the loan, so the writer use
 the store, which reads it).
 
 Validity: the lender keeps a random cookie at a fixed address for exactly as long as the object's bytes
-are valid, and clears it before it lets them go (lent_objects.py). A reader reads the cookie last, in the
-same call as the bytes: if it still matches, the bytes were valid while they were read. A pid that now
+are valid, and clears it before it lets them go (lent_objects.py). A reader reads the cookie last, after
+all the bytes (in the last of the bounded calls that read them, bounded_io.py): if it still matches, the
+bytes were valid while they were read. A pid that now
 names another process, or one of another pid namespace, fails the same check.
 """
 
@@ -28,6 +29,7 @@ import sys
 
 from scaler.protocol import data_messages as d
 from scaler.protocol import stored_payload
+from scaler.store.bounded_io import CHUNK_BYTES, NoProgress, Span, address_of, move_in_pieces, uninitialised_bytes
 
 COOKIE_BYTES = 16
 
@@ -54,9 +56,6 @@ def _process_vm_readv():  # type: ignore[no-untyped-def]
 
 
 _READV = _process_vm_readv()
-_new_bytes = ctypes.pythonapi.PyBytes_FromStringAndSize
-_new_bytes.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t]
-_new_bytes.restype = ctypes.py_object
 
 
 def available() -> bool:
@@ -64,32 +63,28 @@ def available() -> bool:
     return _READV is not None
 
 
-def address_of(data: bytes) -> int:
-    """Where the bytes of a `bytes` object are in this process's memory (it must stay alive meanwhile)."""
-    address = ctypes.cast(ctypes.c_char_p(data), ctypes.c_void_p).value
-    assert address is not None
-    return address
-
-
-def _uninitialised_bytes(length: int) -> bytes:
-    """A new `bytes` of `length` whose contents are about to be written (by the kernel) before anyone sees it."""
-    return _new_bytes(None, length)
-
-
-def _read(pid: int, targets: list[tuple[int, int]], sources: list[tuple[int, int]]) -> None:
-    """Copy each source range of process `pid` into the target range of this process of the same length."""
+def _read(
+    pid: int, targets: list[tuple[int, int]], sources: list[tuple[int, int]], chunk_bytes: int = CHUNK_BYTES
+) -> None:
+    """Copy each source range of process `pid` into the target range of this process of the same length, in
+    calls of at most `chunk_bytes` (bounded_io.py), in order: the last range (the cookie) is read last."""
     if _READV is None:
         raise LoanUnreadable(errno.ENOSYS, "process_vm_readv is Linux only")
-    count = len(sources)
-    local = (_IoVec * count)(*(_IoVec(address, length) for address, length in targets))
-    remote = (_IoVec * count)(*(_IoVec(address, length) for address, length in sources))
-    wanted = sum(length for _, length in sources)
-    done = _READV(pid, local, count, remote, count, 0)
-    if done < 0:
-        number = ctypes.get_errno()
-        raise LoanUnreadable(number, f"cannot read the memory of process {pid}: {os.strerror(number)}")
-    if done != wanted:
-        raise LoanUnreadable(errno.EFAULT, f"read {done:,} of {wanted:,} bytes of process {pid}: it let them go")
+
+    def read(spans: list[Span], _: int) -> int:
+        count = len(spans)
+        local = (_IoVec * count)(*(_IoVec(targets[i][0] + start, length) for i, start, length in spans))
+        remote = (_IoVec * count)(*(_IoVec(sources[i][0] + start, length) for i, start, length in spans))
+        done = _READV(pid, local, count, remote, count, 0)
+        if done < 0:
+            number = ctypes.get_errno()
+            raise LoanUnreadable(number, f"cannot read the memory of process {pid}: {os.strerror(number)}")
+        return done
+
+    try:
+        move_in_pieces([length for _, length in sources], read, chunk_bytes)
+    except NoProgress as error:
+        raise LoanUnreadable(errno.EFAULT, f"process {pid} let the object go while it was read: {error}") from None
 
 
 def _check_cookie(loan: d.MemoryLoan, read: bytes) -> None:
@@ -99,22 +94,22 @@ def _check_cookie(loan: d.MemoryLoan, read: bytes) -> None:
 
 def check(loan: d.MemoryLoan) -> None:
     """Raise LoanUnreadable unless this process can read the loan's cookie, and it matches."""
-    cookie = _uninitialised_bytes(len(loan.cookie))
+    cookie = uninitialised_bytes(len(loan.cookie))
     _read(loan.pid, [(address_of(cookie), len(cookie))], [(loan.cookie_address, len(loan.cookie))])
     _check_cookie(loan, cookie)
 
 
-def read_parts(loan: d.MemoryLoan) -> list[bytes]:
+def read_parts(loan: d.MemoryLoan, chunk_bytes: int = CHUNK_BYTES) -> list[bytes]:
     """Each range of the loan copied into a new `bytes` (the main part, then each buffer)."""
-    parts = [_uninitialised_bytes(length) for _, length in loan.ranges]
-    cookie = _uninitialised_bytes(len(loan.cookie))
+    parts = [uninitialised_bytes(length) for _, length in loan.ranges]
+    cookie = uninitialised_bytes(len(loan.cookie))
     targets = [(address_of(part), len(part)) for part in parts] + [(address_of(cookie), len(cookie))]
-    _read(loan.pid, targets, [*loan.ranges, (loan.cookie_address, len(loan.cookie))])
+    _read(loan.pid, targets, [*loan.ranges, (loan.cookie_address, len(loan.cookie))], chunk_bytes)
     _check_cookie(loan, cookie)
     return parts
 
 
-def read_payload(loan: d.MemoryLoan, size: int) -> bytearray:
+def read_payload(loan: d.MemoryLoan, size: int, chunk_bytes: int = CHUNK_BYTES) -> bytearray:
     """The loan's whole stored payload (header, main part, buffers at their offsets) in one new buffer: what
     a remote reader is sent."""
     layout = loan_layout(loan, size)
@@ -123,9 +118,9 @@ def read_payload(loan: d.MemoryLoan, size: int) -> bytearray:
     base = ctypes.addressof((ctypes.c_char * size).from_buffer(payload)) if size else 0
     offsets = [layout.main_offset] + [offset for offset, _ in layout.buffers]
     targets = [(base + offset, length) for offset, (_, length) in zip(offsets, loan.ranges)]
-    cookie = _uninitialised_bytes(len(loan.cookie))
+    cookie = uninitialised_bytes(len(loan.cookie))
     _read(loan.pid, [*targets, (address_of(cookie), len(cookie))],
-          [*loan.ranges, (loan.cookie_address, len(loan.cookie))])
+          [*loan.ranges, (loan.cookie_address, len(loan.cookie))], chunk_bytes)
     _check_cookie(loan, cookie)
     return payload
 

@@ -28,6 +28,7 @@ from scaler.store.scheduler_link import (
 )
 from scaler.store.store_records import StoreStatus
 from scaler.utility.curve import PeerKeys, secure_peer
+from scaler.utility.handshake_failures import HandshakeWatch
 from scaler.utility.zmq_util import configure_socket, receive_frames
 
 logger = logging.getLogger(__name__)
@@ -49,6 +50,7 @@ class ControlLink(SchedulerLink):
         self._interval = heartbeat_interval_seconds
         self._death_timeout = death_timeout_seconds
         self._socket: zmq.Socket | None = None
+        self._handshakes: HandshakeWatch | None = None  # tells a refused key at once, not at the death timeout
         self._welcomed = False
         self._last_heard = 0.0
         self._next_heartbeat = 0.0
@@ -59,6 +61,9 @@ class ControlLink(SchedulerLink):
         configure_socket(socket, f"S|{self._name}|{uuid.uuid4().hex[:8]}".encode())
         if self._keys is not None:
             secure_peer(socket, self._keys)
+        self._handshakes = HandshakeWatch(
+            socket, self._scheduler_address, now, role="store", secured=self._keys is not None
+        )
         socket.connect(self._scheduler_address)
         send_message(socket, m.Hello(
             role=m.Role.STORE, name=self._name, hostname=socket_module.gethostname(), pid=identity.pid,
@@ -107,9 +112,14 @@ class ControlLink(SchedulerLink):
         return []
 
     def on_tick(self, status: StoreStatus, now: float) -> list[LinkEvent]:
+        if self._handshakes is not None:
+            for problem in self._handshakes.poll(now):
+                logger.error(f"Store: {problem}")
         if now - self._last_heard > self._death_timeout:
+            problem = self._handshakes.problem if self._handshakes is not None else ""
             return [StopStore(
                 f"no word from the scheduler at {self._scheduler_address} for {self._death_timeout:g}s"
+                + (f": {problem}" if problem else "")
             )]
         if now >= self._next_heartbeat and self._socket is not None:
             self._next_heartbeat = now + self._interval
@@ -149,6 +159,9 @@ class ControlLink(SchedulerLink):
         return zmq.MessageTracker(*[tracker for tracker in trackers if tracker])
 
     def close(self) -> None:
+        handshakes, self._handshakes = self._handshakes, None
+        if handshakes is not None:
+            handshakes.close()
         socket, self._socket = self._socket, None
         if socket is None:
             return

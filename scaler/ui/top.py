@@ -9,12 +9,17 @@ from __future__ import annotations
 
 import curses
 import signal
+import textwrap
 import time
 from types import FrameType
 
+import zmq
+
 from scaler.protocol.monitor_feed import MonitorSubscriber
 from scaler.protocol.monitor_messages import MonitorSnapshot
-from scaler.ui.top_screen import DEFAULT_SORT, SORT_SHORTCUTS, render
+from scaler.scheduler.config import default_monitor_address
+from scaler.ui.top_screen import DEFAULT_SORT, SORT_SHORTCUTS, Screen, render
+from scaler.utility.handshake_failures import DEFAULT_SILENCE_SECONDS, HandshakeWatch
 
 # How long one wait for a key lasts; bounds how late a snapshot or a key is shown.
 _KEY_WAIT_MS = 100
@@ -26,16 +31,38 @@ class _Stop(Exception):
     pass
 
 
+def not_a_monitor_hint(address: str) -> str:
+    """What to say when `address` answers but is no monitor feed: most often the scheduler's own address."""
+    if address.startswith("tcp://"):
+        return (
+            f"if it is the scheduler's own address, its monitor address is {default_monitor_address(address)} "
+            "unless it was started with --monitor-address (it prints 'monitor address is ...' at start)"
+        )
+    return "give the monitor address the scheduler prints at start ('monitor address is ...')"
+
+
 def run_top(address: str) -> int:
     """Show the monitor feed at `address` until q, Ctrl-C or SIGTERM; returns the exit code (0)."""
 
     def stop_on_signal(signum: int, frame: FrameType | None) -> None:
         raise _Stop()
 
+    watches: list[HandshakeWatch] = []
+
+    def watch(socket: zmq.Socket) -> None:
+        # Within seconds, say why nothing shows: nothing answers there, or it is no monitor feed.
+        watches.append(HandshakeWatch(
+            socket, address, time.monotonic(), peer="a scheduler's monitor feed", role="scaler_top",
+            silence_seconds=DEFAULT_SILENCE_SECONDS, not_the_peer_hint=not_a_monitor_hint(address), peer_is_plain=True,
+        ))
+
     previous_handler = signal.signal(signal.SIGTERM, stop_on_signal)
     try:
-        with MonitorSubscriber(address) as subscriber:
-            curses.wrapper(_main_loop, subscriber)
+        with MonitorSubscriber(address, before_connect=watch) as subscriber:
+            try:
+                curses.wrapper(_main_loop, subscriber, watches[0])
+            finally:
+                watches[0].close()
     except (KeyboardInterrupt, _Stop):
         pass  # curses.wrapper has restored the terminal already
     finally:
@@ -43,7 +70,7 @@ def run_top(address: str) -> int:
     return 0
 
 
-def _main_loop(window: curses.window, subscriber: MonitorSubscriber) -> None:
+def _main_loop(window: curses.window, subscriber: MonitorSubscriber, connection: HandshakeWatch) -> None:
     try:
         curses.curs_set(0)
     except curses.error:
@@ -67,15 +94,22 @@ def _main_loop(window: curses.window, subscriber: MonitorSubscriber) -> None:
             snapshot = newest
             dirty = True
         now = time.monotonic()
+        if connection.poll(now):
+            dirty = True
         if dirty or now - last_drawn >= _REDRAW_SECONDS:
-            _draw(window, snapshot, sort_by, subscriber)
+            _draw(window, snapshot, sort_by, subscriber, connection.problem)
             last_drawn = now
             dirty = False
 
 
-def _draw(window: curses.window, snapshot: MonitorSnapshot | None, sort_by: str, subscriber: MonitorSubscriber) -> None:
+def _draw(
+    window: curses.window, snapshot: MonitorSnapshot | None, sort_by: str, subscriber: MonitorSubscriber, problem: str
+) -> None:
     screen = render(snapshot, sort_by, subscriber.address, subscriber.seconds_since_last())
     height, width = window.getmaxyx()
+    if problem:  # on top, where the eye starts, wrapped to the width; the rest moves down
+        wrapped = textwrap.wrap(problem, max(20, width - 1))
+        screen = Screen([*wrapped, *screen.lines], {row + len(wrapped) for row in screen.emphasized})
     window.erase()
     for row, line in enumerate(screen.lines[:height]):
         attributes = curses.A_BOLD if row in screen.emphasized else curses.A_NORMAL

@@ -25,6 +25,7 @@ import zmq
 from scaler.protocol import messages as m
 from scaler.protocol.zmq_messages import send_message
 from scaler.utility.curve import PeerKeys, secure_peer
+from scaler.utility.handshake_failures import HandshakeWatch
 from scaler.utility.loop_stop import LoopStop
 from scaler.utility.malloc_tuning import with_freed_memory_kept
 from scaler.utility.parent_watch import parent_is_gone
@@ -95,6 +96,7 @@ class WorkerAgent:
         self._processor_address = ""
         self._router: zmq.Socket | None = None
         self._scheduler: zmq.Socket | None = None
+        self._handshakes: HandshakeWatch | None = None  # tells a refused key within a tick, not at the death timeout
 
     def stop(self) -> None:
         self._stop.request()
@@ -127,6 +129,9 @@ class WorkerAgent:
                 raise WorkerExit(f"cannot start: {error}", failed=True, level=logging.ERROR) from None
             self._processor_address = f"ipc://{os.path.join(self._work_dir, PROCESSOR_SOCKET_NAME)}"
             router.bind(self._processor_address)
+            self._handshakes = HandshakeWatch(
+                scheduler, config.address, time.monotonic(), role="worker", secured=curve_keys is not None
+            )
             scheduler.connect(config.address)
             self._carry_out(self._core.start(time.monotonic()))
             self._stop.open()
@@ -152,6 +157,8 @@ class WorkerAgent:
                 pass
             for identity in list(self._processes):
                 self._stop_processor(identity)
+            if self._handshakes is not None:
+                self._handshakes.close()
             router.close(linger=0)
             scheduler.close(linger=100)
             context.term()
@@ -181,6 +188,9 @@ class WorkerAgent:
             if now < next_tick:
                 continue
             next_tick = now + _TICK_SECONDS
+            if self._handshakes is not None:
+                for problem in self._handshakes.poll(now):
+                    logger.error(f"Worker[{self._name}]: {problem}")
             for identity, process in list(self._processes.items()):
                 exit_code = process.process.poll()
                 if exit_code is not None:
@@ -209,9 +219,11 @@ class WorkerAgent:
                     try:
                         send_frames(self._scheduler, action.frames)
                     except zmq.Again:
+                        problem = self._handshakes.problem if self._handshakes is not None else ""
                         raise WorkerExit(
                             f"no usable connection to the scheduler at {self._config.address} for "
-                            f"{self._config.death_timeout_seconds:g}s (--death-timeout-seconds), exiting",
+                            f"{self._config.death_timeout_seconds:g}s (--death-timeout-seconds), exiting"
+                            + (f": {problem}" if problem else ""),
                             failed=True, level=logging.ERROR,
                         ) from None
             elif isinstance(action, SignalProcessor):
@@ -230,6 +242,12 @@ class WorkerAgent:
                 self._reporter.report(REGISTERED, self._name)
                 self._reporter.close()
             elif isinstance(action, Exit):
+                problem = self._handshakes.problem if self._handshakes is not None else ""
+                if problem and not self._welcomed:  # the core saw silence; the handshakes say why
+                    raise WorkerExit(
+                        f"no usable connection to the scheduler within {self._config.death_timeout_seconds:g}s "
+                        f"(--death-timeout-seconds), exiting: {problem}", action.failed, action.level,
+                    )
                 raise WorkerExit(action.reason, action.failed, action.level)
 
     # ------------------------------------------------------------------------------------------ processes

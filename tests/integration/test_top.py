@@ -207,3 +207,32 @@ def test_top_waits_for_a_missing_scheduler_and_quits_on_ctrl_c(run_in_terminal, 
     terminal.keys("C-c", literal=False)
     assert exit_code(terminal) == 0
     terminal.wait_for(lambda s: any("scaler_top exited with 0" in line for line in s), "the exit line")
+
+
+def screen_text(screen: list[str]) -> str:
+    """The screen as one line of words: a long problem is wrapped over several rows."""
+    return " ".join(" ".join(screen).split())
+
+
+def test_top_at_the_schedulers_own_address_says_which_monitor_address_to_use(
+    combo: SchedulerClusterCombo, run_in_terminal
+) -> None:
+    address = combo.get_address()
+    terminal = run_in_terminal(address)
+    expected = (
+        f"{address} answers, but not as a scheduler's monitor feed: if it is the scheduler's own address, its "
+        f"monitor address is {default_monitor_address(address)}"
+    )
+    terminal.wait_for(lambda s: expected in screen_text(s), "the hint to use the monitor address")
+    terminal.keys("q")
+    assert exit_code(terminal) == 0
+
+
+def test_top_says_when_nothing_answers_and_keeps_trying(run_in_terminal, tmp_path) -> None:
+    address = f"ipc://{tmp_path}/nobody_monitor"
+    terminal = run_in_terminal(address)
+    screen = terminal.wait_for(lambda s: f"nothing answers at {address} yet (still trying)" in screen_text(s),
+                               "the line that nothing answers")
+    assert f"waiting for scheduler at {address} ..." in screen
+    terminal.keys("q")
+    assert exit_code(terminal) == 0
