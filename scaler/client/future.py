@@ -175,11 +175,12 @@ def cancel_and_notify(future: concurrent.futures.Future) -> bool:
     return True
 
 
-def cancel_without_waiting(futures: Iterable[ScalerFuture]) -> None:
+def cancel_without_waiting(futures: Iterable[ScalerFuture], force: bool = False) -> None:
     """Ask for these tasks to be canceled, one message per client; each future settles when its answer comes.
 
     `ScalerFuture.cancel()` waits for the answer, which comes late for a task queued behind a running one
-    (a worker reads cancels between tasks): thousands of futures are canceled together this way.
+    (a worker reads cancels between tasks): thousands of futures are canceled together this way. With
+    `force`, running tasks are stopped too, as `ScalerFuture.cancel(force=True)` stops one.
     """
     task_ids_by_connection: dict[int, tuple[ClientConnection, list[int]]] = {}
     for future in futures:
@@ -187,7 +188,7 @@ def cancel_without_waiting(futures: Iterable[ScalerFuture]) -> None:
             connection = future._connection
             task_ids_by_connection.setdefault(id(connection), (connection, []))[1].append(future.task_id)
     for connection, task_ids in task_ids_by_connection.values():
-        connection.cancel_tasks(task_ids)
+        connection.cancel_tasks(task_ids, force)
 
 
 def _deserialize_result(serializer: Serializer, payload: m.Buffer) -> Any:
