@@ -62,8 +62,9 @@ class ScalerBackend(AutoBatchingMixin, ParallelBackendBase):
 
     In a child forked from a process that used the backend (joblib's "multiprocessing" backend, a
     multiprocessing pool), a Parallel call connects anew to the cluster chosen for the parent, with
-    the settings of a Client given to `use(...)`. joblib's loky workers are new interpreters instead, and joblib registers no backend
-    there but its own (and dask's): a `Parallel(backend="scaler")` in a function running on loky
+    the settings of a Client given to `use(...)`. joblib's loky workers are new interpreters
+    instead, and joblib registers no backend there but its own (and dask's): a
+    `Parallel(backend="scaler")` in a function running on loky
     raises `ValueError: Invalid backend: scaler` unless scaler is registered in that worker, with
     `parallel_config(backend="loky", initializer=scaler.compat.joblib.register)` or by calling
     `scaler.compat.joblib.register()` in the function (importing scaler in the module that defines
