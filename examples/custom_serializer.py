@@ -3,6 +3,8 @@
 One character differs from the document: `payload[0:1]` instead of `payload[0]`. Indexing bytes gives
 an int in Python 3, which `ObjType` (whose values are bytes) cannot look up, so the document's version
 fails on its first deserialization.
+
+It needs pandas, and pyarrow for pandas' parquet: `pip install 'scaler[examples]'`.
 """
 
 import enum
@@ -11,7 +13,11 @@ import struct
 from io import BytesIO
 from typing import Any
 
-import pandas as pd
+try:
+    import pandas as pd
+    import pyarrow  # noqa: F401 - what pandas writes and reads parquet with, imported here to say so at once
+except ImportError as error:
+    raise SystemExit(f"this example needs pandas and pyarrow ({error}): pip install 'scaler[examples]'") from None
 from cloudpickle import cloudpickle
 
 from scaler import Client, SchedulerClusterCombo, Serializer

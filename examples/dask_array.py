@@ -1,6 +1,6 @@
 """Compute a dask array on Scaler: the same answer as dask's own schedulers, with one argument changed.
 
-Needs dask: pip install "scaler[dask]" numpy
+Needs dask.array (dask and numpy): pip install "scaler[examples]"
 """
 
 import dask

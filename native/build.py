@@ -5,7 +5,9 @@
 
 The tests, the benchmarks and .ci/run build through this script, so they all agree on where the
 executable is and on what a missing tool means: a one-paragraph error naming the Debian packages to
-install, and exit status 2. The build is incremental, and concurrent runs wait for each other.
+install, and exit status 3 (MISSING_PACKAGES_STATUS), which the tests read as "skip, naming them".
+Any other failure (the compiler's) is exit status 2. The build is incremental, and concurrent runs
+wait for each other.
 """
 
 from __future__ import annotations
@@ -25,10 +27,20 @@ REPOSITORY = os.path.dirname(NATIVE)
 DEFAULT_BUILD_DIR = os.path.join(REPOSITORY, "build", "native")
 EXECUTABLE_NAME = "scaler_native_worker"
 DEBIAN_PACKAGES = "cmake g++ pkg-config libzmq3-dev libcapnp-dev capnproto libmsgpack-dev"
+# What the build looks for, and the Debian package that provides it.
+_TOOL_PACKAGES = {"cmake": "cmake", "c++": "g++", "pkg-config": "pkg-config", "capnp": "capnproto",
+                  "capnpc-c++": "capnproto"}
+_PKG_CONFIG_PACKAGES = {"libzmq": "libzmq3-dev", "capnp": "libcapnp-dev", "msgpack": "libmsgpack-dev"}
+BUILD_FAILED_STATUS = 2
+MISSING_PACKAGES_STATUS = 3
 
 
 class BuildError(Exception):
     """The native worker cannot be built here; the text says why and what to install."""
+
+
+class MissingPackagesError(BuildError):
+    """A tool or library the build needs is not installed: the machine's state, not a defect of the source."""
 
 
 def find_schema() -> str:
@@ -45,12 +57,15 @@ def find_schema() -> str:
     raise BuildError("cannot find scaler/protocol/scaler.capnp: neither this checkout nor an installed scaler has it")
 
 
-def missing_tools() -> list[str]:
-    missing = [tool for tool in ("cmake", "c++", "pkg-config", "capnp", "capnpc-c++") if shutil.which(tool) is None]
+def missing_tools() -> dict[str, str]:
+    """{what was not found: the Debian package that provides it}."""
+    missing = {tool: package for tool, package in _TOOL_PACKAGES.items() if shutil.which(tool) is None}
     if shutil.which("pkg-config") is not None:
-        for module in ("libzmq", "capnp", "msgpack"):
+        for module, package in _PKG_CONFIG_PACKAGES.items():
             if subprocess.run(["pkg-config", "--exists", module]).returncode != 0:
-                missing.append(f"{module} (pkg-config)")
+                missing[f"{module} (pkg-config)"] = package
+    else:  # nothing can tell whether the libraries are there: name them too
+        missing.update({f"{module} (pkg-config)": package for module, package in _PKG_CONFIG_PACKAGES.items()})
     return missing
 
 
@@ -58,9 +73,10 @@ def build(build_dir: str = DEFAULT_BUILD_DIR) -> str:
     """Configure (once) and build; returns the executable's path. Raises BuildError with the reason."""
     missing = missing_tools()
     if missing:
-        raise BuildError(
-            f"cannot build the native worker: {', '.join(missing)} not found. On Debian or Ubuntu: "
-            f"apt-get install -y {DEBIAN_PACKAGES}"
+        packages = " ".join(dict.fromkeys(missing.values()))
+        raise MissingPackagesError(
+            f"cannot build the native worker: {', '.join(missing)} not found (Debian packages: {packages}). "
+            f"On Debian or Ubuntu: apt-get install -y {DEBIAN_PACKAGES}"
         )
     schema = find_schema()
     os.makedirs(build_dir, exist_ok=True)
@@ -89,7 +105,7 @@ def main() -> None:
         executable = build(arguments.build_dir)
     except BuildError as error:
         print(f"native/build.py: {error}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(MISSING_PACKAGES_STATUS if isinstance(error, MissingPackagesError) else BUILD_FAILED_STATUS)
     print(f"native/build.py: built in {time.monotonic() - started:.1f} s", file=sys.stderr)
     print(executable)
 

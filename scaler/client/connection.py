@@ -264,9 +264,9 @@ class ClientConnection:
         self._outbox.append(message)
         self._wakeup.wake()
 
-    def cancel_tasks(self, task_ids: list[int]) -> None:
+    def cancel_tasks(self, task_ids: list[int], force: bool = False) -> None:
         if task_ids and self.is_open:
-            self.send_message(m.CancelTasks(task_ids=task_ids))
+            self.send_message(m.CancelTasks(task_ids=task_ids, force=force))
 
     def cancel_future(self, future: ScalerFuture, force: bool = False) -> bool:
         if not self.is_open:

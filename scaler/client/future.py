@@ -47,7 +47,7 @@ class ScalerFuture(concurrent.futures.Future):
         self._decoded = False
         self._value: Any = None
         self._profile: m.TaskProfile | None = None
-        self._cancel_refused = False
+        self._cancel_answered: threading.Event | None = None  # set when a cancel is refused or the task ends
         # Warnings of the task, and of the quiet tasks of its graph (a list shared by the graph's
         # futures), held until the outcome is handed out; see scaler/protocol/task_warnings.py.
         self._warnings: list[m.TaskWarning] | None = None
@@ -145,18 +145,21 @@ class ScalerFuture(concurrent.futures.Future):
         self._graph_warnings = graph_warnings
 
     def refuse_cancel(self) -> None:
-        with self._condition:
-            self._cancel_refused = True
-            self._condition.notify_all()
+        # Not a notify on self._condition: a result(timeout) waiting there takes any wake-up for the end of
+        # its wait, and would raise TimeoutError at once (concurrent.futures.Future.result does not loop).
+        answered = self._cancel_answered
+        if answered is not None:
+            answered.set()
 
     def _expect_cancel_outcome(self) -> None:
         """Called before the cancel request goes out, so that an early refusal is not missed."""
-        with self._condition:
-            self._cancel_refused = False
+        answered = self._cancel_answered = threading.Event()
+        self.add_done_callback(lambda _: answered.set())
 
     def _wait_for_cancel_outcome(self, timeout: float) -> None:
-        with self._condition:
-            self._condition.wait_for(lambda: self.done() or self._cancel_refused, timeout)
+        answered = self._cancel_answered  # set by _expect_cancel_outcome, which comes first
+        if answered is not None:
+            answered.wait(timeout)
 
 
 def cancel_and_notify(future: concurrent.futures.Future) -> bool:
@@ -175,11 +178,12 @@ def cancel_and_notify(future: concurrent.futures.Future) -> bool:
     return True
 
 
-def cancel_without_waiting(futures: Iterable[ScalerFuture]) -> None:
+def cancel_without_waiting(futures: Iterable[ScalerFuture], force: bool = False) -> None:
     """Ask for these tasks to be canceled, one message per client; each future settles when its answer comes.
 
     `ScalerFuture.cancel()` waits for the answer, which comes late for a task queued behind a running one
-    (a worker reads cancels between tasks): thousands of futures are canceled together this way.
+    (a worker reads cancels between tasks): thousands of futures are canceled together this way. With
+    `force`, running tasks are stopped too, as `ScalerFuture.cancel(force=True)` stops one.
     """
     task_ids_by_connection: dict[int, tuple[ClientConnection, list[int]]] = {}
     for future in futures:
@@ -187,7 +191,7 @@ def cancel_without_waiting(futures: Iterable[ScalerFuture]) -> None:
             connection = future._connection
             task_ids_by_connection.setdefault(id(connection), (connection, []))[1].append(future.task_id)
     for connection, task_ids in task_ids_by_connection.values():
-        connection.cancel_tasks(task_ids)
+        connection.cancel_tasks(task_ids, force)
 
 
 def _deserialize_result(serializer: Serializer, payload: m.Buffer) -> Any:

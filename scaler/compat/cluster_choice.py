@@ -6,10 +6,11 @@
    shut down at interpreter exit.
 
 In a forked child (multiprocessing's "fork" start method, a web server's forked workers), the
-clients the adapters made themselves, for an address or for the embedded cluster, are made anew,
-since the parent's cannot be used there (see scaler/utility/fork_safety.py); so is one that lost
-its scheduler. A Client given to `use(...)` is the user's: it fails at once in the child, saying to
-create a new Client there.
+parent's clients cannot be used (see scaler/utility/fork_safety.py), so the adapters connect anew to
+the same scheduler: for an address or the embedded cluster as the parent did, and for a Client given
+to `use(...)` with that client's settings (its serializer, timeouts, keys), as a client passed into a
+task reconnects on its worker. The user's Client object itself still fails at once in the child. A
+client the adapters made themselves is made anew, too, when it lost its scheduler.
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ class use:  # noqa: N801 - reads as a verb at the call site: `with use(client):`
             self._client, self._owned = Client(address=client_or_address), True
         else:
             raise TypeError("use() takes a scaler.Client or a scheduler address such as tcp://127.0.0.1:2345")
+        # The user's client, in a process forked from the one it was given in, is replaced by this one.
+        self._given_in_pid = os.getpid()
+        self._forked_client: Client | None = None
         with _lock:
             _used.append(self)
 
@@ -59,16 +63,28 @@ class use:  # noqa: N801 - reads as a verb at the call site: `with use(client):`
             self._client.disconnect()
 
     def client(self) -> Client:
-        """The chosen client; for an address, one connected from this process (a forked child connects anew)."""
-        if self._owned and not self._client.is_connected:
-            self._client = Client(address=self._client.address)
-        return self._client
+        """The chosen client, connected from this process: a forked child connects anew to the same scheduler."""
+        if self._owned:
+            if not self._client.is_connected:
+                self._client = Client(address=self._client.address)
+            return self._client
+        if os.getpid() == self._given_in_pid:
+            return self._client
+        if self._forked_client is None or not self._forked_client.is_connected:
+            self._forked_client = _connected_anew(self._client)
+        return self._forked_client
 
     @staticmethod
     def reset() -> None:
         """Forget every client chosen with `use(...)` outside a `with` block."""
         with _lock:
             _used.clear()
+
+
+def _connected_anew(client: Client) -> Client:
+    """A client of this process with `client`'s settings: what unpickling `client` gives, as in a task."""
+    rebuild, arguments = client.__reduce__()
+    return rebuild(*arguments)
 
 
 def cluster_is_chosen() -> bool:

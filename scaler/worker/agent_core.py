@@ -77,6 +77,9 @@ class WorkerAgentCore:
         # The large results of our processors, by the processor that made each: it may not have written it
         # into the store yet (own_results.py), and must before another process reads it.
         self._made_by: dict[bytes, bytes] = {}
+        # Force-cancelled tasks a processor holds but had not started: it may start one before it reads the
+        # cancel (it took the task from its socket just before), and then a tick stops it (_stop_late_starts).
+        self._force_canceled: set[int] = set()
 
     @property
     def pool(self) -> ProcessorPool:
@@ -131,6 +134,7 @@ class WorkerAgentCore:
             named = set(message.task_ids)
             if message.force:
                 self._stop_running(named, now)
+                self._force_canceled.update(self._held_by_processors(named))
             else:
                 self._refuse_running(named)
             self._deliver_to_all(frames, named)
@@ -232,6 +236,7 @@ class WorkerAgentCore:
         its processors, measured when `heartbeat_due(now)` said so; the core fills in the rest.
         """
         self._watch_running_tasks(now)
+        self._stop_late_starts(now)
         self._enforce_limits(now, processor_rss or {})
         self._ask_for_held_results(now)
         processor_count = len(self._pool.processors)
@@ -336,6 +341,20 @@ class WorkerAgentCore:
             running = self._running_task_of(processor)
             if running is not None and running in named:
                 self._stop_processor(processor, now, m.FailureKind.CANCELED, "", "")
+
+    def _held_by_processors(self, named: set[int]) -> set[int]:
+        held: set[int] = set()
+        for processor in self._pool.processors.values():
+            held.update(named.intersection(processor.outstanding))
+        return held
+
+    def _stop_late_starts(self, now: float) -> None:
+        """A force-cancelled task that started after its cancel came (unread behind it) is stopped as it would
+        have been had it started before: the processor reads nothing while the task runs."""
+        if not self._force_canceled:
+            return
+        self._force_canceled = self._held_by_processors(self._force_canceled)  # the answered ones are done with
+        self._stop_running(self._force_canceled, now)
 
     # ------------------------------------------------------------------------------------------ processors
 

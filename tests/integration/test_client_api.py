@@ -177,6 +177,35 @@ def test_cancel_of_a_running_or_finished_task_returns_false(client: Client) -> N
     assert running.cancel() is False
 
 
+def touch_then_sleep(path: str, seconds: float, value: Any) -> Any:
+    open(path, "w").close()
+    time.sleep(seconds)
+    return value
+
+
+def test_a_refused_cancel_does_not_end_a_result_wait_in_another_thread(client: Client, tmp_path) -> None:
+    started = tmp_path / "started"
+    future = client.submit(touch_then_sleep, str(started), 2.0, "value")
+    deadline = time.monotonic() + 30
+    while not started.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert started.exists(), "the task did not start"
+    outcomes: list[Any] = []
+
+    def wait_for_result() -> None:
+        try:
+            outcomes.append(future.result(timeout=60))
+        except BaseException as error:  # noqa: B036 - what the waiting thread met is the answer
+            outcomes.append(error)
+
+    waiter = threading.Thread(target=wait_for_result)
+    waiter.start()
+    time.sleep(0.2)  # the waiter is in result() by now
+    assert future.cancel() is False  # the task runs: its worker refuses the cancel
+    waiter.join(60)
+    assert outcomes == ["value"]
+
+
 def test_clear_cancels_unfinished_work_and_client_stays_usable(client: Client) -> None:
     slow = [client.submit(time.sleep, 0.5) for _ in range(10)]
     client.clear()

@@ -109,6 +109,28 @@ def assert_prints_in_order(expected: list[str], lines: list[str], output: str) -
         position += 1
 
 
+DATA_FLOW_MAP = os.path.join(REPO_ROOT, "docs", "data_flow.md")
+# A file the map names: a path relative to scaler/ (`worker/agent.py`), or a bare name (`placement.py`).
+MAP_FILE = re.compile(r"(?<![\w/.])([\w/]*\w\.py)\b")
+
+
+def test_every_file_the_data_flow_map_names_exists() -> None:
+    """docs/data_flow.md names each hop by its file: a file renamed or split must be renamed there too."""
+    with open(DATA_FLOW_MAP, encoding="utf-8") as document:
+        named = set(MAP_FILE.findall(document.read()))
+    assert len(named) >= 30, f"the map names only {sorted(named)}: has the pattern stopped matching?"
+    package = os.path.join(REPO_ROOT, "scaler")
+    in_package = {
+        os.path.relpath(path, package) for path in glob.glob(os.path.join(package, "**", "*.py"), recursive=True)
+    }
+    file_names = {os.path.basename(path) for path in in_package}
+    missing = sorted(
+        path for path in named
+        if path not in (in_package if "/" in path else file_names) and not os.path.exists(os.path.join(REPO_ROOT, path))
+    )
+    assert not missing, f"docs/data_flow.md names files that do not exist: {missing}"
+
+
 def test_the_documents_hold_python_blocks() -> None:
     documents = {block.document for block in RUNNABLE}
     assert {"README.md", os.path.join("docs", "monitor.md")} <= documents

@@ -7,6 +7,7 @@ tcp://127.0.0.1:2345` runs: an example that starts its own cluster must pick a f
 
 from __future__ import annotations
 
+import ast
 import errno
 import os
 import re
@@ -16,6 +17,11 @@ import sys
 from typing import Callable, Iterator
 
 import pytest
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10: pytest's own TOML reader
+    import tomli as tomllib  # type: ignore[no-redef]
 
 from tests.conftest import REPO_ROOT
 
@@ -120,6 +126,35 @@ def port_2345_taken() -> Iterator[None]:
 def test_every_example_is_run_here() -> None:
     on_disk = {name for name in os.listdir(EXAMPLES) if name.endswith(".py")}
     assert on_disk == set(EXPECTED)
+
+
+def imported_packages(path: str) -> set[str]:
+    """The top-level names an example imports."""
+    with open(path) as source:
+        tree = ast.parse(source.read())
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def requirement_names(requirements: list[str]) -> set[str]:
+    return {re.split(r"[\[<>=!~; ]", requirement, maxsplit=1)[0].lower() for requirement in requirements}
+
+
+def test_the_examples_extra_installs_what_the_examples_import() -> None:
+    """`pip install 'scaler[examples]'` is enough to run every example (their import names are their packages')."""
+    with open(os.path.join(REPO_ROOT, "pyproject.toml"), "rb") as pyproject:
+        project = tomllib.load(pyproject)["project"]
+    installed = requirement_names(project["dependencies"]) | requirement_names(
+        project["optional-dependencies"].get("examples", [])
+    )
+    for name in sorted(EXPECTED):
+        needed = imported_packages(os.path.join(EXAMPLES, name)) - set(sys.stdlib_module_names) - {"scaler"}
+        assert needed <= installed, f"examples/{name} imports {sorted(needed - installed)}, which no extra installs"
 
 
 @pytest.mark.timeout(EXAMPLE_SECONDS + 20)

@@ -2,7 +2,7 @@
 
 The child has copies of the parent's client, but not its I/O thread: work handed to the copy would
 wait forever. What the user made (a Client, a ScalerExecutor) fails at once in the child, saying to
-make a new one there; what the adapters chose themselves connects anew. Every child here is forked
+make a new one there; the adapters connect anew, to the cluster chosen in the parent. Every child here is forked
 for real and waited for with a deadline, after which it is killed and the test fails: a hang.
 """
 
@@ -141,12 +141,24 @@ def test_the_client_chosen_for_an_address_is_made_anew_in_a_forked_child(combo: 
         assert scaler_sum(10) == 45
 
 
-def test_a_client_given_to_use_fails_at_once_in_a_forked_child(client: Client) -> None:
-    with use(client):
-        assert scaler_sum(10) == 45
-        outcome = in_forked_child(scaler_sum, 10)
-    assert outcome[:2] == ("raised", "ConnectionFailedError"), outcome
-    assert "create a new Client in the child" in outcome[2]
+def scaler_sum_and_client_name(size: int) -> tuple[int, str, bool]:
+    """In the child: the adapters' sum, the name of the client they chose, and whether the parent's client works."""
+    total = scaler_sum(size)
+    chosen = cluster_choice.current_client()
+    return total, chosen.name, chosen.is_connected
+
+
+def test_a_client_given_to_use_is_connected_anew_in_a_forked_child(combo: SchedulerClusterCombo) -> None:
+    """What joblib's own test_nested_loop[multiprocessing-scaler] does: the adapters connect the child anew,
+    with the given client's settings, while the given Client object itself fails there."""
+    with Client(address=combo.get_address(), name="given", timeout_seconds=30) as given:
+        with use(given):
+            assert scaler_sum(10) == 45
+            assert in_forked_child(scaler_sum_and_client_name, 10) == ("returned", (45, "given", True))
+            outcome = in_forked_child(submit_and_wait, given)
+            assert outcome[:2] == ("raised", "ConnectionFailedError"), outcome
+            assert scaler_sum(10) == 45  # the parent's client is still the parent's
+            assert cluster_choice.current_client() is given
 
 
 def test_a_backend_instance_forked_in_the_middle_of_a_call_works_in_the_child(by_environment: str) -> None:

@@ -45,6 +45,11 @@ def gated(gate: str, marks_directory: str, name: Any, limit_seconds: float = GAT
     return name
 
 
+def started_then_gated(gate: str, marks_directory: str, index: int) -> int:
+    pathlib.Path(marks_directory, f"started-{index}").touch()
+    return gated(gate, marks_directory, index)
+
+
 def fail_first_then_gated(gate: str, marks_directory: str, index: int) -> int:
     if index == 0:
         raise CustomError("the first call fails")
@@ -233,6 +238,25 @@ def test_timeout(chosen: Client, gate: tuple[str, pathlib.Path]) -> None:
     pathlib.Path(path).touch()
     with parallel_config(backend="scaler"):
         assert Parallel(n_jobs=2)(delayed(abs)(-i) for i in range(4)) == [0, 1, 2, 3]
+
+
+def test_giving_up_stops_the_running_calls_as_loky_does(chosen: Client, gate: tuple[str, pathlib.Path]) -> None:
+    """joblib tells the user that the calls still running when it gave up were cancelled, and loky kills them.
+    Left running, they would hold both workers, and the next call would wait behind them."""
+    path, marks = gate
+    with parallel_config(backend="scaler"):
+        results = Parallel(n_jobs=2, batch_size=1, return_as="generator_unordered")(
+            delayed(started_then_gated)(path, str(marks), i) for i in range(2)
+        )
+        deadline = time.monotonic() + GATE_LIMIT_SECONDS
+        while len(os.listdir(marks)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert sorted(os.listdir(marks)) == ["started-0", "started-1"], "both calls run, one on each worker"
+        with pytest.warns(UserWarning, match="still being processed by the workers have been cancelled"):
+            results.close()  # abandoned: joblib gives up on the call
+        # The gated calls end only with the gate (shut until the test ends) or their limit.
+        assert Parallel(n_jobs=2, batch_size=1)(delayed(abs)(-i) for i in range(4)) == [0, 1, 2, 3]
+    assert sorted(os.listdir(marks)) == ["started-0", "started-1"], "they were stopped, not waited for"
 
 
 def test_pre_dispatch_bounds_what_is_read_from_the_input(chosen: Client, gate: tuple[str, pathlib.Path]) -> None:

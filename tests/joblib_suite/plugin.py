@@ -10,11 +10,13 @@ expected_failures.py). What it does:
   ScalerBackend, join every list made from it;
 - keeps only the tests parameterized with the "scaler" backend (by name or instance), and deselects
   the rest, which run on joblib's own backends;
-- points every Parallel(backend="scaler") at one cluster: the scheduler in SCALER_ADDRESS, else a
-  SchedulerClusterCombo started here. It goes through os.environ, so joblib's forked and loky
-  child processes reach the same cluster;
-- clears the cluster after each test: a test that ended early (a timeout, an error) leaves its
-  running calls to finish, which loky would have killed, and they must not slow the next test;
+- points every Parallel(backend="scaler") at one cluster, the scheduler in SCALER_ADDRESS, else a
+  SchedulerClusterCombo started here, the way a user does: a Client made here and given to
+  `use(client)`. joblib's forked children ("multiprocessing") reach it through that choice, which
+  connects anew there; loky's new interpreters, which `use` cannot reach, through SCALER_ADDRESS;
+- runs the tests back to back on that cluster, as a user's program would, clearing nothing between
+  them: what a Parallel call left behind when joblib gave up on it (a timeout, an error, an abandoned
+  generator) is the backend's to stop, and a leftover slows the next test down or fails it;
 - with `--scaler-report PATH`, writes each selected test's outcome there as JSON.
 """
 
@@ -27,10 +29,11 @@ from typing import Any
 import pytest
 
 import scaler.compat.joblib
-from scaler import SchedulerClusterCombo
+from scaler import Client, SchedulerClusterCombo
 from scaler.compat import cluster_choice
 
 _cluster: SchedulerClusterCombo | None = None
+_client: Client | None = None
 _outcomes: dict[str, str] = {}
 
 
@@ -39,17 +42,23 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    global _cluster
+    global _cluster, _client
     scaler.compat.joblib.register()
     for marker in ("thread_unsafe", "no_cover"):  # joblib's own marks, declared in its repository's setup.cfg
         config.addinivalue_line("markers", f"{marker}: a mark of joblib's test suite")
     if not os.environ.get(cluster_choice.ADDRESS_ENVIRONMENT_VARIABLE):
         _cluster = SchedulerClusterCombo(n_workers=2, logging_level="WARNING")
         os.environ[cluster_choice.ADDRESS_ENVIRONMENT_VARIABLE] = _cluster.get_address()
+    _client = Client(address=os.environ[cluster_choice.ADDRESS_ENVIRONMENT_VARIABLE])
+    cluster_choice.use(_client)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    global _cluster
+    global _cluster, _client
+    cluster_choice.use.reset()
+    if _client is not None:
+        _client.disconnect()
+        _client = None
     cluster_choice._shutdown_embedded()  # disconnects the clients the backend made, as at exit
     if _cluster is not None:
         os.environ.pop(cluster_choice.ADDRESS_ENVIRONMENT_VARIABLE, None)
@@ -75,13 +84,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if deselected:
         config.hook.pytest_deselected(items=deselected)
     items[:] = selected
-
-
-def pytest_runtest_teardown(item: pytest.Item) -> None:
-    address = os.environ.get(cluster_choice.ADDRESS_ENVIRONMENT_VARIABLE, "")
-    client = cluster_choice._by_address.get(address)
-    if client is not None and client.is_connected:
-        client.clear()
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

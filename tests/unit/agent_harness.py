@@ -55,6 +55,8 @@ class SimProcessor:
     start_asked: set[int] = dataclasses.field(default_factory=set)
     start_granted: set[int] = dataclasses.field(default_factory=set)
     signals: int = 0
+    # It took its next task from its socket and starts it before it reads what came after (see start_task).
+    starting: bool = False
     # Results of ended tasks it has not sent yet (the processor batches them); a signal sends them.
     held_back: list[m.TaskResults] = dataclasses.field(default_factory=list)
     # The agent's answer to its last request to wait on nested tasks.
@@ -114,7 +116,7 @@ class SimulatedAgent:
                 message = m.decode(action.frames)
                 processor.received.append(message)
                 processor.unread.append(message)
-                if processor.running is None:
+                if processor.running is None and not processor.starting:
                     self._read(processor)
             elif isinstance(action, agent_actions.StartProcessor):
                 assert action.identity not in self.processors and action.identity not in self.stopped, action
@@ -283,6 +285,7 @@ class SimulatedAgent:
             return None
         del processor.queue[task_id]
         processor.start_granted.discard(task_id)
+        processor.starting = False
         processor.running = task_id
         self.slots[processor.identity] = task_id
         return task_id

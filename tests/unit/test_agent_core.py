@@ -353,6 +353,24 @@ def test_a_force_cancel_stops_the_processor_running_the_task(agent: SimulatedAge
     agent.check()
 
 
+def test_a_force_cancel_that_comes_just_before_its_task_starts_stops_it_at_the_next_tick(
+    agent: SimulatedAgent,
+) -> None:
+    """The processor took the task from its socket and starts it before it reads the cancel behind it: the
+    slot names no task when the cancel comes, then the task runs and the processor reads nothing more."""
+    task, other = agent.submit(2)
+    processor = agent.active()
+    processor.starting = True
+    actions = agent.cancel([task], force=True)
+    assert not of_type(actions, StopProcessor)
+    assert agent.start_task(processor) == task
+    actions = agent.tick(0.1)
+    assert of_type(actions, StopProcessor) == [StopProcessor(processor.identity)]
+    assert set(agent.failures(m.FailureKind.CANCELED)) == {task}
+    assert set(agent.failures(m.FailureKind.RETURNED)) == {other}
+    agent.check()
+
+
 def test_a_force_cancel_of_queued_tasks_stops_nothing(agent: SimulatedAgent) -> None:
     running, queued = agent.submit(2)
     agent.run_next()

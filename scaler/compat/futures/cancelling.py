@@ -15,12 +15,12 @@ from typing import Iterable
 from scaler.client import future as client_future
 
 
-def cancel_without_waiting(futures: Iterable[concurrent.futures.Future]) -> None:
+def cancel_without_waiting(futures: Iterable[concurrent.futures.Future], force: bool = False) -> None:
     """Ask for the tasks of these futures to be cancelled; returns at once.
 
     Each future settles when the scheduler answers: a queued task's future ends cancelled; a task
     already running finishes, and its future gets its result, as a running call does in a
-    ProcessPoolExecutor.
+    ProcessPoolExecutor, unless `force` stops it (its worker replaces the processor running it).
     """
     scaler_futures = []
     for future in futures:
@@ -29,7 +29,7 @@ def cancel_without_waiting(futures: Iterable[concurrent.futures.Future]) -> None
             scaler_futures.append(future)
         elif not future.done():
             future.cancel()  # any other future's cancel() does not wait
-    client_future.cancel_without_waiting(scaler_futures)
+    client_future.cancel_without_waiting(scaler_futures, force)
 
 
 def _followed(future: concurrent.futures.Future) -> concurrent.futures.Future:

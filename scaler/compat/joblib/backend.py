@@ -61,10 +61,10 @@ class ScalerBackend(AutoBatchingMixin, ParallelBackendBase):
     backend), even when it names "scaler": see `_running_batches`.
 
     In a child forked from a process that used the backend (joblib's "multiprocessing" backend, a
-    multiprocessing pool), a Parallel call connects anew to the cluster chosen for the parent; a
-    Client given to `use(...)` is the user's own and raises at once there (make a new one in the
-    child). joblib's loky workers are new interpreters instead, and joblib registers no backend
-    there but its own (and dask's): a `Parallel(backend="scaler")` in a function running on loky
+    multiprocessing pool), a Parallel call connects anew to the cluster chosen for the parent, with
+    the settings of a Client given to `use(...)`. joblib's loky workers are new interpreters
+    instead, and joblib registers no backend there but its own (and dask's): a
+    `Parallel(backend="scaler")` in a function running on loky
     raises `ValueError: Invalid backend: scaler` unless scaler is registered in that worker, with
     `parallel_config(backend="loky", initializer=scaler.compat.joblib.register)` or by calling
     `scaler.compat.joblib.register()` in the function (importing scaler in the module that defines
@@ -185,15 +185,19 @@ class ScalerBackend(AutoBatchingMixin, ParallelBackendBase):
         return out.result()
 
     def abort_everything(self, ensure_ready: bool = True) -> None:
-        """joblib gives up on the call (an error, a timeout, an abandoned generator): cancel what is still queued.
+        """joblib gives up on the call (an error, a timeout, an abandoned generator): stop its batches.
 
-        The cancels go out at once but are not waited for; a batch already running finishes on its
-        worker and its result is dropped. The backend stays usable either way.
+        Queued batches are cancelled and running ones stopped (their workers replace the processors
+        that ran them), as loky and multiprocessing terminate their workers here, and as joblib tells
+        the user ("tasks which were still being processed by the workers have been cancelled"). A
+        batch left running would hold its worker for as long as it takes, and the next call's batches
+        would queue behind it. The cancels go out at once but are not waited for; the backend stays
+        usable either way.
         """
         with self._lock:
             futures = list(self._outstanding)
             self._outstanding.clear()
-        cancel_without_waiting(futures)
+        cancel_without_waiting(futures, force=True)
 
     def terminate(self) -> None:
         self.stop_call()
