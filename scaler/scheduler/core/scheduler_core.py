@@ -91,6 +91,7 @@ class SchedulerCore:
             m.ClearRequest: self._on_clear,
             m.DeleteObjects: self._on_delete_objects,
             m.ObjectsLost: self._on_objects_lost,
+            m.ObjectsHeld: self._on_objects_held,
             m.ShutdownRequest: self._on_shutdown,
             m.DrainWorkers: self._on_drain_workers,
             m.TaskResults: self._on_results,
@@ -401,18 +402,38 @@ class SchedulerCore:
         self.objects.delete(client, request.object_ids, self.tasks.records, self.peers.workers.values(), out)
 
     def _on_objects_lost(
-        self, peer: ClientPeer | WorkerPeer, message: m.ObjectsLost, now: float, out: list[Outgoing]
+        self, peer: ClientPeer | WorkerPeer | StorePeer, message: m.ObjectsLost, now: float, out: list[Outgoing]
     ) -> None:
-        """A reader could not get these objects from their holders; a client asked to send some again cannot."""
+        """A reader could not get these objects from their holders; a client asked to send some again cannot;
+        a store no longer has them (as if it had left, for these objects only)."""
         router = ResultRouter()
         object_ids = [bytes(object_id) for object_id in message.object_ids]
         if isinstance(peer, ClientPeer):
             self.lineage.refused(peer, object_ids, router)
-        orphans = self.objects.drop_holders(object_ids, out)
+        if isinstance(peer, StorePeer):
+            orphans = self.objects.drop_holder_of(peer.data_address, object_ids)
+        else:
+            orphans = self.objects.drop_holders(object_ids, out)
         if orphans:
             self.lineage.lose(orphans, router, out)
         router.flush(out)
         self._placement.dispatch(out)
+
+    def _on_objects_held(self, store: StorePeer, message: m.ObjectsHeld, now: float, out: list[Outgoing]) -> None:
+        """The store holds these objects: one more holder for each (a lost client object is back)."""
+        if len(message.object_ids) != len(message.sizes):
+            out.append((store.identity, m.ProtocolError(reason="objectsHeld has a different number of ids and sizes")))
+            return
+        object_ids = [bytes(object_id) for object_id in message.object_ids]
+        doomed = self.objects.note_held(store.data_address, object_ids, message.sizes, self.lineage.asked)
+        if doomed:
+            out.append((store.identity, m.DeleteObjects(object_ids=doomed)))
+        if self.objects.recovered:
+            recovered, self.objects.recovered = self.objects.recovered, []
+            router = ResultRouter()
+            self.lineage.resent(recovered, router)
+            router.flush(out)
+            self._placement.dispatch(out)
 
     # ------------------------------------------------------------------------------------------ workers
 
