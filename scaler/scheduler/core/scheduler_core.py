@@ -67,7 +67,8 @@ class SchedulerCore:
     def __init__(self, config: CoreConfig) -> None:
         self._config = config
         self.should_exit = False
-        # Events since start, by name: tasks_<outcome>, tasks_submitted, tasks_rescheduled, balance_requests,
+        # Events since start, by name: tasks_<outcome>, tasks_dropped (their client left, timed out or cleared
+        # them), tasks_submitted, tasks_rescheduled, balance_requests,
         # stores_left (disconnected), stores_lost (timed out, or dropped after a malformed message),
         # bytes_relayed (payload bytes forwarded for peers that cannot reach a store: the relay fallback).
         self.counters: collections.Counter[str] = collections.Counter()
@@ -282,7 +283,7 @@ class SchedulerCore:
 
     def _remove_client(self, client: ClientPeer, why: str, level: int, out: list[Outgoing]) -> None:
         """The client is gone: its unfinished tasks end without an outcome, and its objects are let go."""
-        self.tasks.drop_client_tasks(client, force=False, out=out)
+        self.counters["tasks_dropped"] += self.tasks.drop_client_tasks(client, force=False, out=out)
         self._drop_lineage(client, out)
         self.objects.release_all(client, self.peers.workers.values(), out)
         self.peers.remove_client(client, why, level)
@@ -391,6 +392,7 @@ class SchedulerCore:
     def _on_clear(self, client: ClientPeer, message: m.ClearRequest, now: float, out: list[Outgoing]) -> None:
         """Everything the client has ends, running tasks included, and its objects are let go; it stays."""
         canceled = self.tasks.drop_client_tasks(client, force=True, out=out)
+        self.counters["tasks_dropped"] += canceled
         self._drop_lineage(client, out)
         self.objects.release_all(client, self.peers.workers.values(), out)
         out.append((client.identity, m.ClearResponse(canceled_tasks=canceled)))
