@@ -1,9 +1,10 @@
-"""A store tells the scheduler what it lost (PROTOCOL.md §17, §18), with real processes.
+"""A store tells the scheduler what it holds and what it lost (PROTOCOL.md §17, §18), with real processes.
 
 A real scheduler, a real store (`python -m scaler.store`) with little memory, a real worker and a client. The
 client's object is spilled to disk; the test damages its spill file (as a failing disk would) and reads the
 object itself, through the store, as no scaler peer: only the store can tell the scheduler it is gone. The
-scheduler then asks the client for it again, and a task that needs it gets it.
+scheduler then asks the client for it again, and a task that needs it gets it. A copy that a worker's store
+fetched is announced, so that it is deleted with its object instead of staying until the store stops.
 """
 
 from __future__ import annotations
@@ -84,3 +85,34 @@ def test_an_object_its_store_lost_is_reported_by_the_store_and_sent_again_by_its
         scheduler.wait_for_log("Lineage: 1 stored objects lost", timeout=WAIT_SECONDS)
         assert client.submit(len, first).result(timeout=WAIT_SECONDS) == 5 * MB
     assert "objectsLost" not in scheduler.log()  # no protocolError for the store's report
+
+
+def test_a_copy_a_store_fetched_for_its_worker_is_deleted_with_the_object(spawn: Spawner, tmp_path) -> None:
+    address = free_local_address()
+    start_scheduler(spawn, address)
+    # The client's home: the store with the most room on this host, with no worker of its own.
+    home = spawn("home", [
+        sys.executable, "-m", "scaler.store", "--scheduler-address", address, "--capacity-bytes", str(1 << 30),
+        "--name", "home",
+    ])
+    home.wait_for_log("registered with the scheduler")
+    cluster = spawn("cluster", [
+        console_script("scaler_cluster"), "-n", "1", "--store-capacity-bytes", str(256 * MB), address,
+    ])
+    cluster.wait_for_log("all 1 workers registered")
+    with Client(address=address, timeout_seconds=60) as client:
+        stores = client._connection.stores
+        wait_until(lambda: len(stores._addresses) == 2 and stores.home, "both stores registered")
+        addresses = [stores.address_of(data_address) for data_address in stores._addresses]
+        worker_store = next(store for store in addresses if store is not None and store.data_address != stores.home)
+        reference = client.send_object(os.urandom(4 * MB), name="blob")
+        # The worker reads it through its own store, which fetches a copy from the client's home store.
+        assert client.submit(len, reference).result(timeout=WAIT_SECONDS) == 4 * MB
+        wait_until(lambda: object_count(worker_store) == 1, "the worker's store keeps a copy")
+        client.clear()  # the client lets go of its object: every copy goes
+        wait_until(lambda: object_count(worker_store) == 0, "the copy is deleted")
+
+
+def object_count(store) -> int:
+    with StoreClient(store, local=True, timeout_seconds=10) as reader:
+        return reader.status().object_count
