@@ -5,8 +5,10 @@ or failed, exactly as when a store leaves."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from scaler.protocol import messages as m
-from tests.unit.core_harness import FUNCTION_ID, FUNCTION_PAYLOAD, SimulatedCluster
+from tests.unit.core_harness import FUNCTION_ID, FUNCTION_PAYLOAD, SimClient, SimStore, SimulatedCluster, SimWorker
 
 STORE_A = "tcp://10.0.0.1:5000"
 STORE_B = "tcp://10.0.0.2:5000"
@@ -30,14 +32,35 @@ def _submit_with_client_object(cluster: SimulatedCluster, client, object_id: byt
     return task_ids
 
 
-def test_a_result_its_store_lost_is_recomputed_as_if_the_store_had_left() -> None:
+@dataclasses.dataclass
+class OneResult:
+    """Two stores, a client, a worker of store A and the stored result of one of its tasks."""
+
+    cluster: SimulatedCluster
+    store_a: SimStore
+    store_b: SimStore
+    client: SimClient
+    worker: SimWorker
+    task_id: int
+    object_id: bytes
+
+
+def _one_stored_result() -> OneResult:
     cluster = SimulatedCluster()
     store_a = cluster.add_store(STORE_A)
-    cluster.add_store(STORE_B, host_key="host-b")
+    store_b = cluster.add_store(STORE_B, host_key="host-b")
     client = cluster.add_client()
     worker = cluster.add_worker(store=STORE_A)
     [task_id] = cluster.submit(client, 1)
-    first_id = cluster.complete_stored(worker, [task_id], holder=STORE_A)[task_id]
+    object_id = cluster.complete_stored(worker, [task_id], holder=STORE_A, size=BIG)[task_id]
+    return OneResult(cluster, store_a, store_b, client, worker, task_id, object_id)
+
+
+def test_a_result_its_store_lost_is_recomputed_as_if_the_store_had_left() -> None:
+    one = _one_stored_result()
+    cluster, store_a, client, worker, task_id, first_id = (
+        one.cluster, one.store_a, one.client, one.worker, one.task_id, one.object_id
+    )
 
     cluster.send(store_a.identity, m.ObjectsLost(object_ids=[first_id]))
 
@@ -49,13 +72,10 @@ def test_a_result_its_store_lost_is_recomputed_as_if_the_store_had_left() -> Non
 
 
 def test_a_lost_report_drops_only_the_reporting_store_when_another_holds_a_copy() -> None:
-    cluster = SimulatedCluster()
-    store_a = cluster.add_store(STORE_A)
-    store_b = cluster.add_store(STORE_B, host_key="host-b")
-    client = cluster.add_client()
-    worker = cluster.add_worker(store=STORE_A)
-    [task_id] = cluster.submit(client, 1)
-    object_id = cluster.complete_stored(worker, [task_id], holder=STORE_A, size=BIG)[task_id]
+    one = _one_stored_result()
+    cluster, store_a, store_b, client, worker, object_id = (
+        one.cluster, one.store_a, one.store_b, one.client, one.worker, one.object_id
+    )
     cluster.send(store_b.identity, m.ObjectsHeld(object_ids=[object_id], sizes=[BIG]))  # B fetched a copy
     assert cluster.core.objects.stored[object_id].holders == {STORE_A, STORE_B}
 
@@ -69,13 +89,8 @@ def test_a_lost_report_drops_only_the_reporting_store_when_another_holds_a_copy(
 
 
 def test_a_copy_reported_after_its_object_was_freed_is_deleted_and_unknown_ids_are_left_alone() -> None:
-    cluster = SimulatedCluster()
-    cluster.add_store(STORE_A)
-    store_b = cluster.add_store(STORE_B, host_key="host-b")
-    client = cluster.add_client()
-    worker = cluster.add_worker(store=STORE_A)
-    [task_id] = cluster.submit(client, 1)
-    object_id = cluster.complete_stored(worker, [task_id], holder=STORE_A)[task_id]
+    one = _one_stored_result()
+    cluster, store_b, client, object_id = one.cluster, one.store_b, one.client, one.object_id
     cluster.send(client.identity, m.DeleteObjects(object_ids=[object_id]))
     not_named_yet = b"n" * 16  # a client's put whose submitTasks has not arrived yet
 
@@ -123,15 +138,10 @@ def test_a_lost_client_object_that_a_store_turns_out_to_hold_comes_back_and_its_
 
 
 def test_a_copy_of_a_lost_result_being_made_again_is_deleted() -> None:
-    cluster = SimulatedCluster()
-    store_a = cluster.add_store(STORE_A)
-    store_b = cluster.add_store(STORE_B, host_key="host-b")
-    client = cluster.add_client()
-    worker = cluster.add_worker(store=STORE_A)
-    [task_id] = cluster.submit(client, 1)
-    object_id = cluster.complete_stored(worker, [task_id], holder=STORE_A)[task_id]
-    cluster.send(store_a.identity, m.ObjectsLost(object_ids=[object_id]))
-    assert list(worker.pending) == [task_id]  # the rerun: the result comes back under another id
+    one = _one_stored_result()
+    cluster, store_b, object_id = one.cluster, one.store_b, one.object_id
+    cluster.send(one.store_a.identity, m.ObjectsLost(object_ids=[object_id]))
+    assert list(one.worker.pending) == [one.task_id]  # the rerun: the result comes back under another id
 
     out = cluster.send(store_b.identity, m.ObjectsHeld(object_ids=[object_id], sizes=[BIG]))
 
