@@ -179,3 +179,20 @@ def test_a_task_submitted_while_its_object_is_lost_waits_for_the_object_instead_
     assert list(worker.pending) == [task_id]
     shipped = [item for sub in worker.submissions() for item in sub.objects if item.object_id == object_id]
     assert [(item.holder, item.payload) for item in shipped][-1] == (STORE_A, b"")
+
+
+def test_a_client_object_put_again_after_a_store_brought_it_back_is_deleted_from_both_stores() -> None:
+    cluster = SimulatedCluster()
+    store_a = cluster.add_store(STORE_A)
+    store_b = cluster.add_store(STORE_B, host_key="host-b")
+    client = cluster.add_client()
+    object_id = b"o" * 16
+    _submit_with_client_object(cluster, client, object_id, STORE_A)
+    cluster.send(store_a.identity, m.ObjectsLost(object_ids=[object_id]))
+    cluster.send(store_b.identity, m.ObjectsHeld(object_ids=[object_id], sizes=[BIG]))  # back before the resend
+    cluster.send(client.identity, m.TaskSubmission(objects=[  # the answer to resendObjects, already on its way
+        m.ObjectPayload(object_id=object_id, payload=b"", name="big", size=BIG, holder=STORE_A)
+    ], groups=[]))
+    assert cluster.core.objects.stored[object_id].holders == {STORE_A, STORE_B}
+    cluster.send(client.identity, m.ClearRequest())
+    assert object_id in _deletes(store_a) and object_id in _deletes(store_b)

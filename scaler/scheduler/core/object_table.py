@@ -98,6 +98,9 @@ class ObjectTable:
                 stored.owners.add(client.identity)
                 if stored.lost and (item.holder or item.payload):
                     self._recover(item.object_id, stored, item)
+                elif item.holder and stored.holders:
+                    # Put again after a store said it held it after all (objectsHeld): that copy is deleted with it.
+                    stored.holders.add(item.holder)
             client.object_ids.add(item.object_id)
         return None
 
