@@ -302,9 +302,18 @@ class PublishObjects:
 
 @dataclasses.dataclass(slots=True)
 class ObjectsLost:
-    """Reader to scheduler: these stored objects could not be read from their holders (§18)."""
+    """Reader to scheduler: these stored objects could not be read from their holders; store to scheduler: this
+    store lost these objects (§18)."""
 
     object_ids: list[bytes]
+
+
+@dataclasses.dataclass(slots=True)
+class ObjectsHeld:
+    """Store to scheduler: this store holds these objects, `sizes[k]` bytes for `object_ids[k]` (§17)."""
+
+    object_ids: list[bytes]
+    sizes: list[int]
 
 
 @dataclasses.dataclass(slots=True)
@@ -399,5 +408,6 @@ Message = Union[
     ResendObjects,
     Relay,
     PublishObjects,
+    ObjectsHeld,
 ]
 

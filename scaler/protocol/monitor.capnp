@@ -44,6 +44,7 @@ struct TaskCounts {
   failed @4 :UInt64;               # raised, worker died too often, serialization, rejected
   canceled @5 :UInt64;
   notFound @6 :UInt64;             # cancel or lookup of a task the scheduler did not know
+  dropped @7 :UInt64;              # ended without an outcome: their client left, timed out or cleared them
 }
 
 struct MessageCount {

@@ -40,10 +40,12 @@ class TaskCounts:
     failed: int = 0
     canceled: int = 0
     not_found: int = 0
+    # Ended without an outcome: their client left, timed out or cleared them (no one was left to tell).
+    dropped: int = 0
 
     @property
     def finished(self) -> int:
-        return self.success + self.failed + self.canceled + self.not_found
+        return self.success + self.failed + self.canceled + self.not_found + self.dropped
 
 
 @dataclasses.dataclass(slots=True)
@@ -155,6 +157,7 @@ _TASK_COUNT_FIELDS: _Fields = (
     ("failed", "failed", _count),
     ("canceled", "canceled", _count),
     ("not_found", "notFound", _count),
+    ("dropped", "dropped", _count),
 )
 _CLIENT_FIELDS: _Fields = (
     ("name", "name", _as_is),

@@ -39,6 +39,7 @@ struct Message {
     resendObjects @23 :ResendObjects;
     relay @24 :Relay;
     publishObjects @25 :PublishObjects;
+    objectsHeld @26 :ObjectsHeld;
   }
 }
 
@@ -285,8 +286,19 @@ struct PublishObjects {
 # holders it was told of (the holder answered `missing` or did not answer). A client also sends it for the
 # objects of a resendObjects it cannot send again. The scheduler drops those holders for those objects;
 # an object left with none is lost, and is recomputed, asked for again, or its tasks fail.
+# Store to scheduler: this store no longer has these objects, though it was not told to delete them (a
+# spill file it cannot read, a borrowed object whose lender exited); the scheduler drops this store, and
+# only it, as their holder.
 struct ObjectsLost {
   objectIds @0 :List(Data);
+}
+
+# Store to scheduler (PROTOCOL.md §17): this store holds these objects (`sizes[k]` payload bytes for
+# `objectIds[k]`): everything it holds, right after its welcome, and later each copy it fetched from
+# another store. The scheduler adds the store to their holders.
+struct ObjectsHeld {
+  objectIds @0 :List(Data);
+  sizes @1 :List(UInt64);
 }
 
 # Scheduler to client (§18): these objects of yours were lost with their store; put them again and name

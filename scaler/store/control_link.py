@@ -1,7 +1,8 @@
 """The store's link to a real scheduler: a DEALER speaking the control protocol as role `store` (PROTOCOL.md §17).
 
 Hello with the store's data and ipc addresses, host key and capacity; heartbeats with what it holds;
-deleteObjects in. A store that the scheduler refuses or sends away stops, as a worker does: its
+objectsHeld (everything once welcomed, then the copies it fetched, batched per tick) and objectsLost (at
+once) out; deleteObjects in. A store that the scheduler refuses or sends away stops, as a worker does: its
 objects mean nothing to a scheduler that does not know it. One that hears nothing from the scheduler
 for the death timeout stops too (the Cluster that started it is then without a scheduler as well).
 """
@@ -20,6 +21,7 @@ from scaler.protocol.zmq_messages import send_message
 from scaler.store.scheduler_link import (
     DeleteOrder,
     LinkEvent,
+    Registered,
     RelayedAnswer,
     RelayedRequest,
     SchedulerLink,
@@ -36,6 +38,8 @@ logger = logging.getLogger(__name__)
 # How long a closing link may take to hand its goodbye to the network.
 _GOODBYE_LINGER_MS = 200
 _MAX_MESSAGES_PER_WAKE = 64
+# Ids per objectsHeld message: a store of millions of objects announces them in bounded control frames.
+_HELD_PER_MESSAGE = 50_000
 
 
 class ControlLink(SchedulerLink):
@@ -55,6 +59,7 @@ class ControlLink(SchedulerLink):
         self._last_heard = 0.0
         self._next_heartbeat = 0.0
         self._process = psutil.Process()
+        self._held: list[tuple[bytes, int]] = []  # to announce at the next tick
 
     def start(self, context: zmq.Context, identity: StoreIdentity, now: float) -> list[zmq.Socket]:
         socket = self._socket = context.socket(zmq.DEALER)
@@ -103,6 +108,7 @@ class ControlLink(SchedulerLink):
             self._interval = message.heartbeat_interval_for(self._own_interval)
             self._next_heartbeat = min(self._next_heartbeat, now + self._interval)
             logger.info(f"Store: registered with the scheduler at {self._scheduler_address}")
+            return [Registered()]
         elif isinstance(message, m.Refused):
             return [StopStore(f"the scheduler at {self._scheduler_address} refused this store: {message.reason}")]
         elif isinstance(message, m.Disconnect):
@@ -121,6 +127,7 @@ class ControlLink(SchedulerLink):
                 f"no word from the scheduler at {self._scheduler_address} for {self._death_timeout:g}s"
                 + (f": {problem}" if problem else "")
             )]
+        self._send_held()
         if now >= self._next_heartbeat and self._socket is not None:
             self._next_heartbeat = now + self._interval
             try:
@@ -134,12 +141,33 @@ class ControlLink(SchedulerLink):
         return []
 
     def objects_held(self, objects: tuple[tuple[bytes, int], ...]) -> None:
-        # The scheduler learns of holders from the results that name this store; a message for copies
-        # fetched from another store comes with the object table (issue 15, point 1).
-        pass
+        # Before the welcome the scheduler would refuse it; the welcome makes the server announce everything.
+        if self._welcomed:
+            self._held.extend(objects)
 
     def objects_lost(self, object_ids: tuple[bytes, ...]) -> None:
-        logger.warning(f"Store: lost {len(object_ids)} objects (unreadable spill file); the scheduler is not told yet")
+        logger.warning(f"Store: lost {len(object_ids)} objects; telling the scheduler")
+        if not self._welcomed:
+            return
+        # Copies announced as held before they were lost must reach the scheduler first.
+        self._send_held()
+        self._send(m.ObjectsLost(object_ids=list(object_ids)))
+
+    def _send_held(self) -> None:
+        held, self._held = self._held, []
+        for start in range(0, len(held), _HELD_PER_MESSAGE):
+            chunk = held[start: start + _HELD_PER_MESSAGE]
+            self._send(m.ObjectsHeld(
+                object_ids=[object_id for object_id, _ in chunk], sizes=[size for _, size in chunk]
+            ))
+
+    def _send(self, message: m.Message) -> None:
+        if self._socket is None:
+            return
+        try:
+            send_message(self._socket, message, zmq.NOBLOCK)
+        except zmq.Again:
+            logger.warning(f"Store: no connection to the scheduler; dropped {type(message).__name__}")
 
     def send_relay(self, relay: m.Relay, track: bool = False) -> zmq.MessageTracker | None:
         socket = self._socket

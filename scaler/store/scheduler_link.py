@@ -41,6 +41,11 @@ class StopStore:
 
 
 @dataclasses.dataclass(frozen=True)
+class Registered:
+    """The scheduler welcomed the store: it is told everything the store holds (objects_held)."""
+
+
+@dataclasses.dataclass(frozen=True)
 class RelayedRequest:
     """A data message from a peer that cannot reach this store directly, passed on by the scheduler (§19).
     `peer` is opaque: the answer goes back naming it."""
@@ -59,7 +64,7 @@ class RelayedAnswer:
     error: str
 
 
-LinkEvent = Union[DeleteOrder, StopStore, RelayedRequest, RelayedAnswer]
+LinkEvent = Union[DeleteOrder, StopStore, Registered, RelayedRequest, RelayedAnswer]
 
 
 class SchedulerLink(abc.ABC):
@@ -77,11 +82,12 @@ class SchedulerLink(abc.ABC):
 
     @abc.abstractmethod
     def objects_held(self, objects: tuple[tuple[bytes, int], ...]) -> None:
-        """This store now holds these (object id, size): written here, or fetched from another holder."""
+        """This store holds these (object id, size): all it holds once registered, then each copy it fetched."""
 
     @abc.abstractmethod
     def objects_lost(self, object_ids: tuple[bytes, ...]) -> None:
-        """This store lost these objects without being told to delete them (an unreadable spill file)."""
+        """This store lost these objects without being told to delete them (an unreadable spill file, a
+        borrowed object whose lender exited)."""
 
     @abc.abstractmethod
     def send_relay(self, relay: m.Relay, track: bool = False) -> zmq.MessageTracker | None:

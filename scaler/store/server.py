@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import logging
 import os
-import resource
 import shutil
 import signal
-import tempfile
 import time
 from typing import Callable
 
@@ -34,19 +32,20 @@ from scaler.store import store_core as c
 from scaler.store import store_records as r
 from scaler.store.borrowed_memory import LoanUnreadable, check, loan_layout, read_payload
 from scaler.store.holder_fetches import Fetched, FetchEvent, FetchFailed, HolderFetches
-from scaler.store.prefault import Prefaulter
 from scaler.store.process_watch import ProcessWatch
 from scaler.store.scheduler_link import (
     DeleteOrder,
+    Registered,
     RelayedAnswer,
     RelayedRequest,
     SchedulerLink,
     StopStore,
     StoreIdentity,
 )
-from scaler.store.segment import Segment, check_available
+from scaler.store.segment import check_available
 from scaler.store.server_config import StoreServerConfig, StoreStartError, tcp_bind_address
-from scaler.store.spill import SpillError, SpillFile
+from scaler.store.spill import SpillError
+from scaler.store.store_memory import StoreMemory
 from scaler.utility.bad_frame_log import BadFrameLog, short_identity
 from scaler.utility.host_key import this_host_key
 from scaler.utility.loop_stop import LoopStop
@@ -75,12 +74,8 @@ class StoreServer:
         self._core: c.StoreCore | None = None
         self._context: zmq.Context | None = None
         self._routers: list[zmq.Socket] = []  # [local (ipc), remote (tcp)]: a routing key's first byte
-        self._segments: dict[int, Segment] = {}
-        self._segment_ids_by_path: dict[str, int] = {}
-        self._spill_files: dict[bytes, SpillFile] = {}
-        self._spill_directory = config.spill_directory or tempfile.gettempdir()
+        self._memory = StoreMemory(config.spill_directory)
         self._watch = ProcessWatch()
-        self._prefaulter: Prefaulter | None = None  # started with the loop
         self._poller = zmq.Poller()
         self._holders: HolderFetches | None = None  # made with the context
         self._transfers: list[tuple[zmq.MessageTracker, int]] = []
@@ -109,13 +104,12 @@ class StoreServer:
             bind_address = tcp_bind_address(config.data_address)
         except Exception as error:
             raise StoreStartError(f"Store: cannot start: {error}") from None
-        _raise_open_file_limit()
         removed = remove_abandoned_directories(WORK_DIRECTORY_PREFIX, config.work_directory_parent)
         if removed:
             logger.info(f"Store: removed {len(removed)} work directories of stores that died")
         work_directory = make_owned_directory(WORK_DIRECTORY_PREFIX, config.work_directory_parent)
         self._context = zmq.Context(io_threads=1)
-        self._prefaulter = Prefaulter()
+        self._memory.start()
         self._holders = HolderFetches(self._context, self._poller, self._link.send_relay if self._link else None)
         local = self._router()
         remote = self._router()
@@ -144,7 +138,7 @@ class StoreServer:
                 self._link_sockets = self._link.start(self._context, self.identity, time.monotonic())
             logger.info(
                 f"Store: listening on {data_address} and {ipc_address}, capacity {config.capacity_bytes:,} bytes, "
-                f"spilling to {self._spill_directory}"
+                f"spilling to {self._memory.spill_directory}"
             )
             if on_listening is not None:
                 on_listening(self.identity)
@@ -215,6 +209,8 @@ class StoreServer:
         for event in events:
             if isinstance(event, DeleteOrder):
                 self._execute(self.core.on_delete(list(event.object_ids), time.monotonic()))
+            elif isinstance(event, Registered):
+                self._link.objects_held(self.core.held_objects())  # type: ignore[union-attr]
             elif isinstance(event, StopStore):
                 logger.warning(f"Store: stopping: {event.reason}")
                 self.stop()
@@ -271,7 +267,7 @@ class StoreServer:
                 actions = core.on_allocate(a.Requester(peer, message.request_id), message.size, message.pid, now)
             elif isinstance(message, d.Seal) and is_local:
                 actions = core.on_seal(
-                    a.Requester(peer, message.request_id), self._segment_ids_by_path.get(message.path),
+                    a.Requester(peer, message.request_id), self._memory.segment_id_at(message.path),
                     message.object_id, message.size, message.name, message.pid, now,
                 )
             elif isinstance(message, d.Lend) and is_local:
@@ -314,50 +310,37 @@ class StoreServer:
 
     def _do(self, action: a.Action, payload: list[Buffer] | None, now: float) -> list[a.Action]:
         core = self.core
+        memory = self._memory
         if isinstance(action, a.CreateSegment):
-            segment = Segment.create(action.capacity)
-            self._segments[action.segment_id] = segment
-            self._segment_ids_by_path[segment.path] = action.segment_id
-            if action.prefault and self._prefaulter is not None:
-                self._prefaulter.prefault(segment.fd, segment.capacity)
+            memory.create(action.segment_id, action.capacity, action.prefault)
         elif isinstance(action, a.DestroySegment):
-            self._destroy(action.segment_id)
+            memory.destroy(action.segment_id)
         elif isinstance(action, a.SpillObject):
-            segment = self._segments[action.segment_id]
             try:
-                self._spill_files[action.object_id] = SpillFile.write(segment, action.size, self._spill_directory)
+                memory.spill(action.object_id, action.segment_id, action.size)
             except SpillError as error:
                 logger.warning(f"Store: cannot spill, running over capacity for now: {error}")
-                return core.on_spill_failed(action.object_id, action.segment_id, segment.capacity, now)
-            self._destroy(action.segment_id)
+                capacity = memory.segment(action.segment_id).capacity
+                return core.on_spill_failed(action.object_id, action.segment_id, capacity, now)
         elif isinstance(action, a.ReadBack):
-            spill_file = self._spill_files.pop(action.object_id)
             try:
-                spill_file.read_into(self._segments[action.segment_id])
+                memory.read_back(action.object_id, action.segment_id)
             except SpillError as error:
                 logger.error(f"Store: lost object {action.object_id.hex()}: {error}")
                 return core.on_read_back_done(action.object_id, False, str(error), now)
-            finally:
-                spill_file.close()
             return core.on_read_back_done(action.object_id, True, "", now)
         elif isinstance(action, a.DropSpill):
-            dropped = self._spill_files.pop(action.object_id, None)
-            if dropped is not None:
-                dropped.close()
+            memory.drop_spill(action.object_id)
         elif isinstance(action, a.WritePayload):
             assert payload is not None
-            with memoryview(self._segments[action.segment_id].mapping()) as view:
-                offset = 0
-                for piece in payload:
-                    view[offset: offset + len(piece)] = piece
-                    offset += len(piece)
+            memory.write(action.segment_id, payload)
         elif isinstance(action, a.Fetch):
             self._fetch(action, now)
         elif isinstance(action, a.GrantSegment):
-            path = self._segments[action.segment_id].path
+            path = memory.segment(action.segment_id).path
             self._reply(action.to.peer, d.Segment(action.to.request_id, path, action.size))
         elif isinstance(action, a.Locate):
-            path = self._segments[action.segment_id].path
+            path = memory.segment(action.segment_id).path
             self._reply(action.to.peer, d.Located(action.to.request_id, action.object_id, path, action.size))
         elif isinstance(action, a.SendObject):
             self._send_object(action)
@@ -400,7 +383,7 @@ class StoreServer:
 
     def _send_object(self, action: a.SendObject) -> None:
         """The object's bytes leave as frames that zmq reads from the segment: pinned until zmq is done."""
-        payload: list[Buffer] = [memoryview(self._segments[action.segment_id].mapping())[: action.size]]
+        payload: list[Buffer] = [memoryview(self._memory.segment(action.segment_id).mapping())[: action.size]]
         if action.max_frame_bytes:
             payload = split_frames(payload, action.max_frame_bytes)
         frames = d.encode(d.ObjectData(action.to.request_id, action.object_id, payload))
@@ -451,11 +434,6 @@ class StoreServer:
         for transfer in done:
             self._execute(self.core.on_transfer_done(transfer, now))
 
-    def _destroy(self, segment_id: int) -> None:
-        segment = self._segments.pop(segment_id)
-        self._segment_ids_by_path.pop(segment.path, None)
-        segment.close()
-
     # ------------------------------------------------------------------------------------------ fetching
 
     def _fetch(self, action: a.Fetch, now: float) -> None:
@@ -490,27 +468,9 @@ class StoreServer:
             socket.close(linger=0)
         if self._context is not None:
             self._context.term()
-        if self._prefaulter is not None:
-            self._prefaulter.close()
-        for segment in self._segments.values():
-            segment.close()
-        self._segments.clear()
-        for spill_file in self._spill_files.values():
-            spill_file.close()
-        self._spill_files.clear()
+        self._memory.close()
         self._watch.close()
         self._stop.close()
-
-
-def _raise_open_file_limit() -> None:
-    """Every segment and every spill file is a descriptor: a store of thousands of objects needs them."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    wanted = hard if hard != resource.RLIM_INFINITY else 1 << 20
-    if soft != resource.RLIM_INFINITY and soft < wanted:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
-        except (ValueError, OSError):
-            logger.warning(f"Store: cannot raise the open file limit from {soft}: it holds one file per object")
 
 
 def _status_message(request_id: int, core: c.StoreCore) -> d.StoreStatus:

@@ -1,17 +1,16 @@
 """The store's decisions, as a state machine: events in (each with `now`), actions out; no I/O, no clock.
 
-The store holds objects in shared-memory segments. This core decides which segment each object gets
-(a new one, or a recycled one of the same size from the pool; after a large one is handed out, a spare of
-its size is kept ready, its pages made in the background: prefault.py), which objects it borrows instead
-(their bytes stay in the memory of the local writer that lent them, until it exits or the object is
-deleted: borrowed_memory.py; they take none of the capacity and never spill), which objects go to disk when the
-resident bytes pass the capacity (least recently used first, never one that a reader has mapped), when
-a waiting `get` is answered, and when a segment may be reused: only once no reader has it mapped.
+The store holds objects in shared-memory segments (segment_space.py counts and recycles them). This core
+decides which objects it borrows instead (their bytes stay in the memory of the local writer that lent
+them until it exits or the object is deleted: borrowed_memory.py; they take no capacity and never spill),
+which objects go to disk when the resident bytes pass the capacity (least recently used first, never one
+that a reader has mapped), when a waiting `get` is answered (pending_gets.py), and when a segment may be
+reused: only once no reader has it mapped. It tells the scheduler of copies it fetched and of objects it
+lost (ReportHeld, ReportLost).
 
 The I/O shell (server.py) owns the real segments, spill files and sockets, executes the actions in the
 order given, and reports back what it was asked to report (`on_read_back_done`, `on_fetched`, ...).
-Segments are named by ids that this core hands out; readers are processes (pinning what they map) or
-transfers (a remote send in flight, pinning the segment zmq reads from).
+Readers are processes (pinning what they map) or transfers (a send in flight, pinning what zmq reads).
 """
 
 from __future__ import annotations
@@ -19,13 +18,13 @@ from __future__ import annotations
 from collections import OrderedDict
 
 from scaler.protocol import data_messages as d
+from scaler.store.local_ties import LocalTies
+from scaler.store.pending_gets import PendingGets
 from scaler.store.recent_deletes import RecentDeletes
 from scaler.store.segment import capacity_for
-from scaler.store.segment_pool import SegmentPool
+from scaler.store.segment_space import SegmentSpace
 from scaler.store.store_actions import (
     Action,
-    CreateSegment,
-    DestroySegment,
     DropSpill,
     Fetch,
     GrantSegment,
@@ -58,24 +57,18 @@ from scaler.store.store_records import (
 # How long spilling rests after the spill directory failed (full disk): the store runs over capacity
 # meanwhile rather than retrying the disk at every request.
 SPILL_RETRY_SECONDS = 10.0
-# Below this, a segment's fresh pages cost little: no spare is kept ready for writers of that size.
-SPARE_MIN_BYTES = 8 * 2**20
 
 
 class StoreCore:
     def __init__(self, config: StoreConfig) -> None:
         self.config = config
-        self.segments: dict[int, SegmentRecord] = {}
+        self.space = SegmentSpace(config.capacity_bytes, config.pool_idle_seconds)
+        self.segments = self.space.segments
         self.objects: dict[bytes, ObjectRecord] = {}
-        self.resident_bytes = 0  # sum of the capacities of self.segments
-        self._next_segment_id = 1
         self._next_transfer = 1
         self._lru: OrderedDict[bytes, None] = OrderedDict()  # resident objects, least recently used first
-        self._pool = SegmentPool()
-        self._pins: dict[ReaderId, dict[bytes, list[int]]] = {}  # reader -> object id -> pinned segment ids
-        self._pending: dict[bytes, list[PendingGet]] = {}
-        self._loans: dict[int, int] = {}  # pid -> segments it borrowed and has not sealed
-        self._borrowed: dict[int, set[bytes]] = {}  # pid -> objects it lent this store (in its memory)
+        self._ties = LocalTies()
+        self._pending = PendingGets()
         self._spill_resumes_at = 0.0
         self._deleted_unheld = RecentDeletes()
 
@@ -91,11 +84,11 @@ class StoreCore:
         segment = self._take_segment(size, now, actions)
         segment.use = SegmentUse.LENT
         segment.lent_to = pid
-        if not self._holds_anything(pid):
+        if not self._ties.ties(pid):
             actions.append(WatchProcess(pid))
-        self._loans[pid] = self._loans.get(pid, 0) + 1
+        self._ties.lend_segment(pid)
         actions.append(GrantSegment(requester, segment.segment_id, size))
-        self._keep_a_spare(segment.capacity, now, actions)
+        self.space.keep_a_spare(segment.capacity, now, actions)
         self._enforce_capacity(now, actions)
         return actions
 
@@ -112,14 +105,14 @@ class StoreCore:
         if not object_id:
             return [self._failed(requester, "seal: an object needs an id")]
         actions: list[Action] = []
-        self._end_loan(pid, actions)
+        self._ties.segment_sealed(pid)
+        self._unwatch_if_untied(pid, actions)
         existing = self.objects.get(object_id)
         if (existing is not None and existing.state is not ObjectState.FETCHING) or object_id in self._deleted_unheld:
-            self._to_pool(segment, now)  # a second copy of an object we hold, or one deleted already
+            self.space.to_pool(segment, now)  # a second copy of an object we hold, or one deleted already
         else:
             segment.use = SegmentUse.HOLDS
             self._make_resident(object_id, size, name, segment, now, actions)
-            actions.append(ReportHeld(((object_id, size),)))
         actions.append(Reply(requester, d.Stored(requester.request_id, object_id)))
         self._enforce_capacity(now, actions)
         return actions
@@ -133,13 +126,12 @@ class StoreCore:
         actions: list[Action] = []
         existing = self.objects.get(object_id)
         if (existing is None or existing.state is ObjectState.FETCHING) and object_id not in self._deleted_unheld:
-            if not self._holds_anything(loan.pid):
+            if not self._ties.ties(loan.pid):
                 actions.append(WatchProcess(loan.pid))
-            self._borrowed.setdefault(loan.pid, set()).add(object_id)
+            self._ties.borrow(loan.pid, object_id)
             record = ObjectRecord(object_id, size, ObjectState.BORROWED, name, loan=loan)
             self.objects[object_id] = record
             self._answer_waiting(record, actions)
-            actions.append(ReportHeld(((object_id, size),)))
         actions.append(Reply(requester, d.Stored(requester.request_id, object_id)))
         return actions
 
@@ -182,25 +174,25 @@ class StoreCore:
                 actions.append(Fetch(object_id, holder, int(max(0.0, wait_seconds) * 1000)))
             elif wait_seconds <= 0:
                 return [Reply(requester, d.Missing(requester.request_id, object_id, "not held by this store"))]
-            self._pending.setdefault(object_id, []).append(pending)
+            self._pending.add(pending)
         elif record.state is ObjectState.RESIDENT or record.state is ObjectState.BORROWED:
             self._answer(pending, record, actions)
         elif record.state is ObjectState.SPILLED:
-            self._pending.setdefault(object_id, []).append(pending)
+            self._pending.add(pending)
             self._start_read_back(record, now, actions)
         else:  # being read back or fetched
-            self._pending.setdefault(object_id, []).append(pending)
+            self._pending.add(pending)
         self._enforce_capacity(now, actions)
         return actions
 
     def on_release(self, pid: int, object_ids: list[bytes], now: float) -> list[Action]:
         """A local reader unmapped these objects (one mapping each; an id twice for two mappings)."""
         actions: list[Action] = []
-        held_before = self._holds_anything(pid)
+        held_before = self._ties.ties(pid)
         reader = process_reader(pid)
         for object_id in object_ids:
             self._unpin(reader, object_id, now)
-        if held_before and not self._holds_anything(pid):
+        if held_before and not self._ties.ties(pid):
             actions.append(UnwatchProcess(pid))
         self._enforce_capacity(now, actions)
         return actions
@@ -209,14 +201,13 @@ class StoreCore:
         """A local process exited: its mappings are gone, and so is whatever it was writing."""
         actions: list[Action] = []
         reader = process_reader(pid)
-        for object_id, segment_ids in list(self._pins.get(reader, {}).items()):
-            for _ in range(len(segment_ids)):
+        for object_id, count in self._ties.pinned_by(reader):
+            for _ in range(count):
                 self._unpin(reader, object_id, now)
         for segment in list(self.segments.values()):
             if segment.use is SegmentUse.LENT and segment.lent_to == pid:
-                self._to_pool(segment, now)
-        self._loans.pop(pid, None)
-        lost = [self.objects[object_id] for object_id in self._borrowed.get(pid, ())]
+                self.space.to_pool(segment, now)
+        lost = [self.objects[object_id] for object_id in self._ties.writer_gone(pid)]
         for record in lost:
             self._drop_borrowed(record, actions)
             self._answer_missing(record.object_id, "lost: the process that lent it exited", actions)
@@ -228,7 +219,7 @@ class StoreCore:
     def on_transfer_done(self, transfer: int, now: float) -> list[Action]:
         """zmq no longer reads the segment of this send."""
         reader = transfer_reader(transfer)
-        for object_id in list(self._pins.get(reader, {})):
+        for object_id, _ in self._ties.pinned_by(reader):
             self._unpin(reader, object_id, now)
         actions: list[Action] = []
         self._enforce_capacity(now, actions)
@@ -241,6 +232,8 @@ class StoreCore:
             return []
         actions: list[Action] = []
         self._receive(object_id, size, "", now, actions)
+        # Its writer named the first copy to the scheduler; this one only the store can tell of.
+        actions.append(ReportHeld(((object_id, size),)))
         self._enforce_capacity(now, actions)
         return actions
 
@@ -258,9 +251,9 @@ class StoreCore:
         self._spill_resumes_at = now + SPILL_RETRY_SECONDS
         record = self.objects.get(object_id)
         segment = SegmentRecord(segment_id, capacity, SegmentUse.HOLDS, object_id=object_id)
-        self._add_segment(segment)
+        self.space.add(segment)
         if record is None or record.state is not ObjectState.SPILLED:
-            self._to_pool(segment, now)  # deleted meanwhile
+            self.space.to_pool(segment, now)  # deleted meanwhile
             return []
         record.state = ObjectState.RESIDENT
         record.segment_id = segment_id
@@ -277,7 +270,7 @@ class StoreCore:
         segment = self.segments[record.segment_id]
         if not ok:
             del self.objects[object_id]
-            self._to_pool(segment, now)
+            self.space.to_pool(segment, now)
             self._answer_missing(object_id, f"lost: its spill file could not be read ({reason})", actions)
             actions.append(ReportLost((object_id,)))
             self._enforce_capacity(now, actions)
@@ -312,35 +305,22 @@ class StoreCore:
             if segment.pins:
                 segment.use = SegmentUse.ORPHANED
             else:
-                self._to_pool(segment, now)
+                self.space.to_pool(segment, now)
         self._enforce_capacity(now, actions)
         return actions
 
     def on_tick(self, now: float) -> list[Action]:
         """Answer the gets whose wait is over; free segments pooled for too long; spill if spilling rested."""
         actions: list[Action] = []
-        for object_id, waiting in list(self._pending.items()):
-            expired = [get for get in waiting if get.deadline <= now]
-            if not expired:
-                continue
-            kept = [get for get in waiting if get.deadline > now]
-            if kept:
-                self._pending[object_id] = kept
-            else:
-                del self._pending[object_id]
+        for object_id, expired, none_left in self._pending.expire(now):
             for get in expired:
                 reason = "not here in time" if object_id not in self.objects else "still being fetched"
                 actions.append(Reply(get.requester, d.Missing(get.requester.request_id, object_id, reason)))
             record = self.objects.get(object_id)
-            if not kept and record is not None and record.state is ObjectState.FETCHING:
+            if none_left and record is not None and record.state is ObjectState.FETCHING:
                 del self.objects[object_id]  # nobody waits any more: the late answer is ignored
         self._deleted_unheld.expire(now)
-        idle_limit = now - self.config.pool_idle_seconds
-        while self._pool:
-            segment = self.segments[self._pool.oldest()]
-            if segment.pooled_at > idle_limit:
-                break
-            self._destroy(segment, actions)
+        self.space.free_idle(now, actions)
         self._enforce_capacity(now, actions)
         return actions
 
@@ -348,15 +328,27 @@ class StoreCore:
 
     def next_deadline(self) -> float | None:
         """When on_tick next has something to do (a wait ends, a pooled segment idles out), if ever."""
-        deadlines = [get.deadline for waiting in self._pending.values() for get in waiting]
-        if self._pool:
-            deadlines.append(self.segments[self._pool.oldest()].pooled_at + self.config.pool_idle_seconds)
+        deadlines = self._pending.deadlines()
+        idle_deadline = self.space.next_idle_deadline()
+        if idle_deadline is not None:
+            deadlines.append(idle_deadline)
         return min(deadlines) if deadlines else None
+
+    @property
+    def resident_bytes(self) -> int:
+        return self.space.resident_bytes
+
+    def held_objects(self) -> tuple[tuple[bytes, int], ...]:
+        """Every object this store has (object id, size): in memory, on disk or borrowed."""
+        return tuple(
+            (record.object_id, record.size) for record in self.objects.values()
+            if record.state is not ObjectState.FETCHING
+        )
 
     def status(self) -> StoreStatus:
         return StoreStatus.of(
             self.config.capacity_bytes, self.resident_bytes, self.objects.values(), self.segments.values(),
-            sum(map(len, self._pending.values())),
+            len(self._pending),
         )
 
     def spillable(self) -> list[bytes]:
@@ -364,16 +356,16 @@ class StoreCore:
         return [object_id for object_id in self._lru if not self._segment_of(object_id).pins]
 
     def pooled_segment_ids(self) -> list[int]:
-        return self._pool.segment_ids()
+        return self.space.pooled_segment_ids()
 
     def spilling_rests(self, now: float) -> bool:
         return now < self._spill_resumes_at
 
     # ------------------------------------------------------------------------------------------ internals
 
-    def _holds_anything(self, pid: int) -> bool:
-        """Whether the store watches this process: it has segments mapped or borrowed, or lent us objects."""
-        return bool(self._pins.get(process_reader(pid))) or bool(self._loans.get(pid)) or pid in self._borrowed
+    def _unwatch_if_untied(self, pid: int, actions: list[Action]) -> None:
+        if not self._ties.ties(pid):
+            actions.append(UnwatchProcess(pid))
 
     def _drop_borrowed(self, record: ObjectRecord, actions: list[Action]) -> None:
         """Forget a borrowed object that is lost."""
@@ -381,25 +373,10 @@ class StoreCore:
         self._forget_lender_of(record, actions)
 
     def _forget_lender_of(self, record: ObjectRecord, actions: list[Action]) -> None:
-        """A borrowed object is gone from `objects`: stop watching its lender if that was all it lent."""
+        """A borrowed object is gone from `objects`: stop watching its lender if that was all that tied it."""
         assert record.loan is not None
-        pid = record.loan.pid
-        lent = self._borrowed.get(pid)
-        if lent is not None:
-            lent.discard(record.object_id)
-            if not lent:
-                del self._borrowed[pid]
-                if not self._holds_anything(pid):
-                    actions.append(UnwatchProcess(pid))
-
-    def _end_loan(self, pid: int, actions: list[Action]) -> None:
-        left = self._loans.get(pid, 0) - 1
-        if left > 0:
-            self._loans[pid] = left
-        else:
-            self._loans.pop(pid, None)
-            if not self._holds_anything(pid):
-                actions.append(UnwatchProcess(pid))
+        self._ties.unborrow(record.loan.pid, record.object_id)
+        self._unwatch_if_untied(record.loan.pid, actions)
 
     @staticmethod
     def _failed(requester: Requester, reason: str) -> Reply:
@@ -410,61 +387,18 @@ class StoreCore:
         assert segment_id is not None
         return self.segments[segment_id]
 
-    def _add_segment(self, segment: SegmentRecord) -> None:
-        self.segments[segment.segment_id] = segment
-        self.resident_bytes += segment.capacity
-
     def _take_segment(self, size: int, now: float, actions: list[Action]) -> SegmentRecord:
         """A segment for `size` bytes: a pooled one that fits, else a new one (making room for it first)."""
-        capacity = capacity_for(size)
-        pooled = self._pool.best_fit(capacity)
-        if pooled is not None:
-            segment = self.segments[pooled]
-            self._leave_pool(segment)
+        segment = self.space.pooled(size)
+        if segment is not None:
             return segment
-        self._make_room(capacity, now, actions)
-        segment = SegmentRecord(self._next_segment_id, capacity, SegmentUse.LENT)
-        self._next_segment_id += 1
-        self._add_segment(segment)
-        actions.append(CreateSegment(segment.segment_id, capacity))
-        return segment
-
-    def _keep_a_spare(self, capacity: int, now: float, actions: list[Action]) -> None:
-        """Writers of large objects come in runs: the next one of this size finds a segment whose pages
-        exist already (a fresh page costs more than copying into it), if that fits the capacity."""
-        if capacity < SPARE_MIN_BYTES or self._pool.best_fit(capacity) is not None:
-            return
-        if self.resident_bytes + capacity > self.config.capacity_bytes:
-            return
-        spare = SegmentRecord(self._next_segment_id, capacity, SegmentUse.POOLED)
-        self._next_segment_id += 1
-        self._add_segment(spare)
-        self._to_pool(spare, now)
-        actions.append(CreateSegment(spare.segment_id, capacity, prefault=True))
-
-    def _to_pool(self, segment: SegmentRecord, now: float) -> None:
-        assert segment.pins == 0, "a pinned segment is never pooled"
-        segment.use = SegmentUse.POOLED
-        segment.object_id = b""
-        segment.lent_to = 0
-        segment.pooled_at = now
-        self._pool.add(segment.segment_id, segment.capacity)
-
-    def _leave_pool(self, segment: SegmentRecord) -> None:
-        self._pool.remove(segment.segment_id, segment.capacity)
-
-    def _destroy(self, segment: SegmentRecord, actions: list[Action]) -> None:
-        if segment.use is SegmentUse.POOLED:
-            self._leave_pool(segment)
-        del self.segments[segment.segment_id]
-        self.resident_bytes -= segment.capacity
-        actions.append(DestroySegment(segment.segment_id))
+        self._make_room(capacity_for(size), now, actions)
+        return self.space.new(size, actions)
 
     def _make_room(self, extra: int, now: float, actions: list[Action]) -> None:
         """Free memory until `extra` more bytes fit the capacity: pooled segments first, then LRU spilling."""
-        while self.resident_bytes + extra > self.config.capacity_bytes:
-            if self._pool:
-                self._destroy(self.segments[self._pool.oldest()], actions)
+        while self.space.resident_bytes + extra > self.config.capacity_bytes:
+            if self.space.destroy_oldest_pooled(actions):
                 continue
             if self.spilling_rests(now) or not self._spill_one(actions):
                 return  # everything left is mapped by readers (or lent to writers): over capacity until released
@@ -481,8 +415,7 @@ class StoreCore:
             del self._lru[object_id]
             record.state = ObjectState.SPILLED
             record.segment_id = None
-            del self.segments[segment.segment_id]
-            self.resident_bytes -= segment.capacity
+            self.space.forget(segment)
             actions.append(SpillObject(object_id, segment.segment_id, record.size))
             return True
         return False
@@ -501,7 +434,6 @@ class StoreCore:
         segment.use = SegmentUse.HOLDS
         actions.append(WritePayload(segment.segment_id, size))
         self._make_resident(object_id, size, name, segment, now, actions)
-        actions.append(ReportHeld(((object_id, size),)))
 
     def _make_resident(
         self, object_id: bytes, size: int, name: str, segment: SegmentRecord, now: float, actions: list[Action]
@@ -513,7 +445,7 @@ class StoreCore:
         self._answer_waiting(record, actions)
 
     def _answer_waiting(self, record: ObjectRecord, actions: list[Action]) -> None:
-        for pending in self._pending.pop(record.object_id, []):
+        for pending in self._pending.take(record.object_id):
             self._answer(pending, record, actions)
 
     def _answer(self, pending: PendingGet, record: ObjectRecord, actions: list[Action]) -> None:
@@ -531,7 +463,7 @@ class StoreCore:
         assert segment_id is not None and record.state is ObjectState.RESIDENT
         self._lru.move_to_end(record.object_id)
         if pending.local:
-            if not self._holds_anything(pending.pid):
+            if not self._ties.ties(pending.pid):
                 actions.append(WatchProcess(pending.pid))
             self._pin(process_reader(pending.pid), record.object_id, segment_id)
             actions.append(Locate(pending.requester, record.object_id, segment_id, record.size))
@@ -544,23 +476,18 @@ class StoreCore:
             ))
 
     def _answer_missing(self, object_id: bytes, reason: str, actions: list[Action]) -> None:
-        for pending in self._pending.pop(object_id, []):
+        for pending in self._pending.take(object_id):
             actions.append(Reply(pending.requester, d.Missing(pending.requester.request_id, object_id, reason)))
 
     def _pin(self, reader: ReaderId, object_id: bytes, segment_id: int) -> None:
         self.segments[segment_id].pins += 1
-        self._pins.setdefault(reader, {}).setdefault(object_id, []).append(segment_id)
+        self._ties.pin(reader, object_id, segment_id)
 
     def _unpin(self, reader: ReaderId, object_id: bytes, now: float) -> None:
-        by_object = self._pins.get(reader)
-        if not by_object or object_id not in by_object:
-            return  # a release we cannot match (sent twice, or after its process was reported gone)
-        segment_ids = by_object[object_id]
-        segment = self.segments[segment_ids.pop()]
-        if not segment_ids:
-            del by_object[object_id]
-            if not by_object:
-                del self._pins[reader]
+        segment_id = self._ties.unpin(reader, object_id)
+        if segment_id is None:
+            return
+        segment = self.segments[segment_id]
         segment.pins -= 1
         if segment.pins == 0 and segment.use is SegmentUse.ORPHANED:
-            self._to_pool(segment, now)
+            self.space.to_pool(segment, now)

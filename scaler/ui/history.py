@@ -47,6 +47,7 @@ class StreamEntry:
     not_found: int
     running: int  # at `at`
     unassigned: int  # at `at`
+    dropped: int = 0  # ended unanswered: their client left, timed out or cleared them
 
 
 def _held(tasks: TaskCounts) -> int:
@@ -110,6 +111,7 @@ class MonitorHistory:
             failed=after.failed - before.failed,
             canceled=after.canceled - before.canceled,
             not_found=after.not_found - before.not_found,
+            dropped=after.dropped - before.dropped,
             running=after.running,
             unassigned=after.unassigned,
         )
@@ -123,7 +125,8 @@ class MonitorHistory:
         """A new scheduler process (or another one on the same address): its counters start again."""
         before, after = previous.tasks, snapshot.tasks
         return snapshot.sequence < previous.sequence or any(
-            getattr(after, name) < getattr(before, name) for name in ("success", "failed", "canceled", "not_found")
+            getattr(after, name) < getattr(before, name)
+            for name in ("success", "failed", "canceled", "not_found", "dropped")
         )
 
     def _add_worker_points(self, snapshot: MonitorSnapshot) -> None:

@@ -161,6 +161,8 @@ def _panels(snapshot: MonitorSnapshot) -> list[str]:
             ("failed", format_count(tasks.failed)),
             ("canceled", format_count(tasks.canceled)),
             ("not_found", format_count(tasks.not_found)),
+            # Ended unanswered: their client left, timed out or cleared them.
+            ("dropped", format_count(tasks.dropped)),
         ]),
         _panel("scheduler_sent", [(name, format_count(count)) for name, count in sorted(snapshot.sent.items())]),
         _panel("scheduler_received", [

@@ -38,6 +38,17 @@ class ProcessCluster:
             self.address, *options,
         ])
 
+    def add_store(self, name: str) -> subprocess.Popen:
+        """An object store registered with the scheduler (python -m scaler.store)."""
+        return self._start(name, [
+            sys.executable, "-m", "scaler.store", "--scheduler-address", self.address, "--name", name,
+            "--capacity-bytes", str(64 << 20), "--logging-level", "INFO",
+        ])
+
+    def log_of(self, name: str) -> str:
+        with open(os.path.join(self._log_dir, f"{name}.log"), errors="replace") as log:
+            return log.read()
+
     def _start(self, name: str, command: list[str]) -> subprocess.Popen:
         with open(os.path.join(self._log_dir, f"{name}.log"), "wb") as log:
             process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

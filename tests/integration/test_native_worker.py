@@ -9,7 +9,7 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import signal
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pytest
 
@@ -17,9 +17,14 @@ from scaler import Client, SchedulerClusterCombo
 from scaler.errors import NoCapableWorkerError, RemoteTaskError, SerializationError
 from scaler.native_tasks import NeutralSerializer, native
 from tests.integration.process_cluster import ProcessCluster
+from tests.integration.waiting import wait_until as wait_until_within
 from tests.native_worker import BUILD_TIMEOUT_SECONDS, native_worker_executable
 
 RESULT_SECONDS = 60.0
+
+
+def wait_until(condition: Callable[[], object], what: str) -> None:
+    wait_until_within(condition, what, RESULT_SECONDS)
 
 
 @pytest.fixture
@@ -52,6 +57,25 @@ def test_neutral_tasks_submit_map_and_graph(native_cluster: ProcessCluster) -> N
     with Client(address=native_cluster.address, timeout_seconds=30) as pickling:  # the default serializer
         with pytest.raises(SerializationError, match="NeutralSerializer"):
             pickling.submit(native("add"), 1, 2).result(timeout=RESULT_SECONDS)
+
+
+@pytest.mark.timeout(120 + BUILD_TIMEOUT_SECONDS)
+def test_a_native_worker_keeps_the_store_directory_without_a_warning_when_stores_join_and_leave(
+    native_cluster: ProcessCluster,
+) -> None:
+    native_cluster.add_worker("native-1")
+    with Client(address=native_cluster.address, serializer=NeutralSerializer(), timeout_seconds=30) as client:
+        assert client.submit(native("add"), 1, 2).result(timeout=RESULT_SECONDS) == 3
+        store = native_cluster.add_store("store-1")
+        wait_until(lambda: "connected at" in native_cluster.log_of("scheduler"), "the store registered")
+        # The scheduler sent the new directory before it took this task: the worker read it first.
+        assert client.submit(native("add"), 2, 2).result(timeout=RESULT_SECONDS) == 4
+        store.terminate()
+        store.wait(timeout=RESULT_SECONDS)
+        wait_until(lambda: "StoreRegistry: store store-1 at" in native_cluster.log_of("scheduler"), "the store left")
+        assert client.submit(native("add"), 3, 2).result(timeout=RESULT_SECONDS) == 5
+    warnings = [line for line in native_cluster.log_of("native-1").splitlines() if "WARNING" in line]
+    assert warnings == []
 
 
 @pytest.mark.timeout(120 + BUILD_TIMEOUT_SECONDS)

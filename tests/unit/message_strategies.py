@@ -219,6 +219,9 @@ def message_strategies(
         m.TaskStarted: st.builds(m.TaskStarted, task_ids=id_lists),
         m.DeleteObjects: st.builds(m.DeleteObjects, object_ids=st.lists(object_ids(functions), max_size=3)),
         m.ObjectsLost: st.builds(m.ObjectsLost, object_ids=st.lists(object_ids(functions), max_size=3)),
+        m.ObjectsHeld: st.lists(object_ids(functions), max_size=3).flatmap(lambda ids: st.builds(
+            m.ObjectsHeld, object_ids=st.just(ids), sizes=st.lists(U64, min_size=len(ids), max_size=len(ids))
+        )),
         m.ResendObjects: st.builds(m.ResendObjects, object_ids=st.lists(object_ids(functions), max_size=3)),
         m.PublishObjects: st.builds(m.PublishObjects, object_ids=st.lists(object_ids(functions), max_size=3)),
         m.ClearRequest: st.just(m.ClearRequest()),

@@ -73,7 +73,7 @@ WORKER_SENDS = {m.Heartbeat, m.Disconnect, m.TaskResults, m.CancelRefused, m.Tas
 # Tags good workers offer and good tasks require: some tasks need a worker that may not be there yet.
 TAG_POOL = ["python", "native", "gpu"]
 TAG_SETS = st.lists(st.sampled_from(TAG_POOL), max_size=2, unique=True)
-STORE_SENDS = {m.Heartbeat, m.Disconnect, m.Relay}
+STORE_SENDS = {m.Heartbeat, m.Disconnect, m.Relay, m.ObjectsLost, m.ObjectsHeld}
 ANSWERING_KINDS = [m.FailureKind.RAISED, m.FailureKind.RETURNED, m.FailureKind.WORKER_DIED, m.FailureKind.SERIALIZATION]
 
 
@@ -188,6 +188,18 @@ class SchedulerCoreFuzz(RuleBasedStateMachine):
             self.cluster.send(store.identity, m.Disconnect(reason="bye"))
             assert store.identity not in self.core.stores.stores
         del self.cluster.stores[store.identity]
+
+    @precondition(lambda self: self.cluster.stores and self.core.objects.in_stores)
+    @rule(data=st.data(), lost=st.booleans())
+    def store_reports(self, data: st.DataObject, lost: bool) -> None:
+        """A store lost objects it held (an unreadable spill file, a lender that exited), or fetched copies."""
+        store = data.draw(st.sampled_from(sorted(self.cluster.stores.values(), key=lambda store: store.identity)))
+        known = sorted(oid for oid, item in self.core.objects.stored.items() if item.holders or item.lost)
+        chosen = data.draw(st.lists(st.sampled_from(known), min_size=1, max_size=3, unique=True))
+        if lost:
+            self.cluster.send(store.identity, m.ObjectsLost(object_ids=chosen))
+        else:
+            self.cluster.send(store.identity, m.ObjectsHeld(object_ids=chosen, sizes=[100] * len(chosen)))
 
     @precondition(lambda self: self.cluster.stores)
     @rule(data=st.data(), held=st.integers(0, 4000), spilled=st.integers(0, 4000))

@@ -26,7 +26,7 @@ CLIENT_SENDS = {
     m.ObjectsLost, m.Relay,
 }
 WORKER_SENDS = {m.Heartbeat, m.Disconnect, m.TaskResults, m.CancelRefused, m.TaskStarted, m.ObjectsLost}
-STORE_SENDS = {m.Heartbeat, m.Disconnect, m.Relay}
+STORE_SENDS = {m.Heartbeat, m.Disconnect, m.Relay, m.ObjectsLost, m.ObjectsHeld}
 SENDS = {m.Role.CLIENT: CLIENT_SENDS, m.Role.WORKER: WORKER_SENDS, m.Role.STORE: STORE_SENDS}
 
 
@@ -50,6 +50,7 @@ def sample(kind: type, task_ids: list[int], next_id: int) -> m.Message:
         m.ObjectsLost: m.ObjectsLost(object_ids=[FUNCTION_ID]),
         m.ResendObjects: m.ResendObjects(object_ids=[FUNCTION_ID]),
         m.PublishObjects: m.PublishObjects(object_ids=[FUNCTION_ID]),
+        m.ObjectsHeld: m.ObjectsHeld(object_ids=[FUNCTION_ID], sizes=[10]),
         m.ClearRequest: m.ClearRequest(),
         m.ClearResponse: m.ClearResponse(canceled_tasks=2),
         m.Disconnect: m.Disconnect(reason="bye"),

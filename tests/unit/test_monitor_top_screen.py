@@ -39,7 +39,7 @@ def snapshot() -> MonitorSnapshot:
         published_at=1.0,
         scheduler_cpu_percent=2.5,
         scheduler_rss_bytes=int(130.1 * 1024 * 1024),
-        tasks=TaskCounts(unassigned=0, running=3, success=53_704, failed=14, canceled=48, not_found=14),
+        tasks=TaskCounts(unassigned=0, running=3, success=53_704, failed=14, canceled=48, not_found=14, dropped=72_113),
         sent={"HeartbeatEcho": 283_701, "TaskResults": 53_766},
         received={"Heartbeat": 283_701, "TaskSubmission": 60},
         clients=[ClientStatus(name="host|4242", tasks=3)],
@@ -75,8 +75,9 @@ def test_layout_follows_the_documents() -> None:
         assert title in header
     assert header.index("scheduler ") < header.index("task_manager") < header.index("scheduler_sent")
     text = "\n".join(lines)
-    for label in ("cpu", "rss", "unassigned", "assigned", "success", "failed", "canceled", "not_found"):
+    for label in ("cpu", "rss", "unassigned", "assigned", "success", "failed", "canceled", "not_found", "dropped"):
         assert label in text
+    assert "72,113" in text  # tasks whose client left before they ended
     assert "53,704" in text and "283,701" in text  # thousands separators, as the documents show
     assert "130.1m" in text
     rule = next(line for line in lines if line.startswith("---"))

@@ -93,6 +93,8 @@ class Agent {
   double heartbeat_sent_at_ = -1;
   uint32_t latency_us_ = 0;
   bool welcomed_ = false;
+  // The latest store directory (welcome, then each storeDirectory): kept, though this worker uses no store.
+  StoreDirectory store_directory_;
   std::optional<Leave> leave_;
 };
 
@@ -153,6 +155,7 @@ void Agent::on_frames(const std::vector<Bytes>& frames, double now) {
     if (welcome->peer_timeout_ms) interval = std::min(interval, welcome->peer_timeout_ms / 3000.0);
     heartbeat_interval_ = interval;
     core_.set_limits(welcome->max_frame_bytes, welcome->max_control_frame_bytes);
+    store_directory_ = welcome->store_directory;
     if (!welcomed_) log(LogLevel::info, who() + ": connected to the scheduler at " + options_.address);
     welcomed_ = true;
   } else if (auto submission = std::get_if<TaskSubmission>(&message)) {
@@ -177,6 +180,8 @@ void Agent::on_frames(const std::vector<Bytes>& frames, double now) {
     leave_ = Leave{"scheduler refused us: " + refused->reason, welcomed_ ? 0 : 1, LogLevel::warning};
   } else if (auto error = std::get_if<ProtocolError>(&message)) {
     log(LogLevel::warning, who() + ": scheduler reports a protocol error: " + error->reason);
+  } else if (auto directory = std::get_if<StoreDirectory>(&message)) {
+    store_directory_ = std::move(*directory);
   } else if (auto unexpected = std::get_if<Unexpected>(&message)) {
     log(LogLevel::warning, who() + ": ignored a " + unexpected->member + " from the scheduler, which a worker never receives");
   }

@@ -29,12 +29,26 @@ enum class FailureKind : uint16_t {
 
 // ------------------------------------------------------------------------------------ scheduler -> worker
 
+// The stores of the cluster and this worker's home store (PROTOCOL.md §17). This worker reads and writes
+// no stored object, but keeps the latest directory as the protocol asks of every worker.
+struct StoreEntry {
+  std::string data_address;
+  std::string ipc_address;
+  std::string host_key;
+};
+
+struct StoreDirectory {
+  std::vector<StoreEntry> stores;
+  std::string home_store;
+};
+
 struct Welcome {
   uint32_t protocol_version = 0;
   uint32_t heartbeat_interval_ms = 0;
   uint32_t peer_timeout_ms = 0;
   uint64_t max_frame_bytes = 0;          // 0: no limit
   uint64_t max_control_frame_bytes = 0;  // 0: no limit
+  StoreDirectory store_directory;
 };
 
 struct Refused {
@@ -98,7 +112,7 @@ struct Unexpected {
 };
 
 using Incoming = std::variant<Welcome, Refused, HeartbeatEcho, TaskSubmission, CancelTasks, ReleaseTasks,
-                              TaskStarted, DeleteObjects, Disconnect, ProtocolError, Unexpected>;
+                              TaskStarted, DeleteObjects, Disconnect, ProtocolError, Unexpected, StoreDirectory>;
 
 // ------------------------------------------------------------------------------------ worker -> scheduler
 

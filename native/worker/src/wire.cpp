@@ -104,6 +104,16 @@ TaskSubmission decode_submission(::TaskSubmission::Reader reader, FrameTable& fr
   return submission;
 }
 
+StoreDirectory decode_directory(::StoreDirectory::Reader reader) {
+  StoreDirectory directory;
+  for (auto entry : reader.getStores()) {
+    directory.stores.push_back(
+        StoreEntry{entry.getDataAddress().cStr(), entry.getIpcAddress().cStr(), entry.getHostKey().cStr()});
+  }
+  directory.home_store = reader.getHomeStore().cStr();
+  return directory;
+}
+
 Incoming decode_message(::Message::Reader message, FrameTable& frames) {
   switch (message.which()) {
     case ::Message::WELCOME: {
@@ -114,6 +124,7 @@ Incoming decode_message(::Message::Reader message, FrameTable& frames) {
       welcome.peer_timeout_ms = reader.getPeerTimeoutMs();
       welcome.max_frame_bytes = reader.getMaxFrameBytes();
       welcome.max_control_frame_bytes = reader.getMaxControlFrameBytes();
+      welcome.store_directory = decode_directory(reader.getStoreDirectory());
       return welcome;
     }
     case ::Message::REFUSED:
@@ -139,6 +150,8 @@ Incoming decode_message(::Message::Reader message, FrameTable& frames) {
       return Disconnect{message.getDisconnect().getReason().cStr()};
     case ::Message::PROTOCOL_ERROR:
       return ProtocolError{message.getProtocolError().getReason().cStr()};
+    case ::Message::STORE_DIRECTORY:
+      return decode_directory(message.getStoreDirectory());
     case ::Message::HELLO: return Unexpected{"hello"};
     case ::Message::HEARTBEAT: return Unexpected{"heartbeat"};
     case ::Message::TASK_RESULTS: return Unexpected{"taskResults"};
@@ -284,7 +297,7 @@ std::vector<Bytes> encode(const Outgoing& message) {
 const char* member_name(const Incoming& message) {
   static const char* const kNames[] = {
       "welcome", "refused", "heartbeatEcho", "submitTasks", "cancelTasks", "releaseTasks",
-      "taskStarted", "deleteObjects", "disconnect", "protocolError", "unexpected",
+      "taskStarted", "deleteObjects", "disconnect", "protocolError", "unexpected", "storeDirectory",
   };
   return kNames[message.index()];
 }

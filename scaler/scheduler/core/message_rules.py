@@ -29,7 +29,9 @@ SENDERS: dict[type, frozenset[m.Role]] = {
     m.CancelTasks: _CLIENTS,
     m.ClearRequest: _CLIENTS,
     m.DeleteObjects: _CLIENTS,
-    m.ObjectsLost: _BOTH,
+    # Readers that could not get an object from its holders; a store that lost objects it held.
+    m.ObjectsLost: _ANY,
+    m.ObjectsHeld: _STORES,
     m.ShutdownRequest: _CLIENTS,
     m.DrainWorkers: _CLIENTS,
     m.TaskResults: _WORKERS,

@@ -68,7 +68,8 @@ class SchedulerCore:
     def __init__(self, config: CoreConfig) -> None:
         self._config = config
         self.should_exit = False
-        # Events since start, by name: tasks_<outcome>, tasks_submitted, tasks_rescheduled, balance_requests,
+        # Events since start, by name: tasks_<outcome>, tasks_dropped (their client left, timed out or cleared
+        # them), tasks_submitted, tasks_rescheduled, balance_requests,
         # stores_left (disconnected), stores_lost (timed out, or dropped after a malformed message),
         # bytes_relayed (payload bytes forwarded for peers that cannot reach a store: the relay fallback).
         self.counters: collections.Counter[str] = collections.Counter()
@@ -92,6 +93,7 @@ class SchedulerCore:
             m.ClearRequest: self._on_clear,
             m.DeleteObjects: self._on_delete_objects,
             m.ObjectsLost: self._on_objects_lost,
+            m.ObjectsHeld: self._on_objects_held,
             m.ShutdownRequest: self._on_shutdown,
             m.DrainWorkers: self._on_drain_workers,
             m.TaskResults: self._on_results,
@@ -282,7 +284,7 @@ class SchedulerCore:
 
     def _remove_client(self, client: ClientPeer, why: str, level: int, out: list[Outgoing]) -> None:
         """The client is gone: its unfinished tasks end without an outcome, and its objects are let go."""
-        self.tasks.drop_client_tasks(client, force=False, out=out)
+        self.counters["tasks_dropped"] += self.tasks.drop_client_tasks(client, force=False, out=out)
         self._drop_lineage(client, out)
         self.objects.release_all(client, self.peers.workers.values(), out)
         self.peers.remove_client(client, why, level)
@@ -391,6 +393,7 @@ class SchedulerCore:
     def _on_clear(self, client: ClientPeer, message: m.ClearRequest, now: float, out: list[Outgoing]) -> None:
         """Everything the client has ends, running tasks included, and its objects are let go; it stays."""
         canceled = self.tasks.drop_client_tasks(client, force=True, out=out)
+        self.counters["tasks_dropped"] += canceled
         self._drop_lineage(client, out)
         self.objects.release_all(client, self.peers.workers.values(), out)
         out.append((client.identity, m.ClearResponse(canceled_tasks=canceled)))
@@ -402,18 +405,38 @@ class SchedulerCore:
         self.objects.delete(client, request.object_ids, self.tasks.records, self.peers.workers.values(), out)
 
     def _on_objects_lost(
-        self, peer: ClientPeer | WorkerPeer, message: m.ObjectsLost, now: float, out: list[Outgoing]
+        self, peer: ClientPeer | WorkerPeer | StorePeer, message: m.ObjectsLost, now: float, out: list[Outgoing]
     ) -> None:
-        """A reader could not get these objects from their holders; a client asked to send some again cannot."""
+        """A reader could not get these objects from their holders; a client asked to send some again cannot;
+        a store no longer has them (as if it had left, for these objects only)."""
         router = ResultRouter()
         object_ids = [bytes(object_id) for object_id in message.object_ids]
         if isinstance(peer, ClientPeer):
             self.lineage.refused(peer, object_ids, router)
-        orphans = self.objects.drop_holders(object_ids, out)
+        if isinstance(peer, StorePeer):
+            orphans = self.objects.drop_holder_of(peer.data_address, object_ids)
+        else:
+            orphans = self.objects.drop_holders(object_ids, out)
         if orphans:
             self.lineage.lose(orphans, router, out)
         router.flush(out)
         self._placement.dispatch(out)
+
+    def _on_objects_held(self, store: StorePeer, message: m.ObjectsHeld, now: float, out: list[Outgoing]) -> None:
+        """The store holds these objects: one more holder for each (a lost client object is back)."""
+        if len(message.object_ids) != len(message.sizes):
+            out.append((store.identity, m.ProtocolError(reason="objectsHeld has a different number of ids and sizes")))
+            return
+        object_ids = [bytes(object_id) for object_id in message.object_ids]
+        doomed = self.objects.note_held(store.data_address, object_ids, message.sizes, self.lineage.asked)
+        if doomed:
+            out.append((store.identity, m.DeleteObjects(object_ids=doomed)))
+        if self.objects.recovered:
+            recovered, self.objects.recovered = self.objects.recovered, []
+            router = ResultRouter()
+            self.lineage.resent(recovered, router)
+            router.flush(out)
+            self._placement.dispatch(out)
 
     # ------------------------------------------------------------------------------------------ workers
 

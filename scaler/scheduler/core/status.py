@@ -72,6 +72,7 @@ def core_status(
             failed=sum(counters[f"tasks_{kind.name.lower()}"] for kind in _FAILED_KINDS),
             canceled=counters["tasks_canceled"],
             not_found=counters["tasks_not_found"],
+            dropped=counters["tasks_dropped"],
         ),
         clients=[
             ClientStatus(

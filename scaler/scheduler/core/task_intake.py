@@ -46,6 +46,8 @@ class TaskIntake:
         """Take in the groups of a submission whose objects are stored already (object_table.py)."""
         tasks = self._tasks
         records = tasks.records
+        # Lost objects are rare: only then does a new task look at its objects before it is queued.
+        lineage = tasks.lineage if tasks.lineage is not None and tasks.lineage.lost else None
         limit = self._max_tasks_waiting
         quiet_ids = set(submission.quiet_task_ids)
         # Queued per tag set at the end, nested ones ahead (ready_queue.py).
@@ -92,6 +94,8 @@ class TaskIntake:
                 row_refs = refs_by_row.get(index)
                 if row_refs:
                     self._graph.park(record, row_refs)
+                elif lineage is not None and lineage.hold_back(record, router):
+                    pass  # it names a lost object: it waits for it to come back (or failed)
                 elif group.nesting_depth:
                     nested.append(record)
                 else:

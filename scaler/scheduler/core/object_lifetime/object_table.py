@@ -11,12 +11,14 @@ addresses hold its bytes: a client's object put into its home store, or a task's
 into its store (then `producer` names the task). A result lives while its client has not let go of it
 (a quiet graph node has no such owner) and while any unfinished task received it as an argument
 (`uses`); when it is freed, its holders are told to delete it as well as the workers that were sent it.
+Stores tell which objects they hold (objectsHeld: a copy fetched from another store, or everything after
+they registered) and which they lost (objectsLost), so that holders here are the stores that have the bytes.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from typing import Callable
 
 from scaler.protocol import messages as m
@@ -26,6 +28,10 @@ from scaler.scheduler.core.peer_registry import ClientPeer, WorkerPeer
 from scaler.scheduler.core.store_registry import StoreRegistry
 from scaler.scheduler.core.task_record import TaskRecord
 from scaler.utility.identifiers import OBJECT_ID_BYTES
+
+# How many freed stored objects are remembered: a store that reports holding one (a copy whose fetch crossed
+# the deletion) is told to delete it. Beyond that, an id is forgotten and the copy stays until the store stops.
+RECENTLY_FREED = 65_536
 
 
 @dataclasses.dataclass(slots=True)
@@ -68,6 +74,8 @@ class ObjectTable:
         self.on_freed: Callable[[Iterable[bytes]], None] | None = None
         # Makers to ask to write results into their stores: worker identity -> object ids.
         self._to_publish: dict[bytes, list[bytes]] = {}
+        # Stored objects freed lately, oldest first (a dict as an ordered set, at most RECENTLY_FREED).
+        self._recently_freed: dict[bytes, None] = {}
 
     def __contains__(self, object_id: bytes) -> bool:
         return object_id in self.stored
@@ -90,11 +98,15 @@ class ObjectTable:
                 stored.owners.add(client.identity)
                 if stored.lost and (item.holder or item.payload):
                     self._recover(item.object_id, stored, item)
+                elif item.holder and stored.holders:
+                    # Put again after a store said it held it after all (objectsHeld): that copy is deleted with it.
+                    stored.holders.add(item.holder)
             client.object_ids.add(item.object_id)
         return None
 
     def _recover(self, object_id: bytes, stored: ObjectRecord, item: m.ObjectPayload) -> None:
-        """A lost client object sent again (resendObjects): stored again, or inline if its client has no store."""
+        """A lost client object sent again (resendObjects, or a store that holds it after all): stored again, or
+        inline if its client has no store."""
         stored.lost = False
         if item.holder:
             stored.size = item.size
@@ -103,6 +115,42 @@ class ObjectTable:
         else:
             stored.payload = item.payload
         self.recovered.append(object_id)
+
+    def note_held(
+        self, holder: str, object_ids: list[bytes], sizes: list[int], recoverable: Container[bytes]
+    ) -> list[bytes]:
+        """The store at `holder` holds these objects (objectsHeld): it becomes a holder of those stored here.
+        A lost one comes back if it is `recoverable` (a client object asked for again); the ids the store
+        should delete are returned: objects freed lately, and lost ones made again under another id. Ids
+        never heard of are left alone: their writer has not named them yet."""
+        doomed = []
+        for object_id, size in zip(object_ids, sizes):
+            record = self.stored.get(object_id)
+            if record is None:
+                if object_id in self._recently_freed:
+                    doomed.append(object_id)
+            elif record.lost:
+                if object_id in recoverable:
+                    self._recover(object_id, record, m.ObjectPayload(
+                        object_id=object_id, payload=b"", name=record.name, size=size, holder=holder
+                    ))
+                else:
+                    doomed.append(object_id)
+            elif record.holders:  # else an inline object: a store's copy of it is not the scheduler's business
+                record.holders.add(holder)
+        return doomed
+
+    def drop_holder_of(self, holder: str, object_ids: Iterable[bytes]) -> list[bytes]:
+        """The store at `holder` lost these objects (objectsLost from the store): the ids left with no holder."""
+        orphans = []
+        for object_id in object_ids:
+            record = self.stored.get(object_id)
+            if record is not None and holder in record.holders:
+                record.holders.discard(holder)
+                if not record.holders:
+                    self.in_stores -= 1
+                    orphans.append(object_id)
+        return orphans
 
     # ------------------------------------------------------------------------------------------ losses
 
@@ -224,6 +272,9 @@ class ObjectTable:
                 self.in_stores -= 1
                 for holder in record.holders:
                     by_holder.setdefault(holder, []).append(object_id)
+                self._remember_freed(object_id)
+            elif record.lost:
+                self._remember_freed(object_id)
             if record.made_by:
                 by_maker.setdefault(record.made_by, set()).add(object_id)
         if not freed:
@@ -240,6 +291,12 @@ class ObjectTable:
             store = self._stores.store_of(holder)
             if store is not None:  # else the store is gone, and the objects with it
                 out.append((store.identity, m.DeleteObjects(object_ids=held_ids)))
+
+    def _remember_freed(self, object_id: bytes) -> None:
+        recently_freed = self._recently_freed
+        recently_freed[object_id] = None
+        if len(recently_freed) > RECENTLY_FREED:
+            del recently_freed[next(iter(recently_freed))]
 
     def _ask_to_publish(self, object_id: bytes, record: ObjectRecord) -> None:
         if record.unpublished:
