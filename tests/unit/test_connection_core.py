@@ -19,9 +19,13 @@ from scaler.client.connection_actions import (
     SchedulerRequest,
     Send,
 )
+from scaler.client.connection import ClientConnection
 from scaler.client.connection_refusal import RefusalKind
+from scaler.client.future import ScalerFuture
 from scaler.errors import ConnectionFailedError, SchedulerLostError
 from scaler.protocol import messages as m
+from scaler.protocol.serializer import DefaultSerializer
+from scaler.protocol.task_signature import TaskSignature
 
 # ---------------------------------------------------------------------------------------------- handshake
 
@@ -251,3 +255,15 @@ def test_a_reply_wakes_a_caller_waiting_on_another_thread() -> None:
     reply.give(m.ClearResponse(canceled_tasks=0))
     waiter.join(timeout=30.0)
     assert not waiter.is_alive() and reply.message == m.ClearResponse(canceled_tasks=0)
+
+
+# ---------------------------------------------------------------------------------------------- the shell
+
+
+def test_a_task_handed_to_a_connection_whose_io_thread_is_over_is_settled_at_once() -> None:
+    """A submit that passed check_open just before the link closed must not leave its future waiting forever."""
+    connection = ClientConnection("tcp://127.0.0.1:1", "test", timeout_seconds=30, heartbeat_interval_seconds=1)
+    connection.close()
+    future = ScalerFuture(1, connection, DefaultSerializer())
+    connection.submit_task(TaskSignature(function_id=b"f" * 16, args_per_task=0), 1, [], future, [])
+    assert future.cancelled()
