@@ -169,7 +169,11 @@ class ClientConnectionCore:
         follow_up = self._requests.answer(message)
         if follow_up is None:
             return _NOTHING
-        return [Send(follow_up)]
+        self._outbox.append(follow_up)  # held like any other message until the welcome
+        out: list[Action] = []
+        if self.welcomed:
+            self._flush(out)
+        return out
 
     def on_refused(self, kind: RefusalKind, reason: str, now: float) -> Sequence[Action]:
         """A refusal: from a `refused` message, or one the shell saw on the socket (AUTHENTICATION: the

@@ -8,6 +8,7 @@ import threading
 import pytest
 from connection_harness import ADDRESS, RecordingSink, SimulatedConnection, batch, succeeded, welcome
 
+from scaler.client.connection import ClientConnection
 from scaler.client.connection_actions import (
     CancelPending,
     DirectoryChanged,
@@ -19,7 +20,6 @@ from scaler.client.connection_actions import (
     SchedulerRequest,
     Send,
 )
-from scaler.client.connection import ClientConnection
 from scaler.client.connection_refusal import RefusalKind
 from scaler.client.future import ScalerFuture
 from scaler.errors import ConnectionFailedError, SchedulerLostError
@@ -237,6 +237,18 @@ def test_a_second_request_of_a_kind_is_sent_only_when_the_first_has_its_answer()
     link.receive(m.DrainWorkersResponse(unknown=["second"]))
     assert first.reply.message == m.DrainWorkersResponse(unknown=["first"])
     assert second.reply.message == m.DrainWorkersResponse(unknown=["second"])
+
+
+def test_the_next_request_of_a_kind_waits_for_the_welcome_like_any_other_message() -> None:
+    """Found by the fuzz: an answer before the welcome sent the next request of its kind at once."""
+    link = SimulatedConnection()
+    first = request(m.ClearRequest(), m.ClearResponse)
+    second = request(m.ClearRequest(), m.ClearResponse)
+    link.queue(first, second)
+    link.receive(m.ClearResponse(canceled_tasks=0))
+    assert [type(message) for message in link.sent()] == [m.Hello]
+    link.receive(welcome())
+    assert [type(message) for message in link.sent()] == [m.Hello, m.ClearRequest, m.ClearRequest]
 
 
 def test_a_request_waiting_when_the_link_ends_gets_the_reason() -> None:
