@@ -4,7 +4,8 @@ The shell (connection.py) feeds it events with the time they happened: the start
 scheduler, the requests callers queued (submissions, objects, messages, graphs, forgets, clears, requests
 that wait for an answer), what the fetch thread fetched, a refusal the shell saw on the socket, a tick, and
 the close. Each returns the actions to carry out in order (connection_actions.py). No sockets, threads or
-clocks in here, so tests drive it alone (tests/unit/test_connection_core.py, test_fuzz_connection_core.py).
+clocks in here (a caller's Reply or CancelPending carries an event the core sets: that is the hand-off
+back), so tests drive it alone (tests/unit/test_connection_core.py, test_fuzz_connection_core.py).
 
 What it decides:
 - the handshake: `hello` first, then nothing but heartbeats until `welcome`; what callers queued meanwhile
@@ -33,7 +34,7 @@ from __future__ import annotations
 
 import collections
 import logging
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from scaler.client.connection_actions import (
     Action,
@@ -58,9 +59,11 @@ from scaler.client.payload_limits import PayloadLimits
 from scaler.client.result_routing import PendingResults
 from scaler.client.result_sinks import ResultSink
 from scaler.client.scheduler_requests import SchedulerRequests
-from scaler.client.stored_results import FetchedResults
 from scaler.errors import ConnectionFailedError, SchedulerLostError
 from scaler.protocol import messages as m
+
+if TYPE_CHECKING:  # the fetch thread's module; the core only reads what it hands over
+    from scaler.client.stored_results import FetchedResults
 
 logger = logging.getLogger(__name__)
 
