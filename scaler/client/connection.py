@@ -1,9 +1,21 @@
-"""The client's link to the scheduler: one DEALER socket owned by one I/O thread.
+"""The client's link to the scheduler: a thin I/O shell around the connection core (connection_core.py).
 
-Callers never touch the socket. They append to an outbox and wake the I/O thread, which sends
-whatever has piled up as few messages (outbox.py): under load, many submits become one batch on their
-own, and a lone submit still leaves at once. Results come back on the same thread, which hands each to
-the sink its caller registered (result_routing.py).
+Which thread owns what:
+- The I/O thread ("scaler-client-io") owns the core, and with it every pending outcome, every message held
+  before the welcome, every request waiting for an answer, the timeouts and heartbeats; and the DEALER
+  socket. It alone calls the core, and it carries out the core's actions (send, fetch, tell the stores).
+- Caller threads (the application's, done-callbacks) and the fetch thread never touch that state. They
+  append to `_queued` (a deque: append and popleft are atomic) and wake the I/O thread (wakeup.py), which
+  hands what piled up to the core at once: under load, many submits become one message on their own, and a
+  lone submit still leaves at once (outbox.py). A caller that waits for an answer waits on its request's
+  Reply (connection_actions.py), which the core settles with the answer or, at the deadline, an error.
+- Written by the I/O thread, read by callers: `limits` and the id prefix (set before connect() returns),
+  `store_directory` (replaced whole), `_ended` (why the link is over) and `unfinished_tasks` (a count).
+- Shared objects that lock themselves: `stores` (scaler/store/peer_stores.py), `sent_objects`, `relay`.
+- Once the I/O thread has ended, the core belongs to whoever holds `_after_end_lock`: the thread's last act
+  closes it, and what a caller queues after that is settled by that caller at once (canceled, or failed
+  with why the link ended), so no future waits on a link that is over.
+- Futures complete on the I/O thread (or, after its end, on the thread that settles them), once each.
 """
 
 from __future__ import annotations
@@ -19,20 +31,22 @@ from typing import Any, Callable, Sequence
 
 import zmq
 
+from scaler.client import connection_actions as actions
+from scaler.client.connection_core import ClientConnectionCore
+from scaler.client.connection_objects import put_payload_again, put_value_again
+from scaler.client.connection_refusal import RefusalKind
 from scaler.client.future import ScalerFuture
-from scaler.client.outbox import OutboxItem, TaskBatch, messages_from
+from scaler.client.outbox import TaskBatch
 from scaler.client.payload_limits import PayloadLimits
 from scaler.client.result_routing import PendingResults
 from scaler.client.result_sinks import MapCollector
-from scaler.client.scheduler_requests import SchedulerRequests
 from scaler.client.sent_objects import SentObjects
 from scaler.client.store_relay import StoreRelay
-from scaler.client.stored_results import FetchedResults, StoredResultFetcher
+from scaler.client.stored_results import StoredResultFetcher
 from scaler.client.wakeup import WakeupPipe
-from scaler.errors import ConnectionFailedError, SchedulerLostError
+from scaler.errors import ConnectionFailedError
 from scaler.protocol import messages as m
-from scaler.protocol import stored_payload
-from scaler.protocol.serializer import DefaultSerializer, Serializer
+from scaler.protocol.serializer import Serializer
 from scaler.protocol.task_signature import TaskSignature
 from scaler.protocol.zmq_messages import send_message
 from scaler.store.peer_stores import Stores
@@ -47,6 +61,7 @@ from scaler.utility.zmq_util import configure_socket, has_input, receive_frames,
 
 logger = logging.getLogger(__name__)
 
+# The longest the I/O thread waits for input: the core's next decision may come sooner (seconds_to_next_decision).
 _IDLE_POLL_SECONDS = 0.25
 # What a graceful close gives queued messages to leave, and what close() waits for the I/O thread:
 # the thread never blocks on a send, so only this linger can hold it.
@@ -54,6 +69,9 @@ _CLOSE_LINGER_SECONDS = 2.0
 _CLOSE_WAIT_SECONDS = _CLOSE_LINGER_SECONDS + 3.0
 # What the I/O thread, ending, gives the fetch thread to finish the fetch under way before closing the stores.
 _FETCH_STOP_SECONDS = 1.0
+# How much longer than its own timeout a caller waits for the core to settle its request: the core decides
+# the timeout, on the I/O thread's next tick; this only bounds a stuck I/O thread.
+_REPLY_SLACK_SECONDS = 2.0
 
 
 class ClientConnection:
@@ -79,29 +97,32 @@ class ClientConnection:
         # What this client stored, until it deletes it: sent again if its store is lost (resendObjects).
         self.sent_objects = SentObjects()
         self._curve_keys = curve_keys
-        self._name = name or f"{socket_module.gethostname()}|{os.getpid()}"
         self._timeout_seconds = timeout_seconds
-        self._heartbeat_interval_seconds = heartbeat_interval_seconds
         self._identity = f"C|{socket_module.gethostname()}|{os.getpid()}|{uuid.uuid4().hex[:8]}".encode()
-        self._outbox: collections.deque[OutboxItem] = collections.deque()
-        self._results = PendingResults()
+        hello = m.Hello(
+            role=m.Role.CLIENT, name=name or f"{socket_module.gethostname()}|{os.getpid()}",
+            hostname=socket_module.gethostname(), pid=os.getpid(), nesting_depth=client_nesting_depth(),
+            host_key=this_host_key(),
+        )
+        self._core = ClientConnectionCore(address, hello, timeout_seconds, heartbeat_interval_seconds)
+        # Any thread appends; the I/O thread (or, after its end, the holder of _after_end_lock) takes.
+        self._queued: collections.deque[Any] = collections.deque()
         self._next_counter = 0
         self._counter_lock = threading.Lock()
         self._id_prefix = 0
         # The stores the scheduler told us of, and our home among them (PROTOCOL.md §17); replaced whole.
         self.store_directory = m.StoreDirectory()
         self._wakeup = WakeupPipe()
-        self._fetcher = StoredResultFetcher(
-            self.stores, timeout_seconds, lambda task_id: self._results.expects(task_id), self.send_message, self.wake
-        )
+        self._fetcher = StoredResultFetcher(self.stores, timeout_seconds, self.send_message, self.wake)
         # The scheduler's limits, known from its Welcome before connect() returns.
         self.limits = PayloadLimits()
-        self._welcomed = threading.Event()
+        self._welcomed = threading.Event()  # set by the welcome, or by the end of the link
         self._stopping = False
-        self._stopped = threading.Event()
-        self._broken: BaseException | None = None
-        self._requests = SchedulerRequests()
-        # I/O thread only: messages zmq could not take yet (no usable connection), sent in order when it can.
+        self._ended: BaseException | None = None
+        self._after_end_lock = threading.Lock()
+        self._io_ended = False
+        # I/O thread only: its socket, and messages zmq could not take yet (no usable connection), in order.
+        self._socket: zmq.Socket | None = None
         self._unsent: collections.deque[list[m.Buffer]] = collections.deque()
         self._thread = threading.Thread(target=self._run, name="scaler-client-io", daemon=True)
         self._owner_pid = os.getpid()
@@ -111,39 +132,47 @@ class ClientConnection:
 
     def connect(self) -> None:
         self._thread.start()
-        if not self._welcomed.wait(self._timeout_seconds + 1.0) or self._broken is not None:
-            error = self._broken or ConnectionFailedError(self._unreachable_text())
+        if not self._welcomed.wait(self._timeout_seconds + 1.0) or self._ended is not None:
+            error = self._ended or ConnectionFailedError(
+                f"could not connect to the scheduler at {self.address} within {self._timeout_seconds:g}s: "
+                "is it running and reachable from here?"
+            )
             self.close(graceful=False)
             raise error
 
     def close(self, graceful: bool = True) -> None:
         """Stop the I/O thread after it has sent what is queued; cancel futures still waiting."""
-        if graceful and self._thread.is_alive() and self._broken is None:
+        if graceful and self._thread.is_alive() and self._ended is None:
             self.send_message(m.Disconnect(reason="client disconnecting"))
         self._stopping = True
         self._wakeup.wake()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout=_CLOSE_WAIT_SECONDS)
-        self.cancel_everything_pending()
         if not self._thread.is_alive():
+            self._take_over_core()  # the thread's last act did it, unless it never started
             self._wakeup.close()
 
     def _after_fork_in_child(self) -> None:
         """The socket and the I/O thread stayed with the parent: every call here fails at once from now on."""
-        self._broken = ConnectionFailedError(
+        self._ended = ConnectionFailedError(
             f"this Client was created in process {self._owner_pid} and cannot be used in a forked child "
             f"(process {os.getpid()}): create a new Client in the child"
         )
-        self._results = PendingResults()  # the parent's futures, which only the parent's I/O thread can settle
+        # The parent's futures, which only the parent's I/O thread can settle, stay out of the child's reach.
+        self._core = ClientConnectionCore(self.address, m.Hello(role=m.Role.CLIENT), self._timeout_seconds, 1.0)
+        self._core.close()
+        self._queued = collections.deque()
+        self._after_end_lock = threading.Lock()  # the parent's could have been held at the fork
+        self._io_ended = True
         self._wakeup.silence()
 
     @property
     def is_open(self) -> bool:
-        return not self._stopping and self._broken is None
+        return not self._stopping and self._ended is None
 
     def check_open(self) -> None:
-        if self._broken is not None:
-            raise self._broken
+        if self._ended is not None:
+            raise self._ended
         if self._stopping:
             raise ConnectionFailedError("this client is disconnected; create a new Client to submit more work")
 
@@ -166,43 +195,30 @@ class ClientConnection:
         """Queue an object for the scheduler. A large one goes into the home store first, when there is one,
         and only its id, size and holder are queued (`may_store=False`: functions and serializers, which the
         worker reads from the control path). One the caller stored already names its holder; the caller
-        calls `remember_stored` for it."""
+        calls `remember_stored` for it. The caller wakes the I/O thread when it has queued what goes together."""
         if may_store and not payload.holder and len(payload.payload) >= self.stores.inline_limit and self.stores.home:
             stored = self.store_or_none(lambda: self.stores.put_payload(payload, self._serializer))
             if stored is not None:
-                self.sent_objects.remember(payload.object_id, lambda: self._put_payload_again(payload))
-                self._outbox.append(stored)
+                self.sent_objects.remember(
+                    payload.object_id, lambda: put_payload_again(self.stores, self.limits, self._serializer, payload)
+                )
+                self._queued.append(stored)
                 return
         if payload.holder:
-            self._outbox.append(payload)
+            self._queued.append(payload)
             return
         if payload.name == "shared argument":  # a large argument sent once (shared_arguments.py)
             what = "an argument"
         else:
             what = f"object {payload.name!r}" if payload.name else "an object"
         self.limits.check_payload(payload.payload, what)
-        self._outbox.append(payload)
-
-    def _put_payload_again(self, sent: m.ObjectPayload) -> m.ObjectPayload:
-        """A lost object this client had serialized: into the home store again, or inline when there is none."""
-        if self.stores.home:
-            return self.stores.put_payload(sent, self._serializer)
-        self.limits.check_payload(sent.payload, f"lost object {sent.object_id.hex()}")
-        return sent
+        self._queued.append(payload)
 
     def remember_stored(self, stored: m.ObjectPayload, value: Any) -> None:
         """`stored` names `value`, which the caller put into the home store: kept to store it again if lost."""
-        self.sent_objects.remember(stored.object_id, lambda: self._put_value_again(stored, value))
-
-    def _put_value_again(self, stored: m.ObjectPayload, value: Any) -> m.ObjectPayload:
-        """A lost object this client had stored from its value: stored again, or inline when there is no store."""
-        if self.stores.home:
-            return self.stores.put_prepared(
-                stored.object_id, stored_payload.prepare(value, self._serializer), stored.name
-            )
-        payload = (self._serializer or DefaultSerializer()).serialize(value)
-        self.limits.check_payload(payload, f"lost object {stored.object_id.hex()}")
-        return m.ObjectPayload(object_id=stored.object_id, payload=payload, name=stored.name)
+        self.sent_objects.remember(
+            stored.object_id, lambda: put_value_again(self.stores, self.limits, self._serializer, stored, value)
+        )
 
     def store_or_none(self, put: Callable[[], m.ObjectPayload]) -> m.ObjectPayload | None:
         """The stored object `put` makes, or None (logged once) when the home store fails: the payload then
@@ -220,9 +236,7 @@ class ClientConnection:
         object_positions: list[int],
     ) -> None:
         inline = self.limits.check_arguments(args, signature.args_per_task)
-        self._results.expect(task_id, future)
-        self._outbox.append(TaskBatch(signature, [task_id], args, object_positions, inline))
-        self._wakeup.wake()
+        self._hand(TaskBatch(signature, [task_id], args, object_positions, inline, future))
 
     def submit_tasks(
         self, signature: TaskSignature, task_ids: Sequence[int], args: list[bytes], collector: MapCollector,
@@ -233,8 +247,8 @@ class ClientConnection:
         inline = self.limits.check_arguments(args, width)
         budget = self.limits.inline_budget
         if budget and len(task_ids) > 1 and inline > budget:
-            # Too much for one message: in halves, each its own outbox item (the I/O thread sends
-            # items that together exceed the budget in separate messages).
+            # Too much for one message: in halves, each its own batch (the core sends batches that together
+            # exceed the budget in separate messages).
             half = len(task_ids) // 2
             cut = half * width
             self.submit_tasks(signature, task_ids[:half], args[:cut], collector,
@@ -242,27 +256,21 @@ class ClientConnection:
             self.submit_tasks(signature, task_ids[half:], args[cut:], collector,
                               [p - cut for p in object_positions if p >= cut])
             return
-        self._results.expect_all(task_ids, collector)
-        self._outbox.append(TaskBatch(signature, task_ids, args, object_positions, inline))
-        self._wakeup.wake()
+        self._hand(TaskBatch(signature, task_ids, args, object_positions, inline, collector))
 
     def wake(self) -> None:
         self._wakeup.wake()
 
-    def submit_graph(
-        self, submission: m.TaskSubmission, futures: dict[int, ScalerFuture]
-    ) -> None:
+    def submit_graph(self, submission: m.TaskSubmission, futures: dict[int, ScalerFuture]) -> None:
         """A graph goes out as one message, after everything queued before it."""
         self.limits.check_graph(submission.groups)
-        self._results.expect_graph(futures, submission.quiet_task_ids)
-        self.send_message(submission)
+        self._hand(actions.GraphRequest(submission, futures))
 
     def send_message(self, message: m.Message) -> None:
         if isinstance(message, m.DeleteObjects):
             self.sent_objects.forget(message.object_ids)
             self.stores.let_go(message.object_ids)
-        self._outbox.append(message)
-        self._wakeup.wake()
+        self._hand(message)
 
     def cancel_tasks(self, task_ids: list[int], force: bool = False) -> None:
         if task_ids and self.is_open:
@@ -284,19 +292,61 @@ class ClientConnection:
 
     def request(self, message: m.Message, reply_type: type, timeout: float) -> m.Message:
         """Send a message and wait for the scheduler's answer of the given type (scheduler_requests.py)."""
-        return self._requests.request(message, reply_type, timeout, self.send_message, self.check_open)
+        self.check_open()
+        reply = actions.Reply()
+        self._hand(actions.SchedulerRequest(message, reply_type, timeout, reply))
+        if not reply.wait(timeout + _REPLY_SLACK_SECONDS):
+            raise ConnectionFailedError(f"no {reply_type.__name__} from the scheduler within {timeout:g}s")
+        if reply.error is not None:
+            raise reply.error
+        assert reply.message is not None
+        return reply.message
 
     def forget(self, task_ids: Sequence[int]) -> None:
-        self._results.forget(task_ids)
+        self._hand(actions.ForgetTasks(list(task_ids)))
 
     def cancel_everything_pending(self) -> None:
-        """Every task still waiting for its outcome ends canceled here (clear(), close())."""
-        self._results.cancel_all()
+        """Every task still waiting for its outcome ends canceled here (clear())."""
+        if threading.current_thread() is self._thread:
+            self._core.pending.cancel_all()  # a done-callback: this thread owns the core
+            return
+        request = actions.CancelPending()
+        self._hand(request)
+        request.done.wait(self._timeout_seconds)
 
     @property
     def unfinished_tasks(self) -> int:
-        """How many tasks this client still waits for."""
-        return len(self._results)
+        """How many tasks this client still waits for (a count the I/O thread keeps; any thread may read it)."""
+        return len(self._core.pending)
+
+    @property
+    def _results(self) -> PendingResults:
+        """The pending outcomes, for tests that count deliveries (owned by the I/O thread)."""
+        return self._core.pending
+
+    def on_authentication_failed(self, reason: str) -> None:
+        """I/O thread: the scheduler rejected our CURVE keys (the shell's socket monitor tells).
+
+        Not wired yet: the detection of CURVE rejections lands separately and calls this."""
+        self._act(self._core.on_refused(RefusalKind.AUTHENTICATION, reason, time.monotonic()))
+
+    # ------------------------------------------------------------------------------------------ hand-off
+
+    def _hand(self, item: Any) -> None:
+        """Any thread: queue `item` for the core and wake the I/O thread; settled here if that thread has ended."""
+        self._queued.append(item)
+        self._wakeup.wake()
+        if self._io_ended:
+            with self._after_end_lock:
+                self._core.on_requests(self._queued, time.monotonic())
+
+    def _take_over_core(self) -> None:
+        """The I/O thread is over (or never ran): close the core, settle what is queued, and from now on let
+        callers settle what they queue (under the lock)."""
+        with self._after_end_lock:
+            self._io_ended = True
+            self._core.close()
+            self._core.on_requests(self._queued, time.monotonic())
 
     # ------------------------------------------------------------------------------------------ I/O thread
 
@@ -304,79 +354,115 @@ class ClientConnection:
         context = zmq.Context(io_threads=1)
         socket = context.socket(zmq.DEALER)
         configure_socket(socket, self._identity)
+        self._socket = socket
         try:
             if self._curve_keys is not None:
                 secure_peer(socket, self._curve_keys)
             socket.connect(self.address)
             self.relay.attach(socket, lambda message: self._send(socket, message), lambda: self._send_unsent(socket))
-            self._send(socket, m.Hello(
-                role=m.Role.CLIENT, name=self._name, hostname=socket_module.gethostname(), pid=os.getpid(),
-                nesting_depth=client_nesting_depth(), host_key=this_host_key(),
-            ))
+            self._act(self._core.start(time.monotonic()))
             self._loop(socket)
         except Exception as error:  # a bug here must fail the futures, not strand them
             logger.exception("Client: I/O thread failed")
-            self._break(SchedulerLostError(f"client I/O thread failed: {error!r}"))
+            self._act(self._core.on_failure(error))
         finally:
             self._fetcher.stop(_FETCH_STOP_SECONDS)
             self.stores.close()
-            socket.close(linger=int(_CLOSE_LINGER_SECONDS * 1000) if self._broken is None else 0)
+            socket.close(linger=int(_CLOSE_LINGER_SECONDS * 1000) if self._ended is None else 0)
             context.term()
-            self._stopped.set()
+            self._take_over_core()
+            self._welcomed.set()
 
     def _loop(self, socket: zmq.Socket) -> None:
+        core = self._core
+        act = self._act
         wakeup = self._wakeup
+        queued = self._queued
+        fetched = self._fetcher.fetched
+        deferred = self.relay.deferred
         poller = zmq.Poller()
         poller.register(socket, zmq.POLLIN)
         poller.register(wakeup.reader, zmq.POLLIN)
         socket_events = zmq.POLLIN
-        started = last_heard = time.monotonic()
-        last_heartbeat = started  # not a deadline: the interval can shrink when the welcome comes
+        now = time.monotonic()
         while True:
             wanted = zmq.POLLIN | (zmq.POLLOUT if self._unsent else 0)
             if wanted != socket_events:
                 poller.register(socket, wanted)
                 socket_events = wanted
-            events = dict(poller.poll(int(_IDLE_POLL_SECONDS * 1000)))
+            wait = min(_IDLE_POLL_SECONDS, core.seconds_to_next_decision(now))
+            events = dict(poller.poll(int(wait * 1000) + 1))
+            now = time.monotonic()
             if self._unsent:
                 self._send_unsent(socket)
             if wakeup.reader in events:
                 wakeup.consume()
-            while self._fetcher.fetched:
-                self._deliver_fetched(self._fetcher.fetched.popleft())
-            if events.get(socket, 0) & zmq.POLLIN:
-                last_heard = time.monotonic()
+            while fetched:
+                act(core.on_fetched(fetched.popleft(), now))
+            if events.get(socket, 0) & zmq.POLLIN or deferred:
                 # Messages read while an answer relayed from a store was awaited on this thread come first.
-                while self.relay.deferred or has_input(socket):
-                    if self.relay.deferred:
-                        last_heard = time.monotonic()
-                        self._on_message(self.relay.deferred.popleft())
-                    else:
-                        self._on_frames(receive_frames(socket))
-            if self._welcomed.is_set():
-                for message in messages_from(self._outbox, self.limits.inline_budget):
-                    self._send(socket, message)
-            if self._stopping or self._broken is not None:
+                while deferred or has_input(socket):
+                    if deferred:
+                        act(core.on_message(deferred.popleft(), now))
+                        continue
+                    try:
+                        message = m.decode(receive_frames(socket))
+                    except m.ProtocolDecodeError as error:
+                        logger.warning(f"Client: dropped an undecodable message from the scheduler: {error}")
+                        continue
+                    act(core.on_message(message, now))
+            if queued:
+                act(core.on_requests(queued, now))
+            act(core.on_tick(now))
+            if self._stopping or core.is_over:
                 return
-            now = time.monotonic()
-            if not self._welcomed.is_set():
-                if now - started > self._timeout_seconds:
-                    self._break(ConnectionFailedError(self._unreachable_text()))
-                    self._welcomed.set()
-                    return
-            elif now - last_heard > self._timeout_seconds:
-                self._break(SchedulerLostError(
-                    f"no word from the scheduler at {self.address} for {self._timeout_seconds:g}s; it is gone or stuck"
-                ))
-                return
-            if now - last_heartbeat >= self._heartbeat_interval_seconds:
-                last_heartbeat = now
-                self.stores.sweep()
+
+    def _act(self, decided: Sequence[actions.Action]) -> None:
+        """I/O thread: carry out what the core decided, in order."""
+        socket = self._socket
+        assert socket is not None
+        for action in decided:
+            kind = type(action)
+            if kind is actions.Send:
+                self._send(socket, action.message)  # type: ignore[union-attr]
+            elif kind is actions.SendHeartbeat:
                 if not self._unsent:  # a heartbeat that cannot leave now is not worth keeping
                     try:
                         send_message(socket, m.Heartbeat(), zmq.NOBLOCK)
                     except zmq.Again:
                         pass
+            elif kind is actions.SweepStores:
+                self.stores.sweep()
+            elif isinstance(action, actions.Fetch):
+                self._fetcher.fetch(action.stored)
+            elif isinstance(action, actions.DeliverRelay):
+                self.relay.deliver(action.relay)
+            elif isinstance(action, actions.Welcomed):
+                welcome = action.welcome
+                self.stores.update(welcome.store_directory)
+                self.stores.inline_limit = welcome.inline_limit
+                self._id_prefix = welcome.id_prefix
+                self.limits = self._core.limits
+                self.store_directory = welcome.store_directory
+                self._welcomed.set()
+            elif isinstance(action, actions.DirectoryChanged):
+                self.stores.update(action.directory)
+                self.store_directory = action.directory
+                self._fetcher.directory_changed()
+            elif isinstance(action, actions.ResendObjects):
+                self._resend(action.object_ids)
+            elif isinstance(action, actions.Ended):
+                self._ended = action.error
+                self._welcomed.set()
+
+    def _resend(self, object_ids: list[bytes]) -> None:
+        """The scheduler lost objects of ours with their store: stored again (named in a submission with no
+        tasks), and those we no longer hold said to be lost, so that their tasks fail instead of waiting."""
+        sent, lost = self.sent_objects.resend(object_ids)
+        items: collections.deque[Any] = collections.deque(sent)
+        if lost:
+            items.append(m.ObjectsLost(object_ids=lost))
+        self._act(self._core.on_requests(items, time.monotonic()))
 
     def _send(self, socket: zmq.Socket, message: m.Message) -> None:
         """I/O thread: send now, or keep it (after those kept before it) while zmq has no connection to take it.
@@ -401,82 +487,3 @@ class ClientConnection:
             except zmq.Again:
                 return
             unsent.popleft()
-
-    def _on_frames(self, frames: list[m.Buffer]) -> None:
-        try:
-            message = m.decode(frames)
-        except m.ProtocolDecodeError as error:
-            logger.warning(f"Client: dropped an undecodable message from the scheduler: {error}")
-            return
-        self._on_message(message)
-
-    def _on_message(self, message: m.Message) -> None:
-        if isinstance(message, m.TaskResults):
-            if message.stored:
-                self._fetcher.fetch(message.stored)
-            self._results.route(message)
-        elif isinstance(message, m.HeartbeatEcho):
-            pass
-        elif isinstance(message, m.Relay):
-            self.relay.deliver(message)
-        elif isinstance(message, m.CancelRefused):
-            self._results.refuse_cancels(message.task_ids)
-        elif isinstance(message, m.ResendObjects):
-            self._resend(message.object_ids)
-        elif isinstance(message, m.StoreDirectory):
-            self.stores.update(message)
-            self.store_directory = message
-            self._fetcher.directory_changed()
-        elif isinstance(message, m.Welcome):
-            self.stores.update(message.store_directory)
-            self.stores.inline_limit = message.inline_limit
-            self._id_prefix = message.id_prefix
-            self._heartbeat_interval_seconds = message.heartbeat_interval_for(self._heartbeat_interval_seconds)
-            self.limits = PayloadLimits(message.max_frame_bytes, message.max_control_frame_bytes)
-            self.store_directory = message.store_directory
-            self._welcomed.set()
-        elif isinstance(message, m.Refused):
-            if self._welcomed.is_set():
-                # We were welcomed once: a scheduler that no longer knows us was restarted, or dropped us for silence.
-                self._break(SchedulerLostError(
-                    f"the scheduler at {self.address} no longer knows this client (restarted, or dropped it after "
-                    f"--client-timeout-seconds of silence): {message.reason}"
-                ))
-            else:
-                self._break(ConnectionFailedError(
-                    f"the scheduler at {self.address} refused this client: {message.reason}"
-                ))
-            self._welcomed.set()
-        elif isinstance(message, m.Disconnect):
-            self._break(SchedulerLostError(f"the scheduler at {self.address} closed the connection: {message.reason}"))
-        elif isinstance(message, m.ProtocolError):
-            logger.warning(f"Client: the scheduler reports a protocol error: {message.reason}")
-        else:
-            self._requests.answer(message)
-
-    def _resend(self, object_ids: list[bytes]) -> None:
-        """The scheduler lost objects of ours with their store: stored again (named in a submission with no
-        tasks), and those we no longer hold said to be lost, so that their tasks fail instead of waiting."""
-        sent, lost = self.sent_objects.resend([bytes(object_id) for object_id in object_ids])
-        self._outbox.extend(sent)
-        if lost:
-            self._outbox.append(m.ObjectsLost(object_ids=lost))
-
-    def _deliver_fetched(self, fetched: FetchedResults) -> None:
-        """Stored results the fetch thread got, to their futures on this thread as every other result."""
-        self._results.route(fetched.results)
-        for task_id, error in fetched.failures:
-            self._results.fail_one(task_id, error)
-
-    def _break(self, error: BaseException) -> None:
-        """The link is unusable: every waiting caller gets `error` instead of waiting forever."""
-        if self._broken is None:
-            self._broken = error
-        self._results.fail_all(error)
-        self._requests.wake_all()
-
-    def _unreachable_text(self) -> str:
-        return (
-            f"could not connect to the scheduler at {self.address} within {self._timeout_seconds:g}s: "
-            "is it running and reachable from here?"
-        )

@@ -1,10 +1,10 @@
 """What callers queue for the scheduler, and how the I/O thread turns what piled up into few messages.
 
 Callers append items to a deque from any thread: tasks (TaskBatch), objects (ObjectPayload) and other
-messages. The I/O thread drains it with `messages_from`, which packs consecutive tasks and objects into
-TaskSubmissions, one TaskGroup per run of tasks of one signature, and keeps every other message in its
-place in the order. An object always leaves before any task queued after it, so before the tasks that
-name it.
+messages. The I/O thread hands them to the connection core, which drains them with `messages_from`: it
+packs consecutive tasks and objects into TaskSubmissions, one TaskGroup per run of tasks of one signature,
+and keeps every other message in its place in the order. An object always leaves before any task queued
+after it, so before the tasks that name it.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import collections
 import dataclasses
 from typing import Iterator, Sequence, Union
 
+from scaler.client.result_sinks import ResultSink
 from scaler.protocol import messages as m
 from scaler.protocol.task_signature import TaskSignature
 
@@ -32,6 +33,8 @@ class TaskBatch:
     object_positions: list[int]
     # What `args` add to a control frame (m.inline_bytes).
     inline_bytes: int
+    # Where the outcomes go: registered by the connection core when it takes the batch (None: nowhere, tests).
+    sink: ResultSink | None = None
 
 
 OutboxItem = Union[TaskBatch, m.ObjectPayload, m.Message]

@@ -1,7 +1,9 @@
 """Which sink each unfinished task's outcome goes to, and the routing of what the scheduler sends back.
 
-Callers register a sink when they queue a task; the I/O thread hands results, failures, cancels,
-warnings and profiles to it as they arrive. A task's entry goes with its outcome.
+Part of the client connection's core (connection_core.py), so only the thread that owns the core (the
+client's I/O thread) touches it: the core registers the sink a caller queued with its task when it takes
+the task, and hands results, failures, cancels, warnings and profiles to it as they arrive. A task's entry
+goes with its outcome.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ class PendingResults:
     def __len__(self) -> int:
         return len(self._sinks)
 
-    # ------------------------------------------------------------------------------------------ callers
+    # ------------------------------------------------------------------------------------------ requests taken
 
     def expect(self, task_id: int, sink: ResultSink) -> None:
         self._sinks[task_id] = sink
@@ -79,7 +81,7 @@ class PendingResults:
         for task_id in task_ids:
             sinks.pop(task_id, None)
 
-    # ------------------------------------------------------------------------------------------ I/O thread
+    # ------------------------------------------------------------------------------------------ messages
 
     def route(self, results: m.TaskResults) -> None:
         sinks = self._sinks
@@ -123,7 +125,7 @@ class PendingResults:
                     quiet.warnings.append(warning)
                     break
 
-    # ------------------------------------------------------------------------------------------ any thread
+    # ------------------------------------------------------------------------------------------ the end
 
     def fail_all(self, error: BaseException) -> None:
         """No outcome will come: every waiting caller gets `error` instead of waiting forever."""

@@ -1,84 +1,111 @@
-"""The client's requests that wait for the scheduler's answer (clear, drain_workers, shutdown, status).
+"""The client's requests that wait for the scheduler's answer (clear, drain_workers, shutdown): the rules.
 
 Answers carry no request id: at most one request of a kind is in flight, so an answer of that kind is the
-answer to the one waiting for it (two threads waiting at once would otherwise swap answers). The scheduler
-answers in order, so an answer that comes after its request timed out is dropped, not taken by the next
-request of that kind.
+answer to the one waiting for it (two in flight at once would swap answers). A second request of a kind
+waits here, unsent, until the first has its answer or times out. The scheduler answers in order, so an
+answer that comes after its request timed out is dropped, not taken by the next request of that kind.
+
+Pure: part of the connection core (connection_core.py), driven by its thread with the time passed in. The
+callers wait on the request's Reply, which this settles: with the answer, or an error at the deadline.
 """
 
 from __future__ import annotations
 
-import threading
-import time
-from typing import Callable
+import collections
+import dataclasses
 
+from scaler.client.connection_actions import SchedulerRequest
 from scaler.errors import ConnectionFailedError
 from scaler.protocol import messages as m
 
 
+@dataclasses.dataclass(slots=True)
+class _Waiting:
+    request: SchedulerRequest
+    deadline: float
+    sent: bool = False
+
+
 class SchedulerRequests:
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._waiting: dict[type, tuple[threading.Event, list[m.Message]]] = {}
-        self._request_locks: dict[type, threading.Lock] = {}
-        self._late_answers: dict[type, int] = {}  # answers to requests that timed out, still to come
+        # Per answer type, the requests of that type in arrival order; the first is the one sent.
+        self._by_type: dict[type, collections.deque[_Waiting]] = {}
+        self._late_answers: dict[type, int] = {}  # answers to sent requests that timed out, still to come
 
-    def request(
-        self, message: m.Message, reply_type: type, timeout: float, send: Callable[[m.Message], None],
-        check_open: Callable[[], None],
-    ) -> m.Message:
-        """Any thread: send `message` and wait for the answer of `reply_type`; requests of one type from several
-        threads go one after another, each within `timeout` of its start. `check_open` raises if the link is
-        unusable (before sending, and when the wait ended with no answer because the link broke)."""
-        check_open()
-        deadline = time.monotonic() + timeout
-        with self._lock:
-            request_lock = self._request_locks.setdefault(reply_type, threading.Lock())
-        if not request_lock.acquire(timeout=timeout):
-            raise ConnectionFailedError(
-                f"no {reply_type.__name__} from the scheduler within {timeout:g}s (another request of this kind "
-                "from this client was still waiting for its own)"
-            )
-        try:
-            check_open()
-            event = threading.Event()
-            slot: list[m.Message] = []
-            with self._lock:
-                self._waiting[reply_type] = (event, slot)
-            send(message)
-            if not event.wait(max(0.0, deadline - time.monotonic())):
-                with self._lock:
-                    unanswered = self._waiting.get(reply_type, (None, None))[0] is event
-                    if unanswered:
-                        del self._waiting[reply_type]
-                        self._late_answers[reply_type] = self._late_answers.get(reply_type, 0) + 1
-                if unanswered:
-                    raise ConnectionFailedError(f"no {reply_type.__name__} from the scheduler within {timeout:g}s")
-        finally:
-            request_lock.release()
-        if not slot:
-            check_open()
-        return slot[0]
+    def __len__(self) -> int:
+        return sum(len(queue) for queue in self._by_type.values())
 
     def is_waiting(self, reply_type: type) -> bool:
-        return reply_type in self._waiting
+        return any(waiting.sent for waiting in self._by_type.get(reply_type, ()))
 
-    def answer(self, message: m.Message) -> None:
-        """I/O thread: an answer from the scheduler, to the request waiting for it (if any)."""
-        with self._lock:
-            late = self._late_answers.get(type(message), 0)
-            if late:
-                self._late_answers[type(message)] = late - 1
-                waiter = None
-            else:
-                waiter = self._waiting.pop(type(message), None)
-        if waiter is not None:
-            waiter[1].append(message)
-            waiter[0].set()
+    def next_deadline(self) -> float | None:
+        deadlines = [waiting.deadline for queue in self._by_type.values() for waiting in queue]
+        return min(deadlines) if deadlines else None
 
-    def wake_all(self) -> None:
-        """The link broke: every request waiting stops waiting (and its check_open says why)."""
-        with self._lock:
-            waiters, self._waiting = self._waiting, {}
-        for event, _ in waiters.values():
-            event.set()
+    def add(self, request: SchedulerRequest, now: float) -> m.Message | None:
+        """A new request: the message to send now, or None while one of its kind is in flight."""
+        queue = self._by_type.setdefault(request.reply_type, collections.deque())
+        waiting = _Waiting(request, now + request.timeout_seconds)
+        queue.append(waiting)
+        if len(queue) > 1:
+            return None
+        waiting.sent = True
+        return request.message
+
+    def answer(self, message: m.Message) -> m.Message | None:
+        """An answer from the scheduler: to the request sent for it (if any); returns the next request's message
+        of that kind to send, if one waits."""
+        reply_type = type(message)
+        late = self._late_answers.get(reply_type, 0)
+        if late:
+            self._late_answers[reply_type] = late - 1
+            return None
+        queue = self._by_type.get(reply_type)
+        if not queue or not queue[0].sent:
+            return None  # an answer nobody asked for (or asked for by another client of this process)
+        queue.popleft().request.reply.give(message)
+        return self._send_next(queue)
+
+    def expire(self, now: float) -> list[m.Message]:
+        """Requests past their deadline fail; returns the messages of requests that may go out now instead."""
+        to_send: list[m.Message] = []
+        for reply_type, queue in self._by_type.items():
+            if not any(waiting.deadline <= now for waiting in queue):
+                continue
+            head_sent = bool(queue) and queue[0].sent
+            kept: collections.deque[_Waiting] = collections.deque()
+            for waiting in queue:
+                if waiting.deadline > now:
+                    kept.append(waiting)
+                    continue
+                name = reply_type.__name__
+                if waiting.sent:
+                    self._late_answers[reply_type] = self._late_answers.get(reply_type, 0) + 1
+                    waiting.request.reply.fail(ConnectionFailedError(
+                        f"no {name} from the scheduler within {waiting.request.timeout_seconds:g}s"
+                    ))
+                else:
+                    waiting.request.reply.fail(ConnectionFailedError(
+                        f"no {name} from the scheduler within {waiting.request.timeout_seconds:g}s (another request "
+                        "of this kind from this client was still waiting for its own)"
+                    ))
+            self._by_type[reply_type] = kept
+            if head_sent and kept and not kept[0].sent:
+                message = self._send_next(kept)
+                if message is not None:
+                    to_send.append(message)
+        return to_send
+
+    def fail_all(self, error: BaseException) -> None:
+        """The link is over: every request still waiting gets `error`."""
+        queues, self._by_type = self._by_type, {}
+        for queue in queues.values():
+            for waiting in queue:
+                waiting.request.reply.fail(error)
+
+    @staticmethod
+    def _send_next(queue: collections.deque[_Waiting]) -> m.Message | None:
+        if not queue:
+            return None
+        queue[0].sent = True
+        return queue[0].request.message

@@ -8,6 +8,8 @@ holds up only the stored results queued behind it.
 
 The fetch thread only fetches: what it got goes back to the I/O thread (`fetched`), which hands it to
 the futures as it does every other result, so futures still complete on the I/O thread only, once each.
+It never reads the client's pending outcomes (the I/O thread owns them): the I/O thread hands it only the
+results of tasks still waiting, and drops what it fetched for a task canceled meanwhile.
 """
 
 from __future__ import annotations
@@ -47,12 +49,10 @@ class StoredResultFetcher:
     """One fetch thread per client, started by the first stored result and stopped with the I/O thread."""
 
     def __init__(
-        self, stores: Stores, timeout_seconds: float, expects: Callable[[int], bool],
-        send: Callable[[m.Message], None], wake: Callable[[], None],
+        self, stores: Stores, timeout_seconds: float, send: Callable[[m.Message], None], wake: Callable[[], None],
     ) -> None:
         self._stores = stores
         self._timeout_seconds = timeout_seconds
-        self._expects = expects  # any thread: whether a task still waits for its outcome
         self._send = send  # any thread: queue a message for the scheduler
         self._wake = wake  # any thread: make the I/O thread look at `fetched`
         self._requests: queue.SimpleQueue[list[m.StoredResult]] = queue.SimpleQueue()
@@ -119,9 +119,9 @@ class StoredResultFetcher:
         lost = []
         silent = self._silent_holders
         for stored in stored_results:
-            if self._stopping.is_set() or not self._expects(stored.task_id):
+            if self._stopping.is_set():
                 released.append(stored.object_id)
-                continue  # canceled or forgotten meanwhile, or the client is closing
+                continue  # the client is closing
             wait = min(self._timeout_seconds, FETCH_WAIT_BASE_SECONDS + stored.size / FETCH_WAIT_BYTES_PER_SECOND)
             try:
                 if stored.holder in silent or self._stores.address_of(stored.holder) is None:
