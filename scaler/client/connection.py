@@ -55,6 +55,7 @@ from scaler.store.store_client import StoreError
 from scaler.utility.blocking import client_nesting_depth
 from scaler.utility.curve import PeerKeys, secure_peer
 from scaler.utility.fork_safety import fix_after_fork
+from scaler.utility.handshake_failures import HandshakeWatch
 from scaler.utility.host_key import this_host_key
 from scaler.utility.identifiers import TASK_COUNTER_BITS
 from scaler.utility.zmq_util import configure_socket, has_input, receive_frames, send_frames
@@ -119,6 +120,7 @@ class ClientConnection:
         self._welcomed = threading.Event()  # set by the welcome, or by the end of the link
         self._stopping = False
         self._ended: BaseException | None = None
+        self._handshakes: HandshakeWatch | None = None  # I/O thread: why a handshake failed, from the socket's monitor
         self._after_end_lock = threading.Lock()
         self._io_ended = False
         # I/O thread only: its socket, and messages zmq could not take yet (no usable connection), in order.
@@ -325,10 +327,18 @@ class ClientConnection:
         return self._core.pending
 
     def on_authentication_failed(self, reason: str) -> None:
-        """I/O thread: the scheduler rejected our CURVE keys (the shell's socket monitor tells).
-
-        Not wired yet: the detection of CURVE rejections lands separately and calls this."""
+        """I/O thread: the scheduler rejected our CURVE keys (the socket's monitor tells, see _on_handshake)."""
         self._act(self._core.on_refused(RefusalKind.AUTHENTICATION, reason, time.monotonic()))
+
+    def _on_handshake(self, now: float) -> None:
+        """I/O thread: the socket's monitor has events. A refused key is said at once, and ends the connection
+        before the welcome (retrying cannot help); after it, ZeroMQ's reconnects go on and the log says why."""
+        assert self._handshakes is not None
+        for problem in self._handshakes.poll(now):
+            if self._handshakes.diagnosis.keys_refused and not self._core.welcomed:
+                self.on_authentication_failed(problem)
+            else:
+                logger.error(f"Client: {problem}")
 
     # ------------------------------------------------------------------------------------------ hand-off
 
@@ -358,6 +368,9 @@ class ClientConnection:
         try:
             if self._curve_keys is not None:
                 secure_peer(socket, self._curve_keys)
+            self._handshakes = HandshakeWatch(
+                socket, self.address, time.monotonic(), role="client", secured=self._curve_keys is not None
+            )
             socket.connect(self.address)
             self.relay.attach(socket, lambda message: self._send(socket, message), lambda: self._send_unsent(socket))
             self._act(self._core.start(time.monotonic()))
@@ -368,6 +381,8 @@ class ClientConnection:
         finally:
             self._fetcher.stop(_FETCH_STOP_SECONDS)
             self.stores.close()
+            if self._handshakes is not None:
+                self._handshakes.close()
             socket.close(linger=int(_CLOSE_LINGER_SECONDS * 1000) if self._ended is None else 0)
             context.term()
             self._take_over_core()
@@ -383,6 +398,9 @@ class ClientConnection:
         poller = zmq.Poller()
         poller.register(socket, zmq.POLLIN)
         poller.register(wakeup.reader, zmq.POLLIN)
+        monitor = self._handshakes.monitor_socket if self._handshakes is not None else None
+        if monitor is not None:
+            poller.register(monitor, zmq.POLLIN)
         socket_events = zmq.POLLIN
         now = time.monotonic()
         while True:
@@ -397,6 +415,8 @@ class ClientConnection:
                 self._send_unsent(socket)
             if wakeup.reader in events:
                 wakeup.consume()
+            if monitor is not None and monitor in events:
+                self._on_handshake(now)
             while fetched:
                 act(core.on_fetched(fetched.popleft(), now))
             if events.get(socket, 0) & zmq.POLLIN or deferred:

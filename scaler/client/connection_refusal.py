@@ -38,8 +38,7 @@ def refusal_error(kind: RefusalKind, reason: str, address: str, welcomed: bool) 
     """What every waiting caller gets for this refusal."""
     if kind is RefusalKind.AUTHENTICATION:
         return ConnectionFailedError(
-            f"the scheduler at {address} rejected this client's CURVE keys ({reason}): check the client's "
-            "key files, and that the scheduler knows its public key"
+            f"the scheduler at {address} rejected this client's CURVE keys; its handshake says: {reason}"
         )
     if welcomed:
         return SchedulerLostError(

@@ -52,6 +52,8 @@ class HandshakeDiagnosis:
         self._handshake_pending = False
         self._told: set[str] = set()
         self.problem = ""  # the latest problem not resolved by a successful handshake since ("" when none)
+        # Whether that problem is the scheduler refusing this side's keys (or their absence): retrying cannot help.
+        self.keys_refused = False
 
     def on_event(self, event: int, value: int) -> list[str]:
         """The problems this event shows that were not told yet."""
@@ -63,13 +65,17 @@ class HandshakeDiagnosis:
             self._handshake_pending = False
             self._told.clear()
             self.problem = ""
+            self.keys_refused = False
             return []
         if event == zmq.EVENT_DISCONNECTED:
             dropped = self._handshake_pending
             self._handshake_pending = False
             return self._tell(self._dropped()) if dropped else []
         self._handshake_pending = False
-        return self._tell(self._dropped() if self._peer_is_plain else self._failed(event, value))
+        if self._peer_is_plain:
+            return self._tell(self._dropped())
+        self.keys_refused = _refuses_keys(event, value, self._secured)
+        return self._tell(self._failed(event, value))
 
     def on_tick(self, now: float) -> list[str]:
         """The problem of a peer that has not connected within the silence time (told once)."""
@@ -115,6 +121,15 @@ class HandshakeDiagnosis:
         return f"{self._address} answers, but not as {self._peer}{hint}"
 
 
+def _refuses_keys(event: int, value: int, secured: bool) -> bool:
+    """Whether a failed handshake is an authentication failure (the three kinds _failed explains as such)."""
+    if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+        return True
+    if event == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:
+        return value == zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH
+    return event == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL and secured
+
+
 class HandshakeWatch:
     """The diagnosis of one socket, fed by its monitor; made before the socket connects, so that no event is
     missed, and closed before the socket's context is terminated."""
@@ -129,6 +144,11 @@ class HandshakeWatch:
         self.diagnosis = HandshakeDiagnosis(
             address, peer, role, secured, now, silence_seconds, not_the_peer_hint, peer_is_plain
         )
+
+    @property
+    def monitor_socket(self) -> zmq.Socket | None:
+        """The monitor's socket, for a shell that polls it with its own sockets instead of at every pass."""
+        return self._monitor
 
     @property
     def problem(self) -> str:

@@ -49,3 +49,21 @@ def test_a_worker_and_its_store_with_a_key_the_scheduler_refuses_say_so(spawn: S
     for line in cluster.log().splitlines():
         if "Store: stopping" in line or ("Worker[" in line and "exiting" in line):
             assert "refused this" in line, line
+
+
+def test_a_client_with_a_key_the_scheduler_refuses_fails_at_once_saying_so(
+    spawn: Spawner, keys: dict[str, str]
+) -> None:
+    from scaler import Client
+    from scaler.errors import ConnectionFailedError
+
+    address = free_local_address()
+    start_scheduler(spawn, address, "--curve-secret-key", keys["scheduler_secret"],
+                    "--curve-authorized-keys", keys["authorized"])
+    # Without the diagnosis, this waits out its timeout and blames an unreachable scheduler.
+    with pytest.raises(ConnectionFailedError) as raised:
+        Client(address=address, timeout_seconds=20, curve_server_key=keys["scheduler_public"],
+               curve_secret_key=keys["intruder"])
+    text = str(raised.value)
+    assert f"the scheduler at {address} rejected this client's CURVE keys" in text
+    assert "refused this client's key (CURVE authentication failed" in text and "authorized keys" in text
