@@ -43,6 +43,7 @@ from scaler.client.result_sinks import MapCollector
 from scaler.client.sent_objects import SentObjects
 from scaler.client.store_relay import StoreRelay
 from scaler.client.stored_results import StoredResultFetcher
+from scaler.client.unsent_messages import UnsentMessages
 from scaler.client.wakeup import WakeupPipe
 from scaler.errors import ConnectionFailedError
 from scaler.protocol import messages as m
@@ -58,7 +59,7 @@ from scaler.utility.fork_safety import fix_after_fork
 from scaler.utility.handshake_failures import HandshakeWatch
 from scaler.utility.host_key import this_host_key
 from scaler.utility.identifiers import TASK_COUNTER_BITS
-from scaler.utility.zmq_util import configure_socket, has_input, receive_frames, send_frames
+from scaler.utility.zmq_util import configure_socket, has_input, receive_frames
 
 logger = logging.getLogger(__name__)
 
@@ -125,7 +126,7 @@ class ClientConnection:
         self._io_ended = False
         # I/O thread only: its socket, and messages zmq could not take yet (no usable connection), in order.
         self._socket: zmq.Socket | None = None
-        self._unsent: collections.deque[list[m.Buffer]] = collections.deque()
+        self._unsent = UnsentMessages()
         self._thread = threading.Thread(target=self._run, name="scaler-client-io", daemon=True)
         self._owner_pid = os.getpid()
         fix_after_fork(self)
@@ -372,7 +373,8 @@ class ClientConnection:
                 socket, self.address, time.monotonic(), role="client", secured=self._curve_keys is not None
             )
             socket.connect(self.address)
-            self.relay.attach(socket, lambda message: self._send(socket, message), lambda: self._send_unsent(socket))
+            unsent = self._unsent
+            self.relay.attach(socket, lambda message: unsent.send(socket, message), lambda: unsent.send_kept(socket))
             self._act(self._core.start(time.monotonic()))
             self._loop(socket)
         except Exception as error:  # a bug here must fail the futures, not strand them
@@ -412,7 +414,7 @@ class ClientConnection:
             events = dict(poller.poll(int(wait * 1000) + 1))
             now = time.monotonic()
             if self._unsent:
-                self._send_unsent(socket)
+                self._unsent.send_kept(socket)
             if wakeup.reader in events:
                 wakeup.consume()
             if monitor is not None and monitor in events:
@@ -444,7 +446,7 @@ class ClientConnection:
         for action in decided:
             kind = type(action)
             if kind is actions.Send:
-                self._send(socket, action.message)  # type: ignore[union-attr]
+                self._unsent.send(socket, action.message)  # type: ignore[union-attr]
             elif kind is actions.SendHeartbeat:
                 if not self._unsent:  # a heartbeat that cannot leave now is not worth keeping
                     try:
@@ -483,27 +485,3 @@ class ClientConnection:
         if lost:
             items.append(m.ObjectsLost(object_ids=lost))
         self._act(self._core.on_requests(items, time.monotonic()))
-
-    def _send(self, socket: zmq.Socket, message: m.Message) -> None:
-        """I/O thread: send now, or keep it (after those kept before it) while zmq has no connection to take it.
-
-        A blocking send would stop the thread, its timeouts with it, until a connection comes; against a
-        scheduler whose handshake always fails (CURVE keys missing) that is forever.
-        """
-        frames = m.encode(message)
-        if not self._unsent:
-            try:
-                send_frames(socket, frames, zmq.NOBLOCK)
-                return
-            except zmq.Again:
-                pass
-        self._unsent.append(frames)
-
-    def _send_unsent(self, socket: zmq.Socket) -> None:
-        unsent = self._unsent
-        while unsent:
-            try:
-                send_frames(socket, unsent[0], zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            unsent.popleft()
