@@ -24,8 +24,10 @@ from scaler.protocol.messages import (
     ObjectPayload,
     ProtocolDecodeError,
     Relay,
+    ResultIds,
     StoreDirectory,
     StoredResult,
+    SubmissionIds,
     TaskFailure,
     TaskGroup,
     TaskProfile,
@@ -237,6 +239,22 @@ _ENCODERS: dict[type, Callable[[Any, Any, list[Buffer]], Any]] = {
 
 def decode(frames: Sequence[Buffer]) -> Message:
     """Decode one message from its frames; anything malformed raises ProtocolDecodeError, never anything else."""
+    return cast(Message, _read(frames, _decode_root))
+
+
+def decode_ids(frames: Sequence[Buffer]) -> Message | SubmissionIds | ResultIds:
+    """Like decode, but a submission or results only as far as their ids (m.decode_ids)."""
+    ids = _read(frames, _ids_of_root)
+    if ids is not None:
+        return ids
+    message = decode(frames)
+    if isinstance(message, TaskSubmission):
+        return SubmissionIds([task_id for group in message.groups for task_id in group.task_ids], message.objects)
+    return message
+
+
+def _read(frames: Sequence[Buffer], read: Callable[[Any, str, Sequence[Buffer]], Any]) -> Any:
+    """`read(root, member, frames)` of the message in `frames`; a malformed one raises ProtocolDecodeError."""
     if not frames:
         raise ProtocolDecodeError("a message needs at least one frame")
     # Cap'n Proto needs word-aligned memory, and a received frame need not be (libzmq hands out slices of its
@@ -247,19 +265,43 @@ def decode(frames: Sequence[Buffer]) -> Message:
         with _schema.Message.from_bytes(
             first, traversal_limit_in_words=traversal_limit, nesting_limit=_NESTING_LIMIT
         ) as reader:
-            which = reader._which_str()
-            decoder = _DECODERS.get(which)
-            if decoder is None:
-                raise ProtocolDecodeError(f"unknown message type {which!r}")
-            frame_table = _FrameTable(frames)
-            message = cast(Message, decoder(reader._get_by_field(_MESSAGE[which]), frame_table))
-            frame_table.check_all_used()
-            return message
+            return read(reader, reader._which_str(), frames)
     except ProtocolDecodeError:
         raise
     except Exception as error:  # capnp raises KjException and friends for corrupt frames
         first_line = str(error).split("\n", 1)[0]  # capnp appends a stack of addresses
         raise ProtocolDecodeError(f"malformed message: {type(error).__name__}: {first_line}") from None
+
+
+def _decode_root(reader, which: str, frames: Sequence[Buffer]) -> Any:
+    decoder = _DECODERS.get(which)
+    if decoder is None:
+        raise ProtocolDecodeError(f"unknown message type {which!r}")
+    frame_table = _FrameTable(frames)
+    message = decoder(reader._get_by_field(_MESSAGE[which]), frame_table)
+    frame_table.check_all_used()
+    return message
+
+
+def _ids_of_root(reader, which: str, frames: Sequence[Buffer]) -> SubmissionIds | ResultIds | None:
+    """The ids of a submission without objects or of results; None for anything else, decoded in full instead."""
+    if which == "submitTasks":
+        get = reader._get_by_field(_MESSAGE[which])._get_by_field
+        if len(get(_SUBMISSION["objects"])):
+            return None
+        task_ids = [group._get_by_field(_GROUP["taskIds"]) for group in get(_SUBMISSION["groups"])]
+        return SubmissionIds([task_id for ids in task_ids for task_id in ids], [])
+    if which == "taskResults":
+        get = reader._get_by_field(_MESSAGE[which])._get_by_field
+        finished = _list(get(_RESULTS["succeededIds"]))
+        failures = get(_RESULTS["failures"])
+        if len(failures):
+            finished.extend(failure._get_by_field(_FAILURE["taskId"]) for failure in failures)
+        stored_task_ids = _list(get(_RESULTS["storedTaskIds"]))
+        if not stored_task_ids:
+            return ResultIds(finished, [])
+        return ResultIds(finished + stored_task_ids, list(zip(stored_task_ids, get(_RESULTS["storedObjectIds"]))))
+    return None
 
 
 class _FrameTable:

@@ -370,6 +370,24 @@ class ProcessorState:
     reason: str = ""
 
 
+@dataclasses.dataclass(slots=True)
+class SubmissionIds:
+    """What a hop that forwards a submission as it came reads of it (`decode_ids`): its task ids, and its
+    objects (functions and shared arguments, sent once per call site, so rarely any), those in full."""
+
+    task_ids: list[int]
+    objects: list[ObjectPayload]
+
+
+@dataclasses.dataclass(slots=True)
+class ResultIds:
+    """What a hop that forwards results as they came reads of them (`decode_ids`): the tasks they finish
+    (succeeded, failed or stored), and the object each stored result is."""
+
+    finished_ids: list[int]
+    stored: list[tuple[int, bytes]]
+
+
 Message = Union[
     Hello,
     Welcome,
@@ -408,6 +426,12 @@ def encode(message: Message) -> list[Buffer]:
 def decode(frames: Sequence[Buffer]) -> Message:
     """Decode one message from its frames; anything malformed raises ProtocolDecodeError, never anything else."""
     return _codec.decode(frames)
+
+
+def decode_ids(frames: Sequence[Buffer]) -> Message | SubmissionIds | ResultIds:
+    """`decode` for a hop that forwards submissions and results without reading their payloads: those two come
+    as SubmissionIds and ResultIds, read from the control frame's id columns only; anything else in full."""
+    return _codec.decode_ids(frames)
 
 
 # Last: the codec imports the classes above (from here, or first itself, whichever is imported first).
