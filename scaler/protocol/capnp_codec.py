@@ -250,6 +250,12 @@ def decode_ids(frames: Sequence[Buffer]) -> Message | SubmissionIds | ResultIds:
     message = decode(frames)
     if isinstance(message, TaskSubmission):
         return SubmissionIds([task_id for group in message.groups for task_id in group.task_ids], message.objects)
+    if isinstance(message, TaskResults):
+        return ResultIds(
+            [*message.succeeded_ids, *(failure.task_id for failure in message.failures),
+             *(stored.task_id for stored in message.stored)],
+            [(stored.task_id, stored.object_id) for stored in message.stored],
+        )
     return message
 
 
@@ -284,15 +290,24 @@ def _decode_root(reader, which: str, frames: Sequence[Buffer]) -> Any:
 
 
 def _ids_of_root(reader, which: str, frames: Sequence[Buffer]) -> SubmissionIds | ResultIds | None:
-    """The ids of a submission without objects or of results; None for anything else, decoded in full instead."""
+    """The ids of a submission or results in one frame, naming no other frames and carrying no objects; None
+    for anything else, decoded in full instead (so that a frame named but missing is still found out here)."""
+    if len(frames) != 1:
+        return None
     if which == "submitTasks":
         get = reader._get_by_field(_MESSAGE[which])._get_by_field
         if len(get(_SUBMISSION["objects"])):
             return None
-        task_ids = [group._get_by_field(_GROUP["taskIds"]) for group in get(_SUBMISSION["groups"])]
-        return SubmissionIds([task_id for ids in task_ids for task_id in ids], [])
+        task_ids = []
+        for group in get(_SUBMISSION["groups"]):
+            if len(group._get_by_field(_GROUP["argFrames"])):
+                return None
+            task_ids.extend(group._get_by_field(_GROUP["taskIds"]))
+        return SubmissionIds(task_ids, [])
     if which == "taskResults":
         get = reader._get_by_field(_MESSAGE[which])._get_by_field
+        if len(get(_RESULTS["payloadFrames"])):
+            return None
         finished = _list(get(_RESULTS["succeededIds"]))
         failures = get(_RESULTS["failures"])
         if len(failures):
