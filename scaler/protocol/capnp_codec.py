@@ -359,12 +359,18 @@ def _decode_submission(reader, frames: _FrameTable) -> TaskSubmission:
     )
 
 
+def _take_payloads(get: Callable[[Any], Any], inline: Any, indices: Any, numbers: Any, frames: _FrameTable) -> list:
+    """A list of payloads as _put_payloads wrote it: the small inline, each large one from the frame named for it."""
+    payloads = _list(get(inline))
+    frame_indices, frame_numbers = get(indices), get(numbers)
+    if len(frame_indices) or len(frame_numbers):
+        frames.place(payloads, list(frame_indices), list(frame_numbers))
+    return payloads
+
+
 def _decode_group(group, frames: _FrameTable) -> TaskGroup:
     get = group._get_by_field
-    args = _list(get(_GROUP["args"]))
-    arg_frame_indices, arg_frames = get(_GROUP["argFrameIndices"]), get(_GROUP["argFrames"])
-    if len(arg_frame_indices) or len(arg_frames):
-        frames.place(args, list(arg_frame_indices), list(arg_frames))
+    args = _take_payloads(get, _GROUP["args"], _GROUP["argFrameIndices"], _GROUP["argFrames"], frames)
     return TaskGroup(
         function_id=get(_GROUP["functionId"]),
         args_per_task=get(_GROUP["argsPerTask"]),
@@ -423,10 +429,9 @@ def _decode_failure(failure) -> TaskFailure:
 
 def _decode_results(reader, frames: _FrameTable) -> TaskResults:
     get = reader._get_by_field
-    payloads = list(get(_RESULTS["payloads"]))
-    frame_indices, frame_numbers = get(_RESULTS["payloadFrameIndices"]), get(_RESULTS["payloadFrames"])
-    if len(frame_indices) or len(frame_numbers):
-        frames.place(payloads, list(frame_indices), list(frame_numbers))
+    payloads = _take_payloads(
+        get, _RESULTS["payloads"], _RESULTS["payloadFrameIndices"], _RESULTS["payloadFrames"], frames
+    )
     # The columns below are empty for most batches: a length costs far less than building an empty list.
     failures, profiles = get(_RESULTS["failures"]), get(_RESULTS["profiles"])
     warning_task_ids, warning_indices = get(_RESULTS["warningTaskIds"]), get(_RESULTS["warningIndices"])
