@@ -381,6 +381,24 @@ class ProcessorState:
     reason: str = ""
 
 
+@dataclasses.dataclass(slots=True)
+class SubmissionIds:
+    """What a hop that forwards a submission as it came reads of it (`decode_ids`): its task ids, and its
+    objects (functions and shared arguments, sent once per call site, so rarely any), those in full."""
+
+    task_ids: list[int]
+    objects: list[ObjectPayload]
+
+
+@dataclasses.dataclass(slots=True)
+class ResultIds:
+    """What a hop that forwards results as they came reads of them (`decode_ids`): the tasks they finish
+    (succeeded, failed or stored), and the object each stored result is."""
+
+    finished_ids: list[int]
+    stored: list[tuple[int, bytes]]
+
+
 Message = Union[
     Hello,
     Welcome,

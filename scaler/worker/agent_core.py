@@ -114,21 +114,22 @@ class WorkerAgentCore:
     def on_scheduler_frames(self, frames: list[m.Buffer], now: float) -> list[Action]:
         self._last_heard = now
         try:
-            message = m.decode(frames)
+            # Submissions go on to a processor as they came, and it decodes them: only their ids are read here.
+            message = m.decode_ids(frames)
         except m.ProtocolDecodeError as error:
             logger.warning(f"Worker[{self._name}]: dropped an undecodable message from the scheduler: {error}")
             return []
-        if isinstance(message, m.TaskSubmission):
+        if isinstance(message, m.SubmissionIds):
             active = self._pool.active(now)
-            if self._made_by and message.objects:
-                # Another processor than its maker reads these: the scheduler only asks other workers' makers.
-                self._ask_to_publish([
-                    item.object_id for item in message.objects
-                    if self._made_by.get(item.object_id, active.identity) != active.identity
-                ])
-            self._pool.add_objects(active, message.objects)
-            for group in message.groups:
-                active.outstanding.update(dict.fromkeys(group.task_ids))
+            if message.objects:
+                if self._made_by:
+                    # Another processor than its maker reads these: the scheduler only asks other workers' makers.
+                    self._ask_to_publish([
+                        item.object_id for item in message.objects
+                        if self._made_by.get(item.object_id, active.identity) != active.identity
+                    ])
+                self._pool.add_objects(active, message.objects)
+            active.outstanding.update(dict.fromkeys(message.task_ids))
             self._pool.deliver(active, frames)
         elif isinstance(message, m.CancelTasks):
             named = set(message.task_ids)
@@ -180,23 +181,22 @@ class WorkerAgentCore:
         processor = self._pool.processors.get(identity)
         if processor is None:
             return []  # a processor we already gave up on
-        message = m.decode(frames)
-        if isinstance(message, m.TaskResults):
-            for task_id in message.succeeded_ids:
+        # Results and handed-over submissions go on as they came: only their ids are read here.
+        message = m.decode_ids(frames)
+        if isinstance(message, m.ResultIds):
+            for task_id in message.finished_ids:
                 processor.outstanding.pop(task_id, None)
-            for failure in message.failures:
-                processor.outstanding.pop(failure.task_id, None)
-            for stored in message.stored:
-                processor.outstanding.pop(stored.task_id, None)
-                self._made_by[stored.object_id] = processor.identity
+            for _, object_id in message.stored:
+                self._made_by[object_id] = processor.identity
             if self._limits.admit(frames):
                 self._out.append(ToScheduler(frames))
             else:
-                self._send_results_in_limits(message)
+                results = m.decode(frames)
+                assert isinstance(results, m.TaskResults)
+                self._send_results_in_limits(results)
             self._pool.retire_if_done(processor, now)
-        elif isinstance(message, m.TaskSubmission):
-            task_ids = [task_id for group in message.groups for task_id in group.task_ids]
-            self._pool.hand_over(processor, task_ids, frames, now)
+        elif isinstance(message, m.SubmissionIds):
+            self._pool.hand_over(processor, message.task_ids, frames, now)
         elif isinstance(message, m.TaskStarted):
             self._out.append(ToScheduler(frames))  # a suspect task asks to start; the scheduler answers
         elif isinstance(message, m.CancelRefused):

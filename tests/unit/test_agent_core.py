@@ -72,6 +72,21 @@ def test_tasks_go_to_the_active_processor_and_their_results_to_the_scheduler_as_
     assert len(actions) == 1 and actions[0].frames is results_frames, "results are forwarded, not re-encoded"
 
 
+def test_a_submission_naming_a_missing_frame_is_dropped_not_forwarded(agent: SimulatedAgent) -> None:
+    """The agent reads only the ids of what it forwards, but a message that names a frame it lacks is
+    malformed as a whole (PROTOCOL.md §1): it must not reach a processor, whose decode would fail."""
+    agent.submit(1)  # the function, so that the next submission carries no objects
+    processor = agent.active()
+    before = len(processor.received)
+    group = m.TaskGroup(
+        function_id=FUNCTION_ID, args_per_task=1, keywords=(), task_ids=agent.new_task_ids(1),
+        args=[b"x" * m.LARGE_PAYLOAD_BYTES],
+    )
+    control_frame, _payload_frame = m.encode(m.TaskSubmission(objects=[], groups=[group]))
+    assert agent.core.on_scheduler_frames([control_frame], agent.now) == []
+    assert len(processor.received) == before
+
+
 def test_results_from_a_processor_the_agent_stopped_are_dropped(agent: SimulatedAgent) -> None:
     (task_id,) = agent.submit(1)
     processor = agent.run_next()

@@ -107,6 +107,26 @@ def test_round_trip_gives_back_an_equal_message(kind, data):
     assert m.decode([unaligned(bytes(frames[0])), *frames[1:]]) == message
 
 
+@pytest.mark.parametrize("kind", MESSAGE_TYPES, ids=lambda kind: kind.__name__)
+@fuzz(max_examples=25)
+@given(data=st.data())
+def test_decode_ids_reads_the_ids_that_decode_reads(kind, data):
+    message = data.draw(STRATEGIES[kind])
+    ids = m.decode_ids(m.encode(message))
+    if isinstance(message, m.TaskSubmission):
+        assert ids == m.SubmissionIds([task_id for group in message.groups for task_id in group.task_ids],
+                                      message.objects)
+    elif isinstance(message, m.TaskResults):
+        assert isinstance(ids, m.ResultIds)
+        assert sorted(ids.finished_ids) == sorted([
+            *message.succeeded_ids, *(failure.task_id for failure in message.failures),
+            *(stored.task_id for stored in message.stored),
+        ])
+        assert ids.stored == [(stored.task_id, stored.object_id) for stored in message.stored]
+    else:
+        assert ids == message
+
+
 # ---------------------------------------------------------------------------------------------- random frames
 
 
