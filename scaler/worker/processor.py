@@ -36,7 +36,7 @@ from scaler.worker.agent_actions import AGENT_SIGNAL
 from scaler.worker.config import DEFAULT_INPUT_WAIT_SECONDS
 from scaler.worker.large_results import LargeResults
 from scaler.worker.processor_actions import (
-    Action,
+    Actions,
     ForgetObjects,
     GiveBackMemory,
     KeepObjects,
@@ -105,7 +105,7 @@ class Processor:
         self._carry_out(core.flush(time.monotonic()))
         self._stores.close()
 
-    def _carry_out(self, actions: list[Action]) -> None:
+    def _carry_out(self, actions: Actions) -> None:
         for action in actions:
             if isinstance(action, RunTask):
                 self._run(action.task)
@@ -225,17 +225,17 @@ class Processor:
     # ------------------------------------------------------------------------------------------ running
 
     def _run(self, task: QueuedTask) -> None:
-        task_id, group = task.task_id, task.group
+        task_id, group, row, object_slots = task
         if group.nesting_depth != self._depth:
             self._depth = group.nesting_depth
             set_task_depth(self._depth)
         self._running_task_slot.write(task_id)
-        outcome = self._call(task_id, group, task.row, task.object_slots)
+        outcome = self._call(task_id, group, row, object_slots)
         if outcome is not None:
             profile, self._profile = self._profile, None
             self._carry_out(self._core.on_task_ended(task_id, outcome, time.monotonic(), profile))
-        if task.object_slots:
-            self._let_go_of_arguments(group, task.row, task.object_slots)
+        if object_slots:
+            self._let_go_of_arguments(group, row, object_slots)
 
     def _call(
         self, task_id: int, group: m.TaskGroup, row: int, object_slots: list[int] | None

@@ -8,20 +8,13 @@ stored objects and the worker's stores.
 from __future__ import annotations
 
 import dataclasses
-from typing import Union
+from typing import Sequence, Union
 
 from scaler.protocol import messages as m
 
-
-@dataclasses.dataclass(slots=True)
-class QueuedTask:
-    """A task the processor holds: its group, its row in the group, and which of its argument slots hold object
-    ids (None: none). The group is shared by every task of it."""
-
-    task_id: int
-    group: m.TaskGroup
-    row: int
-    object_slots: list[int] | None
+# A task the processor holds: its id, its group (shared by every task of it), its row in the group, and which of its
+# argument slots hold object ids (None: none). A plain tuple: one is made per task, on the hot path.
+QueuedTask = tuple[int, m.TaskGroup, int, Union[list[int], None]]
 
 
 @dataclasses.dataclass(slots=True)
@@ -90,3 +83,5 @@ Action = Union[
     ToAgent, RunTask, WaitForMessages, KeepObjects, ForgetObjects, PublishResults, SetStoreDirectory, RefuseWait,
     GiveBackMemory,
 ]
+# What an event returns: the actions in order (often none: an empty tuple, shared, costs nothing to return).
+Actions = Sequence[Action]

@@ -44,6 +44,7 @@ from scaler.protocol.layout import slots_by_row
 from scaler.protocol.task_signature import TaskSignature
 from scaler.worker.processor_actions import (
     Action,
+    Actions,
     ForgetObjects,
     GiveBackMemory,
     KeepObjects,
@@ -75,10 +76,9 @@ IDLE_BEFORE_GIVING_BACK_SECONDS = 5.0
 class ProcessorCore:
     def __init__(self) -> None:
         self._out: list[Action] = []
-        # Queued tasks by nesting depth (see _peek), and their ids.
+        # Queued tasks by nesting depth (see next_action), and their ids.
         self._queues: dict[int, collections.deque[QueuedTask]] = {}
         self._queued_ids: set[int] = set()
-        self._next_depth = 0
         # The task whose code runs (or waits on nested tasks), until its end.
         self.running: QueuedTask | None = None
         # Held results, sent by _flush.
@@ -102,14 +102,16 @@ class ProcessorCore:
         self._last_activity = 0.0
         self._owes_memory_back = False
 
-    def _take(self) -> list[Action]:
+    def _take(self) -> Actions:
         out = self._out
+        if not out:
+            return ()
         self._out = []
         return out
 
     # ------------------------------------------------------------------------------------------ messages
 
-    def on_message(self, message: m.Message, now: float) -> list[Action]:
+    def on_message(self, message: m.Message, now: float) -> Actions:
         """A message of the agent, read between tasks, while asking to wait, or when signalled."""
         self._last_activity = now
         self._owes_memory_back = True
@@ -150,15 +152,15 @@ class ProcessorCore:
             object_slots = slots_by_row(group.object_arg_indices, group.args_per_task)
             queue = self._queues.setdefault(group.nesting_depth, collections.deque())
             for row, task_id in enumerate(group.task_ids):
-                queue.append(QueuedTask(task_id, group, row, object_slots.get(row)))
-                self._queued_ids.add(task_id)
+                queue.append((task_id, group, row, object_slots.get(row)))
+            self._queued_ids.update(group.task_ids)
 
     def _drop_queued(self, task_ids: list[int], kind: m.FailureKind) -> None:
         dropped = self._queued_ids.intersection(task_ids)
         if not dropped:
             return  # running or ended: their results answer them
         for depth, queue in list(self._queues.items()):
-            kept = collections.deque(task for task in queue if task.task_id not in dropped)
+            kept = collections.deque(task for task in queue if task[0] not in dropped)
             if kept:
                 self._queues[depth] = kept
             else:
@@ -175,17 +177,29 @@ class ProcessorCore:
     def has_queued(self) -> bool:
         return bool(self._queued_ids)
 
-    def next_action(self, now: float) -> list[Action]:
+    def next_action(self, now: float) -> Actions:
         """Between tasks, once the socket is read: run a task, or wait for a message (held results go first)."""
-        while self._queued_ids:
-            task = self._peek()
-            task_id = task.task_id
-            if not task.group.report_start or task_id in self._start_granted:
+        queues = self._queues
+        # Top-level tasks in arrival order; nested ones deepest, then newest, first (see the top of this file).
+        while queues:
+            depth = max(queues)  # empty queues are removed: see check_invariants
+            queue = queues[depth]
+            task = queue[-1] if depth else queue[0]
+            task_id = task[0]
+            if not task[1].report_start or task_id in self._start_granted:
+                if depth:
+                    queue.pop()
+                else:
+                    queue.popleft()
+                if not queue:
+                    del queues[depth]
+                self._queued_ids.discard(task_id)
                 self._start_granted.discard(task_id)
-                self._pop()
                 self.running = task
-                self._out.append(RunTask(task))
-                return self._take()
+                if self._out:
+                    self._out.append(RunTask(task))
+                    return self._take()
+                return [RunTask(task)]
             deadline = self._start_asked.get(task_id)
             if deadline is None:
                 self._flush(now)  # earlier results first: they are not lost if this task kills us
@@ -204,10 +218,10 @@ class ProcessorCore:
     def on_task_ended(
         self, task_id: int, outcome: m.Buffer | m.TaskFailure | m.StoredResult, now: float,
         profile: m.TaskProfile | None = None, warnings: list[m.TaskWarning] | None = None,
-    ) -> list[Action]:
+    ) -> Actions:
         """The running task ended: its payload, its failure, or its result reported as stored."""
         task = self.running
-        assert task is not None and task.task_id == task_id, f"task {task_id:#x} ended but did not run"
+        assert task is not None and task[0] == task_id, f"task {task_id:#x} ended but did not run"
         self.running = None
         self.waiting = False
         self._last_activity = now
@@ -223,21 +237,21 @@ class ProcessorCore:
         if warnings:
             self._warnings.extend(warnings)
         if (
-            not self._queued_ids or task.group.report_start or now - self._last_flush >= FLUSH_EVERY_SECONDS
+            not self._queued_ids or task[1].report_start or now - self._last_flush >= FLUSH_EVERY_SECONDS
             or len(self._succeeded_ids) + len(self._failures) + len(self._stored) >= FLUSH_EVERY_TASKS
         ):
             self._flush(now)
         return self._take()
 
-    def on_input_lost(self, task_id: int, object_id: bytes, first_report: bool, now: float) -> list[Action]:
+    def on_input_lost(self, task_id: int, object_id: bytes, first_report: bool, now: float) -> Actions:
         """The running task's stored input could not be read: the scheduler hears which object (the first time) before
         the task goes back untried, so that it parks the task until the object is made again instead of failing it."""
         if first_report:
             self._out.append(ToAgent(m.ObjectsLost(object_ids=[object_id])))
         out = self._take()
-        return out + self.on_task_ended(task_id, m.TaskFailure(task_id=task_id, kind=m.FailureKind.RETURNED), now)
+        return [*out, *self.on_task_ended(task_id, m.TaskFailure(task_id=task_id, kind=m.FailureKind.RETURNED), now)]
 
-    def on_tick(self, now: float) -> list[Action]:
+    def on_tick(self, now: float) -> Actions:
         """A wait for messages found none."""
         if (
             self._owes_memory_back and self.running is None and not self._queued_ids
@@ -245,37 +259,22 @@ class ProcessorCore:
         ):
             self._owes_memory_back = False
             return [GiveBackMemory()]
-        return []
+        return ()
 
-    def flush(self, now: float) -> list[Action]:
+    def flush(self, now: float) -> Actions:
         """The processor stops: the results it holds go out."""
         self._flush(now)
         return self._take()
 
     def unneeded_arguments(self, object_ids: set[bytes]) -> set[bytes]:
         """Of these stored arguments of the task that just ran, those no queued task names: their values may go."""
-        for task in itertools.chain.from_iterable(self._queues.values()):
-            if task.object_slots:
-                group = task.group
-                start = task.row * group.args_per_task
-                object_ids.difference_update(bytes(group.args[start + slot]) for slot in task.object_slots)
+        for _, group, row, object_slots in itertools.chain.from_iterable(self._queues.values()):
+            if object_slots:
+                start = row * group.args_per_task
+                object_ids.difference_update(bytes(group.args[start + slot]) for slot in object_slots)
                 if not object_ids:
                     break
         return object_ids
-
-    def _peek(self) -> QueuedTask:
-        depth = self._next_depth = max(depth for depth, queue in self._queues.items() if queue)
-        queue = self._queues[depth]
-        return queue[-1] if depth else queue[0]
-
-    def _pop(self) -> None:
-        """Take out of the queue the task _peek just named."""
-        depth = self._next_depth
-        queue = self._queues[depth]
-        task = queue.pop() if depth else queue.popleft()
-        self._queued_ids.discard(task.task_id)
-        if not queue:
-            del self._queues[depth]
 
     def _flush(self, now: float) -> None:
         self._last_flush = now
@@ -290,7 +289,7 @@ class ProcessorCore:
 
     # ------------------------------------------------------------------------------------------ nesting
 
-    def on_wait_start(self, now: float) -> list[Action]:
+    def on_wait_start(self, now: float) -> Actions:
         """The running task is about to wait on nested tasks: ask the agent to let another processor serve.
 
         What this processor made goes into the store first (the nested tasks, or the processor that takes
@@ -320,11 +319,11 @@ class ProcessorCore:
         self._flush(now)
         self._hand_over_queue()
 
-    def on_wait_unanswered(self) -> list[Action]:
+    def on_wait_unanswered(self) -> Actions:
         self._asking_to_wait = False
         return [RefuseWait("the worker agent did not answer; cannot wait on nested tasks safely")]
 
-    def on_wait_end(self) -> list[Action]:
+    def on_wait_end(self) -> Actions:
         self.waiting = False
         return [ToAgent(m.ProcessorState(blocked=False))]
 
@@ -334,17 +333,16 @@ class ProcessorCore:
         if not self._queued_ids:
             return
         groups: dict[int, m.TaskGroup] = {}
-        for task in itertools.chain.from_iterable(self._queues.values()):
-            group = task.group
+        for task_id, group, row, object_slots in itertools.chain.from_iterable(self._queues.values()):
             handed = groups.get(id(group))
             if handed is None:
                 handed = groups[id(group)] = TaskSignature.of_group(group).new_group(group.report_start)
             width = group.args_per_task
             base = len(handed.args)
-            handed.task_ids.append(task.task_id)
-            handed.args.extend(group.args[task.row * width:(task.row + 1) * width])
-            if task.object_slots:
-                handed.object_arg_indices.extend(base + slot for slot in task.object_slots)
+            handed.task_ids.append(task_id)
+            handed.args.extend(group.args[row * width:(row + 1) * width])
+            if object_slots:
+                handed.object_arg_indices.extend(base + slot for slot in object_slots)
         self._queues.clear()
         self._queued_ids.clear()
         # The processor that takes them asks again; the scheduler answers a repeated ask the same way.
@@ -377,7 +375,7 @@ class ProcessorCore:
         says) is handled; the socket being empty is not enough, as the signal may overtake its message."""
         return self.stopping or self._urgent_handled >= urgent_announced
 
-    def answer_signal(self, now: float) -> list[Action]:
+    def answer_signal(self, now: float) -> Actions:
         """The signal's messages are read: the results held go out too (the agent may be waiting for them)."""
         self._flush(now)
         return self._take()
@@ -398,14 +396,12 @@ class ProcessorCore:
     def queued_task_ids(self) -> list[int]:
         """In the order they would run, were nothing to arrive."""
         by_depth = sorted(self._queues.items(), reverse=True)
-        return [
-            task.task_id for depth, queue in by_depth for task in (reversed(queue) if depth else queue)
-        ]
+        return [task[0] for depth, queue in by_depth for task in (reversed(queue) if depth else queue)]
 
     def check_invariants(self) -> None:
         """Raise AssertionError if the core's state disagrees with itself (the tests call this after every step)."""
         assert not self._out, "actions left behind by an event"
-        listed = [task.task_id for queue in self._queues.values() for task in queue]
+        listed = [task[0] for queue in self._queues.values() for task in queue]
         assert len(listed) == len(set(listed)) and set(listed) == self._queued_ids, "the queue and its ids disagree"
         assert all(self._queues.values()), "an empty queue kept"
         assert set(self._start_asked) <= self._queued_ids and self._start_granted <= self._queued_ids

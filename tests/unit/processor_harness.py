@@ -42,13 +42,13 @@ class DrivenCore:
 
     # ------------------------------------------------------------------------------------------ plumbing
 
-    def carry_out(self, done: list[actions.Action]) -> None:
+    def carry_out(self, done: actions.Actions) -> None:
         for action in done:
             if isinstance(action, actions.ToAgent):
                 self._to_agent(action.message)
             elif isinstance(action, actions.RunTask):
                 assert self.running is None, "one task at a time"
-                self.running = action.task.task_id
+                self.running = action.task[0]
             elif isinstance(action, actions.WaitForMessages):
                 assert action.seconds > 0
                 self.waits.append(action.seconds)
