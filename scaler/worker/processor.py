@@ -110,7 +110,7 @@ class Processor:
             if isinstance(action, RunTask):
                 self._run(action.task)
             elif isinstance(action, ToAgent):
-                send_message(self._socket, self._with_warnings(action.message))
+                send_message(self._socket, action.message)
             elif isinstance(action, WaitForMessages):
                 self._wait_for_messages(action.seconds)
             elif isinstance(action, KeepObjects):
@@ -129,12 +129,6 @@ class Processor:
                 give_back_freed_memory()
             elif isinstance(action, RefuseWait):
                 raise NestingLimitError(action.reason)
-
-    def _with_warnings(self, message: m.Message) -> m.Message:
-        """Results carry the warnings of the tasks ended since the last results (warning_recorder.py)."""
-        if isinstance(message, m.TaskResults) and self._warnings.finished:
-            message.warnings.extend(self._warnings.take_finished())
-        return message
 
     def _wait_for_messages(self, seconds: float) -> None:
         if self._socket.poll(max(1, int(seconds * 1000))):
@@ -233,7 +227,8 @@ class Processor:
         outcome = self._call(task_id, group, row, object_slots)
         if outcome is not None:
             profile, self._profile = self._profile, None
-            self._carry_out(self._core.on_task_ended(task_id, outcome, time.monotonic(), profile))
+            warnings = self._warnings.take_finished() if self._warnings.finished else None
+            self._carry_out(self._core.on_task_ended(task_id, outcome, time.monotonic(), profile, warnings))
         if object_slots:
             self._let_go_of_arguments(group, row, object_slots)
 

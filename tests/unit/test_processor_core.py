@@ -338,3 +338,14 @@ def test_results_held_go_out_when_the_processor_stops(driven: DrivenCore) -> Non
     driven.run()
     driven.carry_out(driven.core.flush(driven.now))
     assert results_sent(driven) == [[first], [second]]
+
+
+def test_a_tasks_warnings_and_profile_go_out_with_its_result(driven: DrivenCore) -> None:
+    (task_id,) = driven.submit(1)
+    driven.next()
+    warning = m.TaskWarning(task_id=task_id, category="builtins.UserWarning", message="w", filename="f.py", lineno=1)
+    profile = m.TaskProfile(task_id=task_id, duration_us=1, cpu_time_us=1, peak_memory_bytes=1)
+    driven.running = None
+    driven.carry_out(driven.core.on_task_ended(task_id, b"r", driven.now, profile, [warning]))
+    (results,) = driven.sent(m.TaskResults)
+    assert (results.succeeded_ids, results.warnings, results.profiles) == ([task_id], [warning], [profile])
