@@ -372,7 +372,7 @@ class WorkerAgentCore:
         after a batch went out keeps its result until the next one, and when the next task runs long (or
         waits on a gate, or on a user) that is the whole of it. Tasks run in the order they came, so a task
         sent before the running one and still unanswered has ended and waits in such a batch; the signal
-        makes the processor send it (see Processor._answer_signal). Once per running task, and only past a
+        makes the processor send it (see ProcessorCore.answer_signal). Once per running task, and only past a
         tick, so that a stream of short tasks, whose batches go out anyway, is never signalled.
         """
         for processor in self._pool.processors.values():

@@ -28,12 +28,10 @@ class LargeResults:
         self._stores = stores
         self.own = OwnResults()
         self._store_failed = False
-        # Results reported as stored since the last flush.
-        self.reported: list[m.StoredResult] = []
 
-    def place(self, task_id: int, result: Any, serializer: Serializer) -> m.Buffer | None:
-        """The payload to send inline, or None: the result is reported as stored. Raises if it cannot be
-        serialized at all."""
+    def place(self, task_id: int, result: Any, serializer: Serializer) -> m.Buffer | m.StoredResult:
+        """The payload to send inline, or the report of the result as stored. Raises if it cannot be serialized
+        at all."""
         stores = self._stores
         if self._store_failed or not stores.home or type(result) in stored_payload.NEVER_LARGE_TYPES:
             return serializer.serialize(result)
@@ -44,9 +42,8 @@ class LargeResults:
         if not isinstance(sized, stored_payload.PreparedPayload):
             return sized
         object_id = random_object_id()
-        self.reported.append(m.StoredResult(task_id=task_id, object_id=object_id, size=sized.size, holder=stores.home))
         self._write(self.own.add(object_id, result, sized))
-        return None
+        return m.StoredResult(task_id=task_id, object_id=object_id, size=sized.size, holder=stores.home)
 
     def publish(self, object_ids: list[bytes]) -> None:
         """Another process is to read these: into the store with those not written yet."""

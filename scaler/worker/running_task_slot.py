@@ -9,7 +9,7 @@ last task started: a task whose result the agent already has is no longer runnin
 The last eight bytes are the agent's: how many urgent messages (a cancel, a release or a request to
 publish) it has sent the processor, written right before it signals the processor to read them during a
 task. The signal can arrive before the message itself does, so the processor reads its socket until it
-has handled that many (see Processor._on_agent_signal), not merely until the socket is empty.
+has handled that many (see ProcessorCore.read_enough), not merely until the socket is empty.
 
 Both sides map the file into memory, so a read or a write is a memory access, not a system call.
 """

@@ -38,8 +38,8 @@ def test_a_result_made_here_whose_value_is_no_longer_kept_is_written_before_it_i
     stores = Stores()
     results = LargeResults(stores)  # type: ignore[arg-type]
     objects = TaskObjects(stores, results)  # type: ignore[arg-type]
-    assert results.place(1, np.zeros(10_000), DefaultSerializer()) is None
-    [stored] = results.reported
+    stored = results.place(1, np.zeros(10_000), DefaultSerializer())
+    assert isinstance(stored, m.StoredResult)
     assert stores.calls == []  # kept here, unwritten
     results.own.take(stored.object_id)  # handed to a dependent earlier, and let go since (drop_values)
     objects.accept([m.ObjectPayload(object_id=stored.object_id, payload=b"", name="result", size=stored.size,
