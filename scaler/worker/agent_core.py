@@ -80,6 +80,9 @@ class WorkerAgentCore:
         # Force-cancelled tasks a processor holds but had not started: it may start one before it reads the
         # cancel (it took the task from its socket just before), and then a tick stops it (_stop_late_starts).
         self._force_canceled: set[int] = set()
+        # Tasks a (not forced) cancel named while they were queued: one that starts before its processor reads
+        # the cancel is refused at the next tick (_refuse_late_starts), as it would have been had it started first.
+        self._cancel_unread: set[int] = set()
 
     @property
     def pool(self) -> ProcessorPool:
@@ -137,7 +140,7 @@ class WorkerAgentCore:
                 self._stop_running(named, now)
                 self._force_canceled.update(self._held_by_processors(named))
             else:
-                self._refuse_running(named)
+                self._cancel_unread.update(self._held_by_processors(named) - self._refuse_running(named))
             self._deliver_to_all(frames, named)
         elif isinstance(message, m.ReleaseTasks):
             self._deliver_to_all(frames, set(message.task_ids))
@@ -237,6 +240,7 @@ class WorkerAgentCore:
         """
         self._watch_running_tasks(now)
         self._stop_late_starts(now)
+        self._refuse_late_starts()
         self._enforce_limits(now, processor_rss or {})
         self._ask_for_held_results(now)
         processor_count = len(self._pool.processors)
@@ -326,7 +330,7 @@ class WorkerAgentCore:
                 del self._made_by[object_id]
             self._send(m.ObjectsLost(object_ids=lost))
 
-    def _refuse_running(self, named: set[int]) -> None:
+    def _refuse_running(self, named: set[int]) -> set[int]:
         """Say at once which of these tasks have started (a processor's slot names them): cancel cannot stop them."""
         started = [
             running for running in map(self._running_task_of, self._pool.processors.values())
@@ -334,6 +338,16 @@ class WorkerAgentCore:
         ]
         if started:
             self._send(m.CancelRefused(task_ids=started))
+        return set(started)
+
+    def _refuse_late_starts(self) -> None:
+        """A cancelled task that started after its cancel came (unread behind it) is refused as it would have been
+        had it started before: the processor reads nothing while the task runs, so it cannot say so itself."""
+        if not self._cancel_unread:
+            return
+        self._cancel_unread = self._held_by_processors(self._cancel_unread)  # the answered ones are done with
+        started = self._refuse_running(self._cancel_unread)
+        self._cancel_unread -= started
 
     def _stop_running(self, named: set[int], now: float) -> None:
         """Force-cancel: a processor running one of these tasks is stopped; the task ends canceled."""

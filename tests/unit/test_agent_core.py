@@ -386,6 +386,24 @@ def test_a_force_cancel_that_comes_just_before_its_task_starts_stops_it_at_the_n
     agent.check()
 
 
+def test_a_cancel_that_comes_just_before_its_task_starts_is_refused_at_the_next_tick(agent: SimulatedAgent) -> None:
+    """As the forced one above: the slot names no task when the cancel comes, then the task runs and its processor
+    reads the cancel only after it; the scheduler hears that the cancel came too late while the task runs."""
+    task, other = agent.submit(2)
+    processor = agent.active()
+    processor.starting = True
+    agent.cancel([task])
+    assert not agent.received(m.CancelRefused)
+    assert agent.start_task(processor) == task
+    agent.tick(0.1)
+    assert agent.received(m.CancelRefused) == [m.CancelRefused(task_ids=[task])]
+    agent.tick(0.1)
+    assert len(agent.received(m.CancelRefused)) == 1, "refused once"
+    agent.finish(processor)
+    assert agent.outcomes[task] == [("ok", payload_for(task))]
+    agent.check()
+
+
 def test_a_force_cancel_of_queued_tasks_stops_nothing(agent: SimulatedAgent) -> None:
     running, queued = agent.submit(2)
     agent.run_next()
