@@ -39,9 +39,9 @@ class ProcessCluster:
         ])
 
     def add_store(self, name: str) -> subprocess.Popen:
-        """An object store registered with the scheduler (python -m scaler.store)."""
+        """An object store registered with the scheduler (python -m scaler.cli.store)."""
         return self._start(name, [
-            sys.executable, "-m", "scaler.store", "--scheduler-address", self.address, "--name", name,
+            sys.executable, "-m", "scaler.cli.store", "--scheduler-address", self.address, "--name", name,
             "--capacity-bytes", str(64 << 20), "--logging-level", "INFO",
         ])
 

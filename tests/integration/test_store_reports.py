@@ -54,7 +54,7 @@ def test_an_object_its_store_lost_is_reported_by_the_store_and_sent_again_by_its
     spill_directory = str(tmp_path / "spill")
     os.mkdir(spill_directory)
     store = spawn("store", [
-        sys.executable, "-m", "scaler.store", "--scheduler-address", address, "--capacity-bytes", str(8 * MB),
+        sys.executable, "-m", "scaler.cli.store", "--scheduler-address", address, "--capacity-bytes", str(8 * MB),
         "--spill-directory", spill_directory, "--name", "lossy",
         # Every object copied into its memory: a lent one would stay in the client's memory and never spill.
         "--no-borrowing",
@@ -92,7 +92,7 @@ def test_a_copy_a_store_fetched_for_its_worker_is_deleted_with_the_object(spawn:
     start_scheduler(spawn, address)
     # The client's home: the store with the most room on this host, with no worker of its own.
     home = spawn("home", [
-        sys.executable, "-m", "scaler.store", "--scheduler-address", address, "--capacity-bytes", str(1 << 30),
+        sys.executable, "-m", "scaler.cli.store", "--scheduler-address", address, "--capacity-bytes", str(1 << 30),
         "--name", "home",
     ])
     home.wait_for_log("registered with the scheduler")
