@@ -21,7 +21,8 @@ from scaler.utility.option_table import OFF_SWITCH, ON_SWITCH, POSITIONAL, SWITC
 from scaler.utility.setting_rules import MAX_SECONDS, Rule
 
 TABLES = {table.section: table for table in (SCHEDULER, CLUSTER, STORE, TOP, UI, SLURM_CLUSTER, SYMPHONY_CLUSTER)}
-DOCUMENT = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "configuration.md")
+# The document is the repository's, not the installed package's: the path is from the repository's root.
+DOCUMENT = os.path.join("docs", "configuration.md")
 _BLOCK = re.compile(r"(<!-- options: (\w+) -->\n)(.*?)(<!-- end of options -->)", re.DOTALL)
 # Above these a number's range is said to be open: the bounds are what the wire carries, not a choice.
 _OPEN_ENDED = 2**31 - 1
@@ -81,14 +82,18 @@ def rendered(document: str) -> str:
     return _BLOCK.sub(lambda match: match.group(1) + markdown_table(TABLES[match.group(2)]) + match.group(4), document)
 
 
-def main() -> None:
-    with open(DOCUMENT, encoding="utf-8") as file:
+def main(argv: list[str] | None = None) -> None:
+    """`python -m scaler.cli.option_docs [PATH]`: rewrite PATH's tables (default: docs/configuration.md, run from
+    the repository's root)."""
+    arguments = sys.argv[1:] if argv is None else argv
+    path = arguments[0] if arguments else DOCUMENT
+    with open(path, encoding="utf-8") as file:
         document = file.read()
     fresh = rendered(document)
     if fresh != document:
-        with open(DOCUMENT, "w", encoding="utf-8") as file:
+        with open(path, "w", encoding="utf-8") as file:
             file.write(fresh)
-        print(f"rewrote the option tables of {os.path.normpath(DOCUMENT)}", file=sys.stderr)
+        print(f"rewrote the option tables of {os.path.normpath(path)}", file=sys.stderr)
 
 
 if __name__ == "__main__":

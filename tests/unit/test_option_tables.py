@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import inspect
+import os
 import re
 from typing import Any, Callable
 
@@ -34,6 +35,7 @@ from scaler.store.settings import STORE
 from scaler.ui.settings import TOP, UI
 from scaler.utility.option_table import LIST, OFF_SWITCH, ON_SWITCH, POSITIONAL, REPEATED, SWITCH, OptionTable
 from scaler.worker.config import LIBRARY_LOGGING_LEVEL, WorkerConfig
+from tests.conftest import REPO_ROOT
 
 COMMANDS: list[tuple[OptionTable, Callable[[], argparse.ArgumentParser]]] = [
     (SCHEDULER, scheduler_cli.build_parser),
@@ -217,7 +219,7 @@ def test_the_symphony_config_has_the_tables_defaults() -> None:
 
 
 def test_the_configuration_document_shows_every_table_as_it_is() -> None:
-    with open(option_docs.DOCUMENT, encoding="utf-8") as file:
+    with open(os.path.join(REPO_ROOT, option_docs.DOCUMENT), encoding="utf-8") as file:
         document = file.read()
     shown = set(re.findall(r"<!-- options: (\w+) -->", document))
     assert shown == set(option_docs.TABLES), "every command has its table in docs/configuration.md"
