@@ -54,9 +54,14 @@ struct MessageCount {
 
 struct ClientStatus {
   name @0 :Text;
-  tasks @1 :UInt64;                # unfinished tasks of this client
+  tasks @1 :UInt64;                # unfinished tasks of this client: queued + running + parked on dependencies
   objects @2 :UInt64;              # objects it owns
   objectBytes @3 :UInt64;
+  # Added in feed version 1 without a bump: a feed from before reads 0, 0, 0.0 and 1.0.
+  queued @4 :UInt64;               # ready in the scheduler, not yet sent to a worker
+  running @5 :UInt64;              # sent to a worker and not finished (running there, or next in its queue)
+  oldestReadySeconds @6 :Float64;  # how long the longest-waiting of its queued tasks has waited; 0 if none
+  share @7 :Float64 = 1.0;         # its weight in the fair share of worker slots (Client(share=...))
 }
 
 struct ObjectUsage {

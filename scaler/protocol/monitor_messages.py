@@ -51,9 +51,18 @@ class TaskCounts:
 @dataclasses.dataclass(slots=True)
 class ClientStatus:
     name: str
+    # Unfinished: queued + running + parked on the tasks they need.
     tasks: int = 0
     objects: int = 0
     object_bytes: int = 0
+    # Ready in the scheduler, not yet sent to a worker.
+    queued: int = 0
+    # Sent to a worker and not finished.
+    running: int = 0
+    # How long the longest-waiting of its queued tasks has waited (0.0 if none): starvation shows here.
+    oldest_ready_seconds: float = 0.0
+    # Its weight in the fair share of worker slots.
+    share: float = 1.0
 
 
 @dataclasses.dataclass(slots=True)
@@ -141,6 +150,12 @@ def _seconds(value: float) -> float:
     return max(0.0, float(value))
 
 
+def _share(value: float) -> float:
+    # A weight is positive; anything else would be a bug upstream, shown as the default weight.
+    value = float(value)
+    return value if value > 0 and value != float("inf") else 1.0
+
+
 def _as_is(value: Any) -> Any:
     return value
 
@@ -164,6 +179,10 @@ _CLIENT_FIELDS: _Fields = (
     ("tasks", "tasks", _count),
     ("objects", "objects", _count),
     ("object_bytes", "objectBytes", _count),
+    ("queued", "queued", _count),
+    ("running", "running", _count),
+    ("oldest_ready_seconds", "oldestReadySeconds", _seconds),
+    ("share", "share", _share),
 )
 _WORKER_FIELDS: _Fields = (
     ("name", "name", _as_is),

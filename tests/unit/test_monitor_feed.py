@@ -93,6 +93,64 @@ def test_a_core_status_round_trips_through_the_feed() -> None:
     assert [(wait.tags, wait.tasks) for wait in snapshot.waiting_for_tags] == [(["gpu"], 2)]
 
 
+def test_client_rows_carry_queued_running_oldest_wait_and_share() -> None:
+    cluster = SimulatedCluster()
+    cluster.add_worker(capacity=2)
+    busy, idle = cluster.add_client(), cluster.add_client()
+    cluster.submit(busy, 7)
+    cluster.core.peers.clients[idle.identity].share = 2.5
+    status = cluster.core.status(cluster.now + 1.25)
+    snapshot = decode_snapshot(encode_snapshot(MonitorSnapshot(clients=status.clients)))
+    assert [(c.name, c.tasks, c.queued, c.running, c.oldest_ready_seconds, c.share) for c in snapshot.clients] == [
+        ("client-0", 7, 5, 2, 1.25, 1.0), ("client-1", 0, 0, 0, 0.0, 2.5),
+    ]
+
+
+def test_a_share_that_is_no_weight_is_sent_as_the_default() -> None:
+    rows = [ClientStatus(name=str(share), share=share) for share in (0.0, -1.0, float("nan"), float("inf"), 0.5)]
+    snapshot = decode_snapshot(encode_snapshot(MonitorSnapshot(clients=rows)))
+    assert [client.share for client in snapshot.clients] == [1.0, 1.0, 1.0, 1.0, 0.5]
+
+
+# The feed as written before client rows had queued, running, oldestReadySeconds and share (same ordinals).
+_OLD_SCHEMA = """@0xd4b5c6e7f8091a2b;
+struct MonitorSnapshot {
+  feedVersion @0 :UInt32;
+  sequence @1 :UInt64;
+  publishedAtUs @2 :UInt64;
+  scheduler @3 :SchedulerUsage;
+  tasks @4 :TaskCounts;
+  sent @5 :List(MessageCount);
+  received @6 :List(MessageCount);
+  clients @7 :List(ClientStatus);
+}
+struct SchedulerUsage { cpuPercent @0 :Float32; rssBytes @1 :UInt64; }
+struct TaskCounts { unassigned @0 :UInt64; running @1 :UInt64; }
+struct MessageCount { name @0 :Text; count @1 :UInt64; }
+struct ClientStatus { name @0 :Text; tasks @1 :UInt64; objects @2 :UInt64; objectBytes @3 :UInt64; }
+"""
+
+
+def test_a_feed_from_before_the_client_counts_reads_them_as_defaults(tmp_path) -> None:
+    import capnp
+
+    schema_path = tmp_path / "old_monitor.capnp"
+    schema_path.write_text(_OLD_SCHEMA)
+    old = capnp.load(str(schema_path))
+    builder = old.MonitorSnapshot.new_message()
+    builder.feedVersion = 1
+    builder.sequence = 3
+    builder.init("tasks").unassigned = 4
+    (client,) = builder.init("clients", 1)
+    client.name, client.tasks, client.objects, client.objectBytes = "old-client", 4, 1, 32
+
+    snapshot = decode_snapshot(builder.to_bytes())
+    assert snapshot.sequence == 3 and snapshot.tasks.unassigned == 4
+    assert snapshot.clients == [ClientStatus(name="old-client", tasks=4, objects=1, object_bytes=32)]
+    assert (snapshot.clients[0].queued, snapshot.clients[0].share) == (0, 1.0)
+    assert snapshot.workers == [] and snapshot.stores == []
+
+
 def test_store_rows_show_what_each_store_holds_and_its_workers() -> None:
     cluster = SimulatedCluster()
     quiet = cluster.add_store("tcp://10.0.0.2:1", capacity_bytes=500)

@@ -26,6 +26,8 @@ class ClientPeer:
     id_prefix: int
     last_seen: float
     host_key: str = ""
+    # Its weight in the fair share of worker slots (Client(share=...)): 2.0 gets twice the slots of 1.0.
+    share: float = 1.0
     # Unfinished tasks of this client, so that clear() and a disconnect find them without a scan.
     task_ids: set[int] = dataclasses.field(default_factory=set)
     # Objects this client keeps alive (object_table.py).

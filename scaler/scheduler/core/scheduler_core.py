@@ -110,6 +110,7 @@ class SchedulerCore:
 
     def on_message(self, sender: bytes, message: m.Message, now: float) -> list[Outgoing]:
         out: list[Outgoing] = []
+        self.tasks.now = now
         peer: ClientPeer | WorkerPeer | StorePeer | None = self.peers.clients.get(sender)
         if peer is not None:
             role = m.Role.CLIENT
@@ -165,6 +166,7 @@ class SchedulerCore:
     def on_tick(self, now: float) -> list[Outgoing]:
         """Drop peers that fell silent, hand out what waits, and now and then rebalance the workers."""
         out: list[Outgoing] = []
+        self.tasks.now = now
         for worker in self.peers.silent_workers(now):
             self._remove_worker(worker, f"timed out, {len(worker.assigned)} tasks to reschedule", logging.WARNING, out)
         for client in self.peers.silent_clients(now):

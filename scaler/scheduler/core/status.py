@@ -12,7 +12,7 @@ import dataclasses
 from scaler.protocol import messages as m
 from scaler.protocol.monitor_messages import ClientStatus, StoreStatus, TagsWait, TaskCounts, WorkerStatus
 from scaler.scheduler.core.object_lifetime.object_table import ObjectTable
-from scaler.scheduler.core.peer_registry import PeerRegistry
+from scaler.scheduler.core.peer_registry import ClientPeer, PeerRegistry
 from scaler.scheduler.core.store_registry import StoreRegistry
 from scaler.scheduler.core.task_table import TaskTable
 
@@ -74,15 +74,7 @@ def core_status(
             not_found=counters["tasks_not_found"],
             dropped=counters["tasks_dropped"],
         ),
-        clients=[
-            ClientStatus(
-                name=client.name,
-                tasks=len(client.task_ids),
-                objects=len(client.object_ids),
-                object_bytes=sum(object_sizes.get(object_id, 0) for object_id in client.object_ids),
-            )
-            for client in peers.clients.values()
-        ],
+        clients=[client_status(client, tasks, object_sizes, now) for client in peers.clients.values()],
         object_count=len(objects.stored),
         object_bytes=sum(object_sizes.values()),
         workers=workers,
@@ -91,6 +83,20 @@ def core_status(
         waiting_for_tags=[
             TagsWait(tags=list(tags), tasks=count) for tags, count in sorted(waiting_for_tags.items(), key=_by_tags)
         ],
+    )
+
+
+def client_status(client: ClientPeer, tasks: TaskTable, object_sizes: dict[bytes, int], now: float) -> ClientStatus:
+    summary = tasks.client_summary(client, now)
+    return ClientStatus(
+        name=client.name,
+        tasks=len(client.task_ids),
+        objects=len(client.object_ids),
+        object_bytes=sum(object_sizes.get(object_id, 0) for object_id in client.object_ids),
+        queued=summary.queued,
+        running=summary.running,
+        oldest_ready_seconds=summary.oldest_ready_seconds,
+        share=client.share,
     )
 
 

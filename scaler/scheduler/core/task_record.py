@@ -18,6 +18,8 @@ class TaskRecord:
     args: list[Buffer]
     # The worker holding it (task_table.py); None while it waits in the queue or on its dependencies.
     worker: WorkerPeer | None = None
+    # task_table.py: when it last went into a ready queue, by the core's clock (the feed's oldest wait).
+    ready_since: float = 0.0
     # crash_blame.py: how many processors or workers died while running it.
     crashes: int = 0
     # crash_blame.py: held by a worker that died, so maybe running then; its next worker must report its

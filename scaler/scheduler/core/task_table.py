@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from scaler.protocol import messages as m
 from scaler.scheduler.core import crash_blame
+from scaler.scheduler.core.client_summary import NO_WORK, ClientSummary
 from scaler.scheduler.core.outgoing import Outgoing
 from scaler.scheduler.core.peer_registry import ClientPeer, WorkerPeer
 from scaler.scheduler.core.ready_queue import NO_TAGS, ReadyQueue, Tags
@@ -42,6 +43,9 @@ class TaskTable:
         self.queues: dict[Tags, ReadyQueue] = {NO_TAGS: ReadyQueue(NO_TAGS)}
         # The unfinished tasks in all queues.
         self.waiting = 0
+        # The time of the event the core is handling (scheduler_core.py sets it first): tasks queued while
+        # it is handled became ready then.
+        self.now = 0.0
         self._graph = graph
         self._dependents = graph.dependents
         self._max_task_crashes = max_task_crashes
@@ -63,6 +67,9 @@ class TaskTable:
         their own order."""
         if not records:
             return
+        now = self.now
+        for record in records:
+            record.ready_since = now
         queue = self.queue_for(tags)
         if at_front:
             queue.records.extendleft(reversed(records))
@@ -120,6 +127,27 @@ class TaskTable:
     def queued_records(self) -> list[TaskRecord]:
         """Every unfinished queued task, queue by queue (for the tests and the invariants)."""
         return [record for queue in self.queues.values() for record in queue.records if not record.canceled]
+
+    def client_summary(self, client: ClientPeer, now: float) -> ClientSummary:
+        """The client's queued and running tasks and its oldest queued task's wait, for the monitor feed.
+
+        A scan of the client's unfinished tasks: about once a second, it costs what a few submissions
+        cost. A task is queued when no worker holds it and it waits on nothing (the three places above).
+        """
+        if not client.task_ids:
+            return NO_WORK
+        records = self.records
+        queued = running = 0
+        oldest = now
+        for task_id in client.task_ids:
+            record = records[task_id]
+            if record.worker is not None:
+                running += 1
+            elif record.waiting_on == 0:
+                queued += 1
+                if record.ready_since < oldest:
+                    oldest = record.ready_since
+        return ClientSummary(queued=queued, running=running, oldest_ready_seconds=max(0.0, now - oldest))
 
     # ------------------------------------------------------------------------------------------ endings
 
