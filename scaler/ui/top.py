@@ -18,7 +18,7 @@ import zmq
 from scaler.protocol.monitor_feed import MonitorSubscriber
 from scaler.protocol.monitor_messages import MonitorSnapshot
 from scaler.scheduler.config import default_monitor_address
-from scaler.ui.top_screen import DEFAULT_SORT, SORT_SHORTCUTS, Screen, render
+from scaler.ui.top_screen import DEFAULT_SORT, SORT_SHORTCUTS, Screen, render, visible_part
 from scaler.utility.handshake_failures import DEFAULT_SILENCE_SECONDS, HandshakeWatch
 
 # How long one wait for a key lasts; bounds how late a snapshot or a key is shown.
@@ -78,6 +78,7 @@ def _main_loop(window: curses.window, subscriber: MonitorSubscriber, connection:
     window.timeout(_KEY_WAIT_MS)
     sort_by = DEFAULT_SORT
     snapshot: MonitorSnapshot | None = None
+    scroll = 0
     last_drawn = 0.0
     dirty = True
     while True:
@@ -88,6 +89,7 @@ def _main_loop(window: curses.window, subscriber: MonitorSubscriber, connection:
                 return
             if character in SORT_SHORTCUTS:
                 sort_by = SORT_SHORTCUTS[character]
+            scroll = _scrolled(scroll, key, window.getmaxyx()[0])
             dirty = True  # any key, a resize included, redraws
         newest = subscriber.receive(0)
         if newest is not None:
@@ -97,19 +99,33 @@ def _main_loop(window: curses.window, subscriber: MonitorSubscriber, connection:
         if connection.poll(now):
             dirty = True
         if dirty or now - last_drawn >= _REDRAW_SECONDS:
-            _draw(window, snapshot, sort_by, subscriber, connection.problem)
+            scroll = _draw(window, snapshot, sort_by, subscriber, connection.problem, scroll)
             last_drawn = now
             dirty = False
 
 
+def _scrolled(scroll: int, key: int, height: int) -> int:
+    """The scroll offset after `key`; `_draw` clamps it to what there is to show."""
+    page = max(1, height - 2)
+    steps = {curses.KEY_UP: -1, curses.KEY_DOWN: 1, curses.KEY_PPAGE: -page, curses.KEY_NPAGE: page}
+    if key == curses.KEY_HOME:
+        return 0
+    if key == curses.KEY_END:
+        return 1 << 30
+    return max(0, scroll + steps.get(key, 0))
+
+
 def _draw(
-    window: curses.window, snapshot: MonitorSnapshot | None, sort_by: str, subscriber: MonitorSubscriber, problem: str
-) -> None:
+    window: curses.window, snapshot: MonitorSnapshot | None, sort_by: str, subscriber: MonitorSubscriber, problem: str,
+    scroll: int,
+) -> int:
+    """Draw the screen scrolled by `scroll` lines; returns the offset actually shown."""
     screen = render(snapshot, sort_by, subscriber.address, subscriber.seconds_since_last())
     height, width = window.getmaxyx()
     if problem:  # on top, where the eye starts, wrapped to the width; the rest moves down
         wrapped = textwrap.wrap(problem, max(20, width - 1))
         screen = Screen([*wrapped, *screen.lines], {row + len(wrapped) for row in screen.emphasized})
+    screen, scroll = visible_part(screen, scroll, height)
     window.erase()
     for row, line in enumerate(screen.lines[:height]):
         attributes = curses.A_BOLD if row in screen.emphasized else curses.A_NORMAL
@@ -119,3 +135,4 @@ def _draw(
         except curses.error:
             pass
     window.refresh()
+    return scroll

@@ -1,9 +1,15 @@
 """What `scaler_top` shows, as plain lines of text.
 
-No terminal in here: the curses shell in `top.py` only draws these lines, so the layout is tested
-without one. The layout follows the product documents: four panels (scheduler | task_manager |
-scheduler_sent | scheduler_received), a rule, the shortcuts, then the worker table with the clients
-beside it, then the stores (one per host: what each holds). The sorted column's header carries a `*`.
+No terminal in here: the curses shell in `top.py` only draws these lines (and scrolls them), so the
+layout is tested without one. The layout follows the product documents: four panels (scheduler |
+task_manager | scheduler_sent | scheduler_received), a rule, the shortcuts, then the clients (who has
+work queued, running, and how long it has waited), the worker table, and the stores (one per host:
+what each holds). The sorted column's header carries a `*`.
+
+The clients have a table of their own above the workers, not the documents' column beside them: their
+counts do not fit beside a worker table, and with hundreds of workers a list beside or below them
+would be off the screen. It shows the clients that have waited longest first, at most CLIENT_ROWS of
+them, and sums up the rest in one line.
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ STALE_AFTER_SECONDS = 3.0
 
 _WORKER_NAME_WIDTH = 24
 _CLIENT_NAME_WIDTH = 28
+# Client rows shown; the rest are summed up in one line (50 clients must leave room for the workers).
+CLIENT_ROWS = 10
 _STORE_HOST_WIDTH = 24
 
 
@@ -68,6 +76,22 @@ def format_count(count: int) -> str:
     return f"{count:,}"
 
 
+def format_wait(seconds: float) -> str:
+    """0.4s, 12s, 3m05s, 2h03m: how long a client's oldest ready task has waited."""
+    if seconds < 10:
+        return f"{seconds:.1f}s"
+    whole = int(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    return f"{whole // 3600}h{whole // 60 % 60:02d}m"
+
+
+def format_share(share: float) -> str:
+    return f"{share:g}"
+
+
 def _short_name(name: str, width: int) -> str:
     return name if len(name) <= width else name[: width - 1] + "+"
 
@@ -95,7 +119,7 @@ SORT_SHORTCUTS: dict[str, str] = {column.shortcut: column.header for column in C
 
 SHORTCUTS_LINE = "Shortcuts: " + " ".join(
     f"{column.header}[{column.shortcut}]" for column in COLUMNS if column.shortcut
-) + " quit[q]"
+) + " quit[q] scroll[Up Down PgUp PgDn Home End]"
 
 _COLUMNS_BY_HEADER = {column.header: column for column in COLUMNS}
 
@@ -121,6 +145,11 @@ def render(snapshot: MonitorSnapshot | None, sort_by: str, address: str, seconds
         ))
     lines.append("-" * max(len(line) for line in panels))
     lines.append(SHORTCUTS_LINE)
+    lines.append("")
+    lines.append(f"Total {len(snapshot.clients)} client(s)")
+    if snapshot.clients:
+        emphasized.add(len(lines))
+        lines.extend(client_table(snapshot.clients))
     lines.append("")
     lines.append(f"Total {len(snapshot.workers)} worker(s)")
     emphasized.add(len(lines))
@@ -188,12 +217,46 @@ def sort_workers(workers: list[WorkerStatus], sort_by: str) -> list[WorkerStatus
     return sorted(by_name, key=column.sort_value, reverse=column.descending)
 
 
-def _client_line(client: ClientStatus) -> str:
-    """A client's name and unfinished tasks, then the objects it holds and their size, if any."""
-    line = f"{_short_name(client.name, _CLIENT_NAME_WIDTH)} {format_count(client.tasks)}"
-    if client.objects:
-        line += f" obj {format_count(client.objects)} {format_bytes(client.object_bytes)}"
-    return line
+def _percent_of(part: int, whole: int) -> str:
+    return f"{100 * part / whole:.0f}%" if whole else "-"
+
+
+def sort_clients(clients: list[ClientStatus]) -> list[ClientStatus]:
+    """Those that waited longest first, then the busiest, then by name: a starved client comes to the top."""
+    return sorted(clients, key=lambda c: (-c.oldest_ready_seconds, -(c.queued + c.running), c.name))
+
+
+def client_table(clients: list[ClientStatus], limit: int = CLIENT_ROWS) -> list[str]:
+    """The header, one row per shown client, and a line summing up those not shown.
+
+    `queued` waits in the scheduler, `running` is on workers, `run%` is the client's part of all tasks on
+    workers (to set against its `share`), `oldest_wait` is how long its oldest queued task has waited; `tasks`
+    counts all its unfinished ones (graph tasks parked on others too).
+    """
+    ordered = sort_clients(clients)
+    all_running = sum(client.running for client in clients)
+    headers = ["client", "queued", "running", "oldest_wait", "share", "run%", "tasks", "objects", "obj_size"]
+    cells = [
+        [
+            _short_name(client.name, _CLIENT_NAME_WIDTH), format_count(client.queued), format_count(client.running),
+            format_wait(client.oldest_ready_seconds) if client.queued else "-", format_share(client.share),
+            _percent_of(client.running, all_running), format_count(client.tasks), format_count(client.objects),
+            format_bytes(client.object_bytes),
+        ]
+        for client in ordered[:limit]
+    ]
+    widths = [max([len(header)] + [len(row[index]) for row in cells]) for index, header in enumerate(headers)]
+    table = [
+        " ".join([row[0].ljust(widths[0])] + [cell.rjust(width) for cell, width in zip(row[1:], widths[1:])]).rstrip()
+        for row in [headers, *cells]
+    ]
+    rest = ordered[limit:]
+    if rest:
+        table.append(
+            f"... {len(rest)} more client(s): {format_count(sum(c.queued for c in rest))} queued, "
+            f"{format_count(sum(c.running for c in rest))} running (scaler_ui lists them all)"
+        )
+    return table
 
 
 # What a store row shows: header, cell. Held counts memory and disk; spilled and pinned are parts of it.
@@ -231,10 +294,19 @@ def _worker_table(snapshot: MonitorSnapshot, sort_by: str) -> list[str]:
         first = row[0].ljust(widths[0]) if name_left else row[0].rjust(widths[0])
         return " ".join([first] + [cell.rjust(width) for cell, width in zip(row[1:], widths[1:])])
 
-    table = [table_line(headers, name_left=False)] + [table_line(row, name_left=True) for row in cells]
-    clients = ["client_manager"] + [_client_line(client) for client in snapshot.clients]
-    blank = " " * len(table[0])
-    return [
-        f"{table[row] if row < len(table) else blank} | {clients[row] if row < len(clients) else ''}".rstrip()
-        for row in range(max(len(table), len(clients)))
-    ]
+    return [table_line(headers, name_left=False).rstrip()] + [table_line(row, name_left=True).rstrip() for row in cells]
+
+
+def visible_part(screen: Screen, offset: int, height: int) -> tuple[Screen, int]:
+    """What a terminal of `height` rows shows of `screen` scrolled down by `offset` lines (clamped, and
+    returned): all of it if it fits, else a slice and a last row that says which lines are shown."""
+    if len(screen.lines) <= height:
+        return screen, 0
+    rows = max(1, height - 1)
+    offset = max(0, min(offset, len(screen.lines) - rows))
+    shown = screen.lines[offset:offset + rows]
+    shown.append(
+        f"-- lines {offset + 1}-{offset + len(shown)} of {len(screen.lines)}; scroll with Up Down PgUp PgDn Home End --"
+    )
+    emphasized = {row - offset for row in screen.emphasized if offset <= row < offset + rows}
+    return Screen(shown, emphasized | {len(shown) - 1}), offset

@@ -20,8 +20,10 @@ from scaler.ui.top_screen import (
     SORT_SHORTCUTS,
     format_bytes,
     format_latency,
+    format_wait,
     render,
     sort_workers,
+    visible_part,
 )
 
 pytestmark = pytest.mark.timeout(30)
@@ -88,10 +90,11 @@ def test_layout_follows_the_documents() -> None:
     assert "Total 3 worker(s)" in lines
     columns = table_header(lines).split()
     # The documents' columns, then what this scheduler adds: draining (drain_workers), tags (capability routing).
-    assert columns[:13] == [
-        "worker", "agt_cpu", "agt_rss", "*cpu", "rss", "free", "sent", "queued", "lag", "ITL", "state", "tags", "|"
+    assert columns == [
+        "worker", "agt_cpu", "agt_rss", "*cpu", "rss", "free", "sent", "queued", "lag", "ITL", "state", "tags"
     ]
-    assert "client_manager" in table_header(lines)
+    # The clients have a table of their own, above the workers, so that many workers cannot push it away.
+    assert lines.index("Total 1 client(s)") < lines.index("Total 3 worker(s)")
 
 
 def task_manager_rows(lines: list[str]) -> dict[str, str]:
@@ -152,16 +155,88 @@ def test_worker_rows_show_formatted_values_and_flags() -> None:
     assert first[1:10] == ["0.5%", "111.0m", "0.0%", "200.0m", "999", "10", "0", "0.7ms", "110"]
     long_name = rows[2].split()[0]
     assert long_name.endswith("+") and len(long_name) == 24
-    assert rows[0].endswith("| host|4242 3")
+    assert rows[0].endswith("110")  # nothing beside the table: the clients have their own
 
 
-def test_clients_holding_objects_show_how_many_and_their_size() -> None:
+def client_rows(lines: list[str]) -> dict[str, dict[str, str]]:
+    """The client table as shown: each client's cells by column header."""
+    total = next(index for index, line in enumerate(lines) if line.endswith(" client(s)"))
+    headers = lines[total + 1].split()
+    rows = {}
+    for line in lines[total + 2:]:
+        if not line or line.startswith("..."):
+            break
+        cells = line.split()
+        rows[cells[0]] = dict(zip(headers, cells))
+    return rows
+
+
+def test_clients_show_queued_running_oldest_wait_share_and_what_they_hold() -> None:
     status = snapshot()
-    status.clients = [ClientStatus(name="host|4242", tasks=3), ClientStatus(name="host|77", tasks=0, objects=2,
-                                                                             object_bytes=5 * 1024 * 1024)]
-    rows = worker_rows(render(status, "worker", ADDRESS, 0.5).lines)
-    assert rows[0].endswith("| host|4242 3")  # no objects: nothing more
-    assert rows[1].endswith("| host|77 0 obj 2 5.0m")
+    status.clients = [
+        ClientStatus(name="host|4242", tasks=1_205, queued=1_200, running=3, oldest_ready_seconds=75.4),
+        ClientStatus(name="host|77", tasks=0, objects=2, object_bytes=5 * 1024 * 1024, share=2.0),
+        ClientStatus(name="host|9", tasks=1, running=1, share=0.5),
+    ]
+    rows = client_rows(render(status, "worker", ADDRESS, 0.5).lines)
+    assert list(rows) == ["host|4242", "host|9", "host|77"]  # the longest wait first, then the busiest
+    assert rows["host|4242"] == {
+        "client": "host|4242", "queued": "1,200", "running": "3", "oldest_wait": "1m15s", "share": "1",
+        "run%": "75%", "tasks": "1,205", "objects": "0", "obj_size": "0b",
+    }
+    assert (rows["host|9"]["oldest_wait"], rows["host|9"]["share"], rows["host|9"]["run%"]) == ("-", "0.5", "25%")
+    assert (rows["host|77"]["objects"], rows["host|77"]["obj_size"], rows["host|77"]["share"]) == ("2", "5.0m", "2")
+
+
+def test_fifty_clients_show_the_ten_that_waited_longest_and_sum_up_the_rest() -> None:
+    status = snapshot()
+    status.clients = [
+        ClientStatus(name=f"client-{index:02d}", tasks=index, queued=index, oldest_ready_seconds=float(index))
+        for index in range(50)
+    ]
+    lines = render(status, DEFAULT_SORT, ADDRESS, 0.5).lines
+    assert "Total 50 client(s)" in lines
+    assert list(client_rows(lines)) == [f"client-{index:02d}" for index in range(49, 39, -1)]
+    hidden = sum(range(40))
+    assert f"... 40 more client(s): {hidden:,} queued, 0 running (scaler_ui lists them all)" in lines
+    # The workers still follow, whole.
+    assert len(worker_rows(lines)) == 3
+
+
+def test_no_client_no_client_table() -> None:
+    lines = render(dataclasses.replace(snapshot(), clients=[]), DEFAULT_SORT, ADDRESS, 0.5).lines
+    assert "Total 0 client(s)" in lines
+    assert not any(line.startswith("client ") for line in lines)
+
+
+@pytest.mark.parametrize(("seconds", "text"), [
+    (0.0, "0.0s"), (0.44, "0.4s"), (9.94, "9.9s"), (12.7, "12s"), (65, "1m05s"), (3599, "59m59s"), (7380, "2h03m"),
+])
+def test_format_wait(seconds: float, text: str) -> None:
+    assert format_wait(seconds) == text
+
+
+def test_a_screen_longer_than_the_terminal_scrolls_and_says_what_it_shows() -> None:
+    status = snapshot()
+    status.workers = [worker(f"w{index:03d}") for index in range(500)]
+    screen = render(status, "worker", ADDRESS, 0.5)
+    assert len(screen.lines) > 500
+
+    top, offset = visible_part(screen, 0, 48)
+    assert offset == 0 and len(top.lines) == 48
+    assert top.lines[:47] == screen.lines[:47]
+    assert top.lines[-1] == f"-- lines 1-47 of {len(screen.lines)}; scroll with Up Down PgUp PgDn Home End --"
+
+    bottom, offset = visible_part(screen, 1 << 30, 48)  # End: as far as there is something to show
+    assert offset == len(screen.lines) - 47 and bottom.lines[-2] == screen.lines[-1]
+    assert bottom.lines[-2].startswith("w499")
+    assert 47 in bottom.emphasized  # the position line
+    assert all(row < 48 for row in bottom.emphasized)
+
+    middle, offset = visible_part(screen, 100, 48)
+    assert offset == 100 and middle.lines[0] == screen.lines[100]
+    fits, offset = visible_part(render(snapshot(), "worker", ADDRESS, 0.5), 7, 200)
+    assert offset == 0 and not fits.lines[-1].startswith("-- lines")
 
 
 @pytest.mark.parametrize(("key", "header", "expected_first"), [
