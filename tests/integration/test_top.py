@@ -19,6 +19,7 @@ from scaler import Client, SchedulerClusterCombo
 from scaler.scheduler.config import default_monitor_address
 from scaler.store.store_client import StoreAddress, StoreClient
 from tests.conftest import console_script
+from tests.integration.client_backlog import BACKLOG, TwoClients
 
 TMUX = shutil.which("tmux")
 
@@ -35,12 +36,12 @@ SORT_KEYS = {"n": "worker", "C": "agt_cpu", "M": "agt_rss", "c": "cpu", "m": "rs
 class Terminal:
     """One tmux server with one window of a fixed size running one command."""
 
-    def __init__(self, command: str, environment: dict[str, str], socket_path: str) -> None:
+    def __init__(self, command: str, environment: dict[str, str], socket_path: str, height: int = HEIGHT) -> None:
         assert TMUX is not None
         self.socket_path = socket_path
         self.session = "top"
         self._environment = environment
-        self._tmux("new-session", "-d", "-s", self.session, "-x", str(WIDTH), "-y", str(HEIGHT), command)
+        self._tmux("new-session", "-d", "-s", self.session, "-x", str(WIDTH), "-y", str(height), command)
 
     def _tmux(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
         return subprocess.run(
@@ -80,14 +81,14 @@ def terminal_environment(python_env: dict[str, str]) -> dict[str, str]:
 def run_in_terminal(terminal_environment: dict[str, str], tmp_path) -> Iterator[Callable[[str], Terminal]]:
     terminals: list[Terminal] = []
 
-    def start(address: str) -> Terminal:
+    def start(address: str, height: int = HEIGHT) -> Terminal:
         exit_file = tmp_path / f"exit-{len(terminals)}"
         # After scaler_top ends the pane shows its exit code and stays open, so the test can read it.
         command = (
             f"{shlex.quote(console_script('scaler_top'))} {shlex.quote(address)}; "
             f"code=$?; echo $code > {shlex.quote(str(exit_file))}; echo \"scaler_top exited with $code\"; sleep 60"
         )
-        terminal = Terminal(command, terminal_environment, str(tmp_path / f"tmux-{len(terminals)}.sock"))
+        terminal = Terminal(command, terminal_environment, str(tmp_path / f"tmux-{len(terminals)}.sock"), height)
         terminal.exit_file = exit_file  # type: ignore[attr-defined]
         terminals.append(terminal)
         return terminal
@@ -99,9 +100,12 @@ def run_in_terminal(terminal_environment: dict[str, str], tmp_path) -> Iterator[
             terminal.kill()
 
 
+def worker_total(screen: list[str]) -> int:
+    return next(index for index, line in enumerate(screen) if line.startswith("Total ") and line.endswith(" worker(s)"))
+
+
 def header_of_worker_table(screen: list[str]) -> str:
-    total = next(index for index, line in enumerate(screen) if line.startswith("Total "))
-    return screen[total + 1]
+    return screen[worker_total(screen) + 1]
 
 
 def starred(screen: list[str]) -> list[str]:
@@ -109,7 +113,7 @@ def starred(screen: list[str]) -> list[str]:
 
 
 def worker_names(screen: list[str]) -> list[str]:
-    total = next(index for index, line in enumerate(screen) if line.startswith("Total "))
+    total = worker_total(screen)
     count = int(screen[total].split()[1])
     return [line.split()[0] for line in screen[total + 2: total + 2 + count]]
 
@@ -234,5 +238,78 @@ def test_top_says_when_nothing_answers_and_keeps_trying(run_in_terminal, tmp_pat
     screen = terminal.wait_for(lambda s: f"nothing answers at {address} yet (still trying)" in screen_text(s),
                                "the line that nothing answers")
     assert f"waiting for scheduler at {address} ..." in screen
+    terminal.keys("q")
+    assert exit_code(terminal) == 0
+
+
+def client_rows(screen: list[str]) -> dict[str, dict[str, str]]:
+    """The client table as shown: each client's cells by column header; {} before it shows."""
+    totals = [index for index, line in enumerate(screen) if line.startswith("Total ") and line.endswith(" client(s)")]
+    if not totals or totals[0] + 1 >= len(screen):
+        return {}
+    headers = screen[totals[0] + 1].split()
+    rows = {}
+    for line in screen[totals[0] + 2:]:
+        if not line.strip() or line.startswith("..."):
+            break
+        rows[line.split()[0]] = dict(zip(headers, line.split()))
+    return rows
+
+
+def shows_the_backlog(screen: list[str]) -> bool:
+    rows = client_rows(screen)
+    if {"backlog", "idle"} - set(rows):
+        return False
+    backlog = rows["backlog"]
+    return int(backlog["queued"]) + int(backlog["running"]) == BACKLOG and int(backlog["running"]) > 0
+
+
+def test_top_shows_each_clients_queued_and_running_tasks_and_the_oldest_wait(run_in_terminal, tmp_path) -> None:
+    with TwoClients(tmp_path) as scene:
+        terminal = run_in_terminal(scene.monitor_address)
+        screen = terminal.wait_for(shows_the_backlog, "the backlog in the client table")
+        rows = client_rows(screen)
+        assert list(rows) == ["backlog", "idle"]  # the one that waits, first
+        assert int(rows["backlog"]["queued"]) > 0 and rows["backlog"]["tasks"] == str(BACKLOG)
+        assert (rows["backlog"]["share"], rows["backlog"]["run%"]) == ("1", "100%")
+        assert rows["idle"] == {
+            "client": "idle", "queued": "0", "running": "0", "oldest_wait": "-", "share": "1", "run%": "0%",
+            "tasks": "0", "objects": "0", "obj_size": "0b",
+        }
+        first_wait = rows["backlog"]["oldest_wait"]
+        assert first_wait.endswith("s")
+        terminal.wait_for(lambda s: shows_the_backlog(s) and client_rows(s)["backlog"]["oldest_wait"] != first_wait,
+                          "the oldest wait growing")
+
+        scene.open_gate()
+        terminal.wait_for(lambda s: client_rows(s).get("backlog", {}).get("tasks") == "0", "the backlog done")
+        assert client_rows(terminal.screen())["backlog"]["oldest_wait"] == "-"
+        terminal.keys("q")
+        assert exit_code(terminal) == 0
+
+
+def shown_lines(screen: list[str]) -> tuple[int, int, int]:
+    """(first, last, total) from the last row: `-- lines 12-20 of 31; scroll with ... --`."""
+    span, total = screen[-1].removeprefix("-- lines ").split(";")[0].split(" of ")
+    first, last = span.split("-")
+    return int(first), int(last), int(total)
+
+
+def test_top_scrolls_what_does_not_fit_the_terminal(combo: SchedulerClusterCombo, run_in_terminal) -> None:
+    terminal = run_in_terminal(default_monitor_address(combo.get_address()), height=10)
+    screen = terminal.wait_for(lambda s: s[-1].startswith("-- lines 1-9 of "), "the line that says what is shown")
+    assert "scheduler" in screen[0] and "Total 2 worker(s)" not in screen
+
+    terminal.keys("End", literal=False)
+    screen = terminal.wait_for(lambda s: " of " in s[-1] and not s[-1].startswith("-- lines 1-"), "the end")
+    assert len(worker_names(screen)) == 2  # the worker table, whole, near the bottom
+    first, last, total = shown_lines(screen)
+    assert last == total
+    terminal.keys("Up", literal=False)
+    terminal.wait_for(lambda s: shown_lines(s)[0] == first - 1, "one line up")
+    terminal.keys("Home", literal=False)
+    terminal.wait_for(lambda s: s[-1].startswith("-- lines 1-9 of "), "the top again")
+    terminal.keys("PageDown", literal=False)
+    terminal.wait_for(lambda s: s[-1].startswith("-- lines 9-"), "one page down")
     terminal.keys("q")
     assert exit_code(terminal) == 0
