@@ -7,6 +7,7 @@ refresh the one in the docs.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import selectors
@@ -24,6 +25,7 @@ from scaler import Client, SchedulerClusterCombo
 from scaler.scheduler.config import default_monitor_address
 from scaler.store.store_client import StoreAddress, StoreClient
 from tests.conftest import console_script
+from tests.integration.client_backlog import BACKLOG, TwoClients
 
 CHROMIUM = shutil.which("chromium")
 CHROMEDRIVER = shutil.which("chromedriver")
@@ -65,9 +67,15 @@ def wait_until(condition: Callable[[], Any], what: str, seconds: float = 30.0) -
 
 @pytest.fixture
 def ui_url(combo: SchedulerClusterCombo, python_env: dict[str, str]) -> Iterator[str]:
+    with serving_ui(default_monitor_address(combo.get_address()), python_env) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def serving_ui(monitor_address: str, python_env: dict[str, str]) -> Iterator[str]:
     """scaler_ui on a free port (--port 0); its URL is read from its first log lines."""
     process = subprocess.Popen(
-        [console_script("scaler_ui"), default_monitor_address(combo.get_address()), "--port", "0"],
+        [console_script("scaler_ui"), monitor_address, "--port", "0"],
         env=python_env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )
     assert process.stdout is not None
@@ -244,6 +252,46 @@ def test_page_says_it_waits_for_a_missing_scheduler(browser: Any, tmp_path) -> N
         browser.get(monitor.url)
         wait_until(lambda: text_of(browser, "#status") == f"waiting for scheduler at {address}", "the waiting status")
         assert worker_rows(browser) == []
+
+
+def client_table(driver: Any) -> list[dict[str, str]]:
+    """The client table as shown, in its order: each row by column header."""
+    return driver.execute_script("""
+        const headers = [...document.querySelectorAll('#clients thead th')].map(th => th.textContent);
+        return [...document.querySelectorAll('#clients tr[data-client]')].map(row =>
+            Object.fromEntries([...row.children].map((td, i) => [headers[i], td.textContent])));
+    """)
+
+
+def shows_the_backlog(rows: list[dict[str, str]]) -> bool:
+    by_name = {row["client"]: row for row in rows}
+    if {"backlog", "idle"} - set(by_name):
+        return False
+    backlog = by_name["backlog"]
+    return int(backlog["queued"]) + int(backlog["running"]) == BACKLOG and int(backlog["running"]) > 0
+
+
+def test_page_shows_each_clients_queued_and_running_tasks_and_the_oldest_wait(
+    browser: Any, python_env: dict[str, str], tmp_path
+) -> None:
+    with TwoClients(tmp_path) as scene, serving_ui(scene.monitor_address, python_env) as url:
+        browser.get(url)
+        rows = wait_until(lambda: shows_the_backlog(client_table(browser)) and client_table(browser), "the backlog")
+        assert [row["client"] for row in rows] == ["backlog", "idle"]  # the one that waits, first
+        backlog, idle = rows
+        assert int(backlog["queued"]) > 0 and backlog["tasks"] == str(BACKLOG)
+        assert (backlog["share"], backlog["of running"]) == ("1", "100%")
+        assert idle == {
+            "client": "idle", "queued": "0", "running": "0", "oldest wait": "-", "share": "1", "of running": "0%",
+            "tasks": "0", "objects": "0", "object size": "0b",
+        }
+        assert text_of(browser, "#client-count") == "2"
+        wait_until(lambda: client_table(browser)[0]["oldest wait"] != backlog["oldest wait"], "the oldest wait growing")
+
+        scene.open_gate()
+        done = wait_until(lambda: [row for row in client_table(browser) if row["tasks"] == "0"] == client_table(browser)
+                          and client_table(browser), "the backlog done")
+        assert [row["oldest wait"] for row in done] == ["-", "-"]
 
 
 def worker_table(driver: Any) -> dict[str, dict[str, str]]:
