@@ -17,6 +17,13 @@ from scaler.protocol.monitor_messages import MonitorSnapshot, TaskCounts
 # About five minutes of one-second snapshots.
 DEFAULT_KEEP_POINTS = 300
 DEFAULT_STREAM_LENGTH = 60
+# Up to this many workers, each has its own line on the CPU and memory charts (the page names 12 in its
+# legend). Beyond, two lines stand for them all: their mean and their maximum. Hundreds of lines would
+# say nothing, and five minutes of them made a first page load of 18 MB and overflowed the page's
+# script with 500 workers.
+CHARTED_WORKERS = 12
+MEAN_SERIES = "mean of all workers"
+MAX_SERIES = "max of all workers"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +61,24 @@ def _held(tasks: TaskCounts) -> int:
     return tasks.unassigned + tasks.running + tasks.waiting_on_dependencies
 
 
+def _mean_and_max(at: float, points: list[WorkerPoint]) -> dict[str, WorkerPoint]:
+    count = len(points)
+    return {
+        MEAN_SERIES: WorkerPoint(
+            at=at,
+            agent_cpu_percent=sum(point.agent_cpu_percent for point in points) / count,
+            processor_cpu_percent=sum(point.processor_cpu_percent for point in points) / count,
+            rss_bytes=sum(point.rss_bytes for point in points) // count,
+        ),
+        MAX_SERIES: WorkerPoint(
+            at=at,
+            agent_cpu_percent=max(point.agent_cpu_percent for point in points),
+            processor_cpu_percent=max(point.processor_cpu_percent for point in points),
+            rss_bytes=max(point.rss_bytes for point in points),
+        ),
+    }
+
+
 class MonitorHistory:
     """Keeps the latest snapshot plus bounded series derived from the ones before it."""
 
@@ -65,6 +90,7 @@ class MonitorHistory:
         self.generation = 0
         self.throughput: collections.deque[ThroughputPoint] = collections.deque(maxlen=keep_points)
         self.stream: collections.deque[StreamEntry] = collections.deque(maxlen=stream_length)
+        # The chart series: one per worker, or the mean and max of all (CHARTED_WORKERS).
         self.workers: dict[str, collections.deque[WorkerPoint]] = {}
         # What the last add() appended, for `update_json`.
         self._new_throughput: ThroughputPoint | None = None
@@ -130,20 +156,25 @@ class MonitorHistory:
         )
 
     def _add_worker_points(self, snapshot: MonitorSnapshot) -> None:
-        present = set()
-        for worker in snapshot.workers:
-            present.add(worker.name)
-            series = self.workers.get(worker.name)
-            if series is None:
-                series = self.workers[worker.name] = collections.deque(maxlen=self._keep_points)
-            series.append(WorkerPoint(
-                at=snapshot.published_at,
+        at = snapshot.published_at
+        points = {
+            worker.name: WorkerPoint(
+                at=at,
                 agent_cpu_percent=worker.agent_cpu_percent,
                 processor_cpu_percent=worker.processor_cpu_percent,
                 rss_bytes=worker.agent_rss_bytes + worker.processor_rss_bytes,
-            ))
+            )
+            for worker in snapshot.workers
+        }
+        if len(points) > CHARTED_WORKERS:
+            points = _mean_and_max(at, list(points.values()))
+        for name, point in points.items():
+            series = self.workers.get(name)
+            if series is None:
+                series = self.workers[name] = collections.deque(maxlen=self._keep_points)
+            series.append(point)
         for name in list(self.workers):
-            if name not in present:
+            if name not in points:
                 del self.workers[name]  # a worker that left has no present to chart
 
     def _snapshot_json(self) -> dict[str, Any] | None:

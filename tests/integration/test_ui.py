@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from scaler import Client, SchedulerClusterCombo
+from scaler.protocol.monitor_messages import ClientStatus, MonitorSnapshot, TaskCounts, WorkerStatus
 from scaler.scheduler.config import default_monitor_address
 from scaler.store.store_client import StoreAddress, StoreClient
 from tests.conftest import console_script
@@ -292,6 +293,39 @@ def test_page_shows_each_clients_queued_and_running_tasks_and_the_oldest_wait(
         done = wait_until(lambda: [row for row in client_table(browser) if row["tasks"] == "0"] == client_table(browser)
                           and client_table(browser), "the backlog done")
         assert [row["oldest wait"] for row in done] == ["-", "-"]
+
+
+def big_cluster_snapshot(sequence: int) -> MonitorSnapshot:
+    """What a scheduler with 500 workers and 50 clients publishes (made here: 500 real workers are too many)."""
+    return MonitorSnapshot(
+        sequence=sequence, published_at=1_700_000_000.0 + sequence, tasks=TaskCounts(running=4_000, success=sequence),
+        clients=[ClientStatus(name=f"client-{index:02d}", tasks=100, queued=20, running=80) for index in range(50)],
+        workers=[
+            WorkerStatus(name=f"host-{index // 8:02d}|{index:03d}", capacity=8, assigned=8,
+                         processor_cpu_percent=float(index % 100), processor_rss_bytes=(40 + index % 7) << 20)
+            for index in range(500)
+        ],
+    )
+
+
+def test_page_of_a_cluster_of_500_workers_and_50_clients_keeps_working(browser: Any, tmp_path) -> None:
+    """Five minutes of 500 workers' history used to reach the page as 18 MB, and drawing its charts then
+    overflowed the script's stack at every update: they stopped drawing."""
+    from scaler.ui.web import WebMonitor
+
+    with WebMonitor(f"ipc://{tmp_path}/nobody_monitor", host="127.0.0.1", port=0) as monitor:
+        for sequence in range(300):  # the history the page starts from: as long as it keeps
+            monitor.state.add(big_cluster_snapshot(sequence))
+        browser.get(monitor.url)
+        wait_until(lambda: len(worker_rows(browser)) == 500 and len(client_table(browser)) == 50, "every row")
+        monitor.state.add(big_cluster_snapshot(300))
+        wait_until(lambda: count(browser, "success") == 300, "the next update")
+        errors = [entry["message"] for entry in browser.get_log("browser") if "favicon" not in entry["message"]]
+        assert errors == []
+        # The CPU and memory charts: two lines stand for the 500 workers.
+        assert browser.execute_script("return Object.keys(model.workers).sort()") == [
+            "max of all workers", "mean of all workers"
+        ]
 
 
 def worker_table(driver: Any) -> dict[str, dict[str, str]]:

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from scaler.protocol.monitor_messages import MonitorSnapshot, TaskCounts, WorkerStatus
-from scaler.ui.history import MonitorHistory
+from scaler.ui.history import CHARTED_WORKERS, MAX_SERIES, MEAN_SERIES, MonitorHistory
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -90,6 +90,28 @@ def test_workers_that_leave_lose_their_series() -> None:
     assert len(history.workers["w2"]) == 2
     point = history.workers["w2"][-1]
     assert point.processor_cpu_percent == 1.0 and point.rss_bytes == 10 + 21
+
+
+def test_more_workers_than_the_charts_can_tell_apart_are_charted_as_their_mean_and_max() -> None:
+    history = MonitorHistory()
+    few = tuple(f"w{index:02d}" for index in range(CHARTED_WORKERS))
+    history.add(snap(0, 100.0, workers=few))
+    assert sorted(history.workers) == list(few)
+
+    many = MonitorSnapshot(sequence=1, published_at=101.0, workers=[
+        WorkerStatus(name=f"w{index:03d}", agent_cpu_percent=1.0, processor_cpu_percent=float(index),
+                     agent_rss_bytes=10, processor_rss_bytes=index)
+        for index in range(500)
+    ])
+    history.add(many)
+    assert sorted(history.workers) == [MAX_SERIES, MEAN_SERIES]
+    (mean,), (maximum,) = history.workers[MEAN_SERIES], history.workers[MAX_SERIES]
+    assert (mean.processor_cpu_percent, mean.rss_bytes, mean.agent_cpu_percent) == (249.5, 10 + 249, 1.0)
+    assert (maximum.processor_cpu_percent, maximum.rss_bytes) == (499.0, 10 + 499)
+    assert len(json.dumps(history.to_json())) < 200_000  # the latest snapshot's rows, not 500 series
+
+    history.add(snap(2, 102.0, workers=few))  # back to a few: each its own line again
+    assert sorted(history.workers) == list(few)
 
 
 def test_series_are_bounded() -> None:
