@@ -16,6 +16,7 @@ class TaskRecord:
     # Shared by the tasks of one submitted group.
     signature: TaskSignature
     args: list[Buffer]
+    priority: int = 0
     # The worker holding it (task_table.py); None while it waits in the queue or on its dependencies.
     worker: WorkerPeer | None = None
     # crash_blame.py: how many processors or workers died while running it.
