@@ -209,11 +209,34 @@ def test_dask_annotations_and_get_priority(client: Client, held: HeldWorker) -> 
         assert joined() == ("annotated", "graph")
 
 
-def test_a_task_runs_at_its_priority_and_nested_tasks_inherit_it(combo: SchedulerClusterCombo) -> None:
-    """On two workers (conftest's combo): a worker holding one task at a time cannot run its nested tasks."""
+def test_each_entry_point_gives_its_tasks_their_priority(combo: SchedulerClusterCombo) -> None:
+    """Each task reports the priority its worker ran it at: it crossed the client, the scheduler and the worker.
+
+    On two workers (conftest's combo): a worker holding one task at a time cannot run nested tasks."""
+    dask = pytest.importorskip("dask")
+    joblib = pytest.importorskip("joblib")
+    import scaler
+    from scaler.compat.futures import ScalerExecutor
+
     with Client(address=combo.get_address(), timeout_seconds=30) as client:
         assert client.submit(task_priority, priority=4).result(timeout=GATE_SECONDS) == 4
         assert client.submit(task_priority).result(timeout=GATE_SECONDS) == 0
+        assert client.map(task_priority, [(), ()], priority=-3) == [-3, -3]
+        graph = {"a": (task_priority,), "b": (task_priority,)}
+        assert client.get(graph, ["a", "b"], priority=1, priorities={"b": 8}) == {"a": 1, "b": 8}
+        with ScalerExecutor(client=client, priority=2) as executor:
+            assert executor.submit(task_priority).result(timeout=GATE_SECONDS) == 2
+            assert executor.submit(task_priority, priority=6).result(timeout=GATE_SECONDS) == 6
+            assert list(executor.map(task_priority, priority=5)) == []  # no iterables: no calls
+            assert list(executor.map(lambda _: task_priority(), [0], priority=5)) == [5]
+        with cluster_choice.use(client):
+            with joblib.parallel_config(backend="scaler", priority=5):
+                assert joblib.Parallel(n_jobs=2)(joblib.delayed(task_priority)() for _ in range(2)) == [5, 5]
+            with dask.annotate(priority=7):
+                annotated = dask.delayed(task_priority, pure=False)()
+            plain = dask.delayed(task_priority, pure=False)()
+            assert dask.compute(annotated, plain, scheduler=scaler.get, priority=3) == (7, 3)
+        # Inside a priority-6 task: a nested task without a priority inherits 6; one given -3 has -3.
         nested = client.submit(nested_priorities, client, -3, priority=6)
         assert nested.result(timeout=GATE_SECONDS) == (6, -3)
 
