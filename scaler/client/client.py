@@ -6,16 +6,17 @@ import concurrent.futures
 import dataclasses
 import threading
 import weakref
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from typing import Any, Callable, Iterable
 
 from scaler.client.arguments import Unserializable, function_name, serialization_error, serialize_arguments
-from scaler.client.call_check import CallShape
+from scaler.client.call_priority import call_priority, checked_key_priorities
 from scaler.client.call_sites import CallSites
 from scaler.client.connection import ClientConnection
 from scaler.client.future import ScalerFuture
 from scaler.client.graph import Order, plan_graph
 from scaler.client.graph_submission import submit_graph
+from scaler.client.map_submission import submit_map
 from scaler.client.object_reference import ObjectReference
 from scaler.client.progress import wait_for_futures_with_progress, wait_with_progress
 from scaler.client.result_sinks import MapCollector
@@ -27,6 +28,7 @@ from scaler.protocol import messages as m
 from scaler.protocol import stored_payload
 from scaler.protocol.messages import SHARED_ARGUMENT_NAME
 from scaler.protocol.serializer import DefaultSerializer, Serializer, loads
+from scaler.protocol.sharing import DEFAULT_SHARE, checked_share
 from scaler.protocol.stored_payload import StoredBuffer
 from scaler.protocol.task_warnings import issue_task_warnings
 from scaler.store.relay_path import DEFAULT_PROBE_SECONDS
@@ -34,15 +36,11 @@ from scaler.utility.blocking import client_nesting_depth, waiting_for_tasks
 from scaler.utility.curve import PeerKeys
 from scaler.utility.identifiers import random_object_id
 from scaler.utility.setting_rules import POSITIVE_SECONDS
-from scaler.utility.tags import NO_TAGS, Tags, checked_tags, wait_for_tags_ms
-from scaler.utility.wording import with_article
+from scaler.utility.tags import NO_TAGS, checked_tags, wait_for_tags_ms
 from scaler.utility.zmq_config import zmq_address_text
 
 DEFAULT_TIMEOUT_SECONDS = 60.0
 DEFAULT_HEARTBEAT_INTERVAL_SECONDS = 2.0
-
-# Tasks of a map go out in chunks this size, so the scheduler starts dispatching before the map is built.
-_MAP_CHUNK = 1000
 
 
 class Client:
@@ -51,6 +49,10 @@ class Client:
     >>> with Client(address="tcp://127.0.0.1:2345") as client:
     ...     client.submit(math.sqrt, 16).result()
     4.0
+
+    `share` weighs this client in the scheduler's fair share between clients: while several clients have
+    ready tasks, one of share 2.0 is given twice the worker slots of one of share 1.0 (the default). A
+    number, finite and above 0; see docs/sharing.md.
     """
 
     def __init__(
@@ -65,6 +67,7 @@ class Client:
         curve_secret_key: str | None = None,
         wait_for_tags_seconds: float | None = None,
         store_probe_seconds: float = DEFAULT_PROBE_SECONDS,
+        share: float = DEFAULT_SHARE,
     ) -> None:
         address = zmq_address_text(address)  # ValueError, here, for anything but tcp://, ipc:// or inproc://
         if serializer is not None and not isinstance(serializer, Serializer):
@@ -79,6 +82,7 @@ class Client:
                 raise ValueError(f"{setting_name} {error}") from None
         # ValueError, here: how long a task requiring tags may wait while no connected worker has them.
         tag_wait_ms = wait_for_tags_ms(wait_for_tags_seconds)
+        self._share = checked_share(share)  # TypeError or ValueError here, not a refusal by the scheduler
         self._wait_for_tags_seconds = wait_for_tags_seconds
         self._address = address
         self._serializer: Serializer = serializer if serializer is not None else DefaultSerializer()
@@ -91,7 +95,7 @@ class Client:
         curve_keys = PeerKeys.resolve(curve_server_key, curve_secret_key)
         self._connection = ClientConnection(
             address, name, timeout_seconds, heartbeat_interval_seconds, curve_keys, self._serializer,
-            store_probe_seconds,
+            store_probe_seconds, self._share,
         )
         self._connection.connect()
         self._call_sites = CallSites(self._connection, self._serializer, tag_wait_ms)
@@ -114,7 +118,7 @@ class Client:
         return _reconnect, (ClientSettings(
             address=self._address, serializer=self._serializer, timeout_seconds=self._timeout_seconds,
             heartbeat_interval_seconds=self._heartbeat_interval_seconds, name=self._name, profiling=self._profiling,
-            wait_for_tags_seconds=self._wait_for_tags_seconds,
+            wait_for_tags_seconds=self._wait_for_tags_seconds, share=self._share,
             curve_server_key=self._curve_key_options[0], curve_secret_key=self._curve_key_options[1],
         ),)
 
@@ -128,6 +132,11 @@ class Client:
         return self._name
 
     @property
+    def share(self) -> float:
+        """This client's weight in the fair share of the workers between clients (docs/sharing.md)."""
+        return self._share
+
+    @property
     def is_connected(self) -> bool:
         """True until the client is disconnected or loses its scheduler; then a new Client is needed."""
         return self._connection.is_open
@@ -136,21 +145,25 @@ class Client:
 
     def submit(
         self, fn: Callable[..., Any], /, *args: Any, profiling: bool | None = None,
-        tags: Iterable[str] | None = None, **kwargs: Any,
+        tags: Iterable[str] | None = None, priority: int | None = None, **kwargs: Any,
     ) -> ScalerFuture:
         """Run `fn(*args, **kwargs)` on the cluster; returns a future of its result.
 
         `profiling=True` (or `Client(profiling=True)`) measures the call: see `future.profiling_info()`.
         `tags={"gpu"}` runs it only on a worker started with those tags (`scaler_cluster --tags gpu`); while
-        no connected worker has them it waits (see `Client(wait_for_tags_seconds=...)`). Both keywords are
-        taken by submit itself, so they never reach `fn`. Raises TypeError here when `fn`'s
-        signature cannot take the arguments, SerializationError when one of them (or `fn`) cannot be serialized.
+        no connected worker has them it waits (see `Client(wait_for_tags_seconds=...)`).
+        `priority=10` sends it to a worker before this client's queued tasks of lower priority (an int, higher
+        first; default: the priority of the task this call runs in, else 0; see docs/sharing.md). These
+        keywords are taken by submit itself, so they never reach `fn`. Raises TypeError here when `fn`'s
+        signature cannot take the arguments or `priority` is not an int, SerializationError when one of the
+        arguments (or `fn`) cannot be serialized.
         """
         connection = self._connection
         connection.check_open()
         if not callable(fn):
             raise TypeError(f"submit() needs a callable as its first argument, got {type(fn).__name__}")
         required_tags = checked_tags(tags, "submit()") if tags is not None else NO_TAGS
+        task_priority = call_priority(priority, "submit()")
         call_sites = self._call_sites
         shape = call_sites.call_shape(fn)
         if shape is not None and not (shape.fits_call(len(args), kwargs) if kwargs else shape.fits(len(args))):
@@ -178,7 +191,7 @@ class Client:
             profiled = self._profiling if profiling is None else profiling
             function_id = call_sites.function_id(fn)
             signature = call_sites.signature(
-                function_id, len(payloads), keywords, client_nesting_depth(), profiled, required_tags
+                function_id, len(payloads), keywords, client_nesting_depth(), profiled, required_tags, task_priority
             )
             task_id = connection.next_task_id()
             future = ScalerFuture(task_id, connection, self._serializer)
@@ -255,11 +268,11 @@ class Client:
 
     def map(
         self, fn: Callable[..., Any], iterable: Iterable[tuple], *, progress: bool = False,
-        tags: Iterable[str] | None = None,
+        tags: Iterable[str] | None = None, priority: int | None = None,
     ) -> list[Any]:
         """Run `fn(*args)` for every tuple of arguments; returns the results in order.
 
-        `tags` as for `submit`: every call runs only on workers that have them all.
+        `tags` and `priority` as for `submit`, for every call.
 
         The function is serialized once for the whole call, and so is an argument object found in
         several tuples (the same object, `is`): sent once if large, and deleted when the map is over.
@@ -272,6 +285,7 @@ class Client:
         if not callable(fn):
             raise TypeError(f"map() needs a callable as its first argument, got {type(fn).__name__}")
         required_tags = checked_tags(tags, "map()")
+        map_priority = call_priority(priority, "map()")
         shape = self._call_sites.call_shape(fn)
         function_id = self._call_sites.function_id(fn)
         argument_tuples = list(iterable)
@@ -281,8 +295,9 @@ class Client:
         collector = MapCollector(connection.reserve_task_ids(len(argument_tuples)), len(argument_tuples))
         try:
             try:
-                self._submit_map(
-                    fn, shape, function_id, argument_tuples, collector, repeated, required_tags, storing
+                submit_map(
+                    connection, self._call_sites, self._serializer.serialize, self._profiling, fn, shape,
+                    function_id, argument_tuples, collector, repeated, required_tags, map_priority, storing,
                 )
             except BaseException:
                 # A bad argument further on (too large, not a tuple): the tasks already queued are not wanted.
@@ -316,53 +331,10 @@ class Client:
         self._connection.forget(task_ids)
         self._connection.cancel_tasks(list(task_ids))
 
-    def _submit_map(
-        self, fn: Callable[..., Any], shape: CallShape | None, function_id: bytes, argument_tuples: list[tuple],
-        collector: MapCollector, repeated: RepeatedArguments, tags: Tags, storing: StoredArguments | None,
-    ) -> None:
-        """Queue the tasks of a map in chunks; a chunk ends early where the number of arguments changes."""
-        connection = self._connection
-        serialize = self._serializer.serialize
-        depth = client_nesting_depth()
-        task_ids = collector.task_ids
-        sharing = repeated if repeated else None  # most maps repeat no argument: nothing to ask per argument
-        start = 0
-        while start < len(argument_tuples):
-            chunk_args: list[bytes] = []
-            object_positions: list[int] = []
-            width = -1
-            end = start
-            while end < len(argument_tuples) and end - start < _MAP_CHUNK:
-                arguments = argument_tuples[end]
-                if not isinstance(arguments, (tuple, list)):
-                    raise TypeError(
-                        f"map() takes an iterable of argument tuples such as [(1,), (2,)]; "
-                        f"item {end} is {with_article(type(arguments).__name__)}"
-                    )
-                if width == -1:
-                    width = len(arguments)
-                    # Every tuple of a chunk has its first one's width: one check per chunk covers them all.
-                    if shape is not None and not shape.fits(width):
-                        problem = shape.problem(arguments, {})
-                        if problem is not None:
-                            raise TypeError(f"map(): argument tuple {end} does not fit {problem}")
-                elif len(arguments) != width:
-                    break  # a new group starts with the new number of arguments
-                try:
-                    serialize_arguments(arguments, serialize, sharing, chunk_args, object_positions, storing)
-                except Unserializable as failure:
-                    raise serialization_error(
-                        f"argument {failure.position} of argument tuple {end} of map({function_name(fn)})",
-                        failure.__cause__,
-                    ) from failure.__cause__
-                end += 1
-            signature = self._call_sites.signature(function_id, width, (), depth, self._profiling, tags)
-            connection.submit_tasks(signature, task_ids[start:end], chunk_args, collector, object_positions)
-            start = end
-
     def get(
         self, graph: dict, keys: Any, block: bool = True, *, progress: bool = False, order: Order = None,
-        tags: Iterable[str] | None = None,
+        tags: Iterable[str] | None = None, priority: int | None = None,
+        priorities: Mapping[Hashable, int] | None = None,
     ) -> dict[Hashable, Any]:
         """Compute the requested keys of a task graph; the whole graph goes to the scheduler at once.
 
@@ -381,15 +353,18 @@ class Client:
         `order` picks the topological ordering (see `plan_graph`): None, the pure-Python depth-first
         walk (the default, and the fastest measured); "python", Kahn's algorithm; "graphblas", sparse
         matrix products from the optional `graphblas` extra (python-graphblas).
-        `tags` as for `submit`: every task of the graph runs only on workers that have them all.
+        `tags` and `priority` as for `submit`, for every task of the graph; `priorities={key: 5}` gives the
+        tasks at those keys their own priority instead (dask's `annotate(priority=...)` arrives this way).
         """
         self._connection.check_open()
         required_tags = checked_tags(tags, "get()")
+        graph_priority = call_priority(priority, "get()")
+        key_priorities = checked_key_priorities(priorities, "get()")
         requested = list(keys) if isinstance(keys, (list, set)) else [keys]
         plan = plan_graph(graph, requested, order=order)
         futures = submit_graph(
             plan.calls, set(plan.targets.values()), self._call_sites, self._connection, self._serializer,
-            self._profiling, required_tags,
+            self._profiling, required_tags, graph_priority, key_priorities,
         )
         outcome: dict[Hashable, Any] = {}
         for key in requested:
@@ -461,6 +436,7 @@ class ClientSettings:
     curve_server_key: str | None = None
     curve_secret_key: str | None = None
     wait_for_tags_seconds: float | None = None
+    share: float = DEFAULT_SHARE
 
     def reuse_key(self) -> tuple:
         """Settings equal but for the serializer instance (each unpickling makes a new one) share a client."""
@@ -490,5 +466,6 @@ def _reconnect(settings: ClientSettings) -> Client:
                 curve_server_key=settings.curve_server_key,
                 curve_secret_key=settings.curve_secret_key,
                 wait_for_tags_seconds=settings.wait_for_tags_seconds,
+                share=settings.share,
             )
         return client

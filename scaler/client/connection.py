@@ -88,6 +88,7 @@ class ClientConnection:
         curve_keys: PeerKeys | None = None,
         serializer: Serializer | None = None,
         store_probe_seconds: float = DEFAULT_PROBE_SECONDS,
+        share: float = m.DEFAULT_SHARE,
     ) -> None:
         self.address = address
         # The stores the scheduler names (welcome, storeDirectory): where large objects go, and results come from;
@@ -104,7 +105,7 @@ class ClientConnection:
         hello = m.Hello(
             role=m.Role.CLIENT, name=name or f"{socket_module.gethostname()}|{os.getpid()}",
             hostname=socket_module.gethostname(), pid=os.getpid(), nesting_depth=client_nesting_depth(),
-            host_key=this_host_key(),
+            host_key=this_host_key(), share=share,
         )
         self._core = ClientConnectionCore(address, hello, timeout_seconds, heartbeat_interval_seconds)
         # Any thread appends; the I/O thread (or, after its end, the holder of _after_end_lock) takes.

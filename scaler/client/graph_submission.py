@@ -7,7 +7,7 @@ the scheduler sends their results only to the tasks that need them.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Hashable
+from typing import Any, Callable, Hashable, Mapping
 
 from scaler.client.arguments import Unserializable, serialization_error, serialize_arguments
 from scaler.client.call_sites import CallSites
@@ -26,9 +26,12 @@ from scaler.utility.tags import NO_TAGS, Tags
 
 def submit_graph(
     calls: list[PlannedCall], wanted: set[Hashable], call_sites: CallSites, connection: ClientConnection,
-    serializer: Serializer, profiling: bool, tags: Tags = NO_TAGS,
+    serializer: Serializer, profiling: bool, tags: Tags = NO_TAGS, priority: int = 0,
+    key_priorities: Mapping[Hashable, int] | None = None,
 ) -> dict[Hashable, ScalerFuture]:
     """Queue the planned calls as one submission; returns a future per wanted task key.
+
+    Every task has `priority`, but those whose key is in `key_priorities`, which have theirs.
 
     An argument object found in several calls is serialized once, and sent once if large, as a hidden
     object deleted when every wanted task is done (and so every task that needed it, unless one failed
@@ -38,8 +41,8 @@ def submit_graph(
     sharing = RepeatedArguments([call.arguments for call in calls], connection.send_object, storing)
     try:
         by_key = _submit(
-            calls, wanted, call_sites, connection, serializer, profiling, tags, sharing if sharing else None,
-            storing,
+            calls, wanted, call_sites, connection, serializer, profiling, tags, priority, key_priorities or {},
+            sharing if sharing else None, storing,
         )
     except BaseException:
         # Refused before anything was submitted (an argument too large): the objects sent for it go too.
@@ -62,8 +65,8 @@ def submit_graph(
 
 def _submit(
     calls: list[PlannedCall], wanted: set[Hashable], call_sites: CallSites, connection: ClientConnection,
-    serializer: Serializer, profiling: bool, tags: Tags, sharing: RepeatedArguments | None,
-    storing: StoredArguments | None,
+    serializer: Serializer, profiling: bool, tags: Tags, priority: int, key_priorities: Mapping[Hashable, int],
+    sharing: RepeatedArguments | None, storing: StoredArguments | None,
 ) -> dict[Hashable, ScalerFuture]:
     serialize = serializer.serialize
     task_ids = {call.key: connection.next_task_id() for call in calls}
@@ -84,7 +87,8 @@ def _submit(
             function_id = call_sites.function_id(function)
         except SerializationError as error:
             raise SerializationError(f"the task at key {call.key!r}: {error}") from error.__cause__
-        signature = call_sites.signature(function_id, len(call.arguments), (), depth, profiling, tags)
+        task_priority = key_priorities.get(call.key, priority) if key_priorities else priority
+        signature = call_sites.signature(function_id, len(call.arguments), (), depth, profiling, tags, task_priority)
         if signature is not current_signature:
             # The calls of a group share a function and a width: checking the first checks them all.
             if not isinstance(function, TemplateCall):

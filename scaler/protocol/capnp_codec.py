@@ -159,6 +159,8 @@ def _encode_submission(builder, message: TaskSubmission, frames: list[Buffer]) -
         if group.required_tags:
             slot.requiredTags = list(group.required_tags)
             slot.waitForTagsMs = group.wait_for_tags_ms
+        if group.priority:
+            slot.priority = group.priority
     if message.quiet_task_ids:
         submission.quietTaskIds = message.quiet_task_ids
 
@@ -386,6 +388,7 @@ def _decode_group(group, frames: _FrameTable) -> TaskGroup:
         report_start=get(_GROUP["reportStart"]),
         required_tags=tuple(_list(get(_GROUP["requiredTags"]))),
         wait_for_tags_ms=get(_GROUP["waitForTagsMs"]),
+        priority=get(_GROUP["priority"]),
     )
 
 

@@ -11,6 +11,8 @@ import dataclasses
 import enum
 from typing import Iterable, Union
 
+from scaler.protocol.sharing import DEFAULT_SHARE
+
 PROTOCOL_VERSION = 1
 
 # A payload this large travels as its own zmq frame: nobody copies it into or out of a Cap'n Proto message.
@@ -65,6 +67,8 @@ class Hello:
     data_address: str = ""
     ipc_address: str = ""
     capacity_bytes: int = 0
+    # Clients only: the client's weight in the fair share of the workers (finite, > 0; see Client(share=...)).
+    share: float = DEFAULT_SHARE
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -183,6 +187,8 @@ class TaskGroup:
     required_tags: tuple[str, ...] = ()
     # > 0: fail the tasks (NoCapableWorkerError) if this long after submission no connected worker has the tags.
     wait_for_tags_ms: int = 0
+    # Higher first among the ready tasks of one client (an Int32 on the wire; see Client.submit(priority=...)).
+    priority: int = 0
 
 
 @dataclasses.dataclass(slots=True)

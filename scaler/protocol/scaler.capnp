@@ -67,6 +67,10 @@ struct Hello {
   dataAddress @10 :Text;   # stores only: tcp:// address where every peer reaches it; its identity
   ipcAddress @11 :Text;    # stores only: ipc:// address for the processes of its host
   capacityBytes @12 :UInt64;  # stores only: bytes it holds in memory before it spills to disk
+  # Clients only: this client's weight in the fair share of the workers between clients (PROTOCOL.md §4):
+  # while several clients have ready tasks, one of share 2 gets twice the slots of one of share 1. Finite
+  # and > 0, else the scheduler refuses the hello. A client that does not set it has 1.
+  share @13 :Float64 = 1.0;
 }
 
 struct Welcome {
@@ -163,6 +167,11 @@ struct TaskGroup {
   # > 0: if after this many milliseconds from submission a task still waits and no connected worker has
   # its requiredTags, it fails (kind rejected, typeName "NoCapableWorkerError"). 0: wait for such a worker.
   waitForTagsMs @15 :UInt32;
+  # Among the ready tasks of one client, those of higher priority are sent to workers first (PROTOCOL.md
+  # §4); equal priorities keep their submission order. It orders nothing between clients (that is the
+  # fair share). Tasks of different priorities travel in different groups; the scheduler passes it on
+  # to workers unchanged. 0 when not set.
+  priority @16 :Int32;
 }
 
 struct TaskSubmission {

@@ -30,6 +30,8 @@ class TaskSignature:
     required_tags: tuple[str, ...] = ()
     # > 0: how long the tasks may wait for a worker with those tags (TaskGroup.waitForTagsMs).
     wait_for_tags_ms: int = 0
+    # Higher first among the ready tasks of one client (TaskGroup.priority).
+    priority: int = 0
 
     @classmethod
     def of_group(cls, group: TaskGroup) -> TaskSignature:
@@ -42,6 +44,7 @@ class TaskSignature:
             profiling=group.profiling,
             required_tags=tuple(sorted(set(group.required_tags))) if group.required_tags else (),
             wait_for_tags_ms=group.wait_for_tags_ms,
+            priority=group.priority,
         )
 
     def new_group(self, report_start: bool = False) -> TaskGroup:
@@ -58,4 +61,5 @@ class TaskSignature:
             report_start=report_start,
             required_tags=self.required_tags,
             wait_for_tags_ms=self.wait_for_tags_ms,
+            priority=self.priority,
         )

@@ -29,7 +29,7 @@ from scaler.protocol import messages as m
 from scaler.protocol.serializer import DefaultSerializer, Serializer, loads
 from scaler.protocol.zmq_messages import send_message
 from scaler.store.peer_stores import Stores
-from scaler.utility.blocking import install_hooks, set_task_depth
+from scaler.utility.blocking import install_hooks, set_task_depth, set_task_priority
 from scaler.utility.malloc_tuning import give_back_freed_memory
 from scaler.utility.parent_watch import die_with_parent
 from scaler.utility.zmq_util import configure_socket, has_input, receive_frames
@@ -79,6 +79,7 @@ class Processor:
         self._profiler = TaskProfiler()
         self._warnings = WarningRecorder()
         self._depth = -1
+        self._priority = 0
         # The profile of the task that just ran (set by _call when the task asked for one).
         self._profile: m.TaskProfile | None = None
         self._parent_pid = -1
@@ -224,6 +225,9 @@ class Processor:
         if group.nesting_depth != self._depth:
             self._depth = group.nesting_depth
             set_task_depth(self._depth)
+        if group.priority != self._priority:
+            self._priority = group.priority
+            set_task_priority(self._priority)
         self._running_task_slot.write(task_id)
         outcome = self._call(task_id, group, row, object_slots)
         if outcome is not None:

@@ -17,6 +17,9 @@ U32 = st.integers(min_value=0, max_value=2**32 - 1)
 U64 = st.integers(min_value=0, max_value=2**64 - 1)
 SMALL_U32 = st.one_of(st.integers(min_value=0, max_value=8), st.just(2**32 - 1))
 FLOAT32 = st.floats(width=32, allow_nan=False)
+I32 = st.integers(min_value=-(2**31), max_value=2**31 - 1)
+# Hello.share: the client's weight, also the values the scheduler refuses (0, negative, infinite).
+SHARES = st.one_of(st.just(m.DEFAULT_SHARE), st.floats(allow_nan=False))
 # Cap'n Proto Text is UTF-8: no lone surrogates.
 TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
 SMALL_BYTES = st.binary(max_size=24)
@@ -62,6 +65,7 @@ def hellos() -> st.SearchStrategy[m.Hello]:
         data_address=TEXT,
         ipc_address=TEXT,
         capacity_bytes=U64,
+        share=SHARES,
     )
 
 
@@ -126,6 +130,7 @@ def task_groups(
         required_tags=required_tags,
         # The encoder writes the wait limit only with tags.
         wait_for_tags_ms=draw(SMALL_U32) if required_tags else 0,
+        priority=draw(st.one_of(st.just(0), st.integers(-3, 3), I32)),
     )
 
 

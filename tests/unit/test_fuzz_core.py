@@ -46,6 +46,7 @@ from message_strategies import (
 )
 
 from scaler.protocol import messages as m
+from scaler.protocol.sharing import share_problem
 from scaler.scheduler.core.core_config import CoreConfig
 from scaler.scheduler.core.peer_registry import WorkerPeer
 from scaler.scheduler.core.scheduler_core import SchedulerCore
@@ -384,6 +385,8 @@ class SchedulerCoreFuzz(RuleBasedStateMachine):
             elif message.role == m.Role.WORKER and (message.capacity == 0 or "" in message.tags):
                 ignored_with(m.Refused)
             elif message.role == m.Role.STORE and (not message.data_address or address_taken):
+                ignored_with(m.Refused)
+            elif message.role == m.Role.CLIENT and share_problem(message.share) is not None:
                 ignored_with(m.Refused)
             else:
                 assert isinstance(to_sender[0], m.Welcome), out

@@ -16,11 +16,13 @@ import gc
 from collections.abc import Hashable, Iterator, Mapping
 from typing import Any
 
+from scaler.client.call_priority import call_priority
 from scaler.compat.cluster_choice import current_client
+from scaler.compat.dask.annotations import annotated_priorities, fused_priorities
 from scaler.utility.blocking import waiting_for_tasks
 
 
-def get(dsk: Mapping | Any, keys: Any, *, fuse: bool = True, **kwargs: Any) -> Any:
+def get(dsk: Mapping | Any, keys: Any, *, fuse: bool = True, priority: int | None = None, **kwargs: Any) -> Any:
     """Compute `keys` of the dask graph `dsk` on a Scaler cluster, like `dask.threaded.get`.
 
     `keys` is one key or a list nesting keys; the result has the same shape, lists turned into tuples.
@@ -28,18 +30,27 @@ def get(dsk: Mapping | Any, keys: Any, *, fuse: bool = True, **kwargs: Any) -> A
     their only dependent. Other keyword arguments dask passes to schedulers (`num_workers`, `pool`,
     `cache`, ...) have no meaning here and are ignored. A missing key raises KeyError (also a
     ValueError), a cycle ValueError, both before anything runs; a failing task raises its exception.
+
+    `priority` is that of every task (as for `Client.submit`: higher runs first among the client's tasks);
+    `with dask.annotate(priority=N)` gives the tasks built inside it N instead. A task that runs fused
+    tasks inside it takes the highest priority among them. `dask.compute(x, scheduler=scaler.get,
+    priority=5)` reaches here too, since dask passes its keywords on to the scheduler.
     """
     try:
         from scaler.compat.dask.translation import translate
     except ImportError as error:
         raise ImportError("scaler.get needs dask: pip install 'scaler[dask]'") from error
 
+    graph_priority = call_priority(priority, "scaler.get()")
     flat_keys = list(_flatten(keys)) if isinstance(keys, list) else [keys]
     with _collector_paused():
         translation = translate(dsk, flat_keys, fuse=fuse)  # a bad graph fails before a cluster is chosen
+        priorities = fused_priorities(annotated_priorities(dsk), translation.fused)
     client = current_client()
     with _collector_paused():
-        futures = client.get(translation.graph, translation.requested, block=False)
+        futures = client.get(
+            translation.graph, translation.requested, block=False, priority=graph_priority, priorities=priorities
+        )
     with waiting_for_tasks():
         done, _ = concurrent.futures.wait(list(futures.values()), return_when=concurrent.futures.FIRST_EXCEPTION)
     for key in translation.requested:  # the first failure in key order among those that failed already

@@ -90,6 +90,8 @@ class Translation:
     requested: list[Hashable]  # the keys to ask Client.get for, each once
     node_count: int  # dask nodes needed by the requested keys
     task_count: int  # tasks the translated graph runs for them
+    # head key -> the keys that run inside its task (the head last), for the tasks fused from several nodes
+    fused: dict[Hashable, list[Hashable]] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -143,8 +145,12 @@ def translate(dsk: Any, keys: list[Hashable], fuse: bool = True) -> Translation:
         for members in groups.values():
             for key in members[:-1]:
                 del graph[key]
+    else:
+        groups = {}
     task_count = sum(1 for value in graph.values() if is_task(value))
-    return Translation(graph=graph, requested=requested, node_count=len(needed.dependencies), task_count=task_count)
+    return Translation(
+        graph=graph, requested=requested, node_count=len(needed.dependencies), task_count=task_count, fused=groups
+    )
 
 
 def _collect(source: dict[Hashable, Any], requested: list[Hashable]) -> _Needed:

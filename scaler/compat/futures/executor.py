@@ -26,6 +26,7 @@ from scaler.compat.futures.cancelling import cancel_without_waiting
 from scaler.compat.futures.executor_future import ExecutorFuture
 from scaler.errors import ConnectionFailedError
 from scaler.protocol.serializer import Serializer
+from scaler.protocol.sharing import checked_priority
 from scaler.utility.fork_safety import fix_after_fork
 from scaler.utility.tags import Tags, checked_tags
 
@@ -49,6 +50,11 @@ class ScalerExecutor(concurrent.futures.Executor):
 
     `serializer` is used by the client the executor makes; a given `client` has its own.
 
+    `tags` and `priority` apply to every call of this executor, as `Client.submit` takes them; a call's
+    own `submit(fn, ..., priority=5)` or `map(..., priority=5)` replaces them. The executor's client shares
+    the cluster with the others by its `share` (see docs/sharing.md): give a `client=Client(..., share=2.0)`
+    to weigh it.
+
     Differences from `ProcessPoolExecutor`: futures never report `running()` (the client is not
     told when a task starts); a worker that dies is replaced by another and its task retried, so
     only that call fails (`WorkerDiedError`) and the executor stays usable; a call that cannot be
@@ -64,8 +70,11 @@ class ScalerExecutor(concurrent.futures.Executor):
         n_workers: int | None = None,
         serializer: Serializer | None = None,
         tags: Iterable[str] | None = None,
+        priority: int | None = None,
     ) -> None:
         _check_arguments(address, client, n_workers, serializer)
+        # None: each call's default (the priority of the task it runs in, else 0).
+        self._priority = checked_priority(priority, "ScalerExecutor(priority=...)") if priority is not None else None
         # Every call of this executor runs only on workers with these tags (see Client.submit); a call's own
         # tags= replace them.
         self._tags: Tags | None = checked_tags(tags, "ScalerExecutor(tags=...)") if tags is not None else None
@@ -119,9 +128,12 @@ class ScalerExecutor(concurrent.futures.Executor):
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> concurrent.futures.Future:
         """Run `fn(*args, **kwargs)` on the cluster; returns a future of its result.
 
-        `tags=` and `profiling=` are taken as by `Client.submit`, never passed to `fn`."""
+        `tags=`, `priority=` and `profiling=` are taken as by `Client.submit`, never passed to `fn`; the
+        executor's `tags` and `priority` apply unless given here."""
         if self._tags is not None and "tags" not in kwargs:
             kwargs["tags"] = self._tags
+        if self._priority is not None and "priority" not in kwargs:
+            kwargs["priority"] = self._priority
         with self._submit_lock:
             self._check_usable()
             try:
@@ -135,7 +147,8 @@ class ScalerExecutor(concurrent.futures.Executor):
         return future
 
     def map(
-        self, fn: Callable[..., Any], *iterables: Iterable[Any], timeout: float | None = None, chunksize: int = 1
+        self, fn: Callable[..., Any], *iterables: Iterable[Any], timeout: float | None = None, chunksize: int = 1,
+        priority: int | None = None,
     ) -> Iterator[Any]:
         """Like the built-in `map(fn, *iterables)`, with the calls running on the cluster.
 
@@ -143,10 +156,15 @@ class ScalerExecutor(concurrent.futures.Executor):
         results in order as they arrive. A call's exception is raised when its result is reached;
         `TimeoutError` if a result is not there `timeout` seconds after this call. `chunksize`
         calls travel as one task, which pays off for many tiny calls. Leaving the iterator early
-        (break, an exception, garbage collection) cancels the calls not yet run.
+        (break, an exception, garbage collection) cancels the calls not yet run. `priority` as for
+        `submit`, for every call (default: the executor's).
         """
         if not callable(fn):
             raise TypeError(f"map() needs a callable as its first argument, got {type(fn).__name__}")
+        if priority is None:
+            priority = self._priority
+        else:
+            checked_priority(priority, "map()")
         if not isinstance(chunksize, int) or chunksize < 1:
             raise ValueError(f"chunksize must be a positive integer, got {chunksize!r}")
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -168,13 +186,13 @@ class ScalerExecutor(concurrent.futures.Executor):
                     submit = self._client.submit
                     tags = self._tags
                     for arguments in argument_tuples:
-                        futures.append(submit(fn, *arguments, tags=tags))
+                        futures.append(submit(fn, *arguments, tags=tags, priority=priority))
                 else:
                     # One partial for the whole map, so the client serializes `fn` once, not per chunk.
                     run_chunk = functools.partial(_run_chunk, fn)
                     for start in range(0, len(argument_tuples), chunksize):
                         futures.append(self._client.submit(
-                            run_chunk, argument_tuples[start:start + chunksize], tags=self._tags
+                            run_chunk, argument_tuples[start:start + chunksize], tags=self._tags, priority=priority
                         ))
             except BaseException as error:
                 self._abandon(key, futures)

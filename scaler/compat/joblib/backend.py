@@ -28,6 +28,7 @@ from scaler.client.client import Client
 from scaler.compat import cluster_choice
 from scaler.compat.futures.cancelling import cancel_without_waiting
 from scaler.compat.joblib.callback_thread import CallbackThread
+from scaler.protocol.sharing import checked_priority
 from scaler.utility.fork_safety import fix_after_fork
 from scaler.utility.tags import checked_tags
 
@@ -85,6 +86,9 @@ class ScalerBackend(AutoBatchingMixin, ParallelBackendBase):
     result. Warning filters are process-wide in CPython (unless context-aware, as on free-threaded
     builds), so the caller's filters apply: `catch_warnings` or `pytest.warns` around the Parallel
     call sees them, and "error" makes the call raise the warning as a failed batch.
+
+    `parallel_config(backend="scaler", priority=5)` gives every batch that priority among the tasks of the
+    client (higher first; see `Client.submit` and docs/sharing.md), as `tags={"gpu"}` gives them tags.
     """
 
     supports_retrieve_callback = True
@@ -95,11 +99,12 @@ class ScalerBackend(AutoBatchingMixin, ParallelBackendBase):
 
     def __init__(
         self, nesting_level: int | None = None, inner_max_num_threads: int | None = None, n_workers: int | None = None,
-        tags: Iterable[str] | None = None,
+        tags: Iterable[str] | None = None, priority: int | None = None,
     ) -> None:
-        # `parallel_config(backend="scaler", tags={"gpu"})`: joblib passes the keyword here. Every batch then
-        # runs only on workers with these tags (see Client.submit).
+        # `parallel_config(backend="scaler", tags={"gpu"}, priority=5)`: joblib passes the keywords here. Every
+        # batch then runs only on workers with these tags, at this priority (see Client.submit).
         self._tags = checked_tags(tags, "the scaler joblib backend's tags") if tags is not None else None
+        self._priority = checked_priority(priority, "the scaler joblib backend") if priority is not None else None
         if n_workers is not None and (isinstance(n_workers, bool) or not isinstance(n_workers, int) or n_workers < 1):
             raise ValueError(f"n_workers must be a positive integer (the cluster's worker count), got {n_workers!r}")
         super().__init__(nesting_level=nesting_level, inner_max_num_threads=inner_max_num_threads)
@@ -159,7 +164,9 @@ class ScalerBackend(AutoBatchingMixin, ParallelBackendBase):
             self._callbacks.start()
         future: concurrent.futures.Future
         try:
-            future = client.submit(_run_batch, func, self.inner_max_num_threads or 1, tags=self._tags)
+            future = client.submit(
+                _run_batch, func, self.inner_max_num_threads or 1, tags=self._tags, priority=self._priority
+            )
         except Exception as error:
             # joblib counts the batch as dispatched before calling us, and this may run on our
             # callback thread, where raising would leave joblib waiting for the batch forever. A

@@ -12,6 +12,7 @@ import logging
 import math
 
 from scaler.protocol import messages as m
+from scaler.protocol.sharing import share_problem
 from scaler.scheduler.core.core_config import CoreConfig
 
 logger = logging.getLogger(__name__)
@@ -110,10 +111,14 @@ class PeerRegistry:
         config = self._config
         welcome = self.welcome(hello.role)
         if hello.role == m.Role.CLIENT:
+            problem = share_problem(hello.share)
+            if problem is not None:
+                return m.Refused(reason=problem), None
             prefix = self.next_id_prefix
             self.next_id_prefix += 1
             self.clients[sender] = ClientPeer(
-                identity=sender, name=hello.name, id_prefix=prefix, last_seen=now, host_key=hello.host_key
+                identity=sender, name=hello.name, id_prefix=prefix, last_seen=now, host_key=hello.host_key,
+                share=hello.share,
             )
             welcome.id_prefix = prefix
             logger.info(f"PeerRegistry: client {hello.name} connected")

@@ -81,9 +81,11 @@ class TaskIntake:
             args = group.args
             refs_by_row = references_by_row(group) if group.ref_task_ids else {}
             objects_by_row = slots_by_row(group.object_arg_indices, group.args_per_task)
+            priority = group.priority
             for index, task_id in enumerate(group.task_ids):
                 record = TaskRecord(
-                    task_id=task_id, client=client, signature=signature, args=args[index * width:(index + 1) * width]
+                    task_id=task_id, client=client, signature=signature, args=args[index * width:(index + 1) * width],
+                    priority=priority,
                 )
                 if quiet_ids and task_id in quiet_ids:
                     record.quiet = True

@@ -16,6 +16,7 @@ class TaskRecord:
     # Shared by the tasks of one submitted group.
     signature: TaskSignature
     args: list[Buffer]
+    priority: int = 0
     # The worker holding it (task_table.py); None while it waits in the queue or on its dependencies.
     worker: WorkerPeer | None = None
     # task_table.py: when it last went into a ready queue, by the core's clock (the feed's oldest wait).
