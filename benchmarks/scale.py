@@ -32,6 +32,7 @@ import json
 import os
 import platform
 import select
+import shlex
 import shutil
 import signal
 import subprocess
@@ -85,7 +86,7 @@ class Cell:
         hosts = 0 if args.one_host else max(1, min(args.hosts, workers))
         self.hosts = SimulatedHosts(hosts)
         self.scheduler: subprocess.Popen | None = None
-        self.workers: list[subprocess.Popen] = []
+        self.worker_pids: list[int] = []
         self.address = ""
         self.monitor_address = f"ipc://{directory}/monitor"
 
@@ -110,18 +111,27 @@ class Cell:
         return Path(self.directory, "scheduler.log").read_text(errors="replace")
 
     def join_storm(self) -> dict:
-        """Start every worker at once; seconds until the scheduler has registered them all."""
+        """Start every worker at once (one small shell per host starts that host's workers, so that the
+        storm is not paced by this process forking hundreds of times); seconds until the scheduler has
+        registered them all."""
         assert self.scheduler is not None
         cpu_before = cpu_seconds(self.scheduler.pid)
         started = time.monotonic()
-        for index in range(self.worker_count):
-            host = index % max(1, self.hosts.host_count)
+        hosts = max(1, self.hosts.host_count)
+        launchers = []
+        for host in range(hosts):
+            commands = []
+            for index in range(host, self.worker_count, hosts):
+                command = [self.args.native_worker, self.address, "--worker-name", f"host{host}-worker{index}",
+                           "--death-timeout-seconds", "600", "--logging-level", "WARNING"]
+                log = shlex.quote(os.path.join(self.directory, f"worker-{index}.log"))
+                commands.append(f"{shlex.join(command)} >{log} 2>&1 & echo $!")
             role = "root" if self.args.one_host else self.hosts.host_role(host)
-            with open(os.path.join(self.directory, f"worker-{index}.log"), "w") as log:
-                self.workers.append(self.hosts.spawn(role, [
-                    self.args.native_worker, self.address, "--worker-name", f"host{host}-worker{index}",
-                    "--death-timeout-seconds", "600", "--logging-level", "WARNING",
-                ], log))
+            launcher = self.hosts.spawn(role, ["/bin/sh", "-c", "\n".join([*commands, "wait"])],
+                                        subprocess.DEVNULL, stdout=subprocess.PIPE)
+            launchers.append((launcher, len(commands)))
+        for launcher, count in launchers:
+            self.worker_pids.extend(int(_read_line(launcher, START_SECONDS)) for _ in range(count))
         spawned = time.monotonic() - started
         deadline = started + START_SECONDS
         joined = 0
@@ -140,7 +150,7 @@ class Cell:
             "workers_timed_out": log.count("timed out, "),
             "workers_disconnected": sum(1 for line in log.splitlines() if "PeerRegistry: worker" in line
                                         and "disconnected" in line),
-            "workers_exited": sum(1 for worker in self.workers if worker.poll() is not None),
+            "workers_exited": sum(1 for pid in self.worker_pids if not os.path.exists(f"/proc/{pid}")),
         }
 
     def clients(self, roles: list[tuple[str, list[str]]]) -> tuple[list[dict], float]:
@@ -219,8 +229,8 @@ class Cell:
             client.stdin.flush()
             time.sleep(1.0)
             killed_at = time.time()
-            for victim in self.workers[-count:]:
-                os.kill(victim.pid, signal.SIGKILL)
+            for pid in self.worker_pids[-count:]:
+                os.kill(pid, signal.SIGKILL)
             line = _read_line(client, START_SECONDS * 4)
             report = json.loads(line) if line.startswith("{") else {}
             after = wait_for_snapshot(self.monitor_address, lambda s: len(s.workers) == self.worker_count - count,
