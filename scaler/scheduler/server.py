@@ -161,7 +161,7 @@ class SchedulerServer:
                     logger.warning(line)
                 if now >= next_monitor:
                     next_monitor = now + _MONITOR_SECONDS
-                    monitor.publish(self._monitor_snapshot())
+                    monitor.publish_if_watched(self._monitor_snapshot)
                 if exit_with_parent is not None and os.getppid() != exit_with_parent:
                     logger.warning("Scheduler: parent process is gone, exiting")
                     return
