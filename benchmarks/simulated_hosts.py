@@ -88,7 +88,8 @@ class SimulatedHosts:
 
     def spawn(self, role: str, command: list[str], log: IO[Any] | int, stdin: int = subprocess.DEVNULL,
               stdout: IO[Any] | int | None = None) -> subprocess.Popen:
-        """`command` inside the namespace of `role` ("root" for the root namespace), in a session of its own."""
+        """`command` inside the namespace of `role` ("root" for the root namespace), in a session of its own; its
+        pipes unbuffered, so that a select() on one sees every line that has not been read."""
         namespace_fd = -1 if role == "root" else os.open(f"/var/run/netns/{self.netns(role)}", os.O_RDONLY)
 
         def enter() -> None:
@@ -98,7 +99,7 @@ class SimulatedHosts:
         try:
             process = subprocess.Popen(
                 command, stdin=stdin, stdout=log if stdout is None else stdout, stderr=log,
-                start_new_session=True, preexec_fn=enter,
+                start_new_session=True, preexec_fn=enter, bufsize=0,
             )
         finally:
             if namespace_fd >= 0:
