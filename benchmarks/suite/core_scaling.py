@@ -37,6 +37,7 @@ class Simulation:
         self.now = 1000.0
         self.core_seconds = 0.0
         self.messages = 0
+        self.submissions_sent = 0
         self.completed = 0
         self.pending: dict[bytes, list[int]] = {}
         welcome = self.send(CLIENT, m.Hello(role=m.Role.CLIENT, name="bench"))
@@ -55,6 +56,7 @@ class Simulation:
         self.messages += 1
         for target, reply in out:
             if isinstance(reply, m.TaskSubmission):
+                self.submissions_sent += 1
                 holder = self.pending[target]
                 for group in reply.groups:
                     holder.extend(group.task_ids)
@@ -83,14 +85,17 @@ class Simulation:
                 self.send(identity, m.TaskResults(succeeded_ids=task_ids, payloads=[b"result"] * len(task_ids),
                                                   failures=[]))
 
-    def run(self, tasks: int, chunk_size: int = CHUNK) -> None:
+    def run(self, tasks: int, chunk_size: int = CHUNK, ahead: int = 1) -> None:
+        """`ahead` chunks arrive before the workers answer (a real map's client sends its chunks faster than
+        workers finish them); 1 is the default: every worker answers all it holds after each chunk."""
         target = self.completed + tasks
         submitted = 0
         while self.completed < target:
-            if submitted < tasks:
-                chunk = min(chunk_size, tasks - submitted)
-                self.submit_chunk(chunk)
-                submitted += chunk
+            for _ in range(ahead):
+                if submitted < tasks:
+                    chunk = min(chunk_size, tasks - submitted)
+                    self.submit_chunk(chunk)
+                    submitted += chunk
             self.answer_all()
             self.now += 0.001
 
@@ -105,7 +110,7 @@ class Simulation:
         }
 
 
-def scaling_point(workers: int, tasks: int, tasks_per_worker_message: int = 0) -> dict:
+def scaling_point(workers: int, tasks: int, tasks_per_worker_message: int = 0, ahead: int = 1) -> dict:
     """Cost per task with map-sized chunks (the default), or with chunks sized so that every results
     message carries `tasks_per_worker_message` tasks whatever the number of workers."""
     chunk = tasks_per_worker_message * workers if tasks_per_worker_message else CHUNK
@@ -114,14 +119,16 @@ def scaling_point(workers: int, tasks: int, tasks_per_worker_message: int = 0) -
     simulation.run(chunk, chunk)  # warm up
     simulation.core_seconds = 0.0
     simulation.messages = 0
+    simulation.submissions_sent = 0
     started = time.perf_counter()
-    simulation.run(tasks, chunk)
+    simulation.run(tasks, chunk, ahead)
     wall = time.perf_counter() - started
     return {
         "workers": workers, "tasks": tasks, "chunk": chunk, "tasks_per_results_message": tasks / simulation.messages,
         "core_us_per_task": simulation.core_seconds / tasks * 1e6,
         "core_us_per_message": simulation.core_seconds / simulation.messages * 1e6,
-        "messages": simulation.messages, "simulation_seconds": wall, **simulation.leftovers(),
+        "messages": simulation.messages, "submissions_sent": simulation.submissions_sent,
+        "simulation_seconds": wall, **simulation.leftovers(),
     }
 
 

@@ -10,6 +10,7 @@ import dataclasses
 import logging
 import os
 import time
+from typing import Callable
 
 import zmq
 
@@ -23,7 +24,10 @@ _SEND_HIGH_WATER_MARK = 4
 
 
 class MonitorPublisher:
-    """A PUB socket bound at the monitor address; the scheduler loop calls `publish` about once a second.
+    """A PUB socket bound at the monitor address; the scheduler loop calls `publish_if_watched` about once a second.
+
+It is an XPUB, which hears subscriptions come and go: with nobody watching (most of a scheduler's life),
+no snapshot is built at all, which with hundreds of workers is a few milliseconds of the loop every second.
 
     It never raises into the loop: a monitor address that cannot be bound is logged and the feed is
     off, and a snapshot that cannot be encoded is logged (once) and skipped. It never takes an ipc
@@ -44,7 +48,10 @@ class MonitorPublisher:
                 "choose another address with --monitor-address"
             )
             return
-        socket = context.socket(zmq.PUB)
+        # Subscriptions, by topic (every subscriber takes everything: b""); without XPUB_VERBOSE the socket
+        # passes only a topic's first subscription and, when its last subscriber goes, its unsubscription.
+        self._topics: set[bytes] = set()
+        socket = context.socket(zmq.XPUB)
         socket.setsockopt(zmq.LINGER, 0)
         socket.setsockopt(zmq.SNDHWM, _SEND_HIGH_WATER_MARK)
         try:
@@ -67,6 +74,27 @@ class MonitorPublisher:
     @property
     def is_bound(self) -> bool:
         return self._socket is not None
+
+    @property
+    def watched(self) -> bool:
+        """Whether anyone subscribes now, from the subscriptions and unsubscriptions received so far."""
+        socket = self._socket
+        if socket is None:
+            return False
+        while True:
+            try:
+                event = socket.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return bool(self._topics)
+            if event[:1] == b"\x01":
+                self._topics.add(bytes(event[1:]))
+            elif event[:1] == b"\x00":
+                self._topics.discard(bytes(event[1:]))
+
+    def publish_if_watched(self, make_snapshot: Callable[[], MonitorSnapshot]) -> None:
+        """Build the snapshot and publish it, if anyone subscribes."""
+        if self.watched:
+            self.publish(make_snapshot())
 
     def publish(self, snapshot: MonitorSnapshot) -> None:
         """Send the snapshot, numbered and stamped here (its own `sequence` and `published_at` are not read)."""

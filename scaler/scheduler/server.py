@@ -20,6 +20,7 @@ from scaler.scheduler.core.core_config import CoreConfig
 from scaler.scheduler.core.outgoing import Outgoing
 from scaler.scheduler.core.scheduler_core import SchedulerCore
 from scaler.scheduler.monitor import MonitorPublisher
+from scaler.scheduler.outgoing_batch import OutgoingBatch
 from scaler.utility.bad_frame_log import BadFrameLog, short_identity
 from scaler.utility.curve import ServerKeys, secure_server
 from scaler.utility.ipc_sockets import remove_stale_monitor_sockets
@@ -31,6 +32,7 @@ logger = logging.getLogger(__name__)
 
 # Receive at most this many messages before checking timers, so a flood cannot starve heartbeats.
 _MAX_MESSAGES_PER_WAKE = 512
+_MESSAGES_PER_SEND = 32
 _TICK_SECONDS = 0.25
 _MONITOR_SECONDS = 1.0
 
@@ -51,6 +53,7 @@ class SchedulerServer:
         self._received: dict[str, int] = {}
         self._sent: dict[str, int] = {}
         self._bad_frame_log = BadFrameLog(config.bad_frame_log_seconds)
+        self._batch = OutgoingBatch()
 
     def _monitor_snapshot(self) -> MonitorSnapshot:
         """What the monitor feed publishes: the core's status plus this process's own usage and counters."""
@@ -144,12 +147,19 @@ class SchedulerServer:
         while not self._stop.requested and not core.should_exit:
             timeout_ms = max(0.0, (next_tick - time.monotonic()) * 1000)
             poller.poll(int(timeout_ms))
+            # What one wake's messages answer goes out together, one client's results merged (outgoing_batch.py),
+            # and at least every _MESSAGES_PER_SEND messages, so that no answer waits for a whole wake.
+            batch = self._batch
             # Asking the socket is cheaper than the poll's result and than the exception of a receive that finds
             # nothing (zmq.Again), which the last receive of each wake would raise.
             for _ in range(_MAX_MESSAGES_PER_WAKE):
                 if not has_input(socket):
                     break
-                self._send(socket, self._handle(receive_frames(socket)))
+                batch.add(self._handle(receive_frames(socket)))
+                if batch.handled >= _MESSAGES_PER_SEND:
+                    self._send(socket, batch.take())
+            if batch.handled:
+                self._send(socket, batch.take())
             now = time.monotonic()
             if now >= next_tick:
                 try:
@@ -161,7 +171,7 @@ class SchedulerServer:
                     logger.warning(line)
                 if now >= next_monitor:
                     next_monitor = now + _MONITOR_SECONDS
-                    monitor.publish(self._monitor_snapshot())
+                    monitor.publish_if_watched(self._monitor_snapshot)
                 if exit_with_parent is not None and os.getppid() != exit_with_parent:
                     logger.warning("Scheduler: parent process is gone, exiting")
                     return

@@ -7,6 +7,11 @@ one submitTasks per round and tag set, with the objects those tasks need that it
 Each tag set's ready queue goes only to the workers whose tags include the set (ready_queue.py).
 Balancing asks a worker that holds far more than its alike peers to hand back the tasks it has not started.
 
+At hundreds of workers the cost per task is the cost per message, so two things keep messages few: a
+worker that already holds tasks is topped up only with a batch at least as large as what it holds (up to
+TOP_UP_BATCH; served_count), and a queue whose capable workers were all full is looked at again only for
+the worker whose results freed slots (dispatch_freed), not by a scan of every full worker.
+
 Placement follows data: a task whose arguments include stored objects goes, among the workers with
 free slots, to one whose store holds the most bytes of them (the least loaded of those), unless that
 worker is already loaded well above the least loaded one (`_LOCALITY_SLACK`): locality is a preference,
@@ -28,6 +33,9 @@ from scaler.scheduler.core.peer_registry import WorkerPeer
 from scaler.scheduler.core.ready_queue import ReadyQueue, Tags
 from scaler.scheduler.core.task_record import TaskRecord
 from scaler.scheduler.core.task_table import TaskTable
+
+# See served_count: the most a worker's top-up needs to carry to be worth a message.
+TOP_UP_BATCH = 64
 
 
 def water_fill(loads: list[int], room: list[int], count: int) -> list[int]:
@@ -54,6 +62,23 @@ def water_fill(loads: list[int], room: list[int], count: int) -> list[int]:
                 given += 1
         remaining -= given
     return shares
+
+
+def served_count(loads: list[int], room: list[int], count: int) -> int:
+    """How many of the least loaded workers (loads ascending) share `count` tasks: as many as can each be given at
+    least as many tasks as it already holds, up to `TOP_UP_BATCH` and its room (an idle worker: one or more).
+
+    A worker holding tasks will not run the next ones before those; topping it up with fewer costs a message
+    (here and back) for every few tasks, which at hundreds of workers is most of the scheduler's work.
+    Loads still end within about twice of each other, and every task still goes out (to fewer workers).
+    """
+    total = 0
+    for index, load in enumerate(loads):
+        total += load
+        level = (total + count) / (index + 1)
+        if index and level - load < max(1, min(load, TOP_UP_BATCH, room[index])):
+            return index
+    return len(loads)
 
 
 def _assigned_count(worker: WorkerPeer) -> int:
@@ -86,10 +111,14 @@ class Placement:
         # The workers whose tags include each required tag set, worked out when first needed after a
         # worker joined or left: dispatch then scans the same list it would scan without tags.
         self._capable_by_tags: dict[Tags, list[WorkerPeer]] = {}
+        # The queues that still held tasks when dispatch last found every capable worker full: until slots
+        # free somewhere (dispatch) or on one worker (dispatch_freed), nothing can go out of them.
+        self._saturated: set[Tags] = set()
 
     def workers_changed(self) -> None:
         """A worker joined or left."""
         self._capable_by_tags.clear()
+        self._saturated.clear()
 
     def capable(self, tags: Tags) -> list[WorkerPeer]:
         """The connected workers that may run tasks requiring `tags`."""
@@ -101,42 +130,69 @@ class Placement:
     def dispatch(self, out: list[Outgoing]) -> None:
         """Hand ready tasks to workers with free slots, least loaded first, each queue to its capable workers;
         never to a draining worker, so with every capable worker draining the tasks wait until one joins.
-        The makers of the results these tasks read elsewhere are asked to write them into their stores."""
-        self._dispatch(out)
+        The makers of the results these tasks read elsewhere are asked to write them into their stores.
+
+        This looks at every capable worker: for any event that may have freed slots anywhere (and on every
+        tick, which also catches slots freed unnoticed). The two below are for the frequent events."""
+        self._saturated.clear()
+        self._dispatch(out, None)
         self._objects.send_publish_requests(out)
 
-    def _dispatch(self, out: list[Outgoing]) -> None:
+    def dispatch_new_tasks(self, out: list[Outgoing]) -> None:
+        """Tasks became ready and no slot was freed: a queue whose capable workers were all full stays put."""
+        self._dispatch(out, None)
+        self._objects.send_publish_requests(out)
+
+    def dispatch_freed(self, worker: WorkerPeer, out: list[Outgoing]) -> None:
+        """Only `worker` freed slots (its results): a queue whose capable workers were all full goes to it alone,
+        instead of a scan of hundreds of full workers for every results message."""
+        self._dispatch(out, worker)
+        self._objects.send_publish_requests(out)
+
+    def _dispatch(self, out: list[Outgoing], freed: WorkerPeer | None) -> None:
         tasks = self._tasks
         if tasks.waiting == 0:
             return
         queues = tasks.queues
         if len(queues) == 1:
             for queue in queues.values():
-                self._dispatch_queue(queue, out)
+                self._dispatch_queue(queue, out, freed)
             return
         served = [queue for queue in queues.values() if queue.waiting]
         for queue in served:
-            self._dispatch_queue(queue, out)
+            self._dispatch_queue(queue, out, freed)
         if len(served) > 1:
             # Queues sharing workers take turns at being served first, so that none starves the others.
             first = served[0].tags
             queues[first] = queues.pop(first)
 
-    def _dispatch_queue(self, queue: ReadyQueue, out: list[Outgoing]) -> None:
+    def _dispatch_queue(self, queue: ReadyQueue, out: list[Outgoing], freed: WorkerPeer | None) -> None:
         tasks = self._tasks
-        capable = self.capable(queue.tags)
-        while queue.waiting > 0:
-            available = sorted((w for w in capable if w.free > 0 and not w.draining), key=_assigned_count)
-            if not available:
+        if queue.tags in self._saturated:
+            # Every capable worker was full when this queue last stopped: only `freed` can have room since.
+            if freed is None or not freed.tags.issuperset(queue.tags):
                 return
-            shares = water_fill([len(w.assigned) for w in available], [w.free for w in available], queue.waiting)
+            candidates = [freed]
+        else:
+            candidates = self.capable(queue.tags)
+        while queue.waiting > 0:
+            available = sorted((w for w in candidates if w.free > 0 and not w.draining), key=_assigned_count)
+            if not available:
+                self._saturated.add(queue.tags)
+                return
             handed = 0
             if self._objects.in_stores:
+                # Data decides among all of them (_follow_data); the count is what they can take.
+                shares = water_fill([len(w.assigned) for w in available], [w.free for w in available], queue.waiting)
                 records = tasks.take(queue, sum(shares))
                 for worker, batch in self._follow_data(available, records):
                     handed += len(batch)
                     out.append((worker.identity, self._submission_for(worker, batch)))
             else:
+                loads = [len(w.assigned) for w in available]
+                room = [w.free for w in available]
+                served = served_count(loads, room, queue.waiting)
+                shares = water_fill(loads[:served], room[:served], queue.waiting)
                 for worker, share in zip(available, shares):
                     if share:
                         records = tasks.take(queue, share)
@@ -145,6 +201,7 @@ class Placement:
                             out.append((worker.identity, self._submission_for(worker, records)))
             if handed == 0:
                 return
+        self._saturated.discard(queue.tags)
 
     def waiting_for_tags(self) -> dict[Tags, int]:
         """Queued tasks that no connected worker may run, by their required tags (for the monitor)."""

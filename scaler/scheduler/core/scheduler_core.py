@@ -387,7 +387,7 @@ class SchedulerCore:
             self.lineage.resent(recovered, router)
         self._intake.accept(client, submission, router, now)
         router.flush(out)
-        self._placement.dispatch(out)
+        self._placement.dispatch_new_tasks(out)
 
     def _on_cancel(self, client: ClientPeer, request: m.CancelTasks, now: float, out: list[Outgoing]) -> None:
         cancellation.cancel(client, request, self.tasks, self.counters, out)
@@ -450,7 +450,7 @@ class SchedulerCore:
         router = ResultRouter()
         self.tasks.take_results(worker, results, router)
         router.flush(out)
-        self._placement.dispatch(out)
+        self._placement.dispatch_freed(worker, out)
 
     def _on_cancel_refused(
         self, worker: WorkerPeer, refusal: m.CancelRefused, now: float, out: list[Outgoing]
