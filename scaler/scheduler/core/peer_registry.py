@@ -30,6 +30,12 @@ class ClientPeer:
     task_ids: set[int] = dataclasses.field(default_factory=set)
     # Objects this client keeps alive (object_table.py).
     object_ids: set[bytes] = dataclasses.field(default_factory=set)
+    # Its weight in the fair share of free slots between clients (ready_queue.py): 2.0 gets twice the slots
+    # of 1.0 while both have ready tasks.
+    share: float = 1.0
+    # Kept by the ready queues (task_table.py): its tasks queued in the scheduler, and those with a worker.
+    tasks_queued: int = 0
+    tasks_running: int = 0
 
 
 @dataclasses.dataclass(eq=False, slots=True)

@@ -17,7 +17,8 @@ core it concerns:
     object_lifetime/   how long objects live: object_table.py (objects, their owners and users, which
                        worker holds which, when one is freed) and lineage.py (lost stored objects:
                        results run again, client objects asked for again)
-    ready_queue.py     the ready tasks of one set of required worker tags
+    ready_queue.py     the ready tasks of one set of required worker tags, and which client's turn it is
+    client_lane.py     one client's ready tasks in a queue, by priority
     tag_waits.py       when tasks that may wait only so long for a worker with their tags are due
     placement.py       which worker gets which task, and balancing between workers
     result_router.py   one results message per client per event
@@ -110,6 +111,7 @@ class SchedulerCore:
 
     def on_message(self, sender: bytes, message: m.Message, now: float) -> list[Outgoing]:
         out: list[Outgoing] = []
+        self.tasks.now = now
         peer: ClientPeer | WorkerPeer | StorePeer | None = self.peers.clients.get(sender)
         if peer is not None:
             role = m.Role.CLIENT
@@ -165,6 +167,7 @@ class SchedulerCore:
     def on_tick(self, now: float) -> list[Outgoing]:
         """Drop peers that fell silent, hand out what waits, and now and then rebalance the workers."""
         out: list[Outgoing] = []
+        self.tasks.now = now
         for worker in self.peers.silent_workers(now):
             self._remove_worker(worker, f"timed out, {len(worker.assigned)} tasks to reschedule", logging.WARNING, out)
         for client in self.peers.silent_clients(now):

@@ -1,9 +1,9 @@
 """A client's submitTasks: which groups are accepted, and where each accepted task goes (PROTOCOL.md §6).
 
 Each group is checked as a whole; a group that fails a check is rejected task by task, with the reason,
-and the others go on. An accepted task becomes a TaskRecord and goes to one of three places: parked on
-its dependencies (task_graph.py), the front of the queue (nested tasks: their parents hold processors
-until they finish), or the back of the queue.
+and the others go on. An accepted task becomes a TaskRecord and is either parked on its dependencies
+(task_graph.py) or queued in its client's lane of the ready queue of its tags (ready_queue.py), at the
+back of its priority level: nested tasks (nestingDepth > 0) have lanes of their own, served first.
 """
 
 from __future__ import annotations
@@ -50,9 +50,8 @@ class TaskIntake:
         lineage = tasks.lineage if tasks.lineage is not None and tasks.lineage.lost else None
         limit = self._max_tasks_waiting
         quiet_ids = set(submission.quiet_task_ids)
-        # Queued per tag set at the end, nested ones ahead (ready_queue.py).
+        # Queued per tag set at the end (ready_queue.py puts each in its lane).
         ready_by_tags: dict[Tags, list[TaskRecord]] = {}
-        nested_by_tags: dict[Tags, list[TaskRecord]] = {}
         accepted = 0
         for group in submission.groups:
             problem = self._check_group(client, group)
@@ -71,9 +70,8 @@ class TaskIntake:
             ready = ready_by_tags.get(tags)
             if ready is None:
                 ready = ready_by_tags[tags] = []
-            nested = nested_by_tags.get(tags)
-            if nested is None:
-                nested = nested_by_tags[tags] = []
+            # Until TaskGroup carries a priority (the "api" change sets it from the wire).
+            priority: int = getattr(group, "priority", 0)
             if group.wait_for_tags_ms and tags:
                 self._tag_waits.add(now + group.wait_for_tags_ms / 1000, tags, group.task_ids)
             accepted += len(group.task_ids)
@@ -87,6 +85,8 @@ class TaskIntake:
                 )
                 if quiet_ids and task_id in quiet_ids:
                     record.quiet = True
+                if priority:
+                    record.priority = priority
                 if objects_by_row:
                     record.object_slots = objects_by_row.get(index)
                 records[task_id] = record
@@ -96,14 +96,10 @@ class TaskIntake:
                     self._graph.park(record, row_refs)
                 elif lineage is not None and lineage.hold_back(record, router):
                     pass  # it names a lost object: it waits for it to come back (or failed)
-                elif group.nesting_depth:
-                    nested.append(record)
                 else:
                     ready.append(record)
             self._objects.claim_for_group(client, signature, group)
             self._counters["tasks_submitted"] += len(group.task_ids)
-        for tags, nested in nested_by_tags.items():
-            tasks.queue_group(tags, nested, at_front=True)
         for tags, ready in ready_by_tags.items():
             tasks.queue_group(tags, ready)
 

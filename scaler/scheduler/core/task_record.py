@@ -38,5 +38,9 @@ class TaskRecord:
     quiet: bool = False
     # Argument slots holding object ids; the worker must hold those objects before it runs the task.
     object_slots: list[int] | None = None
+    # Higher runs first among its client's ready tasks (client_lane.py); equal ones in submission order.
+    priority: int = 0
+    # task_table.py: the `now` it was last queued at, for how long a client's oldest ready task has waited.
+    ready_since: float = 0.0
     # Stored results it received through graph edges: their use by this task ends when it does (object_table.py).
     result_objects: list[bytes] | None = None
