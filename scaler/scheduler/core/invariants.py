@@ -70,9 +70,14 @@ def _check_queue(queue: ReadyQueue, clients: dict[bytes, ClientPeer]) -> None:
         _require(sorted(lane.priorities) == sorted(lane.levels) and len(set(lane.priorities)) == len(lane.priorities),
                  "a lane's priority heap %s does not list its levels %s", lane.priorities, sorted(lane.levels))
         _require(_is_heap(lane.priorities), "a lane's priorities are not a heap")
+        _require(lane.head is (lane.levels[lane.priorities[0]] if lane.priorities else None),
+                 "a lane's head is not its highest level")
         live_count = 0
+        _require(set(lane.fronts) <= set(lane.levels), "a lane counts the front of a level it does not have")
         for key, level in lane.levels.items():
-            _require(level and 0 <= level.front <= len(level), "a level is empty or counts %d in front", level.front)
+            front = lane.fronts.get(key, 0)
+            _require(level and 0 <= front <= len(level) and (key not in lane.fronts or front > 0),
+                     "a level is empty or counts %d in front", front)
             last_ready = -math.inf
             for index, record in enumerate(level):
                 if record.canceled:
@@ -81,7 +86,7 @@ def _check_queue(queue: ReadyQueue, clients: dict[bytes, ClientPeer]) -> None:
                 _require(record.client is client and record.signature.nesting_depth == depth
                          and record.signature.required_tags == tags and -record.priority == key,
                          "task %#x (priority %d) is queued in another lane or level", record.task_id, record.priority)
-                if index >= level.front:
+                if index >= front:
                     _require(record.ready_since >= last_ready, "task %#x is queued behind a task ready later",
                              record.task_id)
                     last_ready = record.ready_since

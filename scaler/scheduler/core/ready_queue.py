@@ -85,6 +85,18 @@ class ReadyQueue:
         """Up to `count` tasks, in the order the lanes' turns give them; dispatch sends them all to workers."""
         taken: list[TaskRecord] = []
         turns = self.turns
+        if len(turns) == 1:  # one lane: nothing to share
+            lane = turns[0][3]
+            got = lane.take(count, taken)
+            client = lane.client
+            client.tasks_queued -= got
+            client.tasks_running += got
+            if lane.waiting == 0:
+                turns.pop()
+                lane.in_turns = False
+                lane.clear()
+            self.waiting -= got
+            return taken
         while count > 0 and turns:
             neg_depth, virtual, _, lane = turns[0]
             if lane.waiting == 0:
