@@ -50,8 +50,8 @@ class TaskIntake:
         lineage = tasks.lineage if tasks.lineage is not None and tasks.lineage.lost else None
         limit = self._max_tasks_waiting
         quiet_ids = set(submission.quiet_task_ids)
-        # Queued per tag set at the end (ready_queue.py puts each in its lane).
-        ready_by_tags: dict[Tags, list[TaskRecord]] = {}
+        # The ready tasks of each accepted group, queued at the end (ready_queue.py: into the client's lane).
+        runs: list[tuple[Tags, TaskSignature, int, list[TaskRecord]]] = []
         accepted = 0
         for group in submission.groups:
             problem = self._check_group(client, group)
@@ -67,9 +67,7 @@ class TaskIntake:
                 continue
             signature = TaskSignature.of_group(group)
             tags = signature.required_tags
-            ready = ready_by_tags.get(tags)
-            if ready is None:
-                ready = ready_by_tags[tags] = []
+            ready: list[TaskRecord] = []
             # Until TaskGroup carries a priority (the "api" change sets it from the wire).
             priority: int = getattr(group, "priority", 0)
             if group.wait_for_tags_ms and tags:
@@ -81,7 +79,8 @@ class TaskIntake:
             objects_by_row = slots_by_row(group.object_arg_indices, group.args_per_task)
             for index, task_id in enumerate(group.task_ids):
                 record = TaskRecord(
-                    task_id=task_id, client=client, signature=signature, args=args[index * width:(index + 1) * width]
+                    task_id=task_id, client=client, signature=signature, args=args[index * width:(index + 1) * width],
+                    ready_since=now,
                 )
                 if quiet_ids and task_id in quiet_ids:
                     record.quiet = True
@@ -98,10 +97,11 @@ class TaskIntake:
                     pass  # it names a lost object: it waits for it to come back (or failed)
                 else:
                     ready.append(record)
+            runs.append((tags, signature, priority, ready))
             self._objects.claim_for_group(client, signature, group)
             self._counters["tasks_submitted"] += len(group.task_ids)
-        for tags, ready in ready_by_tags.items():
-            tasks.queue_group(tags, ready)
+        for tags, signature, priority, ready in runs:
+            tasks.queue_run(tags, client, signature.nesting_depth, priority, ready)
 
     def _check_group(self, client: ClientPeer, group: m.TaskGroup) -> str | None:
         """Why the group is rejected, or None."""

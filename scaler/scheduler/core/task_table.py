@@ -83,6 +83,13 @@ class TaskTable:
         queue.put(run[0].client, signature.nesting_depth, priority, run, at_front)
         self.waiting += len(records)
 
+    def queue_run(self, tags: Tags, client: ClientPeer, depth: int, priority: int, records: list[TaskRecord]) -> None:
+        """Newly accepted tasks of one client, depth and priority, whose `ready_since` is set: at the back of
+        their level, with no per-task work beyond the deque's."""
+        if records:
+            self.queue_for(tags).put(client, depth, priority, records, False)
+            self.waiting += len(records)
+
     def queue_at_back(self, records: list[TaskRecord]) -> None:
         for tags, group in self._by_tags(records).items():
             self.queue_group(tags, group)
