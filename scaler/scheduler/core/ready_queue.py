@@ -97,6 +97,9 @@ class ReadyQueue:
                 lane.clear()
             self.waiting -= got
             return taken
+        if count >= 2 * len(turns):
+            count -= self._take_in_bulk(count, taken)
+            turns = self.turns
         while count > 0 and turns:
             neg_depth, virtual, _, lane = turns[0]
             if lane.waiting == 0:
@@ -129,6 +132,47 @@ class ReadyQueue:
                 heapq.heapreplace(turns, (neg_depth, lane.virtual, self._turn_count, lane))
         self.waiting -= len(taken)
         return taken
+
+    def _take_in_bulk(self, count: int, taken: list[TaskRecord]) -> int:
+        """Many slots and several lanes at the top depth: each lane gives at once the tasks whose start
+        (virtual time) is below the level that about `count` tasks reach, as one turn at a time would have,
+        and the turns are made again; the last few slots are left to the turns. Returns how many."""
+        turns = self.turns
+        top = turns[0][0]
+        lanes = [turn[3] for turn in turns if turn[0] == top and turn[3].waiting]
+        if len(lanes) < 2:
+            return 0
+        shares = sum(1.0 / lane.step for lane in lanes)
+        level = (count - len(lanes) + sum(lane.virtual / lane.step for lane in lanes)) / shares
+        got_total = 0
+        for lane in lanes:
+            want = math.ceil((level - lane.virtual) / lane.step)
+            if want <= 0:
+                continue
+            got = lane.take(min(want, count - got_total), taken)
+            got_total += got
+            lane.virtual += got * lane.step
+            client = lane.client
+            client.tasks_queued -= got
+            client.tasks_running += got
+        if got_total == 0:
+            return 0
+        self._virtual[-top] = level
+        kept = [turn for turn in turns if turn[0] != top]
+        for lane in lanes:
+            if lane.waiting:
+                self._turn_count += 1
+                kept.append((top, lane.virtual, self._turn_count, lane))
+            else:
+                lane.in_turns = False
+                lane.clear()
+        for turn in turns:  # lanes of the top depth whose tasks had all ended
+            if turn[0] == top and not turn[3].waiting:
+                turn[3].in_turns = False
+                turn[3].clear()
+        heapq.heapify(kept)
+        self.turns = kept
+        return got_total
 
     def ended(self, record: TaskRecord) -> None:
         """A queued task ended (canceled, failed with a dependency, its client gone): it stays in its lane,
