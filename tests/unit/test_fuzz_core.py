@@ -137,9 +137,11 @@ class SchedulerCoreFuzz(RuleBasedStateMachine):
         self.add_worker(capacity=2)
 
     @precondition(lambda self: len(self.good_clients) < 3)
-    @rule()
-    def add_client(self) -> None:
+    @rule(share=st.sampled_from([1.0, 1.0, 0.5, 3.0]))
+    def add_client(self, share: float = 1.0) -> None:
         client = self.cluster.add_client(b"good-client-%d" % self.clients_made)
+        # As the hello's share sets it (ready_queue.py shares free slots by it; test_fuzz_core_fairness.py).
+        self.core.peers.clients[client.identity].share = share
         self.clients_made += 1
         self.good_clients.append(client)
         self.expected[client.identity] = set()

@@ -1320,8 +1320,17 @@ def test_warnings_of_a_quiet_graph_task_go_to_its_client_though_its_result_does_
     pytest.param(lambda core, task_id: core.tasks.records[task_id].client.task_ids.discard(task_id), id="client"),
     pytest.param(lambda core, task_id: setattr(core.tasks, "waiting", core.tasks.waiting + 1), id="queue-count"),
     pytest.param(
-        lambda core, task_id: core.tasks.queues[()].records.append(core.tasks.records[task_id]), id="queued-twice"
+        lambda core, task_id: next(iter(next(iter(core.tasks.queues[()].lanes.values())).levels.values())).append(
+            core.tasks.records[task_id]
+        ), id="queued-twice",
     ),
+    pytest.param(
+        lambda core, task_id: setattr(core.tasks.records[task_id].client, "tasks_queued", 0), id="client-queued"
+    ),
+    pytest.param(
+        lambda core, task_id: setattr(core.tasks.records[task_id].client, "tasks_running", 0), id="client-running"
+    ),
+    pytest.param(lambda core, task_id: core.tasks.queues[()].turns.clear(), id="lane-without-turn"),
     pytest.param(lambda core, task_id: core.objects.stored.clear(), id="objects"),
     pytest.param(lambda core, task_id: setattr(core.tasks.records[task_id], "blame_pending", True), id="blame"),
 ])

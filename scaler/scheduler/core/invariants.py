@@ -8,11 +8,14 @@ scheduler itself never runs it.
 from __future__ import annotations
 
 import collections
+import math
 
+from scaler.scheduler.core.client_summary import ClientSummary
 from scaler.scheduler.core.core_config import CoreConfig
 from scaler.scheduler.core.object_lifetime.lineage import Lineage
 from scaler.scheduler.core.object_lifetime.object_table import ObjectTable
-from scaler.scheduler.core.peer_registry import PeerRegistry
+from scaler.scheduler.core.peer_registry import ClientPeer, PeerRegistry
+from scaler.scheduler.core.ready_queue import ReadyQueue
 from scaler.scheduler.core.store_registry import StoreRegistry
 from scaler.scheduler.core.task_graph import TaskGraph
 from scaler.scheduler.core.task_table import TaskTable
@@ -54,6 +57,77 @@ def _check_lineage(lineage: Lineage, tasks: TaskTable, objects: ObjectTable) -> 
     for object_id in lineage.recipes:
         _require(object_id in stored or lineage.input_refs.get(object_id, 0) > 0,
                  "the recipe of %s is kept though nothing needs it", object_id.hex())
+
+
+def _check_queue(queue: ReadyQueue, clients: dict[bytes, ClientPeer]) -> None:
+    """Each lane holds only its client's tasks of its depth, priority and tags, counted right, the back of
+    each level in the order they became ready; every lane with tasks has exactly one turn, at its virtual time."""
+    tags = queue.tags
+    for (client, depth), lane in queue.lanes.items():
+        _require(lane.client is client and lane.depth == depth, "a lane is filed under another client or depth")
+        _require(clients.get(client.identity) is client, "the queue of %s keeps a lane of a client that left",
+                 sorted(tags))
+        _require(sorted(lane.priorities) == sorted(lane.levels) and len(set(lane.priorities)) == len(lane.priorities),
+                 "a lane's priority heap %s does not list its levels %s", lane.priorities, sorted(lane.levels))
+        _require(_is_heap(lane.priorities), "a lane's priorities are not a heap")
+        _require(lane.head is (lane.levels[lane.priorities[0]] if lane.priorities else None),
+                 "a lane's head is not its highest level")
+        live_count = 0
+        _require(set(lane.fronts) <= set(lane.levels), "a lane counts the front of a level it does not have")
+        for key, level in lane.levels.items():
+            front = lane.fronts.get(key, 0)
+            _require(level and 0 <= front <= len(level) and (key not in lane.fronts or front > 0),
+                     "a level is empty or counts %d in front", front)
+            last_ready = -math.inf
+            for index, record in enumerate(level):
+                if record.canceled:
+                    continue
+                live_count += 1
+                _require(record.client is client and record.signature.nesting_depth == depth
+                         and record.signature.required_tags == tags and -record.priority == key,
+                         "task %#x (priority %d) is queued in another lane or level", record.task_id, record.priority)
+                if index >= front:
+                    _require(record.ready_since >= last_ready, "task %#x is queued behind a task ready later",
+                             record.task_id)
+                    last_ready = record.ready_since
+        _require(live_count == lane.waiting, "a lane holds %d live tasks, its count says %d", live_count, lane.waiting)
+    _require(queue.waiting == sum(lane.waiting for lane in queue.lanes.values()),
+             "the queue of tags %s counts %d tasks, its lanes say otherwise", sorted(tags), queue.waiting)
+    turn_lanes = [turn[3] for turn in queue.turns]
+    _require(len({id(lane) for lane in turn_lanes}) == len(turn_lanes), "a lane has two turns")
+    _require(_is_heap(queue.turns), "the turns are not a heap")
+    lanes = set(map(id, queue.lanes.values()))
+    for neg_depth, virtual, _, lane in queue.turns:
+        _require(id(lane) in lanes, "a turn is given to a lane the queue does not have")
+        _require(-neg_depth == lane.depth and virtual == lane.virtual, "a turn is out of date")
+    for lane in queue.lanes.values():
+        _require(lane.in_turns == any(turn_lane is lane for turn_lane in turn_lanes), "a lane's in_turns is wrong")
+        _require(not lane.waiting or lane.in_turns, "a lane with %d tasks has no turn", lane.waiting)
+
+
+def _is_heap(items: list) -> bool:
+    return all(not items[(index - 1) // 2] > items[index] for index in range(1, len(items)))
+
+
+def _check_client_counts(tasks: TaskTable, clients: dict[bytes, ClientPeer]) -> None:
+    """Each client's counters, and its summary for the monitor, agree with a scan of its tasks."""
+    queued: collections.Counter[bytes] = collections.Counter()
+    oldest: dict[bytes, float] = {}
+    for record in tasks.queued_records():
+        identity = record.client.identity
+        queued[identity] += 1
+        oldest[identity] = min(oldest.get(identity, math.inf), record.ready_since)
+    running = collections.Counter(
+        record.client.identity for record in tasks.records.values() if record.worker is not None
+    )
+    for identity, client in clients.items():
+        _require(client.tasks_queued == queued[identity] and client.tasks_running == running[identity],
+                 "client %r counts %d queued and %d running tasks, a scan says %d and %d", identity,
+                 client.tasks_queued, client.tasks_running, queued[identity], running[identity])
+        summary = tasks.client_summary(client, tasks.now)
+        expected = max(0.0, tasks.now - oldest[identity]) if identity in oldest else 0.0
+        _require(summary == ClientSummary(queued[identity], running[identity], expected),
+                 "client %r's summary %s disagrees with a scan (oldest ready %s)", identity, summary, expected)
 
 
 def _require(condition: object, message: str, *values: object) -> None:
@@ -102,13 +176,7 @@ def check_invariants(
              "the queues hold %d live tasks, their count says %d", len(live_queue), tasks.waiting)
     for tags, queue in tasks.queues.items():
         _require(queue.tags == tags, "the queue of tags %s is filed under %s", sorted(queue.tags), sorted(tags))
-        live = [record for record in queue.records if not record.canceled]
-        _require(len(live) == queue.waiting,
-                 "the queue of tags %s holds %d live tasks, its count says %d", sorted(tags), len(live), queue.waiting)
-        for record in live:
-            _require(record.signature.required_tags == tags,
-                     "task %#x requiring %s is queued with tags %s", record.task_id,
-                     sorted(record.signature.required_tags), sorted(tags))
+        _check_queue(queue, clients)
     queued = {record.task_id for record in live_queue}
     _require(len(queued) == len(live_queue), "a task is queued twice")
     for record in live_queue:
@@ -153,6 +221,7 @@ def check_invariants(
         _require(record.waiting_on == waits,
                  "task %#x waits on %d results, its edges and resends say %d", task_id, record.waiting_on, waits)
     _check_lineage(lineage, tasks, objects)
+    _check_client_counts(tasks, clients)
 
     uses: collections.Counter[bytes] = collections.Counter()
     for record in records.values():

@@ -27,12 +27,16 @@ class ClientPeer:
     id_prefix: int
     last_seen: float
     host_key: str = ""
-    # Its weight in the fair share of worker slots (Client(share=...)): 2.0 gets twice the slots of 1.0.
-    share: float = 1.0
     # Unfinished tasks of this client, so that clear() and a disconnect find them without a scan.
     task_ids: set[int] = dataclasses.field(default_factory=set)
     # Objects this client keeps alive (object_table.py).
     object_ids: set[bytes] = dataclasses.field(default_factory=set)
+    # Its weight in the fair share of free slots between clients (ready_queue.py): 2.0 gets twice the slots
+    # of 1.0 while both have ready tasks.
+    share: float = 1.0
+    # Kept by the ready queues (task_table.py): its tasks queued in the scheduler, and those with a worker.
+    tasks_queued: int = 0
+    tasks_running: int = 0
 
 
 @dataclasses.dataclass(eq=False, slots=True)

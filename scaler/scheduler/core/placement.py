@@ -193,12 +193,15 @@ class Placement:
                 room = [w.free for w in available]
                 served = served_count(loads, room, queue.waiting)
                 shares = water_fill(loads[:served], room[:served], queue.waiting)
+                # One take for the round, so that the clients' turns (ready_queue.py) are shared over all of it.
+                records = tasks.take(queue, sum(shares))
+                start = 0
                 for worker, share in zip(available, shares):
-                    if share:
-                        records = tasks.take(queue, share)
-                        if records:
-                            handed += len(records)
-                            out.append((worker.identity, self._submission_for(worker, records)))
+                    if share and start < len(records):
+                        batch = records[start:start + share]
+                        start += share
+                        handed += len(batch)
+                        out.append((worker.identity, self._submission_for(worker, batch)))
             if handed == 0:
                 return
         self._saturated.discard(queue.tags)

@@ -17,7 +17,8 @@ core it concerns:
     object_lifetime/   how long objects live: object_table.py (objects, their owners and users, which
                        worker holds which, when one is freed) and lineage.py (lost stored objects:
                        results run again, client objects asked for again)
-    ready_queue.py     the ready tasks of one set of required worker tags
+    ready_queue.py     the ready tasks of one set of required worker tags, and which client's turn it is
+    client_lane.py     one client's ready tasks in a queue, by priority
     tag_waits.py       when tasks that may wait only so long for a worker with their tags are due
     placement.py       which worker gets which task, and balancing between workers
     result_router.py   one results message per client per event

@@ -1,9 +1,9 @@
 """A client's submitTasks: which groups are accepted, and where each accepted task goes (PROTOCOL.md §6).
 
 Each group is checked as a whole; a group that fails a check is rejected task by task, with the reason,
-and the others go on. An accepted task becomes a TaskRecord and goes to one of three places: parked on
-its dependencies (task_graph.py), the front of the queue (nested tasks: their parents hold processors
-until they finish), or the back of the queue.
+and the others go on. An accepted task becomes a TaskRecord and is either parked on its dependencies
+(task_graph.py) or queued in its client's lane of the ready queue of its tags (ready_queue.py), at the
+back of its priority level: nested tasks (nestingDepth > 0) have lanes of their own, served first.
 """
 
 from __future__ import annotations
@@ -50,9 +50,8 @@ class TaskIntake:
         lineage = tasks.lineage if tasks.lineage is not None and tasks.lineage.lost else None
         limit = self._max_tasks_waiting
         quiet_ids = set(submission.quiet_task_ids)
-        # Queued per tag set at the end, nested ones ahead (ready_queue.py).
-        ready_by_tags: dict[Tags, list[TaskRecord]] = {}
-        nested_by_tags: dict[Tags, list[TaskRecord]] = {}
+        # The ready tasks of each accepted group, queued at the end (ready_queue.py: into the client's lane).
+        runs: list[tuple[Tags, TaskSignature, int, list[TaskRecord]]] = []
         accepted = 0
         for group in submission.groups:
             problem = self._check_group(client, group)
@@ -68,12 +67,9 @@ class TaskIntake:
                 continue
             signature = TaskSignature.of_group(group)
             tags = signature.required_tags
-            ready = ready_by_tags.get(tags)
-            if ready is None:
-                ready = ready_by_tags[tags] = []
-            nested = nested_by_tags.get(tags)
-            if nested is None:
-                nested = nested_by_tags[tags] = []
+            ready: list[TaskRecord] = []
+            # Until TaskGroup carries a priority (the "api" change sets it from the wire).
+            priority: int = getattr(group, "priority", 0)
             if group.wait_for_tags_ms and tags:
                 self._tag_waits.add(now + group.wait_for_tags_ms / 1000, tags, group.task_ids)
             accepted += len(group.task_ids)
@@ -85,10 +81,12 @@ class TaskIntake:
             for index, task_id in enumerate(group.task_ids):
                 record = TaskRecord(
                     task_id=task_id, client=client, signature=signature, args=args[index * width:(index + 1) * width],
-                    priority=priority,
+                    priority=priority, ready_since=now,
                 )
                 if quiet_ids and task_id in quiet_ids:
                     record.quiet = True
+                if priority:
+                    record.priority = priority
                 if objects_by_row:
                     record.object_slots = objects_by_row.get(index)
                 records[task_id] = record
@@ -98,16 +96,13 @@ class TaskIntake:
                     self._graph.park(record, row_refs)
                 elif lineage is not None and lineage.hold_back(record, router):
                     pass  # it names a lost object: it waits for it to come back (or failed)
-                elif group.nesting_depth:
-                    nested.append(record)
                 else:
                     ready.append(record)
+            runs.append((tags, signature, priority, ready))
             self._objects.claim_for_group(client, signature, group)
             self._counters["tasks_submitted"] += len(group.task_ids)
-        for tags, nested in nested_by_tags.items():
-            tasks.queue_group(tags, nested, at_front=True)
-        for tags, ready in ready_by_tags.items():
-            tasks.queue_group(tags, ready)
+        for tags, signature, priority, ready in runs:
+            tasks.queue_run(tags, client, signature.nesting_depth, priority, ready)
 
     def _check_group(self, client: ClientPeer, group: m.TaskGroup) -> str | None:
         """Why the group is rejected, or None."""

@@ -16,11 +16,8 @@ class TaskRecord:
     # Shared by the tasks of one submitted group.
     signature: TaskSignature
     args: list[Buffer]
-    priority: int = 0
     # The worker holding it (task_table.py); None while it waits in the queue or on its dependencies.
     worker: WorkerPeer | None = None
-    # task_table.py: when it last went into a ready queue, by the core's clock (the feed's oldest wait).
-    ready_since: float = 0.0
     # crash_blame.py: how many processors or workers died while running it.
     crashes: int = 0
     # crash_blame.py: held by a worker that died, so maybe running then; its next worker must report its
@@ -41,5 +38,9 @@ class TaskRecord:
     quiet: bool = False
     # Argument slots holding object ids; the worker must hold those objects before it runs the task.
     object_slots: list[int] | None = None
+    # Higher runs first among its client's ready tasks (client_lane.py); equal ones in submission order.
+    priority: int = 0
+    # task_table.py: the `now` it was last queued at, for how long a client's oldest ready task has waited.
+    ready_since: float = 0.0
     # Stored results it received through graph edges: their use by this task ends when it does (object_table.py).
     result_objects: list[bytes] | None = None

@@ -4,7 +4,7 @@ A task is in exactly one of three places: with a worker (`record.worker`), in th
 required tags (ready_queue.py), or parked on its dependencies (task_graph.py). It leaves the table when
 it ends, leaving nothing behind: a success (its result goes to its client and into its dependents), a
 failure (which every task waiting on it shares), or a cancel. A task a worker gives back unfinished goes
-to the front of its queue.
+back ahead of its equals (same client, depth and priority) in its queue.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from scaler.protocol import messages as m
 from scaler.scheduler.core import crash_blame
-from scaler.scheduler.core.client_summary import NO_WORK, ClientSummary
+from scaler.scheduler.core.client_summary import ClientSummary
 from scaler.scheduler.core.outgoing import Outgoing
 from scaler.scheduler.core.peer_registry import ClientPeer, WorkerPeer
 from scaler.scheduler.core.ready_queue import NO_TAGS, ReadyQueue, Tags
@@ -43,8 +43,7 @@ class TaskTable:
         self.queues: dict[Tags, ReadyQueue] = {NO_TAGS: ReadyQueue(NO_TAGS)}
         # The unfinished tasks in all queues.
         self.waiting = 0
-        # The time of the event the core is handling (scheduler_core.py sets it first): tasks queued while
-        # it is handled became ready then.
+        # The time of the input being handled (the core sets it): when queued tasks became ready.
         self.now = 0.0
         self._graph = graph
         self._dependents = graph.dependents
@@ -63,37 +62,47 @@ class TaskTable:
         return queue
 
     def queue_group(self, tags: Tags, records: list[TaskRecord], at_front: bool = False) -> None:
-        """Tasks that all require `tags`: at the back of their queue, or ahead of everything in it keeping
-        their own order."""
+        """Tasks that all require `tags`, into their clients' lanes (ready_queue.py): at the back of their
+        priority level, or ahead of their equals keeping their own order."""
         if not records:
             return
-        now = self.now
-        for record in records:
-            record.ready_since = now
         queue = self.queue_for(tags)
-        if at_front:
-            queue.records.extendleft(reversed(records))
-        else:
-            queue.records.extend(records)
-        queue.waiting += len(records)
+        now = self.now
+        # Runs of one signature (one client and depth) and one priority go in together: a map is one run.
+        first = records[0]
+        signature = first.signature
+        priority = first.priority
+        start = 0
+        for index, record in enumerate(records):
+            record.ready_since = now
+            if record.signature is not signature or record.priority != priority:
+                run = records[start:index]
+                queue.put(run[0].client, signature.nesting_depth, priority, run, at_front)
+                signature, priority, start = record.signature, record.priority, index
+        run = records[start:] if start else records
+        queue.put(run[0].client, signature.nesting_depth, priority, run, at_front)
         self.waiting += len(records)
+
+    def queue_run(self, tags: Tags, client: ClientPeer, depth: int, priority: int, records: list[TaskRecord]) -> None:
+        """Newly accepted tasks of one client, depth and priority, whose `ready_since` is set: at the back of
+        their level, with no per-task work beyond the deque's."""
+        if records:
+            self.queue_for(tags).put(client, depth, priority, records, False)
+            self.waiting += len(records)
 
     def queue_at_back(self, records: list[TaskRecord]) -> None:
         for tags, group in self._by_tags(records).items():
             self.queue_group(tags, group)
 
     def queue_at_front(self, records: list[TaskRecord]) -> None:
-        """Ahead of everything queued with the same tags, keeping their own order."""
+        """Ahead of their equals (same client, depth and priority) with the same tags, keeping their order."""
         for tags, group in self._by_tags(records).items():
             self.queue_group(tags, group, at_front=True)
 
     def unqueue(self, task_ids: set[int]) -> None:
         """These queued tasks wait for something again (lineage.py): out of their queues. Rare: it rebuilds them."""
         for queue in self.queues.values():
-            queue.records = collections.deque(
-                record for record in queue.records if not record.canceled and record.task_id not in task_ids
-            )
-            queue.waiting = len(queue.records)
+            queue.keep_only(lambda record: record.task_id not in task_ids)
         self.waiting = sum(queue.waiting for queue in self.queues.values())
 
     @staticmethod
@@ -109,45 +118,32 @@ class TaskTable:
         return grouped
 
     def take(self, queue: ReadyQueue, count: int) -> list[TaskRecord]:
-        """Up to `count` tasks off the front of the queue, for a worker."""
-        queued = queue.records
-        records: list[TaskRecord] = []
-        while queued and len(records) < count:
-            record = queued.popleft()
-            if not record.canceled:
-                records.append(record)
-        queue.waiting -= len(records)
+        """Up to `count` tasks of the queue, whose turn it is, for workers: they count as running from now."""
+        records = queue.take(count)
         self.waiting -= len(records)
         return records
 
     def queue_entries(self) -> int:
         """Entries in all queues, finished ones not yet skipped included (what they cost in memory)."""
-        return sum(len(queue.records) for queue in self.queues.values())
+        return sum(queue.entries() for queue in self.queues.values())
 
     def queued_records(self) -> list[TaskRecord]:
         """Every unfinished queued task, queue by queue (for the tests and the invariants)."""
-        return [record for queue in self.queues.values() for record in queue.records if not record.canceled]
+        return [record for queue in self.queues.values() for record in queue.records()]
 
     def client_summary(self, client: ClientPeer, now: float) -> ClientSummary:
-        """The client's queued and running tasks and its oldest queued task's wait, for the monitor feed.
-
-        A scan of the client's unfinished tasks: about once a second, it costs what a few submissions
-        cost. A task is queued when no worker holds it and it waits on nothing (the three places above).
-        """
-        if not client.task_ids:
-            return NO_WORK
-        records = self.records
-        queued = running = 0
-        oldest = now
-        for task_id in client.task_ids:
-            record = records[task_id]
-            if record.worker is not None:
-                running += 1
-            elif record.waiting_on == 0:
-                queued += 1
-                if record.ready_since < oldest:
-                    oldest = record.ready_since
-        return ClientSummary(queued=queued, running=running, oldest_ready_seconds=max(0.0, now - oldest))
+        """The client's tasks for the monitor, from the counters the queues keep and the fronts of its lanes."""
+        oldest: float | None = None
+        for queue in self.queues.values():
+            for (owner, _), lane in queue.lanes.items():
+                if owner is client and lane.waiting:
+                    ready_since = lane.oldest_ready()
+                    if ready_since is not None and (oldest is None or ready_since < oldest):
+                        oldest = ready_since
+        return ClientSummary(
+            queued=client.tasks_queued, running=client.tasks_running,
+            oldest_ready_seconds=max(0.0, now - oldest) if oldest is not None else 0.0,
+        )
 
     # ------------------------------------------------------------------------------------------ endings
 
@@ -157,10 +153,11 @@ class TaskTable:
         record.client.task_ids.discard(record.task_id)
         if record.worker is not None:
             record.worker.assigned.pop(record.task_id, None)
+            record.client.tasks_running -= 1
         elif record.waiting_on == 0:
             record.canceled = True  # still in the queue; take() skips it
             self.waiting -= 1
-            self.queues[record.signature.required_tags].waiting -= 1
+            self.queues[record.signature.required_tags].ended(record)
         if record.result_objects is not None:
             self._objects.end_uses(record.result_objects)
         # The graph's edges dict read directly, not through a method: this runs once for every task.
@@ -217,7 +214,7 @@ class TaskTable:
                     pending.append((dependent, dataclasses.replace(current_failure, task_id=dependent.task_id)))
 
     def requeue(self, records: list[TaskRecord], router: ResultRouter) -> None:
-        """Unfinished tasks a worker no longer holds go to the front of the queue, keeping their order; one
+        """Unfinished tasks a worker no longer holds go back ahead of their equals, keeping their order; one
         whose cancel was pending ends canceled instead."""
         requeued = []
         for record in records:
@@ -228,6 +225,7 @@ class TaskTable:
             if record.worker is not None:
                 record.worker.assigned.pop(record.task_id, None)
                 record.worker = None
+                record.client.tasks_running -= 1
             record.started = False  # crash_blame.py: wherever it runs next, it has not started there
             if self.lineage is not None and self.lineage.hold_back(record, router):
                 continue  # an input of it was lost: it waits for it to come back (or failed)
@@ -304,6 +302,8 @@ class TaskTable:
             if record.worker is not None:
                 per_worker.setdefault(record.worker.identity, []).append(task_id)
             self.forget(record)
+        for queue in self.queues.values():
+            queue.drop_client(client)
         out.extend(
             (identity, m.CancelTasks(task_ids=held, force=force)) for identity, held in per_worker.items()
         )
