@@ -5,10 +5,6 @@ of several priorities behind it, waits until the scheduler's monitor feed counts
 lets the blocker end. The worker then runs them one by one, each appending its label to a file: the order
 in that file is the order the scheduler chose. Submission order always differs from the expected order,
 so a priority that is lost or ignored on the way fails the test.
-
-The order assertions hold once the scheduler core orders ready tasks by `TaskRecord.priority` (issue 25,
-"fair"); until it does they run and fail, as `ordered_by_the_scheduler` marks them (strict: once the
-ordering is in they pass, which fails the run until the mark is removed).
 """
 
 from __future__ import annotations
@@ -31,12 +27,6 @@ from tests.integration.waiting import wait_for_file
 pytestmark = pytest.mark.timeout(120)
 
 GATE_SECONDS = 60.0
-
-# Remove when the scheduler core orders a client's ready tasks by priority (issue 25, helper "fair").
-ordered_by_the_scheduler = pytest.mark.xfail(
-    strict=True, raises=AssertionError, reason="the scheduler core does not order by TaskRecord.priority yet"
-)
-
 
 def hold(gate: str) -> str:
     """The blocker: says it started, then holds the worker until the test opens the gate."""
@@ -143,7 +133,6 @@ def in_background(call: Callable[[], Any]) -> Callable[[], Any]:
     return join
 
 
-@ordered_by_the_scheduler
 def test_submit_map_and_get_priorities(client: Client, held: HeldWorker) -> None:
     log = held.log
     client.submit(record, log, "low")
@@ -158,7 +147,6 @@ def test_submit_map_and_get_priorities(client: Client, held: HeldWorker) -> None
     assert {key: future.result() for key, future in futures.items()} == {"k1": "graph", "k2": "keyed"}
 
 
-@ordered_by_the_scheduler
 def test_executor_priorities(client: Client, held: HeldWorker) -> None:
     from scaler.compat.futures import ScalerExecutor
 
@@ -173,7 +161,6 @@ def test_executor_priorities(client: Client, held: HeldWorker) -> None:
         assert (default.result(), given.result(), list(mapped)) == ("executor", "given", ["map"])
 
 
-@ordered_by_the_scheduler
 def test_joblib_priority(client: Client, held: HeldWorker) -> None:
     joblib = pytest.importorskip("joblib")
     import scaler.compat.joblib  # noqa: F401  (registers the backend)
@@ -192,7 +179,6 @@ def test_joblib_priority(client: Client, held: HeldWorker) -> None:
         assert joined() == ["joblib"]
 
 
-@ordered_by_the_scheduler
 def test_dask_annotations_and_get_priority(client: Client, held: HeldWorker) -> None:
     dask = pytest.importorskip("dask")
     import scaler
