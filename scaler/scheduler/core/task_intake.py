@@ -68,8 +68,8 @@ class TaskIntake:
             signature = TaskSignature.of_group(group)
             tags = signature.required_tags
             ready: list[TaskRecord] = []
-            # Until TaskGroup carries a priority (the "api" change sets it from the wire).
-            priority: int = getattr(group, "priority", 0)
+            # One priority per group: the client puts tasks of different priorities in different groups.
+            priority: int = group.priority
             if group.wait_for_tags_ms and tags:
                 self._tag_waits.add(now + group.wait_for_tags_ms / 1000, tags, group.task_ids)
             accepted += len(group.task_ids)
@@ -77,7 +77,6 @@ class TaskIntake:
             args = group.args
             refs_by_row = references_by_row(group) if group.ref_task_ids else {}
             objects_by_row = slots_by_row(group.object_arg_indices, group.args_per_task)
-            priority = group.priority
             for index, task_id in enumerate(group.task_ids):
                 record = TaskRecord(
                     task_id=task_id, client=client, signature=signature, args=args[index * width:(index + 1) * width],
@@ -85,8 +84,6 @@ class TaskIntake:
                 )
                 if quiet_ids and task_id in quiet_ids:
                     record.quiet = True
-                if priority:
-                    record.priority = priority
                 if objects_by_row:
                     record.object_slots = objects_by_row.get(index)
                 records[task_id] = record
