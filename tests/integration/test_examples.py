@@ -97,7 +97,7 @@ EXPECTED: dict[str, Callable[[str], None]] = {
     "dask_array.py": check_dask_array,
     "send_object.py": printed_is("1", "2"),
     "nested_client.py": printed_is("8"),  # fibonacci(6), as run here (ARGUMENTS)
-    "graphtask_nested_client.py": printed_is("8"),
+    "graphtask_nested_client.py": printed_is("5"),  # fibonacci(5)
     "disconnect_client.py": printed_is(),
     "task_profiling.py": check_task_profiling,
     "custom_serializer.py": printed_is("3", "6"),
@@ -111,7 +111,7 @@ CALCULATE_TASKS = 10_000
 ARGUMENTS: dict[str, tuple[str, ...]] = {
     "calculate.py": (str(CALCULATE_TASKS),),
     "nested_client.py": ("6",),
-    "graphtask_nested_client.py": ("6",),
+    "graphtask_nested_client.py": ("5",),
 }
 
 
