@@ -1,5 +1,7 @@
 """This example shows how to build graph dynamically in the remote side"""
 
+import sys
+
 from scaler import Client
 from scaler.cluster.combo import SchedulerClusterCombo
 
@@ -28,16 +30,16 @@ def fibonacci(clnt: Client, n: int):
         return a.result() + b.result()
 
 
-def main():
+def main(n: int = 8):
     # For an explanation on how SchedulerClusterCombo and Client work, please see simple_client.py
     cluster = SchedulerClusterCombo(n_workers=10)
 
     with Client(address=cluster.get_address()) as client:
-        result = client.submit(fibonacci, client, 8).result()
-        print(result)  # 21
+        result = client.submit(fibonacci, client, n).result()
+        print(result)  # 21 for n = 8 (`python examples/graphtask_nested_client.py N` computes fibonacci(N))
 
     cluster.shutdown()
 
 
 if __name__ == "__main__":
-    main()
+    main(*map(int, sys.argv[1:2]))

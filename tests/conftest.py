@@ -12,7 +12,7 @@ import cloudpickle
 import psutil
 import pytest
 
-from tests import installed_scaler
+from tests import installed_scaler, session_tmpdir
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -28,15 +28,26 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         _skipped.append(f"{report.nodeid}: {report.longrepr[-1] if isinstance(report.longrepr, tuple) else ''}")
 
 
+@pytest.hookimpl(trylast=True)  # after tests/integration/conftest.py has stopped the background sessions
 def pytest_sessionfinish(session: pytest.Session) -> None:
     if os.environ.get(FORBID_SKIPS_VARIABLE) == "1" and _skipped:
         sys.stderr.write(f"\n{FORBID_SKIPS_VARIABLE}=1 and {len(_skipped)} tests skipped (they did not run):\n  "
                          + "\n  ".join(_skipped) + "\n")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    left = session_tmpdir.leftovers()
+    session_tmpdir.finish()
+    if left:
+        sys.stderr.write(f"\nthe tests' processes left {len(left)} temporary entries that nobody removes (give "
+                         "each an owner, e.g. a tmp_path-based dask temporary_directory):\n  "
+                         + "\n  ".join(left) + "\n")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """Under .ci/run, stop before the first test unless every `scaler` the tests import is the installed wheel."""
+    """Every process the tests start gets the session's own temporary directory (tests/session_tmpdir.py).
+
+    Under .ci/run, stop before the first test unless every `scaler` the tests import is the installed wheel."""
+    session_tmpdir.start()
     if not installed_scaler.install_required():
         return
     import scaler
@@ -112,6 +123,15 @@ def no_leftover_processes() -> Iterator[None]:
         except psutil.NoSuchProcess:
             pass
     assert not leftovers, f"processes left behind: {[_describe(child) for child in leftovers]}"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def no_leftover_temporary_entries() -> Iterator[None]:
+    """What a module's processes leave in the session's temporary directory for nobody to remove fails its last test."""
+    before = set(session_tmpdir.leftovers())
+    yield
+    left = [entry for entry in session_tmpdir.leftovers() if entry not in before]
+    assert not left, f"temporary entries left behind, which nobody removes: {left}"
 
 
 def child_python_environment() -> dict[str, str]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
-import threading
 import weakref
 from collections.abc import Hashable, Mapping
 from typing import Any, Callable, Iterable
@@ -22,6 +21,7 @@ from scaler.client.progress import wait_for_futures_with_progress, wait_with_pro
 from scaler.client.result_sinks import MapCollector
 from scaler.client.shared_arguments import RepeatedArguments, SharedArguments
 from scaler.client.stored_arguments import StoredArguments, stored_arguments_of
+from scaler.client.unpickled_clients import UnpickledClients
 from scaler.client.worker_drain import DrainResult, drain_request, drain_result
 from scaler.errors import PayloadTooLargeError, ProtectedModeError
 from scaler.protocol import messages as m
@@ -445,27 +445,19 @@ class ClientSettings:
                 serializer_class.__module__, serializer_class.__qualname__)
 
 
-# Clients rebuilt from a pickle, one per scheduler and settings in this process: every task on a worker
-# that receives "the client" shares one connection instead of opening its own.
-_unpickled_clients: dict[tuple, Client] = {}
-_unpickled_clients_lock = threading.Lock()
+_unpickled_clients: UnpickledClients[Client] = UnpickledClients()
 
 
 def _reconnect(settings: ClientSettings) -> Client:
-    key = settings.reuse_key()
-    with _unpickled_clients_lock:
-        client = _unpickled_clients.get(key)
-        if client is None or not client.is_connected:
-            client = _unpickled_clients[key] = Client(
-                address=settings.address,
-                serializer=settings.serializer,
-                timeout_seconds=settings.timeout_seconds,
-                heartbeat_interval_seconds=settings.heartbeat_interval_seconds,
-                name=settings.name,
-                profiling=settings.profiling,
-                curve_server_key=settings.curve_server_key,
-                curve_secret_key=settings.curve_secret_key,
-                wait_for_tags_seconds=settings.wait_for_tags_seconds,
-                share=settings.share,
-            )
-        return client
+    return _unpickled_clients.shared(settings.reuse_key(), lambda: Client(
+        address=settings.address,
+        serializer=settings.serializer,
+        timeout_seconds=settings.timeout_seconds,
+        heartbeat_interval_seconds=settings.heartbeat_interval_seconds,
+        name=settings.name,
+        profiling=settings.profiling,
+        curve_server_key=settings.curve_server_key,
+        curve_secret_key=settings.curve_secret_key,
+        wait_for_tags_seconds=settings.wait_for_tags_seconds,
+        share=settings.share,
+    ))

@@ -21,17 +21,19 @@ class PayloadLimits:
         self.inline_budget = max_control_frame_bytes // 2
 
     def check_payload(self, payload: m.Buffer, what: str) -> None:
-        """Raise PayloadTooLargeError for a payload over the scheduler's limit per frame."""
+        """Raise PayloadTooLargeError for a payload at or over the scheduler's limit per frame."""
         self.check_size(len(payload), what)
 
     def check_size(self, size: int, what: str) -> None:
-        """Raise PayloadTooLargeError for a payload of `size` bytes over the scheduler's limit per frame, also when
-        it goes through a store: a stored object comes back on the control path when its store fails, and a
-        payload this large is better refused at the call than read, copied and lent first."""
+        """Raise PayloadTooLargeError for a payload of `size` bytes at or over the scheduler's limit per frame, also
+        when it goes through a store: a stored object comes back on the control path when its store fails, and a
+        payload this large is better refused at the call than read, copied and lent first. A payload must stay
+        under the limit (PROTOCOL.md §10), so one exactly at it is refused too."""
         limit = self._max_frame_bytes
-        if limit and size > limit:
+        if limit and size >= limit:
             raise PayloadTooLargeError(
-                f"{what} of {size:,} bytes is over the scheduler's limit of {limit:,} bytes per frame "
+                f"{what} of {size:,} bytes is {'at' if size == limit else 'over'} the scheduler's limit of "
+                f"{limit:,} bytes per frame "
                 "(--max-message-size-bytes); send less per task, or start the scheduler with a higher limit"
             )
 

@@ -69,8 +69,8 @@ SCHEDULER = OptionTable(
             "max_message_size_bytes", 4 * 1024**3, FRAME_BYTES_OR_UNLIMITED,
             "a peer sending a larger frame is disconnected before it is read (-1: no limit)",
             doc="It is disconnected inside zmq, before the scheduler allocates the frame. Announced to peers: clients "
-            "raise `PayloadTooLargeError` for larger arguments, objects and functions, and a larger result fails its "
-            "task.",
+            "raise `PayloadTooLargeError` for arguments, objects and functions of that size or more, and such a result "
+            "fails its task.",
         ),
         Option(
             "max_control_frame_bytes", 256 * 1024**2, FRAME_BYTES,

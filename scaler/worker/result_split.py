@@ -26,10 +26,10 @@ class SizeLimits:
     max_control_frame_bytes: int = 0
 
     def admit(self, frames: list[m.Buffer]) -> bool:
-        """Whether the scheduler reads these frames as they are."""
+        """Whether these frames go as they are: a frame at the frame limit is refused too (PROTOCOL.md §10)."""
         if self.max_control_frame_bytes and len(frames[0]) > self.max_control_frame_bytes:
             return False
-        return not self.max_frame_bytes or max(map(len, frames)) <= self.max_frame_bytes
+        return not self.max_frame_bytes or max(map(len, frames)) < self.max_frame_bytes
 
 
 def split_results(results: m.TaskResults, limits: SizeLimits) -> tuple[list[m.TaskResults], int]:
@@ -44,7 +44,7 @@ def split_results(results: m.TaskResults, limits: SizeLimits) -> tuple[list[m.Ta
     failures = list(results.failures)
     successes = []
     for task_id, payload in zip(results.succeeded_ids, results.payloads):
-        if frame_limit and len(payload) > frame_limit:
+        if frame_limit and len(payload) >= frame_limit:  # at the limit too, as the client refuses arguments
             failures.append(_too_large(task_id, len(payload), frame_limit))
         else:
             successes.append((task_id, payload))
@@ -92,8 +92,9 @@ def split_results(results: m.TaskResults, limits: SizeLimits) -> tuple[list[m.Ta
 
 def _too_large(task_id: int, size: int, frame_limit: int) -> m.TaskFailure:
     text = (
-        f"the result is {size:,} bytes, over the scheduler's limit of {frame_limit:,} bytes per "
-        "frame (--max-message-size-bytes); return less, or store it elsewhere and return its location"
+        f"the result is {size:,} bytes, {'at' if size == frame_limit else 'over'} the scheduler's limit of "
+        f"{frame_limit:,} bytes per frame (--max-message-size-bytes); return less, or store it elsewhere and "
+        "return its location"
     )
     return m.TaskFailure(
         task_id=task_id, kind=m.FailureKind.RAISED, type_name="scaler.errors.PayloadTooLargeError",

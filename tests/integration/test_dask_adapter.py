@@ -8,6 +8,8 @@ from __future__ import annotations
 import collections
 import operator
 import os
+import pathlib
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -53,6 +55,17 @@ def on_the_test_cluster(module_client: Client) -> Iterator[Client]:
     """Every test of this module computes on the module's cluster unless it chooses otherwise."""
     with use(module_client):
         yield module_client
+
+
+@pytest.fixture(autouse=True)
+def shuffles_in_tmp_path(tmp_path: pathlib.Path) -> Iterator[None]:
+    """dask's disk shuffles (merges, bag groupbys) keep their data in a partd directory that only an exit through
+    atexit removes, in the processor that made it, which a worker stops without: this test owns them."""
+    directory = tmp_path / "dask-temporary"
+    directory.mkdir()
+    with dask.config.set(temporary_directory=str(directory)):
+        yield
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 def same_as_sync(*collections: Any) -> tuple:

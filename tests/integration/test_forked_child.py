@@ -8,15 +8,19 @@ for real and waited for with a deadline, after which it is killed and the test f
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import multiprocessing.connection
 import os
+import pickle
 import subprocess
 import sys
 import textwrap
+import threading
 from typing import Any, Callable, Iterator
 
 import pytest
+import zmq
 from joblib import Parallel, delayed, parallel_config
 
 from scaler import Client, SchedulerClusterCombo
@@ -116,6 +120,44 @@ def test_a_client_made_in_the_parent_fails_at_once_in_a_forked_child(client: Cli
         assert "cannot be used in a forked child" in outcome[2] and "create a new Client in the child" in outcome[2]
     assert in_forked_child(new_client_in_child, client.address) == ("returned", 3)
     assert client.submit(abs, -6).result(timeout=30) == 6  # the children left the parent's client alone
+
+
+def unpickle_and_submit(pickled: bytes) -> int:
+    client = pickle.loads(pickled)
+    try:
+        return client.submit(abs, -7).result(timeout=30)
+    finally:
+        client.disconnect()
+
+
+def test_a_client_unpickled_in_a_child_forked_while_another_thread_unpickles_one_connects(
+    client: Client, combo: SchedulerClusterCombo
+) -> None:
+    """A task given "the client" rebuilds it from its pickle, one per process and settings, under a lock held
+    while it connects: a child forked by another thread meanwhile must not inherit that lock held."""
+    context = zmq.Context()
+    silent = context.socket(zmq.ROUTER)  # a scheduler that never welcomes: the unpickling thread waits on it
+    port = silent.bind_to_random_port("tcp://127.0.0.1")
+    reconnect, (settings,) = client.__reduce__()
+    slow = dataclasses.replace(settings, address=f"tcp://127.0.0.1:{port}", timeout_seconds=3.0)
+    ended: list[BaseException] = []
+
+    def unpickle_slowly() -> None:
+        try:
+            reconnect(slow)
+        except Exception as error:  # noqa: BLE001 - only its end matters here
+            ended.append(error)
+
+    unpickling = threading.Thread(target=unpickle_slowly, daemon=True)
+    try:
+        unpickling.start()
+        assert silent.poll(30_000), "the unpickled client never said hello"  # it connects, holding the lock
+        assert in_forked_child(unpickle_and_submit, pickle.dumps(client)) == ("returned", 7)
+    finally:
+        unpickling.join(30)
+        silent.close(linger=0)
+        context.term()
+    assert not unpickling.is_alive() and [type(error).__name__ for error in ended] == ["ConnectionFailedError"]
 
 
 # ---------------------------------------------------------------------------------------------- the adapters' choice

@@ -72,6 +72,18 @@ def test_an_argument_over_the_frame_limit_raises_at_submit(client: Client, kind:
     assert client.submit(size_of, kind(FRAME_LIMIT - 4096)).result(timeout=30) == FRAME_LIMIT - 4096
 
 
+def test_an_argument_exactly_at_the_frame_limit_raises_and_one_byte_less_goes_through(client: Client) -> None:
+    with pytest.raises(PayloadTooLargeError) as raised:  # its message names the serialized size: the framing
+        client.submit(size_of, bytearray(OVER_FRAME))
+    named = re.search(r"an argument of ([\d,]+) bytes", str(raised.value))
+    assert named is not None
+    framing = int(named.group(1).replace(",", "")) - OVER_FRAME
+    at_limit = FRAME_LIMIT - framing
+    with pytest.raises(PayloadTooLargeError, match="of 1,048,576 bytes is at the scheduler's limit of 1,048,576 "):
+        client.submit(size_of, bytearray(at_limit))
+    assert client.submit(size_of, bytearray(at_limit - 1)).result(timeout=30) == at_limit - 1
+
+
 def test_send_object_map_and_get_over_the_frame_limit_raise_at_the_call(client: Client) -> None:
     with pytest.raises(PayloadTooLargeError, match="object 'big'"):
         client.send_object(bytearray(OVER_FRAME), name="big")

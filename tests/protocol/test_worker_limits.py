@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 
+from tests.protocol import wire
 from tests.protocol.conftest import StartWorker
 from tests.protocol.dialects import Dialect
 from tests.protocol.fake_scheduler import FakeScheduler
@@ -24,6 +25,24 @@ def test_a_result_over_the_frame_limit_fails_its_task(
     assert outcomes[too_large].type_name.endswith("PayloadTooLargeError")
     assert outcomes[fine].succeeded and len(outcomes[fine].value) == 50_000
     assert all(len(frame) <= 100_000 for message in link.result_messages for frame in message.frames)
+
+
+def test_a_result_exactly_at_the_frame_limit_fails_its_task_and_one_byte_less_arrives(
+    start: StartWorker, scheduler: FakeScheduler, dialect: Dialect
+) -> None:
+    """§10: a result must stay under maxFrameBytes: one of exactly that size fails as PayloadTooLargeError too."""
+    start()
+    link = scheduler.accept()
+    link.welcome(maxFrameBytes=100_000)
+    [probe] = link.submit(dialect, "echo", [(bytes(70_000),)])
+    assert link.outcomes(dialect, [probe])[probe].succeeded
+    [payload] = wire.results_of(link.result_messages[-1])[0].values()
+    at_limit = 100_000 - (len(payload) - 70_000)  # the worker's own framing of a bytes result
+    too_large, fine = link.submit(dialect, "echo", [(os.urandom(at_limit),), (os.urandom(at_limit - 1),)])
+    outcomes = link.outcomes(dialect, [too_large, fine])
+    assert outcomes[too_large].kind == "raised"
+    assert outcomes[too_large].type_name.endswith("PayloadTooLargeError")
+    assert outcomes[fine].succeeded and len(outcomes[fine].value) == at_limit - 1
 
 
 def test_results_are_split_under_the_control_frame_limit(

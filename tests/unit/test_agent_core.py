@@ -432,6 +432,18 @@ def test_a_result_over_the_frame_limit_fails_as_payload_too_large_and_the_others
     agent.check()
 
 
+def test_a_result_exactly_at_the_frame_limit_fails_too_and_one_byte_under_goes_through(agent: SimulatedAgent) -> None:
+    agent.welcome(max_frame_bytes=10_000)
+    at_limit, under = agent.submit(2)
+    results = m.TaskResults(succeeded_ids=[at_limit, under], payloads=[b"x" * 10_000, b"y" * 9_999], failures=[])
+    agent.answer_batch(agent.active(), results)
+    failure = agent.failures(m.FailureKind.RAISED)[at_limit]
+    assert failure.type_name == "scaler.errors.PayloadTooLargeError"
+    assert "10,000 bytes, at the scheduler's limit of 10,000 bytes" in failure.message
+    assert agent.outcomes[under] == [("ok", b"y" * 9_999)]
+    agent.check()
+
+
 def test_results_over_the_control_limit_go_in_parts_each_with_its_tasks_warnings(agent: SimulatedAgent) -> None:
     agent.welcome(max_control_frame_bytes=2_000)
     task_ids = agent.submit(20)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 from scaler.protocol import messages as m
+from scaler.scheduler.core.object_lifetime.lineage import MAX_RESENDS
 from tests.unit.core_harness import FUNCTION_ID, FUNCTION_PAYLOAD, SimClient, SimStore, SimulatedCluster, SimWorker
 
 STORE_A = "tcp://10.0.0.1:5000"
@@ -115,6 +116,31 @@ def test_a_client_object_its_store_lost_is_asked_for_again_and_fails_its_tasks_w
         [(kind, failure)] = client.outcomes[task_id]
         assert kind == "failed" and failure.type_name == "scaler.errors.ObjectLostError"
         assert object_id.hex() in failure.message
+
+
+def test_a_client_object_lost_again_after_every_resend_fails_its_tasks_after_the_last_allowed_resend() -> None:
+    """A lent object its store cannot read while its lender lives is reported lost after each resend: the
+    scheduler asks for it MAX_RESENDS times, then fails its tasks naming it instead of asking forever."""
+    cluster = SimulatedCluster()
+    store_a = cluster.add_store(STORE_A)
+    client = cluster.add_client()
+    object_id = b"o" * 16
+    task_ids = _submit_with_client_object(cluster, client, object_id, STORE_A)
+
+    for _ in range(MAX_RESENDS):
+        cluster.send(store_a.identity, m.ObjectsLost(object_ids=[object_id]))
+        assert client.received(m.ResendObjects)[-1].object_ids == [object_id]
+        assert all(task_id not in client.outcomes for task_id in task_ids)
+        cluster.send(client.identity, m.TaskSubmission(objects=[  # lent again, to the same store
+            m.ObjectPayload(object_id=object_id, payload=b"", name="big", size=BIG, holder=STORE_A)
+        ], groups=[]))
+    cluster.send(store_a.identity, m.ObjectsLost(object_ids=[object_id]))
+
+    assert len(client.received(m.ResendObjects)) == MAX_RESENDS
+    for task_id in task_ids:
+        [(kind, failure)] = client.outcomes[task_id]
+        assert kind == "failed" and failure.type_name == "scaler.errors.ObjectLostError"
+        assert object_id.hex() in failure.message and f"{MAX_RESENDS} times its client sent it again" in failure.message
 
 
 def test_a_lost_client_object_that_a_store_turns_out_to_hold_comes_back_and_its_tasks_run() -> None:

@@ -85,10 +85,10 @@ void WorkerCore::on_completion(Completion&& completion, double now) {
   if (!handed_ids_.erase(task_id)) return;  // not ours (never happens: the runner runs only what we handed)
   switch (completion.outcome) {
     case Completion::Outcome::succeeded:
-      if (max_frame_bytes_ && completion.payload.size() > max_frame_bytes_) {
+      if (max_frame_bytes_ && completion.payload.size() >= max_frame_bytes_) {  // at the limit too (PROTOCOL.md §10)
         fail(task_id, FailureKind::raised, "scaler.errors.PayloadTooLargeError",
              "the result is " + std::to_string(completion.payload.size()) +
-                 " bytes, over the scheduler's limit of " + std::to_string(max_frame_bytes_) +
+                 " bytes, at or over the scheduler's limit of " + std::to_string(max_frame_bytes_) +
                  " bytes per frame (--max-message-size-bytes); return less");
       } else {
         batch_.succeeded_ids.push_back(task_id);

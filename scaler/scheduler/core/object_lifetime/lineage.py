@@ -37,6 +37,9 @@ logger = logging.getLogger(__name__)
 
 # Each recipe holds its task's inline arguments (each under the inline limit): this bounds their memory.
 MAX_RECIPES = 100_000
+# A client object lost again after each resend (a lent object its store cannot read while its lender lives)
+# would be asked for forever: after this many resends, the next loss fails its tasks instead.
+MAX_RESENDS = 3
 
 _LOST_TYPE = "scaler.errors.ObjectLostError"
 
@@ -82,6 +85,8 @@ class Lineage:
         # Lost client objects -> the tasks waiting for them to be sent again, and the clients asked.
         self.awaiting: dict[bytes, list[TaskRecord]] = {}
         self.asked: dict[bytes, set[bytes]] = {}
+        # Client object -> how many times it was asked for again (while it is in the object table).
+        self.resends: collections.Counter[bytes] = collections.Counter()
         self._bound_logged = False
 
     # ------------------------------------------------------------------------------------------ recipes
@@ -103,6 +108,7 @@ class Lineage:
         while pending:
             object_id = pending.pop()
             self.lost.pop(object_id, None)
+            self.resends.pop(object_id, None)
             if self.input_refs.get(object_id) or object_id in self._objects.stored:
                 continue
             recipe = self.recipes.pop(object_id, None)
@@ -162,7 +168,13 @@ class Lineage:
                     client = self._peers.clients[owners[0]]
                     router.failure(client, dataclasses.replace(failure, task_id=stored.producer))
                     self._counters["tasks_raised"] += 1
+            elif self.resends[object_id] >= MAX_RESENDS:
+                self.lost[object_id].failure = lost_failure(
+                    0, object_id, f"again each of the {MAX_RESENDS} times its client sent it again (can its store "
+                    "read it?)"
+                )
             else:
+                self.resends[object_id] += 1
                 self.asked[object_id] = set(stored.owners)
                 for owner in stored.owners:
                     asked.setdefault(owner, []).append(object_id)
