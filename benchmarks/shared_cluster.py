@@ -112,7 +112,9 @@ def measure(arguments: argparse.Namespace) -> dict[str, Any]:
         monitor_address = f"ipc://{os.path.join(directory, 'monitor')}"
         with SchedulerClusterCombo(
             n_workers=arguments.workers, logging_level="WARNING", monitor_address=monitor_address, **settings
-        ) as cluster, Client(address=cluster.get_address()) as client_a, Client(address=cluster.get_address()) as client_b:
+        ) as cluster, Client(address=cluster.get_address()) as client_a, Client(
+            address=cluster.get_address()
+        ) as client_b:
             for client in (client_a, client_b):  # functions shipped, processors started
                 client.map(noop, [(index,) for index in range(20 * arguments.workers)])
             client_a.map(sleep_ms, [(arguments.task_ms,)] * (2 * arguments.workers))

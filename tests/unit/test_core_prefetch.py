@@ -100,7 +100,9 @@ def test_when_tiny_tasks_give_way_to_slow_ones_the_worker_gives_back_what_it_wil
     cluster.submit(client, 20000)
     run(cluster, worker, 25e-6, 0.2)
     assert len(worker.pending) == 1000
-    # The tasks now take 10 ms: the next message shows it, and the newest tasks beyond the new depth are asked back.
+    # The tasks now take 10 ms: the next two messages show it, and the newest tasks beyond the new depth are asked back.
+    run(cluster, worker, 0.010, 0.010)
+    assert not released(worker), "one slow sample may be a pause"
     run(cluster, worker, 0.010, 0.010)
     asked = released(worker)
     held = list(worker.pending)
@@ -109,6 +111,19 @@ def test_when_tiny_tasks_give_way_to_slow_ones_the_worker_gives_back_what_it_wil
     assert len(worker.pending) == 6
     cluster.core.check_invariants()
     assert cluster.core.prefetch.taken_back == len(asked)
+
+
+def test_a_worker_that_paused_once_keeps_its_queue() -> None:
+    # On a loaded machine a worker may not run for a while: one slow sample, and then its pace is back.
+    cluster = prefetching(check_invariants=False)
+    worker = cluster.add_worker(capacity=1000)
+    cluster.submit(cluster.add_client(), 20000)
+    run(cluster, worker, 25e-6, 0.2)
+    cluster.now += 0.3
+    run(cluster, worker, 25e-6, 0.1)
+    cluster.tick()
+    assert not released(worker)
+    assert peer(cluster, worker).depth == 1000, "back to its whole queue within 0.1 s"
 
 
 def test_a_worker_silent_on_a_long_task_keeps_one_task_queued_and_gives_back_the_rest() -> None:

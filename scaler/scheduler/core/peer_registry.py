@@ -59,8 +59,9 @@ class WorkerPeer:
 
     @property
     def free(self) -> int:
-        # Below zero while prefetch takes tasks back (its depth shrank): no slot is free then.
-        return max(self.depth - len(self.assigned), 0)
+        # It holds more than its depth while prefetch takes tasks back (the depth shrank): no slot is free then.
+        free = self.depth - len(self.assigned)
+        return free if free > 0 else 0
 
 
 def _wire_milliseconds(seconds: float) -> int:

@@ -23,6 +23,8 @@ to the protocol:
   long one stalls it) is asked to give back the newest of its unstarted tasks (ReleaseTasks, as
   balancing does), when they amount to `TAKE_BACK_WORTH_SECONDS` of work or more, at most once per
   `TAKE_BACK_EVERY_SECONDS`: they return to the scheduler, where the fair order applies to them again.
+  Two samples in a row must say so: on a loaded machine a worker that was not run for a while makes one
+  slow sample, and giving back its queue for that would only churn.
 - **Nested tasks.** A task waiting on the tasks it submitted (docs/nested_tasks.md) holds a slot on its
   worker and finishes nothing until they do, and the scheduler cannot tell it from a queued task: were
   depths small, a recursion would fill every slot with waiting parents and deadlock. So while tasks from
@@ -48,7 +50,7 @@ FIRST_DEPTH = 4
 # How far a faster sample moves the pace (a slower one moves it all the way).
 FASTER_WEIGHT = 0.5
 # A worker silent this long while holding tasks, and for several of its tasks' time, is running a long one.
-STALL_SECONDS = 0.5
+STALL_SECONDS = 1.0
 STALL_TASKS = 10
 # Tasks beyond a worker's depth are taken back only when they amount to this much work, and at most this often.
 TAKE_BACK_WORTH_SECONDS = 0.5
@@ -67,6 +69,10 @@ class WorkerPace:
     # after which it still held some. None when it held none then: the next results message measures nothing,
     # as the tasks it finished were sent at some moment the scheduler did not note.
     busy_since: float | None = None
+    # The last sample, and the quicker of the last two: tasks are taken back only by the latter, as a worker that
+    # paused (the machine is loaded) makes one slow sample, tasks that became slower make every one slow.
+    last_sample: float = math.inf
+    steady: float = math.inf
     taken_back_at: float = -math.inf
 
 
@@ -119,11 +125,13 @@ class Prefetch:
             pace.seconds_per_task = sample
         else:
             pace.seconds_per_task += (sample - pace.seconds_per_task) * FASTER_WEIGHT
+        pace.steady = min(sample, pace.last_sample)
+        pace.last_sample = sample
         if self.unlimited:
             return
         depth = worker.depth = min(depth_for(pace.seconds_per_task, worker.capacity, self._horizon), 2 * worker.depth)
         if len(worker.assigned) > depth:
-            self._take_back(worker, pace.seconds_per_task, now, out)
+            self._take_back(worker, pace.steady, now, out)
 
     @staticmethod
     def after_dispatch(worker: WorkerPeer, now: float) -> None:
@@ -153,17 +161,22 @@ class Prefetch:
                 worker.depth = depth_for(worker.pace.seconds_per_task, worker.capacity, self._horizon)
         for worker in workers:
             pace = worker.pace
-            seconds_per_task = pace.seconds_per_task
-            if pace.busy_since is not None and seconds_per_task > 0.0:
+            steady = pace.steady
+            if pace.busy_since is not None and pace.seconds_per_task > 0.0:
                 silent = now - pace.busy_since
-                if silent >= STALL_SECONDS and silent >= STALL_TASKS * seconds_per_task:
+                if silent >= STALL_SECONDS and silent >= STALL_TASKS * pace.seconds_per_task:
                     # The running task has taken `silent` so far: the depth is at most what that pace allows.
                     worker.depth = min(worker.depth, depth_for(silent, worker.capacity, self._horizon))
-                    seconds_per_task = silent
-            self._take_back(worker, seconds_per_task, now, out)
+                    steady = silent
+            if len(worker.assigned) > worker.depth:
+                self._take_back(worker, steady, now, out)
 
     def _take_back(self, worker: WorkerPeer, seconds_per_task: float, now: float, out: list[Outgoing]) -> None:
-        excess = len(worker.assigned) - worker.depth
+        """The newest tasks beyond the depth this pace allows, if they are worth taking back."""
+        if seconds_per_task == math.inf:
+            return  # not two samples yet
+        depth = depth_for(seconds_per_task, worker.capacity, self._horizon)
+        excess = len(worker.assigned) - depth
         pace = worker.pace
         if (
             excess <= 0 or worker.draining or excess * seconds_per_task < TAKE_BACK_WORTH_SECONDS
@@ -172,6 +185,6 @@ class Prefetch:
             return
         pace.taken_back_at = now
         # The newest: a worker runs its tasks in the order it got them, so these are the ones not started.
-        newest = list(worker.assigned)[worker.depth:]
+        newest = list(worker.assigned)[depth:]
         out.append((worker.identity, m.ReleaseTasks(task_ids=newest)))
         self.taken_back += len(newest)
