@@ -11,7 +11,13 @@ import pytest
 from scaler.protocol import messages as m
 from scaler.scheduler.core.core_config import CoreConfig
 from scaler.scheduler.core.peer_registry import WorkerPeer
-from scaler.scheduler.core.prefetch import FIRST_DEPTH, NESTED_GRACE_SECONDS, STALL_SECONDS, depth_for
+from scaler.scheduler.core.prefetch import (
+    FIRST_DEPTH,
+    NESTED_GRACE_SECONDS,
+    SAMPLE_SECONDS,
+    STALL_SECONDS,
+    depth_for,
+)
 from tests.unit.core_harness import FUNCTION_ID, FUNCTION_PAYLOAD, SimClient, SimulatedCluster, SimWorker
 
 BATCH_SECONDS = 0.005  # a processor sends its results at least this often while it has more queued
@@ -100,10 +106,12 @@ def test_when_tiny_tasks_give_way_to_slow_ones_the_worker_gives_back_what_it_wil
     cluster.submit(client, 20000)
     run(cluster, worker, 25e-6, 0.2)
     assert len(worker.pending) == 1000
-    # The tasks now take 10 ms: the next two messages show it, and the newest tasks beyond the new depth are asked back.
-    run(cluster, worker, 0.010, 0.010)
-    assert not released(worker), "one slow sample may be a pause"
-    run(cluster, worker, 0.010, 0.010)
+    # The tasks now take 10 ms: two samples show it, and the newest tasks beyond the new depth are asked back.
+    elapsed = 0.0
+    while not released(worker) and elapsed < 0.2:
+        run(cluster, worker, 0.010, 0.010)
+        elapsed += 0.010
+    assert 2 * SAMPLE_SECONDS <= elapsed < 0.1, "not on one sample, which may be a pause, and soon after two"
     asked = released(worker)
     held = list(worker.pending)
     assert asked == held[6:], "the newest, which it has not started"
@@ -124,6 +132,24 @@ def test_a_worker_that_paused_once_keeps_its_queue() -> None:
     cluster.tick()
     assert not released(worker)
     assert peer(cluster, worker).depth == 1000, "back to its whole queue within 0.1 s"
+
+
+def test_results_delivered_in_a_bunch_do_not_pass_for_fast_tasks() -> None:
+    # A loaded machine holds a worker's results back, then delivers them one right after the other.
+    cluster = prefetching()
+    worker = cluster.add_worker(capacity=1000)
+    cluster.submit(cluster.add_client(), 500)
+    run(cluster, worker, 0.010, 0.2)
+    deepest = 0
+    for _ in range(5):
+        cluster.now += 0.050
+        for _ in range(4):
+            cluster.now += 0.0001
+            cluster.complete(worker, limit=1)
+            deepest = max(deepest, peer(cluster, worker).depth)
+        run(cluster, worker, 0.010, 0.05)
+        deepest = max(deepest, peer(cluster, worker).depth)
+    assert deepest <= depth_for(0.010, 1000, 0.05), "never deeper than the steady pace allows"
 
 
 def test_a_worker_silent_on_a_long_task_keeps_one_task_queued_and_gives_back_the_rest() -> None:
@@ -156,7 +182,7 @@ def test_while_tasks_from_inside_tasks_are_unfinished_every_worker_may_hold_its_
     assert not released(worker)
     cluster.now += 0.5
     cluster.complete(worker, task_ids=children)
-    run(cluster, worker, 0.010, 0.1)
+    run(cluster, worker, 0.010, 0.3)
     cluster.tick()
     assert peer(cluster, worker).depth == 6
     assert released(worker), "what it holds beyond its depth again is given back"

@@ -7,10 +7,12 @@ worker when a result leaves); shallow ones are what let a newcomer's task start 
 The depth that serves both is measured per worker, from what the scheduler sees anyway, with no change
 to the protocol:
 
-- **The pace.** While a worker holds tasks without a break, the time between two of its results messages
-  divided by the tasks they finished is its time per task (a worker running several tasks at once shows
-  its throughput that way). Slower figures are believed at once (a queue too deep is what buries other
-  clients' tasks), faster ones halfway at each sample (a queue too shallow only costs a round trip).
+- **The pace.** While a worker holds tasks without a break, the time since the last sample divided by
+  the tasks it finished meanwhile is its time per task (a worker running several tasks at once shows its
+  throughput that way). A sample spans `SAMPLE_SECONDS` or `SAMPLE_TASKS`, whichever comes first, so that
+  results a loaded machine delivered in a bunch do not pass for fast tasks. Slower figures are believed at
+  once (a queue too deep is what buries other clients' tasks), faster ones halfway at each sample (a queue
+  too shallow only costs a round trip).
 - **The depth.** The running task plus `--worker-queue-seconds` (0.05 s) of queued work: what covers a
   results batch (the processor sends at most every 5 ms), the way back, the scheduler's turn and the way
   out again, with room for a loaded machine. No-op tasks get the capacity (1000 by default, as before),
@@ -49,6 +51,9 @@ if TYPE_CHECKING:  # peer_registry.py imports this module for WorkerPace
 FIRST_DEPTH = 4
 # How far a faster sample moves the pace (a slower one moves it all the way).
 FASTER_WEIGHT = 0.5
+# A sample of the pace spans at least this long, or this many finished tasks.
+SAMPLE_SECONDS = 0.02
+SAMPLE_TASKS = 16
 # A worker silent this long while holding tasks, and for several of its tasks' time, is running a long one.
 STALL_SECONDS = 1.0
 STALL_TASKS = 10
@@ -69,6 +74,8 @@ class WorkerPace:
     # after which it still held some. None when it held none then: the next results message measures nothing,
     # as the tasks it finished were sent at some moment the scheduler did not note.
     busy_since: float | None = None
+    # Tasks finished since `busy_since`, while a sample is not yet long enough.
+    finished: int = 0
     # The last sample, and the quicker of the last two: tasks are taken back only by the latter, as a worker that
     # paused (the machine is loaded) makes one slow sample, tasks that became slower make every one slow.
     last_sample: float = math.inf
@@ -117,9 +124,10 @@ class Prefetch:
         since = pace.busy_since
         if since is None:
             return
-        finished = finished_count(results)
-        if not finished:
+        finished = pace.finished = pace.finished + finished_count(results)
+        if not finished or (now - since < SAMPLE_SECONDS and finished < SAMPLE_TASKS):
             return
+        pace.finished = 0
         sample = (now - since) / finished
         if sample >= pace.seconds_per_task:
             pace.seconds_per_task = sample
@@ -135,8 +143,14 @@ class Prefetch:
 
     @staticmethod
     def after_dispatch(worker: WorkerPeer, now: float) -> None:
-        """After the dispatch a results message caused: the next one measures from here if the worker holds tasks."""
-        worker.pace.busy_since = now if worker.assigned else None
+        """After the dispatch a results message caused: the next sample starts here, unless this one goes on; none
+        does while the worker holds nothing."""
+        pace = worker.pace
+        if not worker.assigned:
+            pace.busy_since = None
+            pace.finished = 0
+        elif not pace.finished:
+            pace.busy_since = now
 
     def on_nested_submission(self, client: ClientPeer, workers: Iterable[WorkerPeer], now: float) -> None:
         """Tasks came from inside a task: every worker may hold its capacity until they and their like are done."""
