@@ -32,6 +32,12 @@ to the protocol:
   depths small, a recursion would fill every slot with waiting parents and deadlock. So while tasks from
   inside tasks are unfinished (those of the clients that submitted with a nesting depth), and for
   `NESTED_GRACE_SECONDS` after the last such submission, every worker may hold its whole capacity, as before.
+
+A limit: the scheduler does not know how many tasks a worker runs at once (a Python worker one, a native
+worker `--threads`, the Symphony worker its base concurrency), and a throughput cannot tell. With tasks
+longer than the horizon such a worker gets two tasks, and so runs at most two at once: give it the
+queue it needs with `--worker-queue-seconds` (at least its concurrency times the task duration) or 0.
+The hello saying how many tasks a worker runs at once would let the depth be that plus the horizon.
 """
 
 from __future__ import annotations
