@@ -27,6 +27,7 @@ class SchedulerConfig:
     load_balance_seconds: float = SCHEDULER.field("load_balance_seconds")
     load_balance_trigger_times: int = SCHEDULER.field("load_balance_trigger_times")
     per_worker_queue_size: int = SCHEDULER.field("per_worker_queue_size")
+    worker_queue_seconds: float = SCHEDULER.field("worker_queue_seconds")
     max_task_crashes: int = SCHEDULER.field("max_task_crashes")
     protected: bool = SCHEDULER.field("protected")
     monitor_address: str | None = SCHEDULER.field("monitor_address")

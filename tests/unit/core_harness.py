@@ -106,9 +106,15 @@ def last_directory(inbox: list) -> m.StoreDirectory:
 
 class SimulatedCluster:
     def __init__(
-        self, config: CoreConfig | None = None, *, now: float = 1000.0, check_invariants: bool = True
+        self, config: CoreConfig | None = None, *, now: float = 1000.0, check_invariants: bool = True,
+        prefetch: bool = False,
     ) -> None:
-        self.core = SchedulerCore(config or CoreConfig())
+        config = config or CoreConfig()
+        if not prefetch:
+            # A test sees placement alone: every worker filled up to its capacity at once, which prefetch
+            # (prefetch.py, see test_core_prefetch.py) allows only once it has measured a worker's pace.
+            config = dataclasses.replace(config, worker_queue_seconds=0.0)
+        self.core = SchedulerCore(config)
         self.now = now
         self.check_invariants = check_invariants
         self.clients: dict[bytes, SimClient] = {}

@@ -103,7 +103,7 @@ def core_snapshot(core: SchedulerCore) -> tuple:
 class SchedulerCoreFuzz(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.cluster = SimulatedCluster(CONFIG)
+        self.cluster = SimulatedCluster(CONFIG, prefetch=True)
         self.good_clients: list[SimClient] = []
         # Accepted tasks of each good client: each must end with exactly one outcome.
         self.expected: dict[bytes, set[int]] = {}

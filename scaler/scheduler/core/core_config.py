@@ -26,6 +26,8 @@ class CoreConfig:
     heartbeat_interval_seconds: float = SCHEDULER.default("heartbeat_interval_seconds")
     # Upper bound on any worker's advertised capacity; 0 trusts the worker.
     per_worker_queue_size: int = SCHEDULER.default("per_worker_queue_size")
+    # Seconds of queued work each worker is given beyond its running task (prefetch.py); 0: up to its capacity.
+    worker_queue_seconds: float = SCHEDULER.default("worker_queue_seconds")
     # Tasks waiting for a worker beyond this are rejected; -1 means no limit.
     max_number_of_tasks_waiting: int = SCHEDULER.default("max_number_of_tasks_waiting")
     # A task whose processor or worker died under it this many times fails with WorkerDiedError instead of

@@ -14,6 +14,7 @@ import math
 from scaler.protocol import messages as m
 from scaler.protocol.sharing import share_problem
 from scaler.scheduler.core.core_config import CoreConfig
+from scaler.scheduler.core.prefetch import WorkerPace
 
 logger = logging.getLogger(__name__)
 
@@ -43,8 +44,12 @@ class ClientPeer:
 class WorkerPeer:
     identity: bytes
     name: str
+    # The most tasks it accepts (its hello, within --per-worker-queue-size).
     capacity: int
     last_seen: float
+    # How many it is given now (prefetch.py): what keeps it busy, measured; never above `capacity`.
+    depth: int = 1
+    pace: WorkerPace = dataclasses.field(default_factory=WorkerPace)
     # Task ids it holds, insertion-ordered so that the oldest assigned task is first.
     assigned: dict[int, None] = dataclasses.field(default_factory=dict)
     # Objects this worker registration was sent and not told to delete: each is shipped to it once.
@@ -61,7 +66,9 @@ class WorkerPeer:
 
     @property
     def free(self) -> int:
-        return self.capacity - len(self.assigned)
+        # It holds more than its depth while prefetch takes tasks back (the depth shrank): no slot is free then.
+        free = self.depth - len(self.assigned)
+        return free if free > 0 else 0
 
 
 def _wire_milliseconds(seconds: float) -> int:

@@ -21,6 +21,7 @@ core it concerns:
     client_lane.py     one client's ready tasks in a queue, by priority
     tag_waits.py       when tasks that may wait only so long for a worker with their tags are due
     placement.py       which worker gets which task, and balancing between workers
+    prefetch.py        how many tasks each worker holds: as many as keep it busy, measured
     result_router.py   one results message per client per event
     relay.py           data messages passed between a peer and a store it cannot reach (the relay fallback)
     status.py          the typed status the monitor feed publishes
@@ -45,6 +46,7 @@ from scaler.scheduler.core.object_lifetime.object_table import ObjectTable
 from scaler.scheduler.core.outgoing import Outgoing
 from scaler.scheduler.core.peer_registry import ClientPeer, PeerRegistry, WorkerPeer, version_refusal
 from scaler.scheduler.core.placement import Placement
+from scaler.scheduler.core.prefetch import Prefetch
 from scaler.scheduler.core.ready_queue import Tags, describe_tags
 from scaler.scheduler.core.relay import RelayRouter
 from scaler.scheduler.core.result_router import ResultRouter
@@ -86,6 +88,7 @@ class SchedulerCore:
         self.relay = RelayRouter(self.peers, self.stores, self.counters)
         self._intake = TaskIntake(config, self.tasks, self.graph, self.objects, self.tag_waits, self.counters)
         self._placement = Placement(config, self.tasks, self.objects, self.peers.workers, self.counters)
+        self.prefetch = Prefetch(config.worker_queue_seconds)
         handlers: dict[type, _Handler] = {
             m.Heartbeat: self._on_heartbeat,
             m.Disconnect: self._on_disconnect,
@@ -177,6 +180,7 @@ class SchedulerCore:
         for store in self.stores.silent(now, self._config.worker_timeout_seconds):
             self._remove_store(store, "timed out", logging.WARNING, out)
         self.objects.flush(self.peers.workers.values(), out)
+        self.prefetch.on_tick(self.peers.workers.values(), now, out)
         self._placement.dispatch(out)
         self._placement.balance(now, out)
         return out
@@ -264,6 +268,7 @@ class SchedulerCore:
             reply.store_directory = self.stores.directory_for(message.host_key, message.store)
         out.append((sender, reply))
         if worker is not None:
+            self.prefetch.joined(worker)
             self._placement.workers_changed()
             self._placement.dispatch(out)
 
@@ -386,9 +391,19 @@ class SchedulerCore:
         if self.objects.recovered:
             recovered, self.objects.recovered = self.objects.recovered, []
             self.lineage.resent(recovered, router)
+        nested = False
+        for group in submission.groups:
+            if group.nesting_depth:
+                self.prefetch.on_nested_submission(client, self.peers.workers.values(), now)
+                nested = True
+                break
         self._intake.accept(client, submission, router, now)
         router.flush(out)
-        self._placement.dispatch_new_tasks(out)
+        if nested:
+            # Prefetch may just have deepened every worker: workers placement found full may have room now.
+            self._placement.dispatch(out)
+        else:
+            self._placement.dispatch_new_tasks(out)
 
     def _on_cancel(self, client: ClientPeer, request: m.CancelTasks, now: float, out: list[Outgoing]) -> None:
         cancellation.cancel(client, request, self.tasks, self.counters, out)
@@ -451,7 +466,9 @@ class SchedulerCore:
         router = ResultRouter()
         self.tasks.take_results(worker, results, router)
         router.flush(out)
+        self.prefetch.on_results(worker, results, now, out)
         self._placement.dispatch_freed(worker, out)
+        self.prefetch.after_dispatch(worker, now)
 
     def _on_cancel_refused(
         self, worker: WorkerPeer, refusal: m.CancelRefused, now: float, out: list[Outgoing]

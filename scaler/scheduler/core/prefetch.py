@@ -1,0 +1,210 @@
+"""How many tasks each worker holds: enough to stay busy until the next ones arrive, and no more.
+
+A worker runs what it holds in the order it got it, so a task sent to a worker waits behind everything
+queued there, whoever it belongs to: the scheduler's own order (a fair turn between clients, priorities)
+holds only for the tasks it still has. Deep queues are what make tiny tasks fly (the next task is on the
+worker when a result leaves); shallow ones are what let a newcomer's task start soon after a slot frees.
+The depth that serves both is measured per worker, from what the scheduler sees anyway, with no change
+to the protocol:
+
+- **The pace.** While a worker holds tasks without a break, the time since the last sample divided by
+  the tasks it finished meanwhile is its time per task (a worker running several tasks at once shows its
+  throughput that way). A sample spans `SAMPLE_SECONDS` or `SAMPLE_TASKS`, whichever comes first, so that
+  results a loaded machine delivered in a bunch do not pass for fast tasks. Slower figures are believed at
+  once (a queue too deep is what buries other clients' tasks), faster ones halfway at each sample (a queue
+  too shallow only costs a round trip).
+- **The depth.** The running task plus `--worker-queue-seconds` (0.05 s) of queued work: what covers a
+  results batch (the processor sends at most every 5 ms), the way back, the scheduler's turn and the way
+  out again, with room for a loaded machine. No-op tasks get the capacity (1000 by default, as before),
+  10 ms tasks 6, tasks of 50 ms or more 2; 0 turns all of this off (every worker gets its capacity).
+  Until a worker's pace is known it holds `FIRST_DEPTH`, and the depth at most doubles per results
+  message (a slow start): a flood of 10 ms tasks never lands 1000 deep on a worker that just joined.
+- **A stall.** A worker that held tasks and sent no result for a while is running a long task: the
+  time since is a lower bound of that task's duration, and its depth shrinks to match, on a tick.
+- **Taking back.** A worker that holds well beyond its depth (the tasks changed from tiny to slow, or a
+  long one stalls it) is asked to give back the newest of its unstarted tasks (ReleaseTasks, as
+  balancing does), when they amount to `TAKE_BACK_WORTH_SECONDS` of work or more, at most once per
+  `TAKE_BACK_EVERY_SECONDS`: they return to the scheduler, where the fair order applies to them again.
+  Two samples in a row must say so: on a loaded machine a worker that was not run for a while makes one
+  slow sample, and giving back its queue for that would only churn.
+- **Nested tasks.** A task waiting on the tasks it submitted (docs/nested_tasks.md) holds a slot on its
+  worker and finishes nothing until they do, and the scheduler cannot tell it from a queued task: were
+  depths small, a recursion would fill every slot with waiting parents and deadlock. So while tasks from
+  inside tasks are unfinished (those of the clients that submitted with a nesting depth), and for
+  `NESTED_GRACE_SECONDS` after the last such submission, every worker may hold its whole capacity, as before.
+
+A limit: the scheduler does not know how many tasks a worker runs at once (a Python worker one, a native
+worker `--threads`, the Symphony worker its base concurrency), and a throughput cannot tell. With tasks
+longer than the horizon such a worker gets two tasks, and so runs at most two at once: give it the
+queue it needs with `--worker-queue-seconds` (at least its concurrency times the task duration) or 0.
+The hello saying how many tasks a worker runs at once would let the depth be that plus the horizon.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from scaler.protocol import messages as m
+from scaler.scheduler.core.outgoing import Outgoing
+
+if TYPE_CHECKING:  # peer_registry.py imports this module for WorkerPace
+    from scaler.scheduler.core.peer_registry import ClientPeer, WorkerPeer
+
+# What a worker holds before its pace is known (it grows by doubling from here).
+FIRST_DEPTH = 4
+# How far a faster sample moves the pace (a slower one moves it all the way).
+FASTER_WEIGHT = 0.5
+# A sample of the pace spans at least this long, or this many finished tasks.
+SAMPLE_SECONDS = 0.02
+SAMPLE_TASKS = 16
+# A worker silent this long while holding tasks, and for several of its tasks' time, is running a long one.
+STALL_SECONDS = 1.0
+STALL_TASKS = 10
+# Tasks beyond a worker's depth are taken back only when they amount to this much work, and at most this often.
+TAKE_BACK_WORTH_SECONDS = 0.5
+TAKE_BACK_EVERY_SECONDS = 1.0
+# After a submission from inside a task, how long every worker may hold its whole capacity at least.
+NESTED_GRACE_SECONDS = 1.0
+
+
+@dataclasses.dataclass(slots=True)
+class WorkerPace:
+    """What is measured of one worker."""
+
+    # Seconds per task while it has work; 0.0 until measured.
+    seconds_per_task: float = 0.0
+    # Since when it has held tasks without a break, as far as the scheduler knows: the last results message
+    # after which it still held some. None when it held none then: the next results message measures nothing,
+    # as the tasks it finished were sent at some moment the scheduler did not note.
+    busy_since: float | None = None
+    # Tasks finished since `busy_since`, while a sample is not yet long enough.
+    finished: int = 0
+    # The last sample, and the quicker of the last two: tasks are taken back only by the latter, as a worker that
+    # paused (the machine is loaded) makes one slow sample, tasks that became slower make every one slow.
+    last_sample: float = math.inf
+    steady: float = math.inf
+    taken_back_at: float = -math.inf
+
+
+def depth_for(seconds_per_task: float, capacity: int, horizon_seconds: float) -> int:
+    """The running task plus `horizon_seconds` of queued work at this pace, within [1, capacity]."""
+    if seconds_per_task <= 0.0:
+        return min(FIRST_DEPTH, capacity)
+    # Less a hair, so that a pace of exactly a tenth of the horizon queues ten tasks, not eleven.
+    return min(capacity, 1 + math.ceil(horizon_seconds / seconds_per_task - 1e-9))
+
+
+def finished_count(results: m.TaskResults) -> int:
+    """Tasks this results message says were run: outcomes, not tasks given back or canceled unstarted."""
+    count = len(results.succeeded_ids) + len(results.stored)
+    if results.failures:
+        count += sum(1 for failure in results.failures if failure.kind == m.FailureKind.RAISED)
+    return count
+
+
+class Prefetch:
+    def __init__(self, horizon_seconds: float) -> None:
+        # Seconds of queued work beyond the running task; 0: every worker holds its capacity.
+        self._horizon = horizon_seconds
+        # Until when every worker may hold its whole capacity at least (a submission came from inside a task),
+        # and the clients that submitted from inside tasks: it lasts while any of them has unfinished tasks.
+        self._nested_until = -math.inf
+        self._nested_clients: dict[bytes, ClientPeer] = {}
+        # Tasks asked back from workers since start (for the tests and the logs).
+        self.taken_back = 0
+
+    @property
+    def unlimited(self) -> bool:
+        """Whether every worker holds its capacity now: prefetch is off, or tasks come from inside tasks."""
+        return self._horizon <= 0.0 or self._nested_until > -math.inf
+
+    def joined(self, worker: WorkerPeer) -> None:
+        worker.depth = worker.capacity if self.unlimited else depth_for(0.0, worker.capacity, self._horizon)
+
+    def on_results(self, worker: WorkerPeer, results: m.TaskResults, now: float, out: list[Outgoing]) -> None:
+        """Before the dispatch this results message causes: a new sample of the worker's pace, and its depth."""
+        pace = worker.pace
+        since = pace.busy_since
+        if since is None:
+            return
+        finished = pace.finished = pace.finished + finished_count(results)
+        if not finished or (now - since < SAMPLE_SECONDS and finished < SAMPLE_TASKS):
+            return
+        pace.finished = 0
+        sample = (now - since) / finished
+        if sample >= pace.seconds_per_task:
+            pace.seconds_per_task = sample
+        else:
+            pace.seconds_per_task += (sample - pace.seconds_per_task) * FASTER_WEIGHT
+        pace.steady = min(sample, pace.last_sample)
+        pace.last_sample = sample
+        if self.unlimited:
+            return
+        depth = worker.depth = min(depth_for(pace.seconds_per_task, worker.capacity, self._horizon), 2 * worker.depth)
+        if len(worker.assigned) > depth:
+            self._take_back(worker, pace.steady, now, out)
+
+    @staticmethod
+    def after_dispatch(worker: WorkerPeer, now: float) -> None:
+        """After the dispatch a results message caused: the next sample starts here, unless this one goes on; none
+        does while the worker holds nothing."""
+        pace = worker.pace
+        if not worker.assigned:
+            pace.busy_since = None
+            pace.finished = 0
+        elif not pace.finished:
+            pace.busy_since = now
+
+    def on_nested_submission(self, client: ClientPeer, workers: Iterable[WorkerPeer], now: float) -> None:
+        """Tasks came from inside a task: every worker may hold its capacity until they and their like are done."""
+        if self._horizon <= 0.0:
+            return
+        self._nested_clients[client.identity] = client
+        if not self.unlimited:
+            for worker in workers:
+                worker.depth = worker.capacity
+        self._nested_until = now + NESTED_GRACE_SECONDS
+
+    def on_tick(self, workers: Iterable[WorkerPeer], now: float, out: list[Outgoing]) -> None:
+        """The nested grace ending, stalled workers' depths, and tasks taken back from workers holding too many."""
+        if self.unlimited:
+            if self._horizon <= 0.0 or now < self._nested_until:
+                return
+            if any(client.task_ids for client in self._nested_clients.values()):
+                return  # a parent may still wait on these, holding its slot
+            self._nested_until = -math.inf
+            self._nested_clients.clear()
+            for worker in workers:
+                worker.depth = depth_for(worker.pace.seconds_per_task, worker.capacity, self._horizon)
+        for worker in workers:
+            pace = worker.pace
+            steady = pace.steady
+            if pace.busy_since is not None and pace.seconds_per_task > 0.0:
+                silent = now - pace.busy_since
+                if silent >= STALL_SECONDS and silent >= STALL_TASKS * pace.seconds_per_task:
+                    # The running task has taken `silent` so far: the depth is at most what that pace allows.
+                    worker.depth = min(worker.depth, depth_for(silent, worker.capacity, self._horizon))
+                    steady = silent
+            if len(worker.assigned) > worker.depth:
+                self._take_back(worker, steady, now, out)
+
+    def _take_back(self, worker: WorkerPeer, seconds_per_task: float, now: float, out: list[Outgoing]) -> None:
+        """The newest tasks beyond the depth this pace allows, if they are worth taking back."""
+        if seconds_per_task == math.inf:
+            return  # not two samples yet
+        depth = depth_for(seconds_per_task, worker.capacity, self._horizon)
+        excess = len(worker.assigned) - depth
+        pace = worker.pace
+        if (
+            excess <= 0 or worker.draining or excess * seconds_per_task < TAKE_BACK_WORTH_SECONDS
+            or now - pace.taken_back_at < TAKE_BACK_EVERY_SECONDS
+        ):
+            return
+        pace.taken_back_at = now
+        # The newest: a worker runs its tasks in the order it got them, so these are the ones not started.
+        newest = list(worker.assigned)[depth:]
+        out.append((worker.identity, m.ReleaseTasks(task_ids=newest)))
+        self.taken_back += len(newest)
