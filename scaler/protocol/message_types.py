@@ -69,6 +69,8 @@ class Hello:
     capacity_bytes: int = 0
     # Clients only: the client's weight in the fair share of the workers (finite, > 0; see Client(share=...)).
     share: float = DEFAULT_SHARE
+    # Workers only: how many tasks it runs at once (0 or absent counts as 1).
+    concurrency: int = 1
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -71,6 +71,9 @@ struct Hello {
   # while several clients have ready tasks, one of share 2 gets twice the slots of one of share 1. Finite
   # and > 0, else the scheduler refuses the hello. A client that does not set it has 1.
   share @13 :Float64 = 1.0;
+  # Workers only: how many tasks it runs at once (its processors, native threads, Symphony's base
+  # concurrency). The scheduler keeps that many running plus a short measured queue on it (PROTOCOL.md §4).
+  concurrency @14 :UInt32 = 1;
 }
 
 struct Welcome {

@@ -53,13 +53,17 @@ _HELD_RESULTS_AFTER_SECONDS = 0.05
 
 class WorkerAgentCore:
     def __init__(
-        self, config: WorkerConfig, name: str, hostname: str, pid: int, running_tasks: RunningTasks
+        self, config: WorkerConfig, name: str, hostname: str, pid: int, running_tasks: RunningTasks,
+        concurrency: int = 1,
     ) -> None:
+        # `concurrency`: how many tasks run at once here (the hello says so, for the scheduler's prefetch). One
+        # processor runs one task at a time; the Symphony worker runs its base concurrency.
         self._config = config
         self._name = name
         self._hello = m.Hello(
             role=m.Role.WORKER, name=name, hostname=hostname, pid=pid, capacity=config.task_queue_size,
             tags=tuple(sorted({PYTHON_TAG, *config.tags})), store=config.store_address, host_key=this_host_key(),
+            concurrency=concurrency,
         )
         # The stores the scheduler told us of, and our home among them (PROTOCOL.md §17).
         self.store_directory = m.StoreDirectory()

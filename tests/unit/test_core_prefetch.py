@@ -66,6 +66,31 @@ def test_the_depth_is_the_running_task_plus_the_horizon_at_the_measured_pace() -
     assert depth_for(0.010, 3, 0.05) == 3
 
 
+def test_a_worker_running_several_tasks_at_once_keeps_them_all_busy() -> None:
+    # A native worker with 4 threads (or a Symphony worker of base concurrency 4) says so in its hello. Its
+    # tasks of 0.5 s finish 4 per 0.5 s: a pace of 0.125 s per task. Without its concurrency the depth
+    # would be 2 (one running, one queued), and two of its threads would idle.
+    cluster = prefetching(check_invariants=False)
+    worker = cluster.add_worker(capacity=1000, concurrency=4)
+    single = cluster.add_worker(capacity=1000)
+    cluster.submit(cluster.add_client(), 400)
+    run(cluster, worker, 0.125, 3.0)
+    run(cluster, single, 0.5, 3.0)
+    assert peer(cluster, worker).concurrency == 4
+    assert peer(cluster, worker).depth == depth_for(0.125, 1000, 0.05, concurrency=4) == 5
+    assert len(worker.pending) == 5, "its 4 threads busy, and one queued"
+    assert peer(cluster, single).depth == 2
+    cluster.core.check_invariants()
+
+
+def test_a_worker_cannot_claim_more_concurrency_than_its_capacity() -> None:
+    cluster = prefetching()
+    worker = cluster.add_worker(capacity=3, concurrency=50)
+    lazy = cluster.add_worker(capacity=3, concurrency=0)
+    assert peer(cluster, worker).concurrency == 3
+    assert peer(cluster, lazy).concurrency == 1, "0 (a worker that does not say) counts as one"
+
+
 def test_a_flood_of_10ms_tasks_never_queues_deeper_than_its_pace_needs() -> None:
     cluster = prefetching(check_invariants=False)
     workers = [cluster.add_worker(capacity=1000) for _ in range(2)]

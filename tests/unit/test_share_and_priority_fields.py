@@ -54,6 +54,16 @@ def test_a_hello_without_a_share_means_share_one():
     assert m.decode([message.to_bytes()]).share == 1.0
 
 
+def test_a_worker_hello_carries_its_concurrency_and_one_when_absent():
+    decoded = m.decode(m.encode(m.Hello(role=m.Role.WORKER, capacity=10, concurrency=8)))
+    assert decoded.concurrency == 8
+    message = _schema.Message.new_message()
+    hello = message.init("hello")
+    hello.protocolVersion = m.PROTOCOL_VERSION
+    hello.role = "worker"
+    assert m.decode([message.to_bytes()]).concurrency == 1, "an older worker runs one task at a time"
+
+
 def test_a_group_without_a_priority_means_priority_zero():
     message = _schema.Message.new_message()
     group = message.init("submitTasks").init("groups", 1)[0]

@@ -214,7 +214,8 @@ int Agent::run() {
       }
       log(LogLevel::info, who() + ": connecting to " + options_.address + " with capacity " +
                               std::to_string(options_.capacity) + " and " + std::to_string(options_.threads) + " thread(s)");
-      send(Hello{name_, host_name(), static_cast<uint32_t>(getpid()), options_.capacity, advertised_tags(options_)});
+      send(Hello{name_, host_name(), static_cast<uint32_t>(getpid()), options_.capacity, advertised_tags(options_),
+                 options_.threads});
       double last_heard = monotonic_seconds();
       double last_heartbeat = -INFINITY;
       while (!leave_) {

@@ -122,6 +122,7 @@ struct Hello {
   uint32_t pid = 0;
   uint32_t capacity = 0;
   std::vector<std::string> tags;  // sorted, without repeats
+  uint32_t concurrency = 1;       // tasks run at once: its threads
 };
 
 struct Heartbeat {

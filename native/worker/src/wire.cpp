@@ -272,6 +272,7 @@ std::vector<Bytes> encode(const Outgoing& message) {
     out.setHostname(hello->hostname);
     out.setPid(hello->pid);
     out.setCapacity(hello->capacity);
+    out.setConcurrency(hello->concurrency);
     auto tags = out.initTags(static_cast<unsigned>(hello->tags.size()));
     for (size_t i = 0; i < hello->tags.size(); ++i) tags.set(static_cast<unsigned>(i), hello->tags[i]);
   } else if (auto heartbeat = std::get_if<Heartbeat>(&message)) {

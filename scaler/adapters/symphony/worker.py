@@ -95,7 +95,10 @@ class SymphonyWorker:
             heartbeat_interval_seconds=config.heartbeat_interval_seconds,
             death_timeout_seconds=config.death_timeout_seconds, max_processors=1,
         )
-        self._core = WorkerAgentCore(agent_config, self._name, socket_module.gethostname(), os.getpid(), self)
+        self._core = WorkerAgentCore(
+            agent_config, self._name, socket_module.gethostname(), os.getpid(), self,
+            concurrency=config.base_concurrency,
+        )
         self._processor: SymphonyProcessor | None = None
         self._processor_identity = b""
         self._session: SymphonySession | None = None

@@ -50,6 +50,8 @@ class WorkerPeer:
     # How many it is given now (prefetch.py): what keeps it busy, measured; never above `capacity`.
     depth: int = 1
     pace: WorkerPace = dataclasses.field(default_factory=WorkerPace)
+    # How many tasks it runs at once (its hello, within 1 and `capacity`): prefetch keeps them all busy.
+    concurrency: int = 1
     # Task ids it holds, insertion-ordered so that the oldest assigned task is first.
     assigned: dict[int, None] = dataclasses.field(default_factory=dict)
     # Objects this worker registration was sent and not told to delete: each is shipped to it once.
@@ -143,7 +145,7 @@ class PeerRegistry:
             return m.Refused(reason="a worker tag is empty"), None
         worker = self.workers[sender] = WorkerPeer(
             identity=sender, name=hello.name, capacity=capacity, last_seen=now, tags=frozenset(hello.tags),
-            store_address=hello.store, host_key=hello.host_key,
+            store_address=hello.store, host_key=hello.host_key, concurrency=min(max(hello.concurrency, 1), capacity),
         )
         tags = f", tags {','.join(sorted(worker.tags))}" if worker.tags else ""
         logger.info(f"PeerRegistry: worker {hello.name} connected, capacity {capacity}{tags}")

@@ -33,11 +33,9 @@ to the protocol:
   inside tasks are unfinished (those of the clients that submitted with a nesting depth), and for
   `NESTED_GRACE_SECONDS` after the last such submission, every worker may hold its whole capacity, as before.
 
-A limit: the scheduler does not know how many tasks a worker runs at once (a Python worker one, a native
-worker `--threads`, the Symphony worker its base concurrency), and a throughput cannot tell. With tasks
-longer than the horizon such a worker gets two tasks, and so runs at most two at once: give it the
-queue it needs with `--worker-queue-seconds` (at least its concurrency times the task duration) or 0.
-The hello saying how many tasks a worker runs at once would let the depth be that plus the horizon.
+A worker that runs several tasks at once says how many in its hello (`concurrency`: a Python worker one, a
+native worker `--threads`, the Symphony worker its base concurrency): "the running task" above is then that
+many tasks, and the pace, a throughput, already counts them all.
 """
 
 from __future__ import annotations
@@ -89,12 +87,12 @@ class WorkerPace:
     taken_back_at: float = -math.inf
 
 
-def depth_for(seconds_per_task: float, capacity: int, horizon_seconds: float) -> int:
-    """The running task plus `horizon_seconds` of queued work at this pace, within [1, capacity]."""
+def depth_for(seconds_per_task: float, capacity: int, horizon_seconds: float, concurrency: int = 1) -> int:
+    """The `concurrency` running tasks plus `horizon_seconds` of queued work at this pace, within [1, capacity]."""
     if seconds_per_task <= 0.0:
-        return min(FIRST_DEPTH, capacity)
+        return min(max(FIRST_DEPTH, concurrency + 1), capacity)
     # Less a hair, so that a pace of exactly a tenth of the horizon queues ten tasks, not eleven.
-    return min(capacity, 1 + math.ceil(horizon_seconds / seconds_per_task - 1e-9))
+    return min(capacity, concurrency + math.ceil(horizon_seconds / seconds_per_task - 1e-9))
 
 
 def finished_count(results: m.TaskResults) -> int:
@@ -122,7 +120,7 @@ class Prefetch:
         return self._horizon <= 0.0 or self._nested_until > -math.inf
 
     def joined(self, worker: WorkerPeer) -> None:
-        worker.depth = worker.capacity if self.unlimited else depth_for(0.0, worker.capacity, self._horizon)
+        worker.depth = worker.capacity if self.unlimited else self._depth(worker, 0.0)
 
     def on_results(self, worker: WorkerPeer, results: m.TaskResults, now: float, out: list[Outgoing]) -> None:
         """Before the dispatch this results message causes: a new sample of the worker's pace, and its depth."""
@@ -143,7 +141,7 @@ class Prefetch:
         pace.last_sample = sample
         if self.unlimited:
             return
-        depth = worker.depth = min(depth_for(pace.seconds_per_task, worker.capacity, self._horizon), 2 * worker.depth)
+        depth = worker.depth = min(self._depth(worker, pace.seconds_per_task), 2 * worker.depth)
         if len(worker.assigned) > depth:
             self._take_back(worker, pace.steady, now, out)
 
@@ -178,7 +176,7 @@ class Prefetch:
             self._nested_until = -math.inf
             self._nested_clients.clear()
             for worker in workers:
-                worker.depth = depth_for(worker.pace.seconds_per_task, worker.capacity, self._horizon)
+                worker.depth = self._depth(worker, worker.pace.seconds_per_task)
         for worker in workers:
             pace = worker.pace
             steady = pace.steady
@@ -186,16 +184,19 @@ class Prefetch:
                 silent = now - pace.busy_since
                 if silent >= STALL_SECONDS and silent >= STALL_TASKS * pace.seconds_per_task:
                     # The running task has taken `silent` so far: the depth is at most what that pace allows.
-                    worker.depth = min(worker.depth, depth_for(silent, worker.capacity, self._horizon))
+                    worker.depth = min(worker.depth, self._depth(worker, silent))
                     steady = silent
             if len(worker.assigned) > worker.depth:
                 self._take_back(worker, steady, now, out)
+
+    def _depth(self, worker: WorkerPeer, seconds_per_task: float) -> int:
+        return depth_for(seconds_per_task, worker.capacity, self._horizon, worker.concurrency)
 
     def _take_back(self, worker: WorkerPeer, seconds_per_task: float, now: float, out: list[Outgoing]) -> None:
         """The newest tasks beyond the depth this pace allows, if they are worth taking back."""
         if seconds_per_task == math.inf:
             return  # not two samples yet
-        depth = depth_for(seconds_per_task, worker.capacity, self._horizon)
+        depth = self._depth(worker, seconds_per_task)
         excess = len(worker.assigned) - depth
         pace = worker.pace
         if (
