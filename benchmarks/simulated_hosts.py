@@ -148,9 +148,9 @@ class Termination:
         self.deferring = False
 
     def install(self) -> None:
-        signal.signal(signal.SIGTERM, self._handle)
+        signal.signal(signal.SIGTERM, self.handle)
 
-    def _handle(self, number: int, _frame: Any) -> None:
+    def handle(self, number: int, _frame: Any) -> None:
         self.signal_number = number
         if not self.deferring:
             raise SystemExit(128 + number)

@@ -23,7 +23,6 @@ and the issue's targets, and the load average before and after. `--json PATH` wr
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import re
@@ -38,6 +37,11 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from simulated_hosts import Termination  # noqa: E402
+from simulated_hosts import ip as _ip  # noqa: E402
+
 MB = 10**6
 SCHEDULER_PORT = 24567
 DASK_PORT = 24568
@@ -46,14 +50,6 @@ START_SECONDS = 120.0
 
 
 # ------------------------------------------------------------------------------------------ the network
-
-
-def _ip(*args: str, netns: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    command = ["ip", *(["-n", netns] if netns else []), *args]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=30)
-    if check and done.returncode != 0:
-        raise RuntimeError(f"{' '.join(command)} failed: {done.stderr.strip()}")
-    return done
 
 
 class Network:
@@ -344,7 +340,7 @@ def main() -> None:
     unknown = [peer for peer in peers if peer not in PEERS]
     if unknown:
         sys.exit(f"unknown peers {unknown}; known: {', '.join(PEERS)}")
-    signal.signal(signal.SIGTERM, TERMINATION.handle)
+    TERMINATION.install()
     load_before = _load_average()
     results: dict[str, list[dict]] = {}
     for peer in peers:
@@ -358,31 +354,6 @@ def main() -> None:
 
 def _load_average() -> tuple:
     return tuple(round(value, 2) for value in os.getloadavg())
-
-
-class Termination:
-    """A SIGTERM (benchmarks/run.py's timeout) unwinds like an exception, so that run_peer stops the processes
-    and removes the namespaces, which live in sessions of their own and would outlive us. One that arrives
-    while they are being removed waits for the removal to finish."""
-
-    def __init__(self) -> None:
-        self.signal_number = 0
-        self.deferring = False
-
-    def handle(self, number: int, _frame: Any) -> None:
-        self.signal_number = number
-        if not self.deferring:
-            raise SystemExit(128 + number)
-
-    @contextlib.contextmanager
-    def deferred(self) -> Iterator[None]:
-        self.deferring = True
-        try:
-            yield
-        finally:
-            self.deferring = False
-        if self.signal_number:
-            raise SystemExit(128 + self.signal_number)
 
 
 TERMINATION = Termination()
