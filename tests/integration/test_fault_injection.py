@@ -246,10 +246,13 @@ def cluster_log(tmp_path) -> str:  # type: ignore[no-untyped-def]
 
 @pytest.fixture
 def fast_failure_cluster(cluster_log: str) -> Iterator[SchedulerClusterCombo]:
-    """Two workers that heartbeat often and are declared dead after 3 s of silence; logs go to a file."""
+    """Two workers that heartbeat often and are declared dead after 3 s of silence; logs go to a file. Each
+    worker is filled to its capacity (`worker_queue_seconds=0`), so that a worker that dies or freezes holds a
+    deep queue of unstarted tasks for the scheduler to hand on (by default, its queue would be ~50 of these
+    1 ms tasks: the same path, fewer tasks)."""
     with SchedulerClusterCombo(
         n_workers=2, logging_level="INFO", logging_paths=[cluster_log], worker_timeout_seconds=3,
-        heartbeat_interval_seconds=0.5,
+        heartbeat_interval_seconds=0.5, worker_queue_seconds=0,
     ) as cluster:
         yield cluster
 
