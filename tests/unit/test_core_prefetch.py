@@ -25,6 +25,8 @@ BATCH_SECONDS = 0.005  # a processor sends its results at least this often while
 
 def prefetching(check_invariants: bool = True, **options: float) -> SimulatedCluster:
     # The invariants walk every task after every message: the tests of thousands of tasks check them at the end.
+    # Prefetch is off by default: these tests run it as a shared cluster is advised to (docs/sharing.md).
+    options.setdefault("worker_queue_seconds", 0.05)
     return SimulatedCluster(
         CoreConfig(load_balance_seconds=0, **options), prefetch=True, check_invariants=check_invariants
     )

@@ -64,6 +64,8 @@ CONFIG = CoreConfig(
     max_task_crashes=3,
     load_balance_seconds=1.0,
     load_balance_trigger_times=1,
+    # Prefetch on, as a shared cluster runs it (off by default): its depths and take-backs are fuzzed too.
+    worker_queue_seconds=0.05,
 )
 BAD_IDENTITIES = [b"bad-0", b"bad-1", b"bad-2"]
 # What each registered role may send (PROTOCOL.md §3); anything else gets protocolError and changes nothing.

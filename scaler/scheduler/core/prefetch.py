@@ -13,7 +13,11 @@ to the protocol:
   results a loaded machine delivered in a bunch do not pass for fast tasks. Slower figures are believed at
   once (a queue too deep is what buries other clients' tasks), faster ones halfway at each sample (a queue
   too shallow only costs a round trip).
-- **The depth.** The running task plus `--worker-queue-seconds` (0.05 s) of queued work: what covers a
+Off by default (`--worker-queue-seconds 0`): a worker waiting for a CPU looks slow from here, and on a
+machine with far more workers than cores the depths shrink, the messages multiply, and the workers wait
+longer still (docs/sharing.md has the figures). A shared cluster turns it on with 0.05.
+
+- **The depth.** The running task plus `--worker-queue-seconds` (0.05 s advised) of queued work: what covers a
   results batch (the processor sends at most every 5 ms), the way back, the scheduler's turn and the way
   out again, with room for a loaded machine. No-op tasks get the capacity (1000 by default, as before),
   10 ms tasks 6, tasks of 50 ms or more 2; 0 turns all of this off (every worker gets its capacity).
