@@ -128,6 +128,8 @@ class Prefetch:
 
     def on_results(self, worker: WorkerPeer, results: m.TaskResults, now: float, out: list[Outgoing]) -> None:
         """Before the dispatch this results message causes: a new sample of the worker's pace, and its depth."""
+        if self._horizon <= 0.0:
+            return  # off: nothing reads the pace, and a task's hot path should not pay for it
         pace = worker.pace
         since = pace.busy_since
         if since is None:
@@ -149,10 +151,11 @@ class Prefetch:
         if len(worker.assigned) > depth:
             self._take_back(worker, pace.steady, now, out)
 
-    @staticmethod
-    def after_dispatch(worker: WorkerPeer, now: float) -> None:
+    def after_dispatch(self, worker: WorkerPeer, now: float) -> None:
         """After the dispatch a results message caused: the next sample starts here, unless this one goes on; none
         does while the worker holds nothing."""
+        if self._horizon <= 0.0:
+            return
         pace = worker.pace
         if not worker.assigned:
             pace.busy_since = None
