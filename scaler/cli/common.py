@@ -11,8 +11,9 @@ import argparse
 from typing import Callable, Sequence
 
 from scaler.utility.command_logging import announce_ignored_options, start_logging
+from scaler.utility.command_parser import FILE_VALUES, parser_for
 from scaler.utility.logging_setup import DEFAULT_LOGGING_PATHS, logging_path_problem
-from scaler.utility.option_table import POSITIONAL, OptionTable, parser_for
+from scaler.utility.option_table import POSITIONAL, OptionTable
 from scaler.utility.text_rules import read_address
 
 __all__ = ["announce_ignored_options", "check_curve_keys", "make_parser", "parse_command_line", "start_logging"]
@@ -26,22 +27,26 @@ def make_parser(prog: str, description: str, table: OptionTable) -> argparse.Arg
 
 
 def parse_command_line(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
-    """parse_args, then the checks that need several values: the address (which `--logging-paths a.log
-    ADDRESS` hands to the paths, as a list option before a positional does in argparse) and the paths."""
+    """parse_args (with the `--config` file's values as defaults), then the checks that need several values: the
+    address (which `--logging-paths a.log ADDRESS` hands to the paths, as a list option before a positional does
+    in argparse) and the paths."""
     args = parser.parse_args(argv)
     if not hasattr(args, "logging_paths"):
         if args.address is None:
             parser.error("the following arguments are required: address")
         return args
     paths = list(args.logging_paths)
-    if args.address is None:
-        if paths and tuple(paths) != DEFAULT_LOGGING_PATHS and "://" in paths[-1]:
-            try:
-                args.address = read_address(paths.pop())
-            except argparse.ArgumentTypeError as error:
-                parser.error(f"argument address: {error}")
-        else:
-            parser.error("the following arguments are required: address")
+    from_file = getattr(args, FILE_VALUES, {})
+    # An address the config file gives may still be given after --logging-paths on the command line.
+    address_open = args.address is None or args.address == from_file.get("address", None)
+    paths_given = tuple(paths) not in (DEFAULT_LOGGING_PATHS, from_file.get("logging_paths"))
+    if address_open and paths and paths_given and "://" in paths[-1]:
+        try:
+            args.address = read_address(paths.pop())
+        except argparse.ArgumentTypeError as error:
+            parser.error(f"argument address: {error}")
+    elif args.address is None:
+        parser.error("the following arguments are required: address")
     if not paths:
         parser.error("argument --logging-paths/-lp: expected at least one path before the address")
     for path in paths:

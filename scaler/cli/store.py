@@ -21,9 +21,9 @@ from scaler.store.server import run_store
 from scaler.store.server_config import StoreServerConfig, StoreStartError, default_capacity_bytes
 from scaler.store.settings import STORE
 from scaler.utility.command_logging import start_logging
+from scaler.utility.command_parser import parser_for
 from scaler.utility.curve import PeerKeys
 from scaler.utility.logging_setup import logging_path_problem
-from scaler.utility.option_table import parser_for
 from scaler.utility.parent_watch import exit_with_parent_pid
 from scaler.utility.readiness import FAILED, LISTENING, ReadinessReporter
 

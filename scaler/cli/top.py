@@ -8,7 +8,7 @@ import sys
 from typing import Sequence
 
 from scaler.ui.settings import TOP
-from scaler.utility.option_table import parser_for
+from scaler.utility.command_parser import parser_for
 
 
 def build_parser() -> argparse.ArgumentParser:

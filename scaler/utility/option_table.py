@@ -7,10 +7,11 @@ docs/configuration.md (scaler/cli/option_docs.py); tests/unit/test_option_tables
 derivation agrees.
 
 An option's `name` is its long option with underscores (`--per-worker-task-queue-size` is
-`per_worker_task_queue_size`; a switch `--no-store` is `store`): it is the argparse dest, and the key a
-config file will use (one section per command, named by the table's `section`), so that a file's value can
-become the parser's default (`parser.set_defaults(**{name: rule.check(value)})`) and the command line still
-wins. `field` is the config field it sets when that differs (the 1.9.x option names).
+`per_worker_task_queue_size`; a switch `--no-store` is `store`): it is the argparse dest, and the key of a
+config file (one section per command, named by the table's `section`): a file's value, checked by the
+option's rule (scaler/utility/config_file.py), becomes the parser's default, so the command line still
+wins (scaler/utility/command_parser.py). `field` is the config field it sets when that differs (the 1.9.x
+option names).
 """
 
 from __future__ import annotations
@@ -185,7 +186,7 @@ class OptionTable:
 
 
 def add_option(parser: argparse.ArgumentParser, option: Option) -> argparse.Action:
-    """The argparse argument of `option`; its help states the default itself (see HelpFormatter)."""
+    """The argparse argument of `option`; its help states the default itself (Option.described_help)."""
     kwargs: dict[str, Any] = {"default": option.default}
     flags: tuple[str, ...] = (option.long_flag, *option.flags)
     rule = option.rule
@@ -258,20 +259,6 @@ class _NoteIgnoredOption(argparse.Action):
         given = dict(getattr(namespace, IGNORED_GIVEN))  # a copy: the default is shared by every parse
         given[self.option_strings[0]] = (self.const if self.nargs == 0 else values, self.setting.why)
         setattr(namespace, IGNORED_GIVEN, given)
-
-
-def parser_for(
-    table: OptionTable | None, prog: str, description: str, usage: str | None = None
-) -> argparse.ArgumentParser:
-    """A parser with every option of `table`."""
-    parser = argparse.ArgumentParser(prog, description=description, usage=usage, formatter_class=HelpFormatter)
-    if table is not None:
-        table.add_to_parser(parser)
-    return parser
-
-
-class HelpFormatter(argparse.HelpFormatter):
-    """Each option's help already states its default (Option.described_help); nothing is added here."""
 
 
 def ignored_option(setting: IgnoredSetting, rule: ValueRule, *flags: str) -> Option:
