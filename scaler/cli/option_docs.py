@@ -13,14 +13,18 @@ import sys
 
 from scaler.adapters.slurm_settings import SLURM_CLUSTER
 from scaler.adapters.symphony.settings import SYMPHONY_CLUSTER
+from scaler.cli.site_settings import SITE
 from scaler.cluster.settings import CLUSTER
 from scaler.scheduler.settings import SCHEDULER
 from scaler.store.settings import STORE
 from scaler.ui.settings import TOP, UI
+from scaler.utility.command_parser import config_option
 from scaler.utility.option_table import OFF_SWITCH, ON_SWITCH, POSITIONAL, SWITCH, Option, OptionTable
 from scaler.utility.setting_rules import MAX_SECONDS, Rule
 
-TABLES = {table.section: table for table in (SCHEDULER, CLUSTER, STORE, TOP, UI, SLURM_CLUSTER, SYMPHONY_CLUSTER)}
+TABLES = {
+    table.section: table for table in (SCHEDULER, CLUSTER, STORE, TOP, UI, SLURM_CLUSTER, SYMPHONY_CLUSTER, SITE)
+}
 # The document is the repository's, not the installed package's: the path is from the repository's root.
 DOCUMENT = os.path.join("docs", "configuration.md")
 _BLOCK = re.compile(r"(<!-- options: (\w+) -->\n)(.*?)(<!-- end of options -->)", re.DOTALL)
@@ -62,8 +66,12 @@ def what_it_does(option: Option) -> str:
 
 def markdown_table(table: OptionTable) -> str:
     rows = ["| option | values | default | what it does |", "| --- | --- | --- | --- |"]
-    # The arguments first, as a usage line names them.
-    for option in sorted(table, key=lambda option: option.form != POSITIONAL):
+    # The arguments first, as a usage line names them, then the file (`scaler FILE.toml` names it positionally).
+    options = sorted(table, key=lambda option: option.form != POSITIONAL)
+    if table.section != SITE.section:
+        arguments = [option for option in options if option.form == POSITIONAL]
+        options = [*arguments, config_option(table.section), *options[len(arguments):]]
+    for option in options:
         cells = [spelled(option), values_text(option), option.shown_default() or "", what_it_does(option)]
         rows.append("| " + " | ".join(_cell(cell) for cell in cells) + " |")
     return "\n".join(rows) + "\n"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from typing import Mapping
+from typing import Callable, Mapping
 
 EXIT_WITH_PARENT_ENV = "SCALER_EXIT_WITH_PARENT"
 
@@ -43,3 +43,22 @@ def die_with_parent() -> None:
         libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
     except Exception:
         pass
+
+
+def signal_when_parent_dies(signum: int = signal.SIGTERM) -> Callable[[], None]:
+    """A `preexec_fn` for Popen (Linux): the child gets `signum` when the process that started it dies, even
+    by SIGKILL, so that a child which does not look at SCALER_EXIT_WITH_PARENT stops too (a no-op elsewhere).
+    libc is loaded here, in the parent: between fork and exec the child only calls it."""
+    if not sys.platform.startswith("linux"):
+        return lambda: None
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    parent = os.getpid()
+
+    def arm() -> None:
+        libc.prctl(1, signum)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the parent died before the line above
+            os.kill(os.getpid(), signum)
+
+    return arm
