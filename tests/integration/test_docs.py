@@ -31,7 +31,7 @@ DOCUMENTS = [os.path.join(REPO_ROOT, "README.md"), *sorted(glob.glob(os.path.joi
 
 RUN = "python"
 FRAGMENT = "python-fragment"
-NOT_RUN = {"bash", "console", "text"}
+NOT_RUN = {"bash", "console", "text", "toml"}
 
 # (document relative to the repository, first line of the block) of every block fenced as a fragment.
 FRAGMENTS: set[tuple[str, str]] = {
