@@ -108,13 +108,13 @@ def option_blocks(help_text: str) -> dict[str, str]:
 SCHEDULER_OPTIONS = [
     "--io-threads", "--max-number-of-tasks-waiting", "--client-timeout-seconds", "--worker-timeout-seconds",
     "--object-retention-seconds", "--load-balance-seconds", "--per-worker-queue-size", "--event-loop",
-    "--protected", "--logging-paths", "--logging-level", "--logging-config-file", "--monitor-address",
+    "--protected", "--logging-paths", "--logging-level", "--logging-config-file", "--monitor-address", "--config",
 ]
 CLUSTER_OPTIONS = [
     "--num-of-workers", "--worker-names", "--heartbeat-interval", "--task-timeout-seconds",
     "--death-timeout-seconds", "--garbage-collect-interval-seconds", "--trim-memory-threshold-bytes",
     "--hard-processor-suspend", "--event-loop", "--io-threads", "--logging-paths", "--per-worker-task-queue-size",
-    "--store-capacity-bytes", "--data-address", "--no-store", "--no-borrowing",
+    "--store-capacity-bytes", "--data-address", "--no-store", "--no-borrowing", "--config",
 ]
 
 
@@ -132,9 +132,9 @@ def test_help_lists_every_option_with_its_default(script: str, options: list[str
     for option in options:
         assert option in blocks, f"{option} missing from {script} -h:\n{done.stdout}"
     # A switch whose absence is the default (--no-store, --hard-processor-suspend) states none; an option nobody
-    # needs to give (the CURVE keys, --tags, the logging config file) has none to state.
+    # needs to give (the CURVE keys, --tags, the logging config file, a config file) has none to state.
     no_default = {"--help", "--no-store", "--no-borrowing", "--hard-processor-suspend", "--tags", "--curve-secret-key",
-                  "--curve-server-key", "--curve-authorized-keys", "--logging-config-file"}
+                  "--curve-server-key", "--curve-authorized-keys", "--logging-config-file", "--config"}
     for option, text in blocks.items():
         if option not in no_default:
             assert "(default:" in text, f"{script} -h does not show the default of {option}: {text!r}"
