@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from typing import IO, Sequence
 
@@ -190,11 +191,32 @@ def _look(children: list[_Child], asked: list[str]) -> list[Event]:
 
 
 def _stop_all(children: list[_Child], grace_seconds: float) -> None:
-    """The last started first: workers leave a scheduler that is still there to hear it."""
-    while children:
-        child = children.pop()
-        stop_process(child.process, grace_seconds)
-        child.close()
+    """The last started first: workers leave a scheduler that is still there to hear it.
+
+    While this thread waits for each part, another forwards their output (the parts' pipes are handed to it
+    until the end): a part, or a worker sharing its pipe, that logs much as it stops must not block on a full
+    pipe and be killed for it."""
+    if not children:
+        return
+    stopping = list(children)
+    children.clear()
+    done = threading.Event()
+
+    def forward() -> None:
+        while not done.wait(_LOOK_SECONDS):
+            for child in stopping:
+                child.forward_output()
+
+    forwarder = threading.Thread(target=forward, name="scaler-site-output", daemon=True)
+    forwarder.start()
+    try:
+        for child in reversed(stopping):
+            stop_process(child.process, grace_seconds)
+    finally:
+        done.set()
+        forwarder.join()
+        for child in stopping:
+            child.close()
 
 
 def _write(target: IO[str], text: str) -> None:
