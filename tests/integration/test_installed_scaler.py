@@ -45,8 +45,8 @@ def test_a_child_python_imports_the_same_scaler(python_env: dict[str, str]) -> N
 
 def test_the_distribution_declares_the_documented_console_scripts() -> None:
     assert declared_console_scripts() == [
-        "scaler", "scaler_cluster", "scaler_keygen", "scaler_scheduler", "scaler_slurm_cluster", "scaler_symphony_cluster",
-        "scaler_top", "scaler_ui", "scaler_worker",
+        "scaler", "scaler_cluster", "scaler_keygen", "scaler_scheduler", "scaler_slurm_cluster",
+        "scaler_symphony_cluster", "scaler_top", "scaler_ui", "scaler_worker",
     ]
 
 

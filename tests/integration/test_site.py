@@ -101,13 +101,16 @@ def test_the_example_site_serves_a_client_and_stops_on_sigterm(tmp_path: Path) -
 
 
 def test_a_site_killed_outright_leaves_nothing_behind(tmp_path: Path) -> None:
-    # The web UI does not watch its parent itself: the kernel's SIGTERM (set up by the site) stops it.
-    text = f'[scheduler]\naddress = "{free_local_address()}"\n[ui]\nport = {free_port()}\n'
+    # The web UI does not watch its parent itself: the kernel's SIGTERM (set up by the site) stops it. The store
+    # starts once the scheduler listens, and registers with it.
+    text = f'[scheduler]\naddress = "{free_local_address()}"\n[store]\n[ui]\nport = {free_port()}\n'
     site = RunningSite(site_file(tmp_path, text), tmp_path)
     try:
         site.wait_until("scaler: the site is up")
+        said = site.said()
+        assert said.index("scaler: scheduler is up") < said.index("scaler: store is up"), said
         started = site.descendants()
-        assert started
+        assert len(started) == 3, started
         site.process.kill()
         site.process.wait(timeout=EXIT_SECONDS)
     finally:

@@ -12,6 +12,8 @@ from scaler.adapters.slurm_settings import SLURM_CLUSTER
 from scaler.cli import cluster as cluster_cli
 from scaler.cli import scheduler as scheduler_cli
 from scaler.cli import slurm_cluster as slurm_cli
+from scaler.cli import store as store_cli
+from scaler.cli import symphony_cluster as symphony_cli
 from scaler.cli import top as top_cli
 from scaler.cli.common import parse_command_line
 from scaler.cli.option_docs import TABLES
@@ -163,3 +165,15 @@ def test_an_abbreviated_config_option_is_refused_not_ignored(tmp_path: Path) -> 
     path = write(tmp_path, "[scheduler]\nio_threads = 2\n")
     with pytest.raises(SystemExit):
         scheduler_cli.build_parser().parse_args(["--conf", path, ADDRESS])
+
+
+def test_a_later_argument_may_come_from_the_file_and_an_earlier_one_from_the_command_line(tmp_path: Path) -> None:
+    """What `scaler FILE.toml` does for [symphony_cluster]: the service from the file, the address after `--`."""
+    path = write(tmp_path, "[symphony_cluster]\nservice = 'ScalerService'\nbase_concurrency = 2\n")
+    parsed = parse(symphony_cli.build_parser, ["--config", path, "--", ADDRESS])
+    assert (parsed.address, parsed.service, parsed.base_concurrency) == (ADDRESS, "ScalerService", 2)
+
+
+def test_the_store_reads_its_section(tmp_path: Path) -> None:
+    path = write(tmp_path, "[store]\npool_idle_seconds = 5\n[cluster]\nnum_of_workers = 2\n")
+    assert store_cli.build_parser().parse_args(["--config", path]).pool_idle_seconds == 5.0
