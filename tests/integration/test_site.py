@@ -144,3 +144,20 @@ def test_a_bad_value_in_the_file_fails_fast_naming_file_key_and_rule(tmp_path: P
         completed.stderr
     )
     assert "Traceback" not in completed.stderr
+
+
+def test_a_part_that_exits_is_named_with_its_status_and_last_lines(tmp_path: Path) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        text = f'[scheduler]\naddress = "{free_local_address()}"\n[ui]\nhost = "127.0.0.1"\nport = {port}\n'
+        site = RunningSite(site_file(tmp_path, text), tmp_path)
+        try:
+            assert site.process.wait(timeout=UP_SECONDS) == 1, site.said()
+        finally:
+            site.stop()
+    said = site.said()
+    assert "scaler: ui exited with status 1" in said, said
+    assert f"scaler_ui: cannot serve on 127.0.0.1:{port}" in said.partition("ui exited with status 1")[2], said
+    assert "scaler: every part has stopped" in said
