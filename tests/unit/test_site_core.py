@@ -157,3 +157,17 @@ def test_a_bad_site_file_is_refused_before_anything_starts(text: str, expected: 
     with pytest.raises(ConfigFileError) as caught:
         parts_of(text)
     assert str(caught.value).startswith(expected)
+
+
+def test_the_site_command_reads_its_own_options_from_the_site_section(tmp_path) -> None:
+    from scaler.cli.site import build_parser
+
+    path = tmp_path / "site.toml"
+    path.write_text("[site]\nstart_timeout_seconds = 5\n[scheduler]\naddress = 'tcp://127.0.0.1:2345'\n")
+    parsed = build_parser().parse_args([str(path)])
+    assert (parsed.file, parsed.start_timeout_seconds, parsed.stop_grace_seconds) == (str(path), 5.0, 10.0)
+    given = build_parser().parse_args(["--start-timeout-seconds", "7", str(path), "--stop-grace-seconds", "2"])
+    assert (given.start_timeout_seconds, given.stop_grace_seconds) == (7.0, 2.0)
+    path.write_text("[site]\nstart_timeout_seconds = 0\n")
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([str(path)])
