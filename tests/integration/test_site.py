@@ -161,3 +161,32 @@ def test_a_part_that_exits_is_named_with_its_status_and_last_lines(tmp_path: Pat
     assert "scaler: ui exited with status 1" in said, said
     assert f"scaler_ui: cannot serve on 127.0.0.1:{port}" in said.partition("ui exited with status 1")[2], said
     assert "scaler: every part has stopped" in said
+
+
+def test_the_scheduler_and_cluster_commands_take_the_file_with_the_command_line_winning(tmp_path: Path) -> None:
+    in_file, given = free_local_address(), free_local_address()
+    path = site_file(
+        tmp_path, f'[scheduler]\naddress = "{in_file}"\nlogging_level = "DEBUG"\n'
+        f'[cluster]\naddress = "{in_file}"\nnum_of_workers = 3\nlogging_level = "INFO"\n'
+    )
+    log = tmp_path / "both.log"
+    processes = []
+    try:
+        with open(log, "wb") as output:
+            for command in (
+                [SCHEDULER, "--config", path, "--logging-level", "INFO", given],  # INFO and the address: ours
+                [console_script("scaler_cluster"), "--config", path, "-n", "1", given],  # 1 worker, not the 3
+            ):
+                processes.append(subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, cwd=tmp_path))
+        deadline = time.monotonic() + UP_SECONDS
+        while "all 1 workers registered" not in log.read_text(errors="replace"):
+            assert time.monotonic() < deadline and all(p.poll() is None for p in processes), log.read_text()
+            time.sleep(0.1)
+        with Client(given) as client:
+            assert client.submit(pow, 3, 2).result(timeout=60) == 9
+        text = log.read_text(errors="replace")
+        assert f"Scheduler: listening on {given}" in text and in_file not in text
+        assert "[DEBUG]" not in text  # the command line's INFO beat the file's DEBUG
+    finally:
+        for process in reversed(processes):
+            stop_process(process, 5.0)
