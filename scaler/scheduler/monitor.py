@@ -24,7 +24,7 @@ _SEND_HIGH_WATER_MARK = 4
 
 
 class MonitorPublisher:
-    """A PUB socket bound at the monitor address; the scheduler loop calls `publish_if_watched` about once a second.
+    """A PUB socket bound at the monitor address; about once a second, while `watched`, the scheduler publishes.
 
 It is an XPUB, which hears subscriptions come and go: with nobody watching (most of a scheduler's life),
 no snapshot is built at all, which with hundreds of workers is a few milliseconds of the loop every second.
