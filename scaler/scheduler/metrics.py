@@ -118,7 +118,11 @@ def _worker_families(snapshot: MonitorSnapshot) -> list[Metric]:
     workers = GaugeMetricFamily("scaler_workers", "Connected workers, by their tags (\"\": none)", labels=["tags"])
     for tags, count in sorted(by_tags.items()):
         workers.add_metric([tags], count)
-    slots = GaugeMetricFamily("scaler_worker_slots", "Task slots of the connected workers", labels=["state"])
+    slots = GaugeMetricFamily(
+        "scaler_worker_slots",
+        "Tasks the connected workers accept at once (their queues), and how many more they would take now",
+        labels=["state"],
+    )
     slots.add_metric(["capacity"], sum(worker.capacity for worker in snapshot.workers))
     slots.add_metric(["free"], sum(worker.free for worker in snapshot.workers))
     draining = GaugeMetricFamily("scaler_workers_draining", "Workers sent no new task (drain_workers)")

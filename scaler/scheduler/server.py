@@ -184,7 +184,7 @@ class SchedulerServer:
                 next_tick = now + _TICK_SECONDS
                 for line in self._bad_frame_log.on_tick(now):
                     logger.warning(line)
-                if now >= next_monitor:
+                if now >= next_monitor or monitor.newcomer_waiting:
                     next_monitor = now + _MONITOR_SECONDS
                     # One snapshot serves the feed and /metrics; with neither watching, none is made.
                     watched = monitor.watched
