@@ -12,6 +12,7 @@ from scaler.client.arguments import Unserializable, function_name, serialization
 from scaler.client.call_priority import call_priority, checked_key_priorities
 from scaler.client.call_sites import CallSites
 from scaler.client.connection import ClientConnection
+from scaler.client.display import client_html, client_text
 from scaler.client.future import ScalerFuture
 from scaler.client.graph import Order, plan_graph
 from scaler.client.graph_submission import submit_graph
@@ -121,6 +122,13 @@ class Client:
             wait_for_tags_seconds=self._wait_for_tags_seconds, share=self._share,
             curve_server_key=self._curve_key_options[0], curve_secret_key=self._curve_key_options[1],
         ),)
+
+    def __repr__(self) -> str:
+        return client_text(self)
+
+    def _repr_html_(self) -> str:
+        """Jupyter's view: this client and, from one look at the monitor feed, the cluster's workers and tasks."""
+        return client_html(self)
 
     @property
     def address(self) -> str:

@@ -1,7 +1,8 @@
 """A progress bar over a number of tasks: what `Client.map(..., progress=True)` and `get(..., progress=True)` show.
 
-The bar is tqdm's, on stderr. Counting is cheap and thread-safe, so it can be fed from the client's
-I/O thread (future done-callbacks) or polled from the caller's thread (`wait_with_progress`).
+The bar is tqdm's, from `tqdm.auto`: a widget in Jupyter (with ipywidgets installed; without them tqdm
+warns once and draws text), text on stderr elsewhere. Counting is cheap and thread-safe, so it can be fed
+from the client's I/O thread (future done-callbacks) or polled from the caller's thread (`wait_with_progress`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ _BAR_WITHOUT_RATE = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}]"
 
 def _bar_class() -> Any:
     try:
-        from tqdm import tqdm
+        from tqdm.auto import tqdm
     except ImportError:
         raise ImportError("progress=True needs tqdm: pip install tqdm") from None
 

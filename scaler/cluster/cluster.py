@@ -16,12 +16,14 @@ import threading
 import time
 from typing import Any, Iterable, Sequence
 
+from scaler.cluster.display import cluster_html, cluster_text
 from scaler.cluster.settings import CLUSTER, CLUSTER_KEYWORDS
 from scaler.cluster.store_settings import StoreSettings, default_data_address
 from scaler.errors import ClusterStartError
 from scaler.store.server_config import StoreStartError
 from scaler.store.store_process import StoreProcess
 from scaler.utility.ignored_settings import check_ignored_settings
+from scaler.utility.monitor_address import default_monitor_address
 from scaler.utility.parent_watch import environment_exiting_with_this_process
 from scaler.utility.process_stop import stop_processes
 from scaler.utility.readiness import FAILED, REGISTERED, ReadinessPipe
@@ -133,6 +135,25 @@ class Cluster:
     def store_address(self) -> str:
         """The data address of this cluster's store; empty without one (or before `launch`)."""
         return self._store.address.data_address if self._store is not None else ""
+
+    def __repr__(self) -> str:
+        return cluster_text(*self._display_facts())
+
+    def _repr_html_(self) -> str:
+        """Jupyter's view: the workers started here and, from one look at the scheduler's monitor feed, the
+        whole cluster's workers and tasks."""
+        facts = self._display_facts()
+        return cluster_html(*facts, default_monitor_address(facts[0]))
+
+    def _display_facts(self) -> tuple[str, int, int, int, str]:
+        processes = list(getattr(self, "_processes", ()))
+        running = sum(1 for process in processes if process.poll() is None)
+        store = getattr(self, "_store", None)
+        return (
+            getattr(getattr(self, "_template", None), "address", "?"), len(getattr(self, "_worker_names", ())),
+            getattr(self, "_registered", 0), running,
+            store.address.data_address if store is not None else "",
+        )
 
     # ------------------------------------------------------------------------------------------ start
 

@@ -11,9 +11,11 @@ import threading
 import time
 from typing import Any, Sequence
 
+from scaler.cluster.display import combo_html, combo_text
 from scaler.cluster.settings import CLUSTER, COMBO_OWN, combo_keywords
 from scaler.errors import ClusterStartError
 from scaler.scheduler.settings import SCHEDULER
+from scaler.utility.monitor_address import default_monitor_address
 from scaler.utility.parent_watch import environment_exiting_with_this_process
 from scaler.utility.process_stop import stop_processes
 from scaler.utility.readiness import FAILED, LISTENING, REGISTERED, ReadinessPipe
@@ -217,6 +219,24 @@ class SchedulerClusterCombo:
 
     def get_address(self) -> str:
         return self._address
+
+    def __repr__(self) -> str:
+        return combo_text(*self._display_facts())
+
+    def _repr_html_(self) -> str:
+        """Jupyter's view: the scheduler and workers started, and, from one look at the monitor feed, the
+        cluster's workers and tasks."""
+        return combo_html(*self._display_facts())
+
+    def _display_facts(self) -> tuple[str, str, int, bool, int]:
+        scheduler_values = getattr(self, "_scheduler_values", {})
+        address = getattr(self, "_address", "?")
+        monitor_address = scheduler_values.get("monitor_address") or default_monitor_address(address)
+        processes = list(getattr(self, "_processes", ()))
+        running = bool(processes) and all(process.poll() is None for process in processes)
+        return address, monitor_address, getattr(self, "_n_workers", 0), running, scheduler_values.get(
+            "metrics_port", 0
+        )
 
     @property
     def scheduler_pid(self) -> int:

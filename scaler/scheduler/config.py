@@ -12,8 +12,12 @@ import dataclasses
 
 from scaler.scheduler.settings import SCHEDULER
 from scaler.utility.logging_setup import check_logging_level, check_logging_paths
+from scaler.utility.monitor_address import MONITOR_DIRECTORY, default_monitor_address
 from scaler.utility.setting_rules import check_settings
 from scaler.utility.zmq_config import parse_zmq_address
+
+# Importers of these names from here (the scheduler's shell, scaler_top, the tests) keep working.
+__all__ = ["MONITOR_DIRECTORY", "SchedulerConfig", "default_monitor_address"]
 
 
 @dataclasses.dataclass
@@ -31,6 +35,7 @@ class SchedulerConfig:
     max_task_crashes: int = SCHEDULER.field("max_task_crashes")
     protected: bool = SCHEDULER.field("protected")
     monitor_address: str | None = SCHEDULER.field("monitor_address")
+    metrics_port: int = SCHEDULER.field("metrics_port")
     max_message_size_bytes: int = SCHEDULER.field("max_message_size_bytes")
     max_control_frame_bytes: int = SCHEDULER.field("max_control_frame_bytes")
     bad_frame_log_seconds: float = SCHEDULER.field("bad_frame_log_seconds")
@@ -49,16 +54,3 @@ class SchedulerConfig:
         check_logging_level(self.logging_level)
         if self.logging_config_file is None:
             check_logging_paths(self.logging_paths)
-
-
-# Where default monitor addresses live (the product documents show /tmp, whatever TMPDIR says).
-MONITOR_DIRECTORY = "/tmp"
-
-
-def default_monitor_address(address: str) -> str:
-    """tcp://127.0.0.1:2345 -> ipc:///tmp/127.0.0.1_2345_monitor, as the product documents show."""
-    scheme, _, rest = address.partition("://")
-    if scheme == "tcp":
-        host, _, port = rest.rpartition(":")
-        return f"ipc://{MONITOR_DIRECTORY}/{host}_{port}_monitor"
-    return f"{address}_monitor"

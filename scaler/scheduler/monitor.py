@@ -24,7 +24,7 @@ _SEND_HIGH_WATER_MARK = 4
 
 
 class MonitorPublisher:
-    """A PUB socket bound at the monitor address; the scheduler loop calls `publish_if_watched` about once a second.
+    """A PUB socket bound at the monitor address; about once a second, while `watched`, the scheduler publishes.
 
 It is an XPUB, which hears subscriptions come and go: with nobody watching (most of a scheduler's life),
 no snapshot is built at all, which with hundreds of workers is a few milliseconds of the loop every second.
@@ -48,10 +48,14 @@ no snapshot is built at all, which with hundreds of workers is a few millisecond
                 "choose another address with --monitor-address"
             )
             return
-        # Subscriptions, by topic (every subscriber takes everything: b""); without XPUB_VERBOSE the socket
-        # passes only a topic's first subscription and, when its last subscriber goes, its unsubscription.
+        # Subscriptions, by topic (every subscriber takes everything: b""). With XPUB_VERBOSE the socket passes
+        # every subscription, so that each newcomer is seen; an unsubscription only when a topic's last
+        # subscriber goes.
         self._topics: set[bytes] = set()
+        # Someone subscribed since the last snapshot sent: a view (a notebook's summary) that wants one now.
+        self._newcomer = False
         socket = context.socket(zmq.XPUB)
+        socket.setsockopt(zmq.XPUB_VERBOSE, 1)
         socket.setsockopt(zmq.LINGER, 0)
         socket.setsockopt(zmq.SNDHWM, _SEND_HIGH_WATER_MARK)
         try:
@@ -88,8 +92,14 @@ no snapshot is built at all, which with hundreds of workers is a few millisecond
                 return bool(self._topics)
             if event[:1] == b"\x01":
                 self._topics.add(bytes(event[1:]))
+                self._newcomer = True
             elif event[:1] == b"\x00":
                 self._topics.discard(bytes(event[1:]))
+
+    @property
+    def newcomer_waiting(self) -> bool:
+        """Whether someone subscribed since the last snapshot was sent: it should not wait out the second."""
+        return self.watched and self._newcomer
 
     def publish_if_watched(self, make_snapshot: Callable[[], MonitorSnapshot]) -> None:
         """Build the snapshot and publish it, if anyone subscribes."""
@@ -114,6 +124,7 @@ no snapshot is built at all, which with hundreds of workers is a few millisecond
             logger.warning(f"Scheduler: could not publish a monitor snapshot: {error}")
             return
         self._sequence += 1
+        self._newcomer = False
 
     def close(self) -> None:
         """Close the socket and remove the ipc:// file we bound, so no stale socket is left. Safe to call twice."""

@@ -19,6 +19,7 @@ from scaler.scheduler.config import MONITOR_DIRECTORY, SchedulerConfig, default_
 from scaler.scheduler.core.core_config import CoreConfig
 from scaler.scheduler.core.outgoing import Outgoing
 from scaler.scheduler.core.scheduler_core import SchedulerCore
+from scaler.scheduler.metrics_server import MetricsServer, MetricsUnavailable, metrics_host
 from scaler.scheduler.monitor import MonitorPublisher
 from scaler.scheduler.outgoing_batch import OutgoingBatch
 from scaler.utility.bad_frame_log import BadFrameLog, short_identity
@@ -103,6 +104,7 @@ class SchedulerServer:
         )))
         authenticator = None
         monitor: MonitorPublisher | None = None
+        metrics: MetricsServer | None = None
         try:
             if curve_keys is not None:
                 try:
@@ -116,17 +118,27 @@ class SchedulerServer:
                 socket.bind(config.address)
             except zmq.ZMQError as error:
                 raise SchedulerStartError(f"Scheduler: cannot listen on {config.address}: {error}") from None
+            if config.metrics_port:
+                try:
+                    metrics = MetricsServer(metrics_host(config.address), config.metrics_port)
+                except MetricsUnavailable as error:
+                    raise SchedulerStartError(f"Scheduler: cannot start: {error}") from None
             monitor = MonitorPublisher(context, monitor_address)
             if monitor.is_bound:
                 logger.info(f"Scheduler: monitor address is {monitor_address}")
             logger.info(f"Scheduler: listening on {config.address}")
+            if metrics is not None:
+                metrics.start()
+                logger.info(f"Scheduler: Prometheus metrics at {metrics.url}")
             if on_listening is not None:
                 on_listening()
             removed = remove_stale_monitor_sockets(MONITOR_DIRECTORY)
             if removed:
                 logger.info(f"Scheduler: removed {len(removed)} monitor socket(s) left by schedulers that died")
-            self._loop(socket, monitor, exit_with_parent)
+            self._loop(socket, monitor, metrics, exit_with_parent)
         finally:
+            if metrics is not None:
+                metrics.close()
             if monitor is not None:
                 monitor.close()
             socket.close(linger=0)
@@ -137,7 +149,10 @@ class SchedulerServer:
             if monitor is not None:
                 logger.info("Scheduler: stopped")
 
-    def _loop(self, socket: zmq.Socket, monitor: MonitorPublisher, exit_with_parent: int | None) -> None:
+    def _loop(
+        self, socket: zmq.Socket, monitor: MonitorPublisher, metrics: MetricsServer | None,
+        exit_with_parent: int | None,
+    ) -> None:
         core = self._core
         poller = zmq.Poller()
         poller.register(socket, zmq.POLLIN)
@@ -169,9 +184,16 @@ class SchedulerServer:
                 next_tick = now + _TICK_SECONDS
                 for line in self._bad_frame_log.on_tick(now):
                     logger.warning(line)
-                if now >= next_monitor:
+                if now >= next_monitor or monitor.newcomer_waiting:
                     next_monitor = now + _MONITOR_SECONDS
-                    monitor.publish_if_watched(self._monitor_snapshot)
+                    # One snapshot serves the feed and /metrics; with neither watching, none is made.
+                    watched = monitor.watched
+                    if watched or metrics is not None:
+                        snapshot = self._monitor_snapshot()
+                        if watched:
+                            monitor.publish(snapshot)
+                        if metrics is not None:
+                            metrics.publish(snapshot)
                 if exit_with_parent is not None and os.getppid() != exit_with_parent:
                     logger.warning("Scheduler: parent process is gone, exiting")
                     return

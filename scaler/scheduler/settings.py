@@ -19,6 +19,7 @@ from scaler.utility.setting_rules import (
     SECONDS_OR_OFF,
     TASK_SLOTS_OR_ANY,
     TASKS_WAITING,
+    Rule,
 )
 from scaler.utility.shared_options import address_option, logging_options, scheduler_curve_options
 from scaler.utility.text_rules import ADDRESS, ON_OR_OFF, one_of
@@ -101,6 +102,12 @@ SCHEDULER = OptionTable(
         Option(
             "monitor_address", None, ADDRESS, "where the monitor feed is published (see docs/monitor.md)",
             flags=("-ma",), default_text="derived from the address, e.g. ipc:///tmp/127.0.0.1_2345_monitor",
+        ),
+        Option(
+            "metrics_port", 0, Rule(int, 0, 65535),
+            "serve Prometheus metrics at http://HOST:PORT/metrics, HOST being the host of the scheduler's address "
+            "(127.0.0.1 for ipc); 0 (the default) serves none",
+            doc="Needs prometheus_client (`pip install 'scaler[metrics]'`); docs/metrics.md lists the metrics.",
         ),
     ),
     scheduler_curve_options(),

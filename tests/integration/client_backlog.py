@@ -13,6 +13,7 @@ import pathlib
 import sys
 import time
 from concurrent.futures import Future
+from typing import Any
 
 import cloudpickle
 
@@ -36,7 +37,8 @@ def wait_at_gate(gate: str, value: int) -> int:
 
 
 class TwoClients:
-    def __init__(self, directory: pathlib.Path, backlog: int = BACKLOG) -> None:
+    def __init__(self, directory: pathlib.Path, backlog: int = BACKLOG, **combo_options: Any) -> None:
+        self.combo_options = combo_options
         self.gate = directory / "gate"
         self.backlog_size = backlog
         self.futures: list[Future] = []
@@ -55,7 +57,9 @@ class TwoClients:
 
     def __enter__(self) -> TwoClients:
         try:
-            self.cluster = SchedulerClusterCombo(n_workers=1, per_worker_queue_size=1, logging_level="WARNING")
+            self.cluster = SchedulerClusterCombo(
+                n_workers=1, per_worker_queue_size=1, logging_level="WARNING", **self.combo_options
+            )
             backlog = Client(address=self.address, timeout_seconds=30, name="backlog")
             self.clients.append(backlog)
             self.clients.append(Client(address=self.address, timeout_seconds=30, name="idle"))

@@ -65,3 +65,19 @@ def test_snapshots_are_built_only_while_someone_subscribes(publisher: MonitorPub
     _until(lambda: not publisher.watched, "saw the last subscriber go")
     publisher.publish_if_watched(make)
     assert len(built) == 1
+
+
+def test_each_new_subscriber_is_answered_without_waiting_for_the_next_second(publisher: MonitorPublisher) -> None:
+    """A notebook's summary subscribes, reads one snapshot and leaves: the scheduler's loop publishes at its next
+    tick when someone new subscribed, also while another view already watches."""
+    assert not publisher.newcomer_waiting
+    with MonitorSubscriber(publisher.address) as first:
+        _until(lambda: publisher.newcomer_waiting, "saw the first subscriber")
+        publisher.publish(_snapshot())
+        assert not publisher.newcomer_waiting
+        assert first.receive(SECONDS) is not None
+        with MonitorSubscriber(publisher.address) as second:
+            _until(lambda: publisher.newcomer_waiting, "saw a second subscriber while the first watches")
+            publisher.publish(_snapshot())
+            assert second.receive(SECONDS) is not None
+            assert not publisher.newcomer_waiting
