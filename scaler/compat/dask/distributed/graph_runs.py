@@ -52,7 +52,9 @@ def submit_graph(
     from scaler.compat.dask.translation import translate
 
     graph, used = graph_with_futures_resolved(dsk)
-    translation = translate(graph, keys)
+    # A scattered object's one-line task must stay a task of its own: fused into its dependent, its reference
+    # would be a nested argument, which the worker passes as it is.
+    translation = translate(graph, keys, fuse=not any(state.native is None for state in used))
     if keep:
         require_persist("persist and compute")
         futures = native.persist_graph(translation.graph, translation.requested)  # type: ignore[attr-defined]
