@@ -22,6 +22,8 @@ import pytest
 
 pytest.importorskip("dask")
 
+from scaler.cluster.combo import free_local_address  # noqa: E402
+from scaler.compat.cluster_choice import ADDRESS_ENVIRONMENT_VARIABLE  # noqa: E402
 from scaler.compat.dask.distributed import (  # noqa: E402
     FIRST_COMPLETED,
     Client,
@@ -35,6 +37,7 @@ from scaler.compat.dask.distributed import (  # noqa: E402
     rejoin,
     secede,
     wait,
+    worker_client,  # noqa: E402
 )
 from scaler.compat.dask.distributed.capabilities import NATIVE_KEEPS  # noqa: E402
 
@@ -70,7 +73,12 @@ def write_text(path: str, text: str) -> None:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[LocalCluster]:
-    with LocalCluster(n_workers=2, threads_per_worker=1) as local:
+    address = free_local_address()
+    with pytest.MonkeyPatch.context() as patch:
+        # How a task finds its scheduler for get_client() on workers that do not say it themselves.
+        patch.setenv(ADDRESS_ENVIRONMENT_VARIABLE, address)
+        local = LocalCluster(n_workers=2, threads_per_worker=1, scheduler_port=int(address.rsplit(":", 1)[1]))
+    with local:
         yield local
 
 
@@ -149,13 +157,21 @@ def test_docs_fire_and_forget(client: Client, tmp_path: pathlib.Path) -> None:
     assert target.read_text() == "written"
 
 
-def test_docs_secede_rejoin_are_accepted(client: Client) -> None:
-    def in_task() -> int:
-        secede()
-        rejoin()
-        return 1
+def submit_from_task(n: int) -> int:
+    """The docs' "Submit Tasks from Tasks": a task gets a client of its own scheduler and waits on its tasks."""
+    client = get_client()
+    futures = client.map(inc, range(n))
+    secede()
+    results = client.gather(futures)
+    rejoin()
+    with worker_client() as same:
+        assert same is client
+    return sum(results)
 
-    assert client.submit(in_task).result(WAIT_SECONDS) == 1
+
+def test_docs_submit_tasks_from_tasks(client: Client) -> None:
+    # More tasks waiting on nested ones than there are workers: no deadlock, with or without secede.
+    assert client.gather(client.map(submit_from_task, [3, 4, 5])) == [6, 10, 15]
 
 
 # ---------------------------------------------------------------------------------------------- test_client.py's
