@@ -363,6 +363,26 @@ def test_client_without_address_owns_its_cluster() -> None:
     assert client.status == "closed" and cluster.status == "closed"
 
 
+def test_restart_cancels_and_forgets(client: Client) -> None:
+    running = client.submit(slow_inc, 0, 1.0, pure=False)
+    kept = client.submit(inc, 5)
+    kept.result(WAIT_SECONDS)
+    client.restart()
+    wait([running], timeout=WAIT_SECONDS)
+    assert running.status == "cancelled"
+    with pytest.raises(KeyError):
+        Future(kept.key, client)
+    assert client.submit(inc, 5).result(WAIT_SECONDS) == 6  # usable again, the same call runs anew
+
+
+def use_client(client: Client) -> int:
+    return client.submit(inc, 1).result(WAIT_SECONDS)
+
+
+def test_client_passed_into_a_task(client: Client) -> None:
+    assert client.submit(use_client, client).result(WAIT_SECONDS) == 2
+
+
 def test_run_and_upload_file_say_why_not(client: Client) -> None:
     with pytest.raises(NotImplementedError, match="address each worker"):
         client.run(os.getpid)

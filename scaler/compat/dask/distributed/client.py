@@ -308,7 +308,8 @@ class Client:
         states = [future._state for future in futures_in(futures)]
         for state in states:
             state.retries_left = 0
-        cancel_without_waiting([state.native for state in states if state.native is not None], force)
+        # Not a scattered object (nothing runs), nor a literal of a computed graph (a plain, finished future).
+        cancel_without_waiting([state.native for state in states if isinstance(state.native, ScalerFuture)], force)
 
     def restart(self, timeout: Any = None, wait_for_workers: bool = True) -> Any:
         """Cancel every task of this client and drop its data on the cluster; its futures end canceled.
