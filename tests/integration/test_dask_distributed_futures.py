@@ -175,6 +175,12 @@ def test_docs_submit_tasks_from_tasks(client: Client) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- test_client.py's
+# distributed's own tests are not in its wheel or sdist, and this project's code is its own: each test below
+# checks, through the public API only, what these tests of distributed/tests/test_client.py check:
+# test_submit_naming, test_map_naming, test_map_keynames, test_map (zipped iterables, keywords),
+# test_map_empty, test_map_retries, test_thread, test_sync_exceptions, test_Future_exception_sync,
+# test_gather_sync, test_gather (nested), test_Future_release_sync. Left aside: those reading the scheduler's
+# or workers' internals (s.tasks, who_has, c.futures) or dask's worker placement (workers=, rebalance).
 
 
 def test_submit_naming(client: Client) -> None:
