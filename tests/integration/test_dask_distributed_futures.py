@@ -231,7 +231,7 @@ def test_map_retries(client: Client, tmp_path: pathlib.Path) -> None:
 def test_thread(client: Client) -> None:
     future = client.submit(slow_inc, 1, 1.0)
     with pytest.raises(TimeoutError):
-        future.result(timeout=0.01)
+        future.result(timeout="10 ms")  # dask's timeouts may be strings
     assert future.result(WAIT_SECONDS) == 2
 
 

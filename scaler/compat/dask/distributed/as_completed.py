@@ -8,6 +8,7 @@ import threading
 import time
 from typing import Any, Iterable, Iterator
 
+from scaler.compat.dask.distributed.durations import seconds
 from scaler.compat.dask.distributed.future import Future
 from scaler.utility.blocking import waiting_for_tasks
 
@@ -22,10 +23,11 @@ class as_completed:  # noqa: N801 - dask's name
 
     def __init__(
         self, futures: Iterable[Future] | None = None, loop: Any = None, with_results: bool = False,
-        raise_errors: bool = True, *, timeout: float | None = None,
+        raise_errors: bool = True, *, timeout: Any = None,
     ) -> None:
         self.with_results = with_results
         self.raise_errors = raise_errors
+        timeout = seconds(timeout)
         self._deadline = None if timeout is None else time.monotonic() + timeout
         self._timeout = timeout
         self._finished: queue.SimpleQueue[Future] = queue.SimpleQueue()

@@ -36,6 +36,7 @@ from scaler.cluster.combo import SchedulerClusterCombo
 from scaler.compat.dask.distributed.arguments import prepare_call
 from scaler.compat.dask.distributed.capabilities import NATIVE_KEEPS, NATIVE_PERSISTS, require_keeps
 from scaler.compat.dask.distributed.default import forget, make_default
+from scaler.compat.dask.distributed.durations import seconds
 from scaler.compat.dask.distributed.future import Future, KeyState
 from scaler.compat.dask.distributed.gathering import gathered
 from scaler.compat.dask.distributed.graph_runs import flat_keys, identity, nested_results, submit_graph
@@ -53,7 +54,7 @@ class Client:
     """dask.distributed's Client; see the module docstring for what `address` may be and what differs."""
 
     def __init__(
-        self, address: Any = None, loop: Any = None, timeout: float | None = None, set_as_default: bool = True,
+        self, address: Any = None, loop: Any = None, timeout: Any = None, set_as_default: bool = True,
         scheduler_file: str | None = None, security: Any = None, asynchronous: bool = False, name: str | None = None,
         heartbeat_interval: Any = None, serializers: Any = None, deserializers: Any = None, extensions: Any = None,
         direct_to_workers: Any = None, connection_limit: int = 512, **cluster_kwargs: Any,
@@ -64,7 +65,7 @@ class Client:
         self.id = f"Client-{uuid.uuid4()}"
         self.status = NEWLY_CREATED
         self._address = address
-        self._timeout = timeout
+        self._timeout = seconds(timeout)
         self._set_as_default = set_as_default
         self._name = name or ""
         self._cluster_kwargs = cluster_kwargs
@@ -97,7 +98,7 @@ class Client:
                 elif not isinstance(address, str):
                     kind = type(address).__name__
                     raise TypeError(f"Client() takes an address, a LocalCluster or nothing, got {kind}")
-                timeout = DEFAULT_TIMEOUT_SECONDS if self._timeout is None else float(self._timeout)
+                timeout = DEFAULT_TIMEOUT_SECONDS if self._timeout is None else self._timeout
                 try:
                     self._native = NativeClient(address=address, name=self._name, timeout_seconds=timeout)
                 except BaseException:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable, Generator, Hashable
 
 from scaler.client.future import ScalerFuture, settled_in_loop
 from scaler.client.object_reference import ObjectReference
+from scaler.compat.dask.distributed.durations import seconds
 from scaler.utility.blocking import waiting_for_tasks
 
 if TYPE_CHECKING:
@@ -98,7 +99,7 @@ class Future:
     def cancelled(self) -> bool:
         return self.status == CANCELLED
 
-    def result(self, timeout: float | None = None) -> Any:
+    def result(self, timeout: Any = None) -> Any:
         """The task's value; raises its exception, CancelledError if canceled, TimeoutError after `timeout`."""
         self._settled(timeout)
         native = self._state.native
@@ -106,18 +107,18 @@ class Future:
             return self._client._fetch_scattered(self._state)
         return native.result()
 
-    def exception(self, timeout: float | None = None) -> BaseException | None:
+    def exception(self, timeout: Any = None) -> BaseException | None:
         self._settled(timeout)
         native = self._state.native
         return None if native is None else native.exception()
 
-    def _settled(self, timeout: float | None) -> None:
+    def _settled(self, timeout: Any) -> None:
         outcome = self._state.outcome
         if not outcome.done():
             with waiting_for_tasks():  # inside a task, its worker runs other tasks meanwhile
-                outcome.result(timeout)
+                outcome.result(seconds(timeout))
 
-    def traceback(self, timeout: float | None = None) -> Any:
+    def traceback(self, timeout: Any = None) -> Any:
         error = self.exception(timeout)
         return None if error is None else error.__traceback__
 

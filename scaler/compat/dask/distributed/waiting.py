@@ -8,6 +8,7 @@ import threading
 from typing import Any, NamedTuple
 
 from scaler.compat.dask.distributed.arguments import futures_in
+from scaler.compat.dask.distributed.durations import seconds
 from scaler.compat.dask.distributed.future import ERROR, Future
 from scaler.utility.blocking import waiting_for_tasks
 
@@ -21,13 +22,14 @@ class DoneAndNotDoneFutures(NamedTuple):
     not_done: set[Future]
 
 
-def wait(fs: Any, timeout: float | None = None, return_when: str = ALL_COMPLETED) -> Any:
+def wait(fs: Any, timeout: Any = None, return_when: str = ALL_COMPLETED) -> Any:
     """Wait for the futures in `fs` (a Future, lists/dicts of them, or persisted collections);
     `(done, not_done)`. Raises TimeoutError if `return_when` is not met within `timeout` seconds.
     With an asynchronous client, inside its event loop, an awaitable instead."""
     if return_when not in (ALL_COMPLETED, FIRST_COMPLETED, FIRST_EXCEPTION):
         raise ValueError(f"return_when must be ALL_COMPLETED, FIRST_COMPLETED or FIRST_EXCEPTION, got {return_when!r}")
     futures = futures_in(fs)
+    timeout = seconds(timeout)
     if any(future.client.asynchronous for future in futures):
         try:
             loop = asyncio.get_running_loop()
