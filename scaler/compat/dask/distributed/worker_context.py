@@ -2,8 +2,9 @@
 
 `secede()` and `rejoin()` are accepted and do nothing, on purpose: on Scaler, a task that waits on other
 tasks (`result()`, `gather`, `wait`, `as_completed`, `progress`) already tells its worker so, which then
-runs other tasks meanwhile (scaler/utility/blocking.py), and a nested task goes ahead of its client's queued
-ones (it inherits the priority of the task waiting on it). There is no thread pool slot to give back.
+runs other tasks meanwhile (scaler/utility/blocking.py), and the scheduler dispatches tasks submitted from
+inside tasks before those of shallower nesting (its queues are served deepest first), so the work a waiting
+task needs goes first. There is no thread pool slot to give back, and nothing to wait for on rejoin.
 """
 
 from __future__ import annotations
