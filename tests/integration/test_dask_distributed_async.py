@@ -29,8 +29,21 @@ def div(x: float, y: float) -> float:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[LocalCluster]:
-    with LocalCluster(n_workers=2, threads_per_worker=1) as local:
+    """Started and closed asynchronously: `await LocalCluster(..., asynchronous=True)`, `await cluster.close()`."""
+
+    async def start() -> LocalCluster:
+        return await LocalCluster(n_workers=2, threads_per_worker=1, asynchronous=True)
+
+    async def close(local: LocalCluster) -> None:
+        await local.close()
+
+    local = asyncio.run(start())
+    try:
+        assert local.status == "running"
         yield local
+    finally:
+        asyncio.run(close(local))
+    assert local.status == "closed"
 
 
 def run(coroutine: object) -> object:
@@ -73,23 +86,21 @@ def test_canceling_the_await_leaves_the_task(cluster: LocalCluster) -> None:
     assert run(main()) == 7
 
 
-def test_async_client_and_cluster(cluster: LocalCluster) -> None:
+def test_async_client(cluster: LocalCluster) -> None:
     async def main() -> None:
-        async with LocalCluster(n_workers=1, asynchronous=True) as own:
-            async with Client(own, asynchronous=True) as client:
-                assert await client.submit(add, 1, 2) == 3
-                futures = client.map(mul, range(4), range(4))
-                assert await client.gather(futures) == [0, 1, 4, 9]
-                [scattered] = await client.scatter([10])
-                assert await client.submit(add, scattered, 1) == 11
-                done, not_done = await wait(futures)
-                assert done == set(futures) and not not_done
-                seen = [await future async for future in as_completed(futures)]
-                assert sorted(seen) == [0, 1, 4, 9]
-                seen_with_results = [result async for _, result in as_completed(futures, with_results=True)]
-                assert sorted(seen_with_results) == [0, 1, 4, 9]
-            assert client.status == "closed"
-        assert own.status == "closed"
+        async with Client(cluster, asynchronous=True) as client:
+            assert await client.submit(add, 1, 2) == 3
+            futures = client.map(mul, range(4), range(4))
+            assert await client.gather(futures) == [0, 1, 4, 9]
+            [scattered] = await client.scatter([10])
+            assert await client.submit(add, scattered, 1) == 11
+            done, not_done = await wait(futures)
+            assert done == set(futures) and not not_done
+            seen = [await future async for future in as_completed(futures)]
+            assert sorted(seen) == [0, 1, 4, 9]
+            seen_with_results = [result async for _, result in as_completed(futures, with_results=True)]
+            assert sorted(seen_with_results) == [0, 1, 4, 9]
+        assert client.status == "closed"
 
     run(main())
 
