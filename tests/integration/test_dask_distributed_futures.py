@@ -354,8 +354,9 @@ def test_default_client_and_get_client(cluster: LocalCluster) -> None:
         with Client(cluster) as second:
             assert default_client() is second
         assert default_client() is first
-        with Client(cluster, set_as_default=False):
+        with Client(cluster.scheduler_address.removeprefix("tcp://"), set_as_default=False) as aside:
             assert default_client() is first
+            assert aside.submit(inc, 1).result(WAIT_SECONDS) == 2
     with pytest.raises(ValueError):
         default_client()
 

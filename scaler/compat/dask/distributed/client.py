@@ -98,6 +98,8 @@ class Client:
                 elif not isinstance(address, str):
                     kind = type(address).__name__
                     raise TypeError(f"Client() takes an address, a LocalCluster or nothing, got {kind}")
+                elif "://" not in address:
+                    address = f"tcp://{address}"  # dask takes "host:port" too
                 timeout = DEFAULT_TIMEOUT_SECONDS if self._timeout is None else self._timeout
                 try:
                     self._native = NativeClient(address=address, name=self._name, timeout_seconds=timeout)
