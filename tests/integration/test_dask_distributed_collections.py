@@ -77,6 +77,7 @@ def test_client_get_and_compute(client: Client) -> None:
     x = da.ones((20, 20), chunks=5)
     total = client.compute(x.sum())
     assert isinstance(total, Future) and total.result(WAIT_SECONDS) == 400
+    assert client.compute(x.sum())._state is total._state  # the same key: the same future, as in dask
     a, b, plain = client.compute([x.sum(), x.mean(), 7])
     assert (a.result(WAIT_SECONDS), b.result(WAIT_SECONDS), plain) == (400, 1.0, 7)
     assert client.compute(x.max(), sync=True) == 1

@@ -408,7 +408,13 @@ class Client:
         with self._keys.lock:
             self._check_running()
             for key, native in natives.items():
-                state = self._keys.get(key) or self._keys.track(key, native, used)
+                state = self._keys.get(key)
+                if state is None:
+                    state = self._keys.track(key, native, used)
+                else:  # the key's first result stands, as in dask; this one is not needed on the cluster
+                    release = getattr(native, "release", None)
+                    if release is not None:
+                        release()
                 futures[key] = Future(key, self, state)
         return futures
 
