@@ -116,3 +116,16 @@ def test_persist_dataframe_then_query(client: Client) -> None:
     expected = frame.groupby("key").value.sum()
     for _ in range(3):
         pd.testing.assert_series_equal(persisted.groupby("key").value.sum().compute(), expected)
+
+
+def test_dataframe_shuffle_runs_on_the_cluster(client: Client) -> None:
+    # A shuffle needs a method that works across processes: the client sets dask's to "tasks".
+    pd = pytest.importorskip("pandas")
+    dd = pytest.importorskip("dask.dataframe")
+    frame = pd.DataFrame({"key": np.arange(600) % 13, "value": np.arange(600)})
+    other = pd.DataFrame({"key": np.arange(13), "weight": np.arange(13) * 10})
+    merged = dd.from_pandas(frame, npartitions=4).merge(dd.from_pandas(other, npartitions=3), on="key")
+    expected = frame.merge(other, on="key")
+    assert len(merged.compute()) == len(expected)
+    assert merged.weight.sum().compute() == expected.weight.sum()
+    assert dd.from_pandas(frame, npartitions=4).shuffle("key").value.sum().compute() == frame.value.sum()
