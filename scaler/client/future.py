@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import threading
 from concurrent.futures import _base as future_states
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Generator, Iterable
 
 import cloudpickle
 
@@ -56,6 +57,11 @@ class ScalerFuture(concurrent.futures.Future):
     @property
     def task_id(self) -> int:
         return self._task_id
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        """`await future` in a coroutine: the result, or the task's exception raised, without blocking the loop."""
+        yield from settled_in_loop(self).__await__()
+        return self.result()
 
     def result(self, timeout: float | None = None) -> Any:
         try:
@@ -229,6 +235,33 @@ def exception_from_failure(failure: m.TaskFailure) -> BaseException:
             return NoCapableWorkerError(failure.message)
         return TaskRejectedError(failure.message)
     return RemoteTaskError(failure.type_name or kind.name, failure.message)
+
+
+def settled_in_loop(future: concurrent.futures.Future) -> asyncio.Future:
+    """An asyncio future of the running loop that completes (with None) once `future` is done.
+
+    Not asyncio.wrap_future: canceling the awaiting coroutine cancels its asyncio future, which wrap_future
+    would pass on to `future`, canceling the task itself (a round trip to the scheduler, from the loop's
+    thread). A coroutine that stops waiting leaves the task alone, as a dask future's await does.
+    """
+    loop = asyncio.get_running_loop()
+    settled = loop.create_future()
+    if future.done():
+        settled.set_result(None)
+        return settled
+
+    def mark(_: asyncio.Future) -> None:
+        if not settled.done():
+            settled.set_result(None)
+
+    def wake(_: concurrent.futures.Future) -> None:
+        try:
+            loop.call_soon_threadsafe(mark, settled)
+        except RuntimeError:
+            pass  # the loop was closed meanwhile: nobody awaits any more
+
+    future.add_done_callback(wake)
+    return settled
 
 
 def call_when_all_done(futures: list[concurrent.futures.Future], action: Callable[[], object]) -> None:

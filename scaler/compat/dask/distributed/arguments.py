@@ -1,0 +1,138 @@
+"""Futures among a task's arguments, turned into top-level arguments of the native submit.
+
+The native client resolves a kept future (or an ObjectReference) on the cluster only where it is a whole
+argument. A future at the top level goes as it is. Futures inside lists, tuples, sets or dicts are taken
+out, each replaced by a numbered slot, and go as extra top-level arguments of `fill_slots`, which puts
+their values back into the structure on the worker and calls the function: their values never pass
+through the client.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+from scaler.compat.dask.distributed.future import Future, KeyState
+
+# Keywords the native submit takes for itself: a function's own keyword of these names goes through fill_slots.
+NATIVE_KEYWORDS = frozenset({"profiling", "tags", "priority", "keep"})
+_CONTAINERS = (list, tuple, set, frozenset, dict)
+
+
+@dataclasses.dataclass
+class PreparedCall:
+    fn: Callable[..., Any]
+    args: tuple
+    kwargs: dict[str, Any]
+    dependencies: list[KeyState]  # the keys this call reads, held until it has ended
+
+
+class _Slot:
+    """Where the value of the extra argument number `index` goes back into the structure."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+    def __reduce__(self) -> tuple:
+        return _Slot, (self.index,)
+
+
+def fill_slots(fn: Callable[..., Any], args: tuple, kwargs: dict[str, Any], *values: Any) -> Any:
+    """On the worker: call `fn` with each slot of `args` and `kwargs` replaced by its value."""
+    return fn(*_filled(args, values), **_filled(kwargs, values))
+
+
+def _filled(template: Any, values: tuple) -> Any:
+    kind = type(template)
+    if kind is _Slot:
+        return values[template.index]
+    if kind is dict:
+        return {key: _filled(item, values) for key, item in template.items()}
+    if kind in _CONTAINERS:
+        return kind(_filled(item, values) for item in template)
+    return template
+
+
+def prepare_call(
+    fn: Callable[..., Any], args: tuple, kwargs: dict[str, Any], argument_of: Callable[[KeyState], Any]
+) -> PreparedCall:
+    """The native call for `fn(*args, **kwargs)`; `argument_of` gives what stands for a future's key."""
+    dependencies: list[KeyState] = []
+    nested = False
+    direct_args: list[Any] = []
+    for argument in args:
+        if isinstance(argument, Future):
+            dependencies.append(argument._state)
+            direct_args.append(argument_of(argument._state))
+        else:
+            nested = nested or _holds_future(argument)
+            direct_args.append(argument)
+    direct_kwargs: dict[str, Any] = {}
+    for name, argument in kwargs.items():
+        if isinstance(argument, Future):
+            dependencies.append(argument._state)
+            direct_kwargs[name] = argument_of(argument._state)
+        else:
+            nested = nested or _holds_future(argument)
+            direct_kwargs[name] = argument
+    if not nested and NATIVE_KEYWORDS.isdisjoint(kwargs):
+        return PreparedCall(fn, tuple(direct_args), direct_kwargs, dependencies)
+    # Every future, at the top level too, becomes a slot: one way to read the call on the worker.
+    dependencies = []
+    values: list[Any] = []
+
+    def replace(item: Any) -> Any:
+        if isinstance(item, Future):
+            dependencies.append(item._state)
+            values.append(argument_of(item._state))
+            return _Slot(len(values) - 1)
+        kind = type(item)
+        if kind is dict:
+            return {key: replace(value) for key, value in item.items()}
+        if kind in _CONTAINERS:
+            return kind(replace(value) for value in item)
+        return item
+
+    template_args = tuple(replace(argument) for argument in args)
+    template_kwargs = {name: replace(argument) for name, argument in kwargs.items()}
+    return PreparedCall(fill_slots, (fn, template_args, template_kwargs, *values), {}, dependencies)
+
+
+def _holds_future(item: Any) -> bool:
+    kind = type(item)
+    if kind is dict:
+        return any(_holds_future(value) for value in item.values())
+    if kind in _CONTAINERS:
+        return any(_holds_future(value) for value in item)
+    return isinstance(item, Future)
+
+
+def futures_in(item: Any) -> list[Future]:
+    """The futures in `item`: a future, nested lists/tuples/sets/dicts of them, or dask collections whose
+    graphs hold them (a persisted collection); in order, each once."""
+    found: dict[int, Future] = {}
+    _collect(item, found)
+    return list(found.values())
+
+
+def _collect(item: Any, found: dict[int, Future]) -> None:
+    if isinstance(item, Future):
+        found.setdefault(id(item), item)
+        return
+    kind = type(item)
+    if kind is dict:
+        for value in item.values():
+            _collect(value, found)
+    elif kind in _CONTAINERS:
+        for value in item:
+            _collect(value, found)
+    elif hasattr(item, "__dask_graph__"):
+        from dask._task_spec import DataNode
+
+        for value in dict(item.__dask_graph__()).values():
+            if isinstance(value, DataNode):
+                value = value.value
+            if isinstance(value, Future):
+                found.setdefault(id(value), value)

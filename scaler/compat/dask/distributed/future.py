@@ -1,0 +1,158 @@
+"""Future: dask.distributed's handle on one key, over a native ScalerFuture (or a scattered object).
+
+Several Future objects may name one key (a second `submit` of the same pure call, `Future(key, client)`):
+they share one `KeyState`, and the key is released on the cluster once the last of them is released or
+garbage-collected, and no task still waiting needs it, as in dask.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+from typing import TYPE_CHECKING, Any, Callable, Generator, Hashable
+
+from scaler.client.future import ScalerFuture, settled_in_loop
+from scaler.client.object_reference import ObjectReference
+from scaler.compat.dask.distributed.durations import seconds
+from scaler.utility.blocking import waiting_for_tasks
+
+if TYPE_CHECKING:
+    from scaler.compat.dask.distributed.client import Client
+
+PENDING = "pending"
+FINISHED = "finished"
+ERROR = "error"
+CANCELLED = "cancelled"
+LOST = "lost"
+
+
+class KeyState:
+    """What the Futures of one key share; its `outcome` completes once the last attempt has ended.
+
+    `native` is the ScalerFuture of the current attempt (a retry replaces it), None for a scattered
+    object, which `reference` names instead. `holders` counts the Futures and waiting dependents that
+    need the key; at 0 the client releases it.
+    """
+
+    __slots__ = ("key", "native", "reference", "outcome", "holders", "retries_left", "resubmit", "lock", "__weakref__")
+
+    def __init__(self, key: Hashable, native: ScalerFuture | None, reference: ObjectReference | None = None) -> None:
+        self.key = key
+        self.native = native
+        self.reference = reference
+        self.outcome: concurrent.futures.Future = concurrent.futures.Future()
+        self.holders = 0
+        self.retries_left = 0
+        self.resubmit: Callable[[], ScalerFuture] | None = None
+        self.lock = threading.Lock()
+        if native is None:
+            self.outcome.set_result(None)
+
+    def status(self) -> str:
+        if not self.outcome.done():
+            return PENDING
+        native = self.native
+        if native is None:
+            return FINISHED
+        if native.cancelled():
+            return CANCELLED
+        return ERROR if native.exception() is not None else FINISHED
+
+    def argument(self) -> Any:
+        """What stands for this key among a task's arguments: the scattered object's reference, else the
+        kept native future (a dependency resolved on the cluster)."""
+        return self.reference if self.native is None else self.native
+
+
+class Future:
+    """A remotely running computation, as `dask.distributed.Future`.
+
+    `result()`, `exception()`, `done()`, `cancel()`, `status`, `key`, `add_done_callback(fn)` (`fn` gets
+    this Future), `release()`, and `await future` in a coroutine. Pass it to `Client.submit`/`map` as an
+    argument, also inside lists, tuples, sets and dicts: the task receives its value, resolved on the cluster.
+    """
+
+    def __init__(self, key: Hashable, client: Client | None = None, state: KeyState | None = None) -> None:
+        from scaler.compat.dask.distributed.default import default_client
+
+        self._client = client if client is not None else default_client()
+        self._key = key
+        self._released = False
+        self._state = state if state is not None else self._client._keys.state_of(key)
+        self._client._keys.hold(self._state)
+
+    @property
+    def key(self) -> Hashable:
+        return self._key
+
+    @property
+    def client(self) -> Client:
+        return self._client
+
+    @property
+    def status(self) -> str:
+        return LOST if self._released else self._state.status()
+
+    def done(self) -> bool:
+        return self._state.outcome.done()
+
+    def cancelled(self) -> bool:
+        return self.status == CANCELLED
+
+    def result(self, timeout: Any = None) -> Any:
+        """The task's value; raises its exception, CancelledError if canceled, TimeoutError after `timeout`."""
+        self._settled(timeout)
+        native = self._state.native
+        if native is None:
+            return self._client._fetch_scattered(self._state)
+        return native.result()
+
+    def exception(self, timeout: Any = None) -> BaseException | None:
+        self._settled(timeout)
+        native = self._state.native
+        return None if native is None else native.exception()
+
+    def _settled(self, timeout: Any) -> None:
+        outcome = self._state.outcome
+        if not outcome.done():
+            with waiting_for_tasks():  # inside a task, its worker runs other tasks meanwhile
+                outcome.result(seconds(timeout))
+
+    def traceback(self, timeout: Any = None) -> Any:
+        error = self.exception(timeout)
+        return None if error is None else error.__traceback__
+
+    def cancel(self, force: bool = False) -> None:
+        self._client.cancel([self], force=force)
+
+    def add_done_callback(self, fn: Callable[[Future], Any]) -> None:
+        """Call `fn(self)` once the key's computation has ended (at once if it has)."""
+        self._state.outcome.add_done_callback(lambda _: fn(self))
+
+    def release(self) -> None:
+        if not self._released:
+            self._released = True
+            self._client._keys.let_go(self._state)
+
+    def __del__(self) -> None:
+        try:
+            self.release()
+        except Exception:  # at interpreter exit the client may be half torn down: nothing left to release
+            pass
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        yield from settled_in_loop(self._state.outcome).__await__()
+        return self.result()
+
+    def __dask_tokenize__(self) -> Hashable:
+        # A pure call that takes this future is named after its key, not after the future object.
+        return ("scaler-future", self._key)
+
+    def __reduce__(self) -> tuple:
+        raise TypeError(
+            "a Future travels to a task only as an argument of submit or map (also inside lists, tuples, sets "
+            "and dicts), where it stands for its value"
+        )
+
+    def __repr__(self) -> str:
+        return f"<Future: {self.status}, key: {self._key}>"

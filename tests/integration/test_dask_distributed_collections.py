@@ -1,0 +1,128 @@
+"""While a `scaler.compat.dask.distributed.Client` is open, dask's own compute and persist run on its cluster.
+
+As with dask.distributed: `x.compute()`, `dask.compute(...)` and `dask.persist(...)` need no `scheduler=`;
+closing the client gives dask back its previous scheduler, and `set_as_default=False` leaves dask alone.
+Persisting needs results kept on the cluster (`scaler.Client.persist_graph`): those tests skip, saying so,
+where this Scaler has none yet.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from typing import Iterator
+
+import pytest
+
+dask = pytest.importorskip("dask")
+np = pytest.importorskip("numpy")
+
+import dask.array as da  # noqa: E402
+
+from scaler.compat.dask.distributed import Client, Future, LocalCluster, futures_of, progress, wait  # noqa: E402
+from scaler.compat.dask.distributed.capabilities import NATIVE_KEEPS, NATIVE_PERSISTS  # noqa: E402
+
+needs_persist = pytest.mark.skipif(
+    not (NATIVE_KEEPS and NATIVE_PERSISTS), reason="waiting for scaler.Client.persist_graph (ddcore)"
+)
+WAIT_SECONDS = 60
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalCluster]:
+    with LocalCluster(n_workers=2, threads_per_worker=1) as local:
+        yield local
+
+
+@pytest.fixture
+def client(cluster: LocalCluster) -> Iterator[Client]:
+    with Client(cluster, timeout=30) as connected:
+        yield connected
+
+
+@dask.delayed
+def process_id() -> int:
+    return os.getpid()
+
+
+def test_compute_runs_on_the_active_client_without_scheduler(cluster: LocalCluster) -> None:
+    before = dask.config.get("scheduler", None)
+    x = da.arange(100, chunks=10)
+    with Client(cluster):
+        assert process_id().compute() != os.getpid()  # on a worker of the cluster
+        assert dask.compute(process_id(), x.sum())[0] != os.getpid()
+        assert x.sum().compute() == 4950
+    assert dask.config.get("scheduler", None) == before  # dask's own scheduler again
+    assert process_id().compute() == os.getpid()  # dask's threaded scheduler runs it in this process
+
+
+def test_newest_open_client_is_the_scheduler(cluster: LocalCluster) -> None:
+    with Client(cluster) as first:
+        with Client(cluster) as second:
+            assert dask.config.get("scheduler") == second.get
+        assert dask.config.get("scheduler") == first.get
+        with Client(cluster, set_as_default=False) as aside:
+            assert dask.config.get("scheduler") == first.get
+            assert dask.compute(process_id(), scheduler=aside.get)[0] != os.getpid()
+
+
+def test_set_as_default_false_leaves_dask_alone(cluster: LocalCluster) -> None:
+    with Client(cluster, set_as_default=False):
+        assert process_id().compute() == os.getpid()
+
+
+def test_client_get_and_compute(client: Client) -> None:
+    assert client.get({"x": (sum, [1, 2]), "y": (max, "x", 1)}, "y") == 3
+    assert client.get({"x": 1, "y": (abs, -2)}, ["x", ["y"]]) == (1, (2,))
+    x = da.ones((20, 20), chunks=5)
+    total = client.compute(x.sum())
+    assert isinstance(total, Future) and total.result(WAIT_SECONDS) == 400
+    a, b, plain = client.compute([x.sum(), x.mean(), 7])
+    assert (a.result(WAIT_SECONDS), b.result(WAIT_SECONDS), plain) == (400, 1.0, 7)
+    assert client.compute(x.max(), sync=True) == 1
+    np.testing.assert_array_equal(client.compute(x + 1, sync=True), np.full((20, 20), 2.0))
+
+
+def test_graph_reads_scattered_futures(client: Client) -> None:
+    [future] = client.scatter([np.arange(5)])
+    assert client.get({"x": future, "y": (np.sum, "x")}, "y") == 10
+
+
+@needs_persist
+def test_persist_keeps_chunks_on_the_cluster(client: Client) -> None:
+    x = da.arange(1000, chunks=100) * 2
+    persisted = x.persist()
+    futures = futures_of(persisted)
+    assert len(futures) == 10 and all(isinstance(future, Future) for future in futures)
+    wait(persisted, timeout=WAIT_SECONDS)
+    shown = io.StringIO()
+    progress(persisted, file=shown)
+    assert "10/10" in shown.getvalue()
+    assert (persisted.sum() + 1).compute() == x.sum().compute() + 1
+    (again,) = dask.persist(persisted + 1)
+    assert len(futures_of(again)) == 10
+    np.testing.assert_array_equal(again.compute(), np.arange(1000) * 2 + 1)
+    assert client.persist(x).sum().compute() == 999000
+    # Persisting again names the same keys: their first futures stand, as in dask
+    assert {f._state for f in futures_of(client.persist(x))} == {f._state for f in futures_of(persisted)}
+
+
+@needs_persist
+def test_persist_dataframe_then_query(client: Client) -> None:
+    pd = pytest.importorskip("pandas")
+    dd = pytest.importorskip("dask.dataframe")
+    frame = pd.DataFrame({"key": np.arange(1000) % 7, "value": np.arange(1000)})
+    persisted = dd.from_pandas(frame, npartitions=4).persist()
+    expected = frame.groupby("key").value.sum()
+    for _ in range(3):
+        pd.testing.assert_series_equal(persisted.groupby("key").value.sum().compute(), expected)
+
+
+def test_dataframe_shuffle_runs_on_the_cluster(client: Client) -> None:
+    # A shuffle needs a method that works across processes: the client sets dask's to "tasks".
+    pd = pytest.importorskip("pandas")
+    dd = pytest.importorskip("dask.dataframe")
+    frame = pd.DataFrame({"key": np.arange(600) % 13, "value": np.arange(600)})
+    other = pd.DataFrame({"key": np.arange(13), "weight": np.arange(13) * 10})
+    merged = dd.from_pandas(frame, npartitions=4).merge(dd.from_pandas(other, npartitions=3), on="key")
+    assert merged.weight.sum().compute() == frame.merge(other, on="key").weight.sum()  # a hash join: a shuffle
