@@ -1,0 +1,128 @@
+"""What tasks print reaches the client (Client(stream_output=True)), and a bare Client() inside a task.
+
+A real scheduler and workers; the client's sys.stdout and sys.stderr are pytest's capture, which the client's
+I/O thread writes into (it looks the streams up at each write).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+import time
+
+import pytest
+
+from scaler import Client, SchedulerClusterCombo
+from scaler.utility.scheduler_address import ADDRESS_ENVIRONMENT_VARIABLE
+
+
+def chatty(count: int) -> int:
+    for index in range(count):
+        print(f"line {index}")
+    print("to stderr", file=sys.stderr)
+    logging.getLogger("chatty.task").warning("a warning from the task")
+    return count
+
+
+def flood(seconds: float) -> str:
+    line = "x" * 100
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        print(line)
+    return "done"
+
+
+def add_one(value: int) -> int:
+    return value + 1
+
+
+def nested_sum(values: list[int]) -> int:
+    with Client() as inner:  # no address: the scheduler this task came from
+        return sum(inner.map(add_one, [(value,) for value in values]))
+
+
+def _lines_of(text: str, task_hex: str) -> list[str]:
+    prefix = re.compile(r"^\[[^\]]+ task " + task_hex + r"\] (.*)$")
+    return [match.group(1) for line in text.splitlines() if (match := prefix.match(line))]
+
+
+def _wait_for(capsys: pytest.CaptureFixture[str], predicate, seconds: float = 10.0) -> tuple[str, str]:
+    """Output is written by the client's I/O thread before the result it precedes; wait for a late line anyway."""
+    out, err = "", ""
+    deadline = time.monotonic() + seconds
+    while True:
+        captured = capsys.readouterr()
+        out, err = out + captured.out, err + captured.err
+        if predicate(out, err) or time.monotonic() > deadline:
+            return out, err
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def combo() -> SchedulerClusterCombo:
+    with SchedulerClusterCombo(n_workers=1, logging_level="WARNING") as cluster:
+        yield cluster
+
+
+def test_prints_and_logs_reach_the_client_prefixed_and_in_order(
+    combo: SchedulerClusterCombo, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with Client(address=combo.get_address(), timeout_seconds=30, stream_output=True) as client:
+        future = client.submit(chatty, 20)
+        task_hex = f"{future.task_id:#x}" if hasattr(future, "task_id") else r"0x[0-9a-f]+"
+        assert future.result(timeout=30) == 20
+        out, err = _wait_for(capsys, lambda out, err: "a warning from the task" in err)
+    assert _lines_of(out, task_hex) == [f"line {index}" for index in range(20)]
+    err_lines = _lines_of(err, task_hex)
+    assert err_lines == ["to stderr", "WARNING chatty.task: a warning from the task"]
+
+
+def test_a_task_printing_in_a_loop_is_bounded_and_the_client_learns_the_drop(
+    combo: SchedulerClusterCombo, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with Client(address=combo.get_address(), timeout_seconds=30, stream_output=True) as client:
+        assert client.submit(flood, 1.0).result(timeout=30) == "done"
+        out, err = _wait_for(capsys, lambda out, err: "bytes of output dropped" in err)
+    kept = _lines_of(out, r"0x[0-9a-f]+")
+    assert kept and all(line == "x" * 100 for line in kept)
+    # 1 s of a 64 KiB/s budget with a 64 KiB burst: far less than the loop printed.
+    assert len(kept) * 101 <= 200 * 1024
+    notices = [line for line in _lines_of(err, r"0x[0-9a-f]+") if "bytes of output dropped" in line]
+    assert notices
+    dropped = sum(int(re.search(r"\.\.\. ([\d,]+) bytes", line).group(1).replace(",", "")) for line in notices)
+    assert dropped > 0
+
+
+def test_without_stream_output_nothing_arrives(
+    combo: SchedulerClusterCombo, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with Client(address=combo.get_address(), timeout_seconds=30) as client:
+        assert client.submit(chatty, 3).result(timeout=30) == 3
+        # A task that streams, after it, shows the link works: had the first sent anything, it came before.
+        with Client(address=combo.get_address(), timeout_seconds=30, stream_output=True) as streaming:
+            assert streaming.submit(chatty, 1).result(timeout=30) == 1
+            out, err = _wait_for(capsys, lambda out, err: "a warning from the task" in err)
+    assert _lines_of(out, r"0x[0-9a-f]+") == ["line 0"]
+
+
+def test_a_bare_client_inside_a_task_finds_its_scheduler(
+    combo: SchedulerClusterCombo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(ADDRESS_ENVIRONMENT_VARIABLE, raising=False)
+    with Client(address=combo.get_address(), timeout_seconds=30) as client:
+        assert client.submit(nested_sum, [1, 2, 3]).result(timeout=60) == 9
+
+
+def test_a_bare_client_outside_a_task_says_how_to_give_the_address(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ADDRESS_ENVIRONMENT_VARIABLE, raising=False)
+    monkeypatch.delenv("SCALER_TASK_SCHEDULER_ADDRESS", raising=False)
+    with pytest.raises(ValueError, match="SCALER_ADDRESS"):
+        Client()
+
+
+def test_a_bare_client_uses_scaler_address(combo: SchedulerClusterCombo, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ADDRESS_ENVIRONMENT_VARIABLE, combo.get_address())
+    with Client(timeout_seconds=30) as client:
+        assert client.address == combo.get_address()
+        assert client.submit(add_one, 1).result(timeout=30) == 2
