@@ -143,6 +143,11 @@ class Client:
         return self._name
 
     @property
+    def stream_output(self) -> bool:
+        """Whether what this client's tasks print is shown here (Client(stream_output=True))."""
+        return self._stream_output
+
+    @property
     def share(self) -> float:
         """This client's weight in the fair share of the workers between clients (docs/sharing.md)."""
         return self._share

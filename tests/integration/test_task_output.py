@@ -126,3 +126,46 @@ def test_a_bare_client_uses_scaler_address(combo: SchedulerClusterCombo, monkeyp
     with Client(timeout_seconds=30) as client:
         assert client.address == combo.get_address()
         assert client.submit(add_one, 1).result(timeout=30) == 2
+
+
+def _streamed_lines(capsys: pytest.CaptureFixture[str], expected: int) -> list[str]:
+    out, _ = _wait_for(capsys, lambda out, err: len(_lines_of(out, r"0x[0-9a-f]+")) >= expected)
+    return _lines_of(out, r"0x[0-9a-f]+")
+
+
+def test_the_executor_streams_when_asked(combo: SchedulerClusterCombo, capsys: pytest.CaptureFixture[str]) -> None:
+    from scaler.compat.futures import ScalerExecutor
+
+    with ScalerExecutor(combo.get_address()) as quiet:
+        assert quiet.submit(chatty, 1).result(timeout=30) == 1
+    with ScalerExecutor(combo.get_address(), stream_output=True) as executor:
+        assert list(executor.map(chatty, [2, 2])) == [2, 2]
+    assert sorted(_streamed_lines(capsys, 4)) == ["line 0", "line 0", "line 1", "line 1"]
+
+
+def test_the_joblib_backend_streams_when_asked(
+    combo: SchedulerClusterCombo, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from joblib import Parallel, delayed, parallel_config
+
+    from scaler.compat.cluster_choice import use
+
+    with Client(address=combo.get_address(), timeout_seconds=30) as client, use(client):
+        with parallel_config(backend="scaler", n_jobs=2):
+            assert Parallel()(delayed(chatty)(1) for _ in range(2)) == [1, 1]
+        with parallel_config(backend="scaler", n_jobs=2, stream_output=True):
+            assert Parallel()(delayed(chatty)(2) for _ in range(2)) == [2, 2]
+    assert sorted(_streamed_lines(capsys, 4)) == ["line 0", "line 0", "line 1", "line 1"]
+
+
+def test_dask_streams_through_scaler_get_when_asked(
+    combo: SchedulerClusterCombo, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dask = pytest.importorskip("dask")
+    import scaler
+    from scaler.compat.cluster_choice import use
+
+    with use(combo.get_address()):
+        assert dask.compute(dask.delayed(chatty)(1), scheduler=scaler.get) == (1,)
+        assert dask.compute(dask.delayed(chatty)(3), scheduler=scaler.get, stream_output=True) == (3,)
+    assert _streamed_lines(capsys, 3) == ["line 0", "line 1", "line 2"]

@@ -1,4 +1,4 @@
-"""The decisions of stream_output (output_limits.py): which lines of a task's output leave, when, and what is dropped."""
+"""The decisions of stream_output (output_limits.py): which lines of a task's output leave, when, what is dropped."""
 
 from __future__ import annotations
 
