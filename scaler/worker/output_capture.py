@@ -122,6 +122,10 @@ class _CapturedStream(io.TextIOBase):
     def encoding(self) -> str:  # type: ignore[override]
         return "utf-8"
 
+    @property
+    def buffer(self) -> object:
+        return self._original.buffer  # bytes written there go to the worker's output, as a descriptor's do
+
 
 class _RecordLines(logging.Handler):
     def __init__(self, capture: TaskOutputCapture) -> None:

@@ -169,3 +169,28 @@ def test_dask_streams_through_scaler_get_when_asked(
         assert dask.compute(dask.delayed(chatty)(1), scheduler=scaler.get) == (1,)
         assert dask.compute(dask.delayed(chatty)(3), scheduler=scaler.get, stream_output=True) == (3,)
     assert _streamed_lines(capsys, 3) == ["line 0", "line 1", "line 2"]
+
+
+def print_then_wait_for(marker: str) -> str:
+    import os
+
+    print("waiting for the marker")
+    deadline = time.monotonic() + 30
+    while not os.path.exists(marker) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    print("saw it")
+    return "ok"
+
+
+def test_lines_arrive_while_the_task_still_runs(
+    combo: SchedulerClusterCombo, capsys: pytest.CaptureFixture[str], tmp_path
+) -> None:
+    marker = tmp_path / "marker"
+    with Client(address=combo.get_address(), timeout_seconds=30, stream_output=True) as client:
+        future = client.submit(print_then_wait_for, str(marker))
+        out, _ = _wait_for(capsys, lambda out, err: "waiting for the marker" in out, seconds=20)
+        assert not future.done()  # the line came while the task waited: it did not wait for the task's end
+        marker.touch()
+        assert future.result(timeout=30) == "ok"
+        later, _ = _wait_for(capsys, lambda out, err: "saw it" in out)
+    assert _lines_of(out + later, r"0x[0-9a-f]+") == ["waiting for the marker", "saw it"]
