@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import logging
+import os
 import sys
 import threading
 import time
@@ -38,6 +39,7 @@ class TaskOutputCapture:
         self._limiter: TaskOutputLimiter | None = None
         self._task_id = 0
         self._owner = 0
+        self._pid = 0
         self._sending = False
         self._saved: tuple[TextIO, TextIO] | None = None
         self._handler = _RecordLines(self)
@@ -48,6 +50,7 @@ class TaskOutputCapture:
             self._limiter = TaskOutputLimiter(self._limits, time.monotonic())
             self._task_id = task_id
             self._owner = threading.get_ident()
+            self._pid = os.getpid()
         self._saved = (sys.stdout, sys.stderr)
         sys.stdout = _CapturedStream(self, OutputStream.STDOUT, sys.stdout)  # type: ignore[assignment]
         sys.stderr = _CapturedStream(self, OutputStream.STDERR, sys.stderr)  # type: ignore[assignment]
@@ -64,21 +67,26 @@ class TaskOutputCapture:
             messages = limiter.finish(time.monotonic()) if limiter is not None else []
         self._send_all(messages)
 
-    def write(self, stream: int, text: str) -> None:
+    def write(self, stream: int, text: str) -> bool:
+        """Take what the task wrote; False if this is not the task's process (a child it forked, which must not
+        touch the processor's socket), for the caller to write it where it would have gone."""
+        if os.getpid() != self._pid:
+            return False
         with self._lock:
             limiter = self._limiter
             if limiter is None:
-                return  # a thread of the task that outlived it
+                return True  # a thread of the task that outlived it: dropped
             now = time.monotonic()
             limiter.write(stream, text, now)
             if self._sending or threading.get_ident() != self._owner or not limiter.due(now):
-                return
+                return True
             messages = limiter.take(now)
             self._sending = True
         try:
             self._send_all(messages)
         finally:
             self._sending = False
+        return True
 
     def _send_all(self, messages: list[list[tuple[int, str]]]) -> None:
         task_id = self._task_id
@@ -103,7 +111,11 @@ class _CapturedStream(io.TextIOBase):
     def write(self, text: str) -> int:
         if not isinstance(text, str):
             raise TypeError(f"write() argument must be str, not {type(text).__name__}")
-        self._capture.write(self._stream, text)
+        if not self._capture.write(self._stream, text):
+            # A forked child's write: where it would have gone, flushed now (the child's exit flushes only
+            # sys.stdout and sys.stderr, which are these streams).
+            self._original.write(text)
+            self._original.flush()
         return len(text)
 
     def writable(self) -> bool:
@@ -137,6 +149,8 @@ class _RecordLines(logging.Handler):
         if record.name.startswith(_OWN_LOGGERS):
             return
         try:
-            self._capture.write(int(OutputStream.LOG), self.format(record) + "\n")
+            line = self.format(record) + "\n"
+            if not self._capture.write(int(OutputStream.LOG), line) and sys.__stderr__ is not None:
+                sys.__stderr__.write(line)
         except Exception:
             self.handleError(record)

@@ -194,3 +194,40 @@ def test_lines_arrive_while_the_task_still_runs(
         assert future.result(timeout=30) == "ok"
         later, _ = _wait_for(capsys, lambda out, err: "saw it" in out)
     assert _lines_of(out + later, r"0x[0-9a-f]+") == ["waiting for the marker", "saw it"]
+
+
+def _late_print(text: str) -> None:
+    time.sleep(0.1)  # past the flush interval: a capture that sent from here would send now
+    print(text)
+
+
+def print_from_a_forked_child(path: str) -> str:
+    """Prints, and forks a child that prints, with the processor's descriptor 1 on `path` meanwhile."""
+    import multiprocessing
+    import os
+
+    print("from the task")
+    saved, file = os.dup(1), os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.dup2(file, 1)
+    try:
+        child = multiprocessing.get_context("fork").Process(target=_late_print, args=("from the child",))
+        child.start()
+        child.join(30)
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(file)
+    print("after the child")
+    with open(path) as written:
+        return written.read()
+
+
+def test_a_forked_child_does_not_write_into_the_tasks_link(
+    combo: SchedulerClusterCombo, capsys: pytest.CaptureFixture[str], tmp_path
+) -> None:
+    """A child the task forks must not send on the processor's socket: its prints go to the worker's output."""
+    with Client(address=combo.get_address(), timeout_seconds=30, stream_output=True) as client:
+        assert "from the child" in client.submit(print_from_a_forked_child, str(tmp_path / "fd1")).result(timeout=60)
+        assert client.submit(chatty, 1).result(timeout=30) == 1  # the worker's link still works
+        out, _ = _wait_for(capsys, lambda out, err: "a warning from the task" in err)
+    assert _lines_of(out, r"0x[0-9a-f]+") == ["from the task", "after the child", "line 0"]
