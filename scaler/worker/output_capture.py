@@ -1,7 +1,9 @@
 """The processor's capture of what a task submitted with stream_output prints, sent on to its client.
 
 While such a task runs, `sys.stdout` and `sys.stderr` are replaced by streams that write here, and a handler
-on the root logger formats each record the task's logging lets through as one line ("WARNING name: message").
+stands in for logging's last resort: a record that no configured handler takes (the usual case, a processor
+configures none) is formatted as one line ("WARNING name: message"). A task that sets up logging itself
+(logging.basicConfig) keeps its handlers, and those writing to sys.stderr write here as its standard error.
 What a process writes to its file descriptors directly (a C library, a subprocess) is not seen: it still goes
 to the worker's own output. Tasks that did not ask pay nothing: the processor checks one flag per task.
 
@@ -42,6 +44,7 @@ class TaskOutputCapture:
         self._pid = 0
         self._sending = False
         self._saved: tuple[TextIO, TextIO] | None = None
+        self._saved_last_resort: logging.Handler | None = None
         self._handler = _RecordLines(self)
 
     def start(self, task_id: int) -> None:
@@ -54,11 +57,14 @@ class TaskOutputCapture:
         self._saved = (sys.stdout, sys.stderr)
         sys.stdout = _CapturedStream(self, OutputStream.STDOUT, sys.stdout)  # type: ignore[assignment]
         sys.stderr = _CapturedStream(self, OutputStream.STDERR, sys.stderr)  # type: ignore[assignment]
-        logging.getLogger().addHandler(self._handler)
+        # Python's last resort: what handles a record when no handler is configured. Swapping it, not adding a
+        # handler to the root logger, leaves the task's own logging set-up (logging.basicConfig) working; the
+        # handlers that set-up makes write into the streams above.
+        self._saved_last_resort, logging.lastResort = logging.lastResort, self._handler
 
     def finish(self) -> None:
         """The task's code ended: the streams are given back, and what is left is sent, before the result."""
-        logging.getLogger().removeHandler(self._handler)
+        logging.lastResort = self._saved_last_resort
         if self._saved is not None:
             sys.stdout, sys.stderr = self._saved
             self._saved = None
@@ -75,7 +81,7 @@ class TaskOutputCapture:
         with self._lock:
             limiter = self._limiter
             if limiter is None:
-                return True  # a thread of the task that outlived it: dropped
+                return False  # after the task (a thread it left, a handler it set up): as if not captured
             now = time.monotonic()
             limiter.write(stream, text, now)
             if self._sending or threading.get_ident() != self._owner or not limiter.due(now):

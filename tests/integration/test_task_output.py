@@ -231,3 +231,24 @@ def test_a_forked_child_does_not_write_into_the_tasks_link(
         assert client.submit(chatty, 1).result(timeout=30) == 1  # the worker's link still works
         out, _ = _wait_for(capsys, lambda out, err: "a warning from the task" in err)
     assert _lines_of(out, r"0x[0-9a-f]+") == ["from the task", "after the child", "line 0"]
+
+
+def configures_logging() -> str:
+    root = logging.getLogger()
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s|%(name)s|%(message)s", force=True)
+    try:
+        logging.getLogger("configured").info("an info record")
+    finally:  # the processor serves the other tests of this module after this one
+        for handler in list(root.handlers):
+            root.removeHandler(handler)
+        root.setLevel(logging.WARNING)
+    return "ok"
+
+
+def test_a_task_that_sets_up_logging_keeps_its_format(
+    combo: SchedulerClusterCombo, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with Client(address=combo.get_address(), timeout_seconds=30, stream_output=True) as client:
+        assert client.submit(configures_logging).result(timeout=30) == "ok"
+        _, err = _wait_for(capsys, lambda out, err: "an info record" in err)
+    assert "INFO|configured|an info record" in _lines_of(err, r"0x[0-9a-f]+")
