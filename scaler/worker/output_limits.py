@@ -38,9 +38,16 @@ class OutputLimits:
 
     def describe(self) -> str:
         return (
-            f"a task may send {self.bytes_per_second // 1024} KiB/s and {self.total_bytes // 1024} KiB in all;"
-            f" lines are cut at {self.line_bytes // 1024} KiB"
+            f"a task may send {_amount(self.bytes_per_second)}/s and {_amount(self.total_bytes)} in all;"
+            f" lines are cut at {_amount(self.line_bytes)}"
         )
+
+
+def _amount(size: int) -> str:
+    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= scale and size % scale == 0:
+            return f"{size // scale} {unit}"
+    return f"{size} bytes"
 
 
 def _size(text: str) -> int:
