@@ -94,6 +94,12 @@ class TaskOutputCapture:
             self._sending = False
         return True
 
+    def pass_on(self, record: logging.LogRecord) -> None:
+        """A record of the processor's own, which the last resort we stand in for handles as it would have."""
+        fallback = self._saved_last_resort
+        if fallback is not None and record.levelno >= fallback.level:
+            fallback.handle(record)
+
     def _send_all(self, messages: list[list[tuple[int, str]]]) -> None:
         task_id = self._task_id
         try:
@@ -153,6 +159,7 @@ class _RecordLines(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         if record.name.startswith(_OWN_LOGGERS):
+            self._capture.pass_on(record)
             return
         try:
             line = self.format(record) + "\n"
