@@ -24,6 +24,7 @@ core it concerns:
     prefetch.py        how many tasks each worker holds: as many as keep it busy, measured
     result_router.py   one results message per client per event
     relay.py           data messages passed between a peer and a store it cannot reach (the relay fallback)
+    output_routing.py  what tasks print (taskOutput), from the worker running them to their client
     status.py          the typed status the monitor feed publishes
     invariants.py      what must hold between all of these (checked by the tests)
 """
