@@ -28,8 +28,13 @@ _CACHE_SIZE = 1024
 
 
 class CallSites:
-    def __init__(self, connection: ClientConnection, serializer: Serializer, wait_for_tags_ms: int = 0) -> None:
+    def __init__(
+        self, connection: ClientConnection, serializer: Serializer, wait_for_tags_ms: int = 0,
+        stream_output: bool = False,
+    ) -> None:
         self._connection = connection
+        # TaskGroup.streamOutput of every task this client sends (Client(stream_output=...)).
+        self._stream_output = stream_output
         # TaskGroup.waitForTagsMs of every tagged task this client sends.
         self._wait_for_tags_ms = wait_for_tags_ms
         self._serializer = serializer
@@ -113,6 +118,7 @@ class CallSites:
                 function_id=function_id, args_per_task=width, keywords=keywords, serializer_id=self.serializer_id,
                 nesting_depth=depth, profiling=profiling, required_tags=tags,
                 wait_for_tags_ms=self._wait_for_tags_ms if tags else 0, priority=priority,
+                stream_output=self._stream_output,
             )
         return signature
 

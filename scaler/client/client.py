@@ -36,6 +36,7 @@ from scaler.store.relay_path import DEFAULT_PROBE_SECONDS
 from scaler.utility.blocking import client_nesting_depth, waiting_for_tasks
 from scaler.utility.curve import PeerKeys
 from scaler.utility.identifiers import random_object_id
+from scaler.utility.scheduler_address import scheduler_address
 from scaler.utility.setting_rules import POSITIVE_SECONDS
 from scaler.utility.tags import NO_TAGS, checked_tags, wait_for_tags_ms
 from scaler.utility.zmq_config import zmq_address_text
@@ -54,11 +55,18 @@ class Client:
     `share` weighs this client in the scheduler's fair share between clients: while several clients have
     ready tasks, one of share 2.0 is given twice the worker slots of one of share 1.0 (the default). A
     number, finite and above 0; see docs/sharing.md.
+
+    With no `address`, a client inside a task connects to the scheduler that task came from, and elsewhere to
+    the one named by the SCALER_ADDRESS environment variable (scaler/utility/scheduler_address.py).
+
+    `stream_output=True` shows what this client's tasks print (standard output, standard error, logging) in
+    this process, each line prefixed "[worker task 0x...]" (scaler/client/task_output_display.py); bounded
+    per task, with a line saying what was dropped (scaler/worker/output_limits.py). Off by default.
     """
 
     def __init__(
         self,
-        address: str,
+        address: str | None = None,
         serializer: Serializer | None = None,
         timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
         heartbeat_interval_seconds: float = DEFAULT_HEARTBEAT_INTERVAL_SECONDS,
@@ -69,8 +77,10 @@ class Client:
         wait_for_tags_seconds: float | None = None,
         store_probe_seconds: float = DEFAULT_PROBE_SECONDS,
         share: float = DEFAULT_SHARE,
+        stream_output: bool = False,
     ) -> None:
-        address = zmq_address_text(address)  # ValueError, here, for anything but tcp://, ipc:// or inproc://
+        # ValueError, here: no address to be found, or anything but tcp://, ipc:// or inproc://.
+        address = zmq_address_text(scheduler_address(address))
         if serializer is not None and not isinstance(serializer, Serializer):
             raise TypeError("serializer must be an instance of scaler.Serializer")
         for setting_name, value in (
@@ -91,6 +101,7 @@ class Client:
         self._heartbeat_interval_seconds = heartbeat_interval_seconds
         self._name = name
         self._profiling = profiling
+        self._stream_output = bool(stream_output)
         # As given: a client rebuilt inside a task resolves what was not given from the worker's environment.
         self._curve_key_options = (curve_server_key, curve_secret_key)
         curve_keys = PeerKeys.resolve(curve_server_key, curve_secret_key)
@@ -99,7 +110,7 @@ class Client:
             store_probe_seconds, self._share,
         )
         self._connection.connect()
-        self._call_sites = CallSites(self._connection, self._serializer, tag_wait_ms)
+        self._call_sites = CallSites(self._connection, self._serializer, tag_wait_ms, self._stream_output)
         self._shared_arguments = SharedArguments(
             self._connection.send_object, self._connection.send_message, self._store_shared_argument
         )
@@ -119,7 +130,7 @@ class Client:
         return _reconnect, (ClientSettings(
             address=self._address, serializer=self._serializer, timeout_seconds=self._timeout_seconds,
             heartbeat_interval_seconds=self._heartbeat_interval_seconds, name=self._name, profiling=self._profiling,
-            wait_for_tags_seconds=self._wait_for_tags_seconds, share=self._share,
+            wait_for_tags_seconds=self._wait_for_tags_seconds, share=self._share, stream_output=self._stream_output,
             curve_server_key=self._curve_key_options[0], curve_secret_key=self._curve_key_options[1],
         ),)
 
@@ -138,6 +149,11 @@ class Client:
     def name(self) -> str:
         """The name given to Client(...), shown by the scheduler's monitor; "" when none was (host|pid is shown)."""
         return self._name
+
+    @property
+    def stream_output(self) -> bool:
+        """Whether what this client's tasks print is shown here (Client(stream_output=True))."""
+        return self._stream_output
 
     @property
     def share(self) -> float:
@@ -445,6 +461,7 @@ class ClientSettings:
     curve_secret_key: str | None = None
     wait_for_tags_seconds: float | None = None
     share: float = DEFAULT_SHARE
+    stream_output: bool = False
 
     def reuse_key(self) -> tuple:
         """Settings equal but for the serializer instance (each unpickling makes a new one) share a client."""
@@ -468,4 +485,5 @@ def _reconnect(settings: ClientSettings) -> Client:
         curve_secret_key=settings.curve_secret_key,
         wait_for_tags_seconds=settings.wait_for_tags_seconds,
         share=settings.share,
+        stream_output=settings.stream_output,
     ))

@@ -43,6 +43,7 @@ from scaler.client.result_sinks import MapCollector
 from scaler.client.sent_objects import SentObjects
 from scaler.client.store_relay import StoreRelay
 from scaler.client.stored_results import StoredResultFetcher
+from scaler.client.task_output_display import show_task_output
 from scaler.client.unsent_messages import UnsentMessages
 from scaler.client.wakeup import WakeupPipe
 from scaler.errors import ConnectionFailedError
@@ -474,6 +475,8 @@ class ClientConnection:
                 self._fetcher.directory_changed()
             elif isinstance(action, actions.ResendObjects):
                 self._resend(action.object_ids)
+            elif isinstance(action, actions.ShowOutput):
+                show_task_output(action.output)
             elif isinstance(action, actions.Ended):
                 self._ended = action.error
                 self._welcomed.set()

@@ -123,6 +123,13 @@ class ResendObjects:
     object_ids: list[bytes]
 
 
+@dataclasses.dataclass(slots=True)
+class ShowOutput:
+    """What tasks submitted with stream_output printed: to the client's sys.stdout and sys.stderr, now."""
+
+    output: m.TaskOutput
+
+
 class EndKind(enum.Enum):
     REFUSED = "refused"  # the scheduler would not take us (before the welcome)
     LOST = "lost"  # silent past the timeout, closed on us, or forgot us
@@ -138,5 +145,7 @@ class Ended:
     error: BaseException
 
 
-Action = Union[Send, SendHeartbeat, SweepStores, Fetch, Welcomed, DirectoryChanged, DeliverRelay, ResendObjects, Ended]
+Action = Union[
+    Send, SendHeartbeat, SweepStores, Fetch, Welcomed, DirectoryChanged, DeliverRelay, ResendObjects, ShowOutput, Ended
+]
 Request = Union[GraphRequest, ForgetTasks, CancelPending, SchedulerRequest]

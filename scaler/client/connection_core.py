@@ -50,6 +50,7 @@ from scaler.client.connection_actions import (
     SchedulerRequest,
     Send,
     SendHeartbeat,
+    ShowOutput,
     SweepStores,
     Welcomed,
 )
@@ -151,6 +152,8 @@ class ClientConnectionCore:
             return _NOTHING
         if isinstance(message, m.Relay):
             return [DeliverRelay(message)]
+        if isinstance(message, m.TaskOutput):
+            return [ShowOutput(message)]
         if isinstance(message, m.CancelRefused):
             self.pending.refuse_cancels(message.task_ids)
             return _NOTHING

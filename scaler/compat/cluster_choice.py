@@ -1,8 +1,9 @@
 """Which cluster the adapters use, decided the same way for dask, joblib and the executor:
 
 1. the client (or address) given to `use(...)`, innermost first;
-2. else the address in the `SCALER_ADDRESS` environment variable;
-3. else an embedded local cluster (a scheduler and one worker per core), started on first use and
+2. else, inside a task, the scheduler the task came from (as for a bare `Client()`);
+3. else the address in the `SCALER_ADDRESS` environment variable;
+4. else an embedded local cluster (a scheduler and one worker per core), started on first use and
    shut down at interpreter exit.
 
 In a forked child (multiprocessing's "fork" start method, a web server's forked workers), the
@@ -11,23 +12,29 @@ the same scheduler: for an address or the embedded cluster as the parent did, an
 to `use(...)` with that client's settings (its serializer, timeouts, keys), as a client passed into a
 task reconnects on its worker. The user's Client object itself still fails at once in the child. A
 client the adapters made themselves is made anew, too, when it lost its scheduler.
+
+An adapter asked to show what tasks print (`stream_output=True`) whose chosen client does not is given a client
+with the same settings that does, made once per chosen client (`current_client(stream_output=True)`).
 """
 
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import os
 import threading
 from typing import Union
 
 from scaler.client.client import Client
 from scaler.cluster.combo import SchedulerClusterCombo
-
-ADDRESS_ENVIRONMENT_VARIABLE = "SCALER_ADDRESS"
+from scaler.utility.scheduler_address import ADDRESS_ENVIRONMENT_VARIABLE as ADDRESS_ENVIRONMENT_VARIABLE
+from scaler.utility.scheduler_address import configured_address
 
 _lock = threading.RLock()
 _used: list[use] = []
 _by_address: dict[str, Client] = {}
+# Per chosen client (by id, checked with `is`): the client with its settings that streams what tasks print.
+_streaming: dict[int, tuple[Client, Client]] = {}
 _embedded: SchedulerClusterCombo | None = None
 # The process that started `_embedded`: a forked child uses that cluster but never stops it.
 _embedded_owner_pid = 0
@@ -88,19 +95,36 @@ def _connected_anew(client: Client) -> Client:
 
 
 def cluster_is_chosen() -> bool:
-    """Whether `use(...)` or SCALER_ADDRESS names a cluster: if not, current_client() starts the embedded one."""
-    return bool(_used) or bool(os.environ.get(ADDRESS_ENVIRONMENT_VARIABLE))
+    """Whether `use(...)`, the running task or SCALER_ADDRESS names a cluster: if not, current_client() starts the
+    embedded one."""
+    return bool(_used) or configured_address() is not None
 
 
-def current_client() -> Client:
-    """The client the adapters should submit to now (see the module docstring for the order)."""
+def current_client(stream_output: bool = False) -> Client:
+    """The client the adapters should submit to now (see the module docstring for the order); with
+    `stream_output`, one that shows what its tasks print."""
     with _lock:
         if _used:
-            return _used[-1].client()
-        address = os.environ.get(ADDRESS_ENVIRONMENT_VARIABLE)
-        if address:
-            return _client_for(address)
-        return _client_for(_embedded_cluster().get_address())
+            chosen = _used[-1].client()
+        else:
+            address = configured_address()
+            chosen = _client_for(address if address is not None else _embedded_cluster().get_address())
+        return _streaming_twin(chosen) if stream_output else chosen
+
+
+def _streaming_twin(client: Client) -> Client:
+    if client.stream_output:
+        return client
+    kept = _streaming.get(id(client))
+    if kept is not None and kept[0] is client and kept[1].is_connected:
+        return kept[1]
+    if kept is not None:
+        kept[1].disconnect()  # its chosen client is gone or replaced, or it lost its scheduler
+    _, (settings,) = client.__reduce__()
+    options = {field.name: getattr(settings, field.name) for field in dataclasses.fields(settings)}
+    twin = Client(**{**options, "stream_output": True})
+    _streaming[id(client)] = (client, twin)
+    return twin
 
 
 def _client_for(address: str) -> Client:
@@ -123,8 +147,9 @@ def _shutdown_embedded() -> None:
     """Disconnect our clients before the cluster goes, so nothing waits on a vanished scheduler."""
     global _embedded
     with _lock:
-        clients = list(_by_address.values())
+        clients = [*_by_address.values(), *(twin for _, twin in _streaming.values())]
         _by_address.clear()
+        _streaming.clear()
         cluster, _embedded = _embedded, None
     for client in clients:
         client.disconnect()

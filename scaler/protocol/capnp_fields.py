@@ -35,6 +35,7 @@ from scaler.protocol.message_types import (
     ShutdownResponse,
     StoreDirectory,
     StoreEntry,
+    TaskOutput,
     TaskProfile,
     TaskStarted,
     Welcome,
@@ -69,6 +70,7 @@ FLAT_MESSAGES: dict[type, str] = {
     ShutdownResponse: "shutdownResponse",
     ProtocolError: "protocolError",
     ProcessorState: "processorState",
+    TaskOutput: "taskOutput",
 }
 
 def write_directory(struct, directory: StoreDirectory) -> None:

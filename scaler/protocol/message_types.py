@@ -191,6 +191,8 @@ class TaskGroup:
     wait_for_tags_ms: int = 0
     # Higher first among the ready tasks of one client (an Int32 on the wire; see Client.submit(priority=...)).
     priority: int = 0
+    # Send what the tasks print to their client (TaskOutput); workers that cannot may ignore it.
+    stream_output: bool = False
 
 
 @dataclasses.dataclass(slots=True)
@@ -349,6 +351,30 @@ class Relay:
         return sum(map(len, self.frames[1:]))
 
 
+class OutputStream(enum.IntEnum):
+    """Where a chunk of a task's output was printed (TaskOutput.streams)."""
+
+    STDOUT = 0
+    STDERR = 1
+    LOG = 2  # a logging record, formatted as one line
+
+
+# The most text one TaskOutput may carry (in characters, at most 4 bytes each on the wire); the scheduler refuses
+# more. A worker cuts what a task prints into messages of at most OUTPUT_CHUNK_BYTES, far below it.
+MAX_TASK_OUTPUT_MESSAGE_CHARS = 256 * 1024
+
+
+@dataclasses.dataclass(slots=True)
+class TaskOutput:
+    """Chunks of what tasks printed: `texts[k]`, whole lines, printed by task `task_ids[k]` on stream `streams[k]`
+    (an OutputStream). `worker` is the worker's name, set by the scheduler for the client (PROTOCOL.md §20)."""
+
+    task_ids: list[int]
+    streams: list[int]
+    texts: list[str]
+    worker: str = ""
+
+
 @dataclasses.dataclass(slots=True)
 class ClearRequest:
     pass
@@ -435,5 +461,6 @@ Message = Union[
     Relay,
     PublishObjects,
     ObjectsHeld,
+    TaskOutput,
 ]
 

@@ -40,6 +40,7 @@ struct Message {
     relay @24 :Relay;
     publishObjects @25 :PublishObjects;
     objectsHeld @26 :ObjectsHeld;
+    taskOutput @27 :TaskOutput;
   }
 }
 
@@ -175,6 +176,9 @@ struct TaskGroup {
   # fair share). Tasks of different priorities travel in different groups; the scheduler passes it on
   # to workers unchanged. 0 when not set.
   priority @16 :Int32;
+  # Send what each task prints (standard output, standard error, log records) to its client as it runs, in
+  # taskOutput messages (PROTOCOL.md §20). A worker may ignore it (the native worker does): nothing is sent.
+  streamOutput @17 :Bool;
 }
 
 struct TaskSubmission {
@@ -333,6 +337,19 @@ struct Relay {
   requestId @2 :UInt64;    # the data message's request id, for a requester to match an error to its request
   error @3 :Text;
   dataFrames @4 :UInt32;   # how many frames the data message has (0 only with an error)
+}
+
+# What tasks submitted with streamOutput printed (PROTOCOL.md §20). Worker -> scheduler: chunks of the output of
+# tasks it runs; scheduler -> client: the chunks of that client's tasks, with `worker` set to the worker's hello
+# name. Chunk k is `texts[k]`, whole lines (each ending in a newline), printed by task `taskIds[k]` on stream
+# `streams[k]`: 0 standard output, 1 standard error, 2 log records (one formatted line each). Per task, chunks
+# arrive in the order they were printed and before the task's result. The scheduler refuses (protocolError) a
+# message whose columns differ in length, name another stream, or carry more than 256 KiB of text.
+struct TaskOutput {
+  taskIds @0 :List(UInt64);
+  streams @1 :List(UInt8);
+  texts @2 :List(Text);
+  worker @3 :Text;         # scheduler -> client only; what a worker sends here is ignored
 }
 
 struct ClearRequest {}

@@ -31,6 +31,7 @@ from scaler.utility.malloc_tuning import with_freed_memory_kept
 from scaler.utility.parent_watch import parent_is_gone
 from scaler.utility.process_stop import stop_process
 from scaler.utility.readiness import FAILED, REGISTERED, ReadinessReporter
+from scaler.utility.scheduler_address import TASK_SCHEDULER_ENVIRONMENT_VARIABLE
 from scaler.utility.zmq_util import configure_socket, has_input, receive_frames, send_frames
 from scaler.worker.agent_actions import (
     AGENT_SIGNAL,
@@ -259,7 +260,8 @@ class WorkerAgent:
             [sys.executable, "-m", "scaler.worker.processor", self._processor_address, identity.decode(), slot_path,
              str(os.getpid()), repr(self._config.input_wait_seconds)],
             stdin=subprocess.DEVNULL,
-            env=with_freed_memory_kept(os.environ),
+            # A Client() made by a task finds the scheduler the task came from (scaler/utility/scheduler_address.py).
+            env={**with_freed_memory_kept(os.environ), TASK_SCHEDULER_ENVIRONMENT_VARIABLE: self._config.address},
         )
         psutil_process = psutil.Process(process.pid)
         psutil_process.cpu_percent()

@@ -210,6 +210,9 @@ class WorkerAgentCore:
             # A processor that holds many tasks running elsewhere at once (the Symphony worker's) has no
             # running-task slot to refuse by: it says itself which tasks a cancel cannot stop.
             self._out.append(ToScheduler(frames))
+        elif isinstance(message, m.TaskOutput):
+            # What a task printed (streamOutput): on the same link as its results, so it reaches the client first.
+            self._out.append(ToScheduler(frames))
         elif isinstance(message, m.ObjectsLost):
             # An input its holders did not give; its task follows as `returned`, and must reach the scheduler
             # after this, so that it parks the task until the input is back instead of sending it out again.

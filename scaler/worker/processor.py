@@ -36,6 +36,7 @@ from scaler.utility.zmq_util import configure_socket, has_input, receive_frames
 from scaler.worker.agent_actions import AGENT_SIGNAL
 from scaler.worker.config import DEFAULT_INPUT_WAIT_SECONDS
 from scaler.worker.large_results import LargeResults
+from scaler.worker.output_capture import TaskOutputCapture
 from scaler.worker.processor_actions import (
     Actions,
     ForgetObjects,
@@ -78,6 +79,7 @@ class Processor:
         self._serializers: dict[bytes, Serializer] = {b"": DefaultSerializer()}
         self._profiler = TaskProfiler()
         self._warnings = WarningRecorder()
+        self._output = TaskOutputCapture(self._send_output)
         self._depth = -1
         self._priority = 0
         # The profile of the task that just ran (set by _call when the task asked for one).
@@ -266,6 +268,8 @@ class Processor:
         if group.profiling:
             self._profiler.start()
         recorder = self._warnings
+        if group.stream_output:
+            self._output.start(task_id)
         if core.task_code_starts():
             self._answer_signals()
         recorder.task_id = task_id
@@ -277,11 +281,15 @@ class Processor:
                 result = function(*args)
         except BaseException as error:  # SystemExit from a task is the task's failure, not ours
             core.task_code_ends()
+            if group.stream_output:
+                self._output.finish()
             recorder.end_task()
             if group.profiling:
                 self._profiler.finish(task_id)  # a failure carries no profile
             return self._failure(task_id, m.FailureKind.RAISED, error)
         core.task_code_ends()
+        if group.stream_output:
+            self._output.finish()  # before the result, which the core sends later: the client sees them in order
         if recorder.current:
             recorder.end_task()
         else:
@@ -293,6 +301,17 @@ class Processor:
         except Exception as error:
             return self._failure(task_id, m.FailureKind.SERIALIZATION, error,
                                  f"result of {self._function_name(group)} could not be serialized")
+
+    def _send_output(self, output: m.TaskOutput) -> None:
+        """What the running task printed, to the agent now. Called from the task's code too (its print), where the
+        agent's signal may otherwise answer in the middle of this send: kept meanwhile, as by the nesting hooks."""
+        core = self._core
+        could_read = core.task_code_ends()
+        try:
+            send_message(self._socket, output)
+        finally:
+            if could_read and core.task_code_starts():
+                self._answer_signals()
 
     def _let_go_of_arguments(self, group: m.TaskGroup, row: int, object_slots: list[int]) -> None:
         """The values of the task's stored call arguments go, unless a queued task names them too: kept, ten

@@ -115,6 +115,7 @@ class WorkerLink:
         profiling: bool = False,
         send_function: bool = True,
         object_args: dict[int, bytes] | None = None,
+        stream_output: bool = False,
     ) -> list[int]:
         """Send one group of len(rows) tasks of `function` (its object first, once); returns the task ids.
 
@@ -148,6 +149,7 @@ class WorkerLink:
             "functionId": function_id, "argsPerTask": width, "keywords": list(keywords), "taskIds": task_ids,
             "args": args, "argFrameIndices": frame_indices, "argFrames": list(range(1, len(frames) + 1)),
             "objectArgIndices": sorted(object_args or ()), "profiling": profiling, "reportStart": report_start,
+            "streamOutput": stream_output,
         }
         self.send("submitTasks", frames, objects=objects, groups=[group])
         return task_ids

@@ -196,3 +196,34 @@ def test_a_drained_worker_gives_back_its_queue_and_gets_nothing_new(scheduler_un
     assert sorted(task_ids_sent(other, 3)) == sorted(task_ids[1:] + later)
     worker.send("taskResults", succeededIds=task_ids[:1], payloads=[b"r0"])
     assert wire.results_of(client.expect("taskResults"))[0] == {task_ids[0]: b"r0"}
+
+
+def test_task_output_goes_to_the_client_of_a_task_that_asked(scheduler_under_test: StartScheduler) -> None:
+    """§20: a worker's taskOutput for a task it holds that was submitted with streamOutput reaches that task's
+    client, named by the worker's hello name, before the task's result; for a task that did not ask, nothing."""
+    scheduler, worker, client = worker_and_client(scheduler_under_test)
+    streaming, = submit(client, [[b"a"]], streamOutput=True)
+    _, rows, group = dispatched(worker)
+    assert set(rows) == {streaming} and group.get("streamOutput", False)
+    quiet, = submit(client, [[b"b"]])
+    _, rows, group = dispatched(worker)
+    assert set(rows) == {quiet} and not group.get("streamOutput", False)
+    worker.send("taskOutput", taskIds=[streaming, quiet], streams=[0, 1], texts=["hello\n", "not wanted\n"])
+    worker.send("taskResults", succeededIds=[streaming, quiet], payloads=[b"r1", b"r2"])
+    output = client.expect("taskOutput")
+    assert output.get("taskIds") == [streaming] and output.get("texts") == ["hello\n"]
+    assert output.get("streams") == [0] and output.get("worker") == "played worker"
+    assert wire.results_of(client.expect("taskResults"))[0] == {streaming: b"r1", quiet: b"r2"}
+
+
+def test_a_malformed_task_output_is_answered_with_a_protocol_error(scheduler_under_test: StartScheduler) -> None:
+    """§3, §20: columns of different lengths, or an unknown stream: protocolError, the worker stays registered."""
+    scheduler, worker, client = worker_and_client(scheduler_under_test)
+    task_id, = submit(client, [[b"a"]], streamOutput=True)
+    dispatched(worker)
+    worker.send("taskOutput", taskIds=[task_id], streams=[0, 0], texts=["x\n"])
+    assert worker.expect("protocolError").get("reason")
+    worker.send("taskOutput", taskIds=[task_id], streams=[9], texts=["x\n"])
+    assert worker.expect("protocolError").get("reason")
+    worker.send("taskResults", succeededIds=[task_id], payloads=[b"r"])
+    assert wire.results_of(client.expect("taskResults"))[0] == {task_id: b"r"}

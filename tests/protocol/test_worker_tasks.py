@@ -106,3 +106,25 @@ def test_every_outcome_in_a_valid_message(worker: Worker, dialect: Dialect) -> N
     worker.link.outcomes(dialect, task_ids)
     for message in worker.link.result_messages:
         wire.results_of(message)  # asserts the frame bookkeeping
+
+
+def test_a_group_asking_for_output_runs_as_any_other(worker: Worker, dialect: Dialect) -> None:
+    """§20: streamOutput is optional for a worker (the native one ignores it); whatever taskOutput it sends names
+    only tasks of that group, with known streams and whole lines, and comes before the task's result."""
+    task_ids = worker.link.submit(dialect, "echo", [("a",), ("b",)], stream_output=True)
+    answered: set[int] = set()
+    deadline_messages = 100
+    while answered != set(task_ids) and deadline_messages:
+        deadline_messages -= 1
+        message = worker.link.next()
+        if message.member == "taskOutput":
+            assert set(message.get("taskIds", [])) <= set(task_ids) - answered, "output after the task's result"
+            assert set(message.get("streams", [])) <= {0, 1, 2}
+            assert all(text.endswith("\n") for text in message.get("texts", []))
+            continue
+        assert message.member == "taskResults", f"expected taskResults, got {message.member}: {message.fields}"
+        successes, failures = wire.results_of(message)
+        assert not failures
+        assert {dialect.decode(payload) for payload in successes.values()} <= {"a", "b"}
+        answered.update(successes)
+    assert answered == set(task_ids)

@@ -239,6 +239,7 @@ class SimulatedCluster:
         task_ids: list[int] | None = None,
         tags: Iterable[str] = (),
         wait_for_tags_ms: int = 0,
+        stream_output: bool = False,
     ) -> list[int]:
         function_id = content_object_id(function_payload)
         task_ids = task_ids if task_ids is not None else client.next_task_ids(count)
@@ -254,6 +255,7 @@ class SimulatedCluster:
             args=[b"arg-%d-%d" % (task_id, index) for task_id in task_ids for index in range(args_per_task)],
             required_tags=tuple(tags),
             wait_for_tags_ms=wait_for_tags_ms,
+            stream_output=stream_output,
         )
         self.send(client.identity, m.TaskSubmission(objects=objects, groups=[group]))
         return list(task_ids)

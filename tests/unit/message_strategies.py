@@ -131,6 +131,7 @@ def task_groups(
         # The encoder writes the wait limit only with tags.
         wait_for_tags_ms=draw(SMALL_U32) if required_tags else 0,
         priority=draw(st.one_of(st.just(0), st.integers(-3, 3), I32)),
+        stream_output=draw(st.booleans()),
     )
 
 
@@ -241,7 +242,21 @@ def message_strategies(
             m.DrainWorkersResponse, draining=st.lists(TEXT, max_size=3), unknown=st.lists(TEXT, max_size=3)
         ),
         m.Relay: relays(),
+        m.TaskOutput: task_outputs(ids),
     }
+
+
+@st.composite
+def task_outputs(draw: st.DrawFn, ids: st.SearchStrategy[int] = U64) -> m.TaskOutput:
+    """Chunks of output, their columns usually agreeing, the streams usually known (0..2), as a worker sends."""
+    count = draw(st.integers(0, 3))
+    streams = st.integers(0, 2) | st.integers(0, 255)
+    return m.TaskOutput(
+        task_ids=draw(st.lists(ids, min_size=count, max_size=count)),
+        streams=draw(st.lists(streams, min_size=count, max_size=count + draw(st.integers(0, 1)))),
+        texts=draw(st.lists(TEXT, min_size=count, max_size=count)),
+        worker=draw(TEXT),
+    )
 
 
 def messages(

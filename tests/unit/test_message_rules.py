@@ -25,7 +25,9 @@ CLIENT_SENDS = {
     m.DrainWorkers,
     m.ObjectsLost, m.Relay,
 }
-WORKER_SENDS = {m.Heartbeat, m.Disconnect, m.TaskResults, m.CancelRefused, m.TaskStarted, m.ObjectsLost}
+WORKER_SENDS = {
+    m.Heartbeat, m.Disconnect, m.TaskResults, m.CancelRefused, m.TaskStarted, m.ObjectsLost, m.TaskOutput,
+}
 STORE_SENDS = {m.Heartbeat, m.Disconnect, m.Relay, m.ObjectsLost, m.ObjectsHeld}
 SENDS = {m.Role.CLIENT: CLIENT_SENDS, m.Role.WORKER: WORKER_SENDS, m.Role.STORE: STORE_SENDS}
 
@@ -65,6 +67,7 @@ def sample(kind: type, task_ids: list[int], next_id: int) -> m.Message:
         m.DrainWorkersResponse: m.DrainWorkersResponse(draining=["worker-0"]),
         m.StoreDirectory: m.StoreDirectory(stores=[m.StoreEntry("tcp://127.0.0.1:1", "ipc:///tmp/s", "b/1")]),
         m.Relay: m.Relay(frames=[b"data message", b"payload"], store="tcp://127.0.0.1:7000", request_id=3),
+        m.TaskOutput: m.TaskOutput(task_ids=task_ids[:1], streams=[0], texts=["printed\n"]),
     }
     return samples[kind]
 

@@ -22,7 +22,10 @@ from scaler.compat.dask.annotations import annotated_priorities, fused_prioritie
 from scaler.utility.blocking import waiting_for_tasks
 
 
-def get(dsk: Mapping | Any, keys: Any, *, fuse: bool = True, priority: int | None = None, **kwargs: Any) -> Any:
+def get(
+    dsk: Mapping | Any, keys: Any, *, fuse: bool = True, priority: int | None = None, stream_output: bool = False,
+    **kwargs: Any,
+) -> Any:
     """Compute `keys` of the dask graph `dsk` on a Scaler cluster, like `dask.threaded.get`.
 
     `keys` is one key or a list nesting keys; the result has the same shape, lists turned into tuples.
@@ -35,6 +38,9 @@ def get(dsk: Mapping | Any, keys: Any, *, fuse: bool = True, priority: int | Non
     `with dask.annotate(priority=N)` gives the tasks built inside it N instead. A task that runs fused
     tasks inside it takes the highest priority among them. `dask.compute(x, scheduler=scaler.get,
     priority=5)` reaches here too, since dask passes its keywords on to the scheduler.
+
+    `stream_output=True` shows what the tasks print in this process, as `Client(stream_output=True)` does:
+    `dask.compute(x, scheduler=scaler.get, stream_output=True)`.
     """
     try:
         from scaler.compat.dask.translation import translate
@@ -46,7 +52,7 @@ def get(dsk: Mapping | Any, keys: Any, *, fuse: bool = True, priority: int | Non
     with _collector_paused():
         translation = translate(dsk, flat_keys, fuse=fuse)  # a bad graph fails before a cluster is chosen
         priorities = fused_priorities(annotated_priorities(dsk), translation.fused)
-    client = current_client()
+    client = current_client(stream_output=bool(stream_output))
     with _collector_paused():
         futures = client.get(
             translation.graph, translation.requested, block=False, priority=graph_priority, priorities=priorities

@@ -50,6 +50,9 @@ class ScalerExecutor(concurrent.futures.Executor):
 
     `serializer` is used by the client the executor makes; a given `client` has its own.
 
+    `stream_output=True` shows what the calls print in this process, as `Client(stream_output=True)` does (see
+    the README, "Seeing what tasks print"); a given `client` streams or not as it was made.
+
     `tags` and `priority` apply to every call of this executor, as `Client.submit` takes them; a call's
     own `submit(fn, ..., priority=5)` or `map(..., priority=5)` replaces them. The executor's client shares
     the cluster with the others by its `share` (see docs/sharing.md): give a `client=Client(..., share=2.0)`
@@ -71,6 +74,7 @@ class ScalerExecutor(concurrent.futures.Executor):
         serializer: Serializer | None = None,
         tags: Iterable[str] | None = None,
         priority: int | None = None,
+        stream_output: bool = False,
     ) -> None:
         _check_arguments(address, client, n_workers, serializer)
         # None: each call's default (the priority of the task it runs in, else 0).
@@ -83,18 +87,24 @@ class ScalerExecutor(concurrent.futures.Executor):
         if client is not None:
             self._client = client
         elif address is not None:
-            self._client, self._owns_client = Client(address=address, serializer=serializer), True
+            self._client, self._owns_client = (
+                Client(address=address, serializer=serializer, stream_output=stream_output), True
+            )
         elif n_workers is None and cluster_choice.cluster_is_chosen():
             chosen = cluster_choice.current_client()
-            if serializer is None:
+            if serializer is None and not stream_output:
                 self._client = chosen
             else:
-                self._client, self._owns_client = Client(address=chosen.address, serializer=serializer), True
+                self._client, self._owns_client = Client(
+                    address=chosen.address, serializer=serializer, stream_output=stream_output
+                ), True
         else:
             # Not cluster_choice's shared embedded cluster, which lives until exit: shutdown() stops this one.
             self._cluster = SchedulerClusterCombo(n_workers=n_workers or os.cpu_count() or 1, logging_level="WARNING")
             try:
-                self._client = Client(address=self._cluster.get_address(), serializer=serializer)
+                self._client = Client(
+                    address=self._cluster.get_address(), serializer=serializer, stream_output=stream_output
+                )
             except BaseException:
                 self._cluster.shutdown()
                 raise

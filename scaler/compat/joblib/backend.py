@@ -89,6 +89,9 @@ class ScalerBackend(AutoBatchingMixin, ParallelBackendBase):
 
     `parallel_config(backend="scaler", priority=5)` gives every batch that priority among the tasks of the
     client (higher first; see `Client.submit` and docs/sharing.md), as `tags={"gpu"}` gives them tags.
+
+    `parallel_config(backend="scaler", stream_output=True)` shows what the calls print in this process, as
+    `Client(stream_output=True)` does.
     """
 
     supports_retrieve_callback = True
@@ -99,7 +102,7 @@ class ScalerBackend(AutoBatchingMixin, ParallelBackendBase):
 
     def __init__(
         self, nesting_level: int | None = None, inner_max_num_threads: int | None = None, n_workers: int | None = None,
-        tags: Iterable[str] | None = None, priority: int | None = None,
+        tags: Iterable[str] | None = None, priority: int | None = None, stream_output: bool = False,
     ) -> None:
         # `parallel_config(backend="scaler", tags={"gpu"}, priority=5)`: joblib passes the keywords here. Every
         # batch then runs only on workers with these tags, at this priority (see Client.submit).
@@ -109,6 +112,7 @@ class ScalerBackend(AutoBatchingMixin, ParallelBackendBase):
             raise ValueError(f"n_workers must be a positive integer (the cluster's worker count), got {n_workers!r}")
         super().__init__(nesting_level=nesting_level, inner_max_num_threads=inner_max_num_threads)
         self._n_workers = n_workers
+        self._stream_output = bool(stream_output)
         self._client: Client | None = None
         self._lock = threading.Lock()
         self._outstanding: set[concurrent.futures.Future] = set()
@@ -148,7 +152,7 @@ class ScalerBackend(AutoBatchingMixin, ParallelBackendBase):
     # ------------------------------------------------------------------------------------------ a call
 
     def start_call(self) -> None:
-        self._client = cluster_choice.current_client()
+        self._client = cluster_choice.current_client(self._stream_output)
         self._callbacks.start()
 
     def stop_call(self) -> None:
@@ -160,7 +164,7 @@ class ScalerBackend(AutoBatchingMixin, ParallelBackendBase):
     ) -> concurrent.futures.Future:
         client = self._client
         if client is None:  # joblib calls start_call() first; this keeps working should that change
-            client = self._client = cluster_choice.current_client()
+            client = self._client = cluster_choice.current_client(self._stream_output)
             self._callbacks.start()
         future: concurrent.futures.Future
         try:

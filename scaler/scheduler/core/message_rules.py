@@ -37,6 +37,8 @@ SENDERS: dict[type, frozenset[m.Role]] = {
     m.TaskResults: _WORKERS,
     m.CancelRefused: _WORKERS,
     m.TaskStarted: _WORKERS,
+    # What tasks submitted with streamOutput print (output_routing.py; bounded by output_problem below).
+    m.TaskOutput: _WORKERS,
     # The relay fallback: a client or a store that cannot reach a store; a store's answers.
     m.Relay: _CLIENTS | _STORES,
 }
@@ -54,3 +56,20 @@ def violation(role: m.Role, message_type: type) -> str:
     else:
         why = "only " + " and ".join(_PLURAL[sender] for sender in sorted(allowed)) + " do"
     return f"a {role.name.lower()} may not send {message_type.__name__}; {why}"
+
+
+def output_problem(output: m.TaskOutput) -> str | None:
+    """Why the scheduler refuses a worker's taskOutput (its protocolError reason), or None: the columns must agree,
+    the streams be known, and the text fit MAX_TASK_OUTPUT_MESSAGE_CHARS, so that no worker can make the scheduler
+    hold or pass on more than that per message."""
+    count = len(output.task_ids)
+    if len(output.streams) != count or len(output.texts) != count:
+        return "taskOutput has columns of different lengths"
+    if any(stream not in _OUTPUT_STREAMS for stream in output.streams):
+        return "taskOutput names an unknown stream"
+    if sum(map(len, output.texts)) > m.MAX_TASK_OUTPUT_MESSAGE_CHARS:
+        return f"taskOutput carries more than {m.MAX_TASK_OUTPUT_MESSAGE_CHARS} characters"
+    return None
+
+
+_OUTPUT_STREAMS = frozenset(int(stream) for stream in m.OutputStream)

@@ -24,6 +24,7 @@ core it concerns:
     prefetch.py        how many tasks each worker holds: as many as keep it busy, measured
     result_router.py   one results message per client per event
     relay.py           data messages passed between a peer and a store it cannot reach (the relay fallback)
+    output_routing.py  what tasks print (taskOutput), from the worker running them to their client
     status.py          the typed status the monitor feed publishes
     invariants.py      what must hold between all of these (checked by the tests)
 """
@@ -44,6 +45,7 @@ from scaler.scheduler.core.message_rules import SENDERS, violation
 from scaler.scheduler.core.object_lifetime.lineage import Lineage
 from scaler.scheduler.core.object_lifetime.object_table import ObjectTable
 from scaler.scheduler.core.outgoing import Outgoing
+from scaler.scheduler.core.output_routing import route_output
 from scaler.scheduler.core.peer_registry import ClientPeer, PeerRegistry, WorkerPeer, version_refusal
 from scaler.scheduler.core.placement import Placement
 from scaler.scheduler.core.prefetch import Prefetch
@@ -104,6 +106,7 @@ class SchedulerCore:
             m.CancelRefused: self._on_cancel_refused,
             m.TaskStarted: self._on_task_started,
             m.Relay: lambda peer, message, now, out: self.relay.on_relay(peer, message, out),
+            m.TaskOutput: lambda worker, message, now, out: route_output(worker, message, self.tasks.records, out),
         }
         # The role table, as one lookup per message: a type missing from a role's handlers is a violation.
         self._handlers_by_role: dict[m.Role, dict[type, _Handler]] = {
