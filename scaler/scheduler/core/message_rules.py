@@ -37,6 +37,8 @@ SENDERS: dict[type, frozenset[m.Role]] = {
     m.TaskResults: _WORKERS,
     m.CancelRefused: _WORKERS,
     m.TaskStarted: _WORKERS,
+    # A worker that outlived the scheduler before this one: the tasks it holds (rejoin.py).
+    m.Reannounce: _WORKERS,
     # The relay fallback: a client or a store that cannot reach a store; a store's answers.
     m.Relay: _CLIENTS | _STORES,
 }

@@ -65,6 +65,9 @@ class WorkerPeer:
     # The data address of the store it uses (its hello), registered or not; and its host key.
     store_address: str = ""
     host_key: str = ""
+    # Its hello said it rejoins after a restart (rejoin.py): it gets nothing until its reannounce, which may
+    # name tasks queued here already; `draining` keeps placement away until then.
+    awaiting_reannounce: bool = False
 
     @property
     def free(self) -> int:
@@ -96,6 +99,9 @@ class PeerRegistry:
         self._config = config
         self.clients: dict[bytes, ClientPeer] = {}
         self.workers: dict[bytes, WorkerPeer] = {}
+        # Stand-ins for clients of a scheduler before this one, owning the tasks workers re-announced for them
+        # until they come back (rejoin.py); by their identity, which no real peer has.
+        self.awaited_clients: dict[bytes, ClientPeer] = {}
         # Task id prefixes are never reused within one scheduler process, so a task id names one client.
         self.next_id_prefix = 1
 
@@ -146,6 +152,7 @@ class PeerRegistry:
         worker = self.workers[sender] = WorkerPeer(
             identity=sender, name=hello.name, capacity=capacity, last_seen=now, tags=frozenset(hello.tags),
             store_address=hello.store, host_key=hello.host_key, concurrency=min(max(hello.concurrency, 1), capacity),
+            awaiting_reannounce=hello.rejoining, draining=hello.rejoining,
         )
         tags = f", tags {','.join(sorted(worker.tags))}" if worker.tags else ""
         logger.info(f"PeerRegistry: worker {hello.name} connected, capacity {capacity}{tags}")

@@ -24,6 +24,7 @@ core it concerns:
     prefetch.py        how many tasks each worker holds: as many as keep it busy, measured
     result_router.py   one results message per client per event
     relay.py           data messages passed between a peer and a store it cannot reach (the relay fallback)
+    rejoin.py          after a restart: tasks workers re-announce, and results of tasks not submitted here yet
     status.py          the typed status the monitor feed publishes
     invariants.py      what must hold between all of these (checked by the tests)
 """
@@ -48,6 +49,7 @@ from scaler.scheduler.core.peer_registry import ClientPeer, PeerRegistry, Worker
 from scaler.scheduler.core.placement import Placement
 from scaler.scheduler.core.prefetch import Prefetch
 from scaler.scheduler.core.ready_queue import Tags, describe_tags
+from scaler.scheduler.core.rejoin import Rejoin
 from scaler.scheduler.core.relay import RelayRouter
 from scaler.scheduler.core.result_router import ResultRouter
 from scaler.scheduler.core.status import CoreStatus, core_status
@@ -86,7 +88,9 @@ class SchedulerCore:
         self.objects.on_freed = self.lineage.freed
         self.tag_waits = TagWaits()
         self.relay = RelayRouter(self.peers, self.stores, self.counters)
-        self._intake = TaskIntake(config, self.tasks, self.graph, self.objects, self.tag_waits, self.counters)
+        self.rejoin = Rejoin(config.client_timeout_seconds, self.peers, self.tasks, self.objects, self.counters)
+        intake_parts = (self.tasks, self.graph, self.objects, self.tag_waits, self.counters, self.rejoin)
+        self._intake = TaskIntake(config, *intake_parts)
         self._placement = Placement(config, self.tasks, self.objects, self.peers.workers, self.counters)
         self.prefetch = Prefetch(config.worker_queue_seconds)
         handlers: dict[type, _Handler] = {
@@ -103,6 +107,7 @@ class SchedulerCore:
             m.TaskResults: self._on_results,
             m.CancelRefused: self._on_cancel_refused,
             m.TaskStarted: self._on_task_started,
+            m.Reannounce: self._on_reannounce,
             m.Relay: lambda peer, message, now, out: self.relay.on_relay(peer, message, out),
         }
         # The role table, as one lookup per message: a type missing from a role's handlers is a violation.
@@ -177,6 +182,8 @@ class SchedulerCore:
             self._remove_client(client, "timed out", logging.WARNING, out)
         if len(self.tag_waits):
             self._fail_tasks_without_capable_worker(now, out)
+        if self.rejoin.orphans or self.peers.awaited_clients:
+            self.rejoin.on_tick(now, out)
         for store in self.stores.silent(now, self._config.worker_timeout_seconds):
             self._remove_store(store, "timed out", logging.WARNING, out)
         self.objects.flush(self.peers.workers.values(), out)
@@ -258,7 +265,8 @@ class SchedulerCore:
     def _on_unregistered(self, sender: bytes, message: m.Message, now: float, out: list[Outgoing]) -> None:
         if not isinstance(message, m.Hello):
             # A peer we dropped (timed out, or never said hello): tell it, so it can reconnect or exit.
-            out.append((sender, m.Refused(reason="unknown peer: send hello first (or you were timed out)")))
+            reason = "unknown peer: send hello first (or you were timed out, or the scheduler restarted)"
+            out.append((sender, m.Refused(reason=reason, unknown_peer=True)))
             return
         if message.role == m.Role.STORE:
             self._on_store_hello(sender, message, now, out)
@@ -464,11 +472,20 @@ class SchedulerCore:
             out.append((worker.identity, m.ProtocolError(reason=reason)))
             return
         router = ResultRouter()
+        if self.rejoin.active(now):
+            results = self.rejoin.sift(worker, results, now, router)
         self.tasks.take_results(worker, results, router)
         router.flush(out)
         self.prefetch.on_results(worker, results, now, out)
         self._placement.dispatch_freed(worker, out)
         self.prefetch.after_dispatch(worker, now)
+
+    def _on_reannounce(self, worker: WorkerPeer, message: m.Reannounce, now: float, out: list[Outgoing]) -> None:
+        self.rejoin.on_reannounce(worker, message, now, out)
+        if worker.awaiting_reannounce:
+            worker.awaiting_reannounce = worker.draining = False
+            self._placement.workers_changed()
+            self._placement.dispatch(out)
 
     def _on_cancel_refused(
         self, worker: WorkerPeer, refusal: m.CancelRefused, now: float, out: list[Outgoing]
