@@ -105,11 +105,16 @@ class SchedulerSession:
         self._next_hello = now + self._retry_seconds
         return True
 
-    def welcomed(self, task_ids: list[int], who: str) -> list[Frames]:
-        """Welcomed, holding these tasks: what to send now, in order. After a rejoin, the re-announcement of
-        the tasks, then what was held back (the scheduler learns of a task before its result); else nothing."""
+    def welcomed(self, task_ids: list[int] | None, who: str) -> list[Frames]:
+        """Welcomed, holding these tasks (None: a store, which holds none): what to send now, in order. After a
+        rejoin, the re-announcement of the tasks, then what was held back (the scheduler learns of a task
+        before its result); else nothing."""
         rejoined = self.rejoining
         self.state = SessionState.WELCOMED
+        if task_ids is None:
+            if rejoined:
+                logger.info(f"{who}: welcomed again; announcing every object it holds")
+            return []
         if not rejoined:
             logger.info(f"{who}: connected to the scheduler")
             return []
