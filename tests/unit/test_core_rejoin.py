@@ -185,3 +185,20 @@ def test_without_a_reannouncement_results_of_unknown_tasks_are_dropped_as_before
     worker = sim.add_worker(capacity=4)
     sim.send(worker.identity, m.TaskResults(succeeded_ids=old_ids(0), payloads=[b"x"], failures=[]))
     assert sim.core.rejoin.orphans == {}
+
+
+def test_objects_a_store_holds_that_nobody_names_again_are_deleted_after_the_grace_period() -> None:
+    sim = restarted()
+    store = sim.add_store("tcp://store-a:1")
+    named, unnamed = b"n" * 16, b"u" * 16
+    sim.send(store.identity, m.ObjectsHeld(object_ids=[named, unnamed], sizes=[10, 10]))
+    client = sim.add_client()
+    sim.send(client.identity, m.TaskSubmission(objects=[
+        m.ObjectPayload(object_id=named, payload=b"", name="obj", size=10, holder="tcp://store-a:1"),
+    ], groups=[]))
+    sim.tick(GRACE / 2)
+    sim.heartbeat_all()
+    assert store.received(m.DeleteObjects) == []
+    sim.tick(GRACE / 2 + 1)
+    assert store.received(m.DeleteObjects) == [m.DeleteObjects(object_ids=[unnamed])]
+    assert sim.core.rejoin.unclaimed == {}

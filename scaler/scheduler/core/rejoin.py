@@ -17,6 +17,9 @@ id prefix:
 An awaited client that does not come back within the client timeout loses its tasks (cancelled on their
 workers), and an orphan result nobody claims within it is dropped: a client gone for longer than that
 would have been timed out by the scheduler before too. Orphan results are also bounded in number and bytes.
+So are the objects a store holds that nobody names within it (`objectsHeld` ids unknown here): that store
+is told to delete them. A store's copy announced a moment before its writer names the object is named by
+then, so only the objects of clients that did not come back go.
 """
 
 from __future__ import annotations
@@ -26,10 +29,12 @@ import dataclasses
 import logging
 
 from scaler.protocol import messages as m
+from scaler.scheduler.core.core_config import CoreConfig
 from scaler.scheduler.core.object_lifetime.object_table import ObjectTable
 from scaler.scheduler.core.outgoing import Outgoing
 from scaler.scheduler.core.peer_registry import ClientPeer, PeerRegistry, WorkerPeer
 from scaler.scheduler.core.result_router import ResultRouter
+from scaler.scheduler.core.store_registry import StorePeer, StoreRegistry
 from scaler.scheduler.core.task_record import REANNOUNCED, TaskRecord
 from scaler.scheduler.core.task_table import TaskTable
 from scaler.utility.identifiers import TASK_COUNTER_BITS
@@ -62,11 +67,14 @@ class OrphanResult:
 
 class Rejoin:
     def __init__(
-        self, grace_seconds: float, peers: PeerRegistry, tasks: TaskTable, objects: ObjectTable,
-        counters: collections.Counter[str],
+        self, config: CoreConfig, peers: PeerRegistry, stores: StoreRegistry, tasks: TaskTable,
+        objects: ObjectTable, counters: collections.Counter[str],
     ) -> None:
-        self._grace = grace_seconds
+        self._grace = config.client_timeout_seconds
         self._peers = peers
+        self._stores = stores
+        # Objects stores hold that nobody named here: store identity -> object id -> when it is deleted.
+        self.unclaimed: dict[bytes, dict[bytes, float]] = {}
         self._tasks = tasks
         self._objects = objects
         self._counters = counters
@@ -81,9 +89,15 @@ class Rejoin:
     def active(self, now: float) -> bool:
         return now < self.active_until
 
+    @property
+    def pending(self) -> bool:
+        """Whether a tick has anything to expire."""
+        return bool(self.orphans or self._awaited_until or self.unclaimed)
+
     # ------------------------------------------------------------------------------------------ re-announced
 
-    def on_reannounce(self, worker: WorkerPeer, message: m.Reannounce, now: float, out: list[Outgoing]) -> None:
+    def on_reannounce(self, worker: WorkerPeer, message: m.Reannounce, now: float) -> bool:
+        """Record the tasks a rejoining worker holds; True if it waited for this to get work (§20)."""
         self.active_until = max(self.active_until, now + self._grace)
         records = self._tasks.records
         held = 0
@@ -109,6 +123,10 @@ class Rejoin:
             held += len(submitted_again)
         self._counters["tasks_reannounced"] += held
         logger.info(f"Rejoin: worker {worker.name} re-announced {len(message.task_ids)} tasks it holds")
+        if not worker.awaiting_reannounce:
+            return False
+        worker.awaiting_reannounce = worker.draining = False
+        return True
 
     def _assign(self, record: TaskRecord, worker: WorkerPeer) -> None:
         record.worker = worker
@@ -234,10 +252,43 @@ class Rejoin:
         elif orphan.failure is not None:
             router.failure(client, orphan.failure)
 
+    # ------------------------------------------------------------------------------------------ objects
+
+    def objects_held(self, store: StorePeer, object_ids: list[bytes], now: float) -> None:
+        """Of the objects a store says it holds, those unknown here are deleted there if nobody names them."""
+        stored = self._objects.stored
+        unknown = [object_id for object_id in object_ids if object_id not in stored]
+        if unknown:
+            deadline = now + self._grace
+            pending = self.unclaimed.setdefault(store.identity, {})
+            for object_id in unknown:
+                pending.setdefault(object_id, deadline)
+
+    def _delete_unclaimed(self, now: float, out: list[Outgoing]) -> None:
+        stored = self._objects.stored
+        for identity, pending in list(self.unclaimed.items()):
+            if identity not in self._stores.stores:
+                del self.unclaimed[identity]
+                continue
+            doomed = []
+            for object_id, deadline in list(pending.items()):
+                if deadline > now:
+                    break
+                del pending[object_id]
+                if object_id not in stored:
+                    doomed.append(object_id)
+            if not pending:
+                del self.unclaimed[identity]
+            if doomed:
+                logger.info(f"Rejoin: {len(doomed)} objects a store holds were named by no client; deleting them")
+                out.append((identity, m.DeleteObjects(object_ids=doomed)))
+
     # ------------------------------------------------------------------------------------------ expiry
 
     def on_tick(self, now: float, out: list[Outgoing]) -> None:
-        """Awaited clients that did not come back lose their tasks; unclaimed orphan results past their time go."""
+        """Awaited clients that did not come back lose their tasks; unclaimed orphan results and objects go."""
+        if self.unclaimed:
+            self._delete_unclaimed(now, out)
         if self._awaited_until:
             for prefix, until in list(self._awaited_until.items()):
                 if now < until:

@@ -88,9 +88,9 @@ class SchedulerCore:
         self.objects.on_freed = self.lineage.freed
         self.tag_waits = TagWaits()
         self.relay = RelayRouter(self.peers, self.stores, self.counters)
-        self.rejoin = Rejoin(config.client_timeout_seconds, self.peers, self.tasks, self.objects, self.counters)
-        intake_parts = (self.tasks, self.graph, self.objects, self.tag_waits, self.counters, self.rejoin)
-        self._intake = TaskIntake(config, *intake_parts)
+        self.rejoin = Rejoin(config, self.peers, self.stores, self.tasks, self.objects, self.counters)
+        self._intake = TaskIntake(config, self.tasks, self.graph, self.objects, self.tag_waits, self.counters)
+        self._intake.rejoin = self.rejoin
         self._placement = Placement(config, self.tasks, self.objects, self.peers.workers, self.counters)
         self.prefetch = Prefetch(config.worker_queue_seconds)
         handlers: dict[type, _Handler] = {
@@ -182,7 +182,7 @@ class SchedulerCore:
             self._remove_client(client, "timed out", logging.WARNING, out)
         if len(self.tag_waits):
             self._fail_tasks_without_capable_worker(now, out)
-        if self.rejoin.orphans or self.peers.awaited_clients:
+        if self.rejoin.pending:
             self.rejoin.on_tick(now, out)
         for store in self.stores.silent(now, self._config.worker_timeout_seconds):
             self._remove_store(store, "timed out", logging.WARNING, out)
@@ -454,6 +454,7 @@ class SchedulerCore:
             out.append((store.identity, m.ProtocolError(reason="objectsHeld has a different number of ids and sizes")))
             return
         object_ids = [bytes(object_id) for object_id in message.object_ids]
+        self.rejoin.objects_held(store, object_ids, now)  # before note_held: a lost object it holds is known
         doomed = self.objects.note_held(store.data_address, object_ids, message.sizes, self.lineage.asked)
         if doomed:
             out.append((store.identity, m.DeleteObjects(object_ids=doomed)))
@@ -481,9 +482,7 @@ class SchedulerCore:
         self.prefetch.after_dispatch(worker, now)
 
     def _on_reannounce(self, worker: WorkerPeer, message: m.Reannounce, now: float, out: list[Outgoing]) -> None:
-        self.rejoin.on_reannounce(worker, message, now, out)
-        if worker.awaiting_reannounce:
-            worker.awaiting_reannounce = worker.draining = False
+        if self.rejoin.on_reannounce(worker, message, now):  # it may have work now
             self._placement.workers_changed()
             self._placement.dispatch(out)
 

@@ -35,9 +35,9 @@ class TaskIntake:
         objects: ObjectTable,
         tag_waits: TagWaits,
         counters: collections.Counter[str],
-        rejoin: Rejoin,
     ) -> None:
-        self._rejoin = rejoin
+        # After a restart (rejoin.py): set by the core once both exist.
+        self.rejoin: Rejoin | None = None
         self._tag_waits = tag_waits
         self._max_tasks_waiting = config.max_number_of_tasks_waiting
         self._tasks = tasks
@@ -54,7 +54,7 @@ class TaskIntake:
         limit = self._max_tasks_waiting
         quiet_ids = set(submission.quiet_task_ids)
         # After a restart, tasks submitted again may have a result or a worker already (rejoin.py).
-        rejoin = self._rejoin if self._rejoin.active(now) else None
+        rejoin = self.rejoin if self.rejoin is not None and self.rejoin.active(now) else None
         # The ready tasks of each accepted group, queued at the end (ready_queue.py: into the client's lane).
         runs: list[tuple[Tags, TaskSignature, int, list[TaskRecord]]] = []
         accepted = 0
