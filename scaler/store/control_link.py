@@ -121,7 +121,7 @@ class ControlLink(SchedulerLink):
         elif isinstance(message, m.Refused):
             if message.unknown_peer and (self._welcomed or self._session.rejoining):
                 # A scheduler that restarted: say hello again (unless we did: this answers what we sent before).
-                if self._session.lost(now, "Store", self._scheduler_address):
+                if self._session.lost(now, "Store", self._scheduler_address, keeping="keeping every object"):
                     self._welcomed = False
                     self._held.clear()  # everything is announced again after the welcome
                     self._say_hello()

@@ -69,14 +69,14 @@ class SchedulerSession:
     def unacknowledged(self) -> int:
         return len(self._since_heartbeat) + sum(map(len, self._before_heartbeats))
 
-    def lost(self, now: float, who: str, address: str) -> bool:
+    def lost(self, now: float, who: str, address: str, keeping: str = "tasks keep running") -> bool:
         """The scheduler does not know us: what it may not have got is held for the next, with what comes now.
         Returns whether to say hello now: not if we did already (this answers what we sent before that hello)."""
         if self.rejoining:
             return False
         logger.warning(
-            f"{who}: the scheduler at {address} does not know us (it restarted?); saying hello again, tasks keep "
-            f"running, {self.unacknowledged()} results messages kept for it"
+            f"{who}: the scheduler at {address} does not know us (it restarted?); saying hello again, {keeping}"
+            + (f", {self.unacknowledged()} results messages kept for it" if self.unacknowledged() else "")
         )
         self.state = SessionState.REJOINING
         for generation in self._before_heartbeats:

@@ -4,6 +4,7 @@ same address (PROTOCOL.md §20, docs/failure_model.md): the same processes, re-a
 from __future__ import annotations
 
 import functools
+import re
 import signal
 import sys
 import textwrap
@@ -28,12 +29,14 @@ pytestmark = [
 WAIT_SECONDS = 60.0  # an upper bound against hangs, never a measure
 wait_until = functools.partial(waiting.wait_until, timeout=WAIT_SECONDS)
 
+REANNOUNCED = r"welcomed again; re-announced (\d+) tasks held"
 SCHEDULER_OPTIONS = [
     "--heartbeat-interval-seconds", "0.5", "--worker-timeout-seconds", "5", "--client-timeout-seconds", "5",
     "--logging-level", "INFO",
 ]
 
-# A client of the first scheduler that dies with it: 40 tasks of 20 ms in flight, and an object in the store.
+# A client of the first scheduler that dies with it: 40 tasks of 0.2 s in flight (seconds of work for two
+# workers, so that both hold some when the scheduler is killed), and an object in the store.
 OLD_CLIENT = textwrap.dedent("""
     import sys, time
     from scaler import Client
@@ -41,7 +44,7 @@ OLD_CLIENT = textwrap.dedent("""
     client = Client(address=sys.argv[1], timeout_seconds=300)
     reference = client.send_object(b"x" * (4 << 20))
     assert client.submit(len, reference).result(timeout=60) == 4 << 20
-    futures = [client.submit(time.sleep, 0.02) for _ in range(40)]
+    futures = [client.submit(time.sleep, 0.2) for _ in range(40)]
     futures[0].result(timeout=60)
     print("in flight", flush=True)
     time.sleep(300)
@@ -81,7 +84,9 @@ def test_workers_and_their_store_outlive_a_sigkilled_scheduler_and_serve_the_nex
     time.sleep(2.0)  # the operator restarts the same command a little later
     restarted = start_scheduler(spawn, address, *SCHEDULER_OPTIONS, name="scheduler-again")
 
-    cluster.wait_for_log("welcomed again; re-announced")
+    wait_until(lambda: len(re.findall(REANNOUNCED, cluster.log())) == 2, "both workers rejoined")
+    held = sum(int(count) for count in re.findall(REANNOUNCED, cluster.log()))
+    assert held > 0, "the workers held no task when the scheduler died: nothing was proven"
     wait_until(lambda: directory_of(address).stores == [entry], "the store registered with the new scheduler")
     restarted.wait_for_log("re-announced")
     assert "refused us" not in cluster.log()
