@@ -30,6 +30,9 @@ FIRST_HELLO_RETRY_SECONDS = 0.1
 LAST_HELLO_RETRY_SECONDS = 2.0
 # Messages kept for the next scheduler, at most: beyond, the oldest go (their tasks run again on re-submission).
 MAX_KEPT_MESSAGES = 100_000
+# Bytes of results kept until a heartbeat's echo acknowledges them, at most: a worker returning large inline
+# results fast would otherwise keep a heartbeat interval's worth or more; beyond, the oldest are let go.
+MAX_UNACKNOWLEDGED_BYTES = 64 * 1024 * 1024
 
 Frames = list[m.Buffer]
 
@@ -46,6 +49,9 @@ class SchedulerSession:
         # Results sent since the last heartbeat, and those sent before each heartbeat whose echo has not come.
         self._since_heartbeat: list[Frames] = []
         self._before_heartbeats: collections.deque[list[Frames]] = collections.deque()
+        # The bytes of each of those generations (the last one: since the last heartbeat), and their total.
+        self._generation_bytes: collections.deque[int] = collections.deque([0])
+        self._unacknowledged_bytes = 0
         # While rejoining: what goes to the scheduler once it welcomes us, in order.
         self.held: list[Frames] = []
         self._retry_seconds = FIRST_HELLO_RETRY_SECONDS
@@ -57,14 +63,24 @@ class SchedulerSession:
 
     def sent_results(self, frames: Frames) -> None:
         self._since_heartbeat.append(frames)
+        size = sum(map(len, frames))
+        self._generation_bytes[-1] += size
+        self._unacknowledged_bytes += size
+        if self._unacknowledged_bytes > MAX_UNACKNOWLEDGED_BYTES and self._before_heartbeats:
+            self._drop_oldest()
 
     def heartbeat_sent(self) -> None:
         self._before_heartbeats.append(self._since_heartbeat)
         self._since_heartbeat = []
+        self._generation_bytes.append(0)
 
     def echoed(self) -> None:
         if self._before_heartbeats:
-            self._before_heartbeats.popleft()
+            self._drop_oldest()
+
+    def _drop_oldest(self) -> None:
+        self._before_heartbeats.popleft()
+        self._unacknowledged_bytes -= self._generation_bytes.popleft()
 
     def unacknowledged(self) -> int:
         return len(self._since_heartbeat) + sum(map(len, self._before_heartbeats))
@@ -84,6 +100,8 @@ class SchedulerSession:
         self.held.extend(self._since_heartbeat)
         self._before_heartbeats.clear()
         self._since_heartbeat = []
+        self._generation_bytes = collections.deque([0])
+        self._unacknowledged_bytes = 0
         self._trim()
         self._retry_seconds = FIRST_HELLO_RETRY_SECONDS
         self._next_hello = now + self._retry_seconds

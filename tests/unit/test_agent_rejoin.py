@@ -9,7 +9,12 @@ from agent_harness import SimulatedAgent, payload_for
 from scaler.protocol import messages as m
 from scaler.worker.agent_actions import Exit
 from scaler.worker.config import WorkerConfig
-from scaler.worker.scheduler_session import FIRST_HELLO_RETRY_SECONDS, LAST_HELLO_RETRY_SECONDS
+from scaler.worker.scheduler_session import (
+    FIRST_HELLO_RETRY_SECONDS,
+    LAST_HELLO_RETRY_SECONDS,
+    MAX_UNACKNOWLEDGED_BYTES,
+    SchedulerSession,
+)
 
 ADDRESS = "tcp://127.0.0.1:1"
 UNKNOWN = m.Refused(reason="unknown peer", unknown_peer=True)
@@ -124,3 +129,16 @@ def test_a_refusal_of_the_first_hello_is_final_even_if_it_says_unknown() -> None
     never_welcomed = SimulatedAgent(WorkerConfig(address=ADDRESS))
     never_welcomed.from_scheduler(UNKNOWN)
     assert never_welcomed.exits and never_welcomed.exits[0].failed
+
+
+def test_unacknowledged_results_are_bounded_in_bytes_oldest_first() -> None:
+    session = SchedulerSession()
+    large = [b"x" * (MAX_UNACKNOWLEDGED_BYTES // 2 + 1)]
+    session.sent_results(large)
+    session.heartbeat_sent()  # never echoed
+    session.sent_results([b"small"])
+    assert session.unacknowledged() == 2
+    session.sent_results(large)  # over the bound: the oldest generation goes
+    assert session.unacknowledged() == 2
+    session.lost(0.0, "test", ADDRESS)
+    assert session.held == [[b"small"], large]
