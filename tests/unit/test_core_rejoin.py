@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 
 from scaler.protocol import messages as m
-from scaler.scheduler.core.core_config import CoreConfig
+from scaler.scheduler.config import SchedulerConfig
+from scaler.scheduler.core.core_config import MAX_ID_PREFIX, CoreConfig
 from scaler.scheduler.core.rejoin import awaited_identity
 from scaler.utility.identifiers import TASK_COUNTER_BITS
 from tests.unit.core_harness import SimClient, SimulatedCluster, SimWorker, payload_for
@@ -202,3 +203,25 @@ def test_objects_a_store_holds_that_nobody_names_again_are_deleted_after_the_gra
     sim.tick(GRACE / 2 + 1)
     assert store.received(m.DeleteObjects) == [m.DeleteObjects(object_ids=[unnamed])]
     assert sim.core.rejoin.unclaimed == {}
+
+
+def test_a_new_client_of_this_scheduler_never_gets_a_result_of_a_scheduler_before() -> None:
+    """A restarted scheduler gives prefixes from its start time, but a client with a prefix it issued itself
+    never matches an orphan result, even if a scheduler before gave the same prefix."""
+    sim = restarted()
+    worker = sim.add_worker(capacity=4)
+    client = sim.add_client(b"new")  # prefix 1 here, as the old scheduler's first client had
+    sim.send(worker.identity, m.Reannounce(task_ids=[]))
+    old_task = (client.prefix << TASK_COUNTER_BITS) | 0
+    sim.send(worker.identity, m.TaskResults(succeeded_ids=[old_task], payloads=[b"old"], failures=[]))
+    sim.submit(client, 1, task_ids=[old_task])
+    assert worker.received_task_ids == [old_task] and client.outcomes[old_task] == []
+    sim.complete(worker)
+    assert client.outcomes[old_task] == [("ok", payload_for(old_task))]
+
+
+def test_the_first_prefix_comes_from_the_wall_clock() -> None:
+    first = CoreConfig.from_settings(SchedulerConfig(address="tcp://127.0.0.1:1")).first_id_prefix
+    assert 0 < first <= MAX_ID_PREFIX
+    sim = SimulatedCluster(CoreConfig(first_id_prefix=MAX_ID_PREFIX))
+    assert [sim.add_client().prefix for _ in range(2)] == [MAX_ID_PREFIX, 1]

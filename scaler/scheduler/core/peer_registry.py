@@ -103,7 +103,9 @@ class PeerRegistry:
         # until they come back (rejoin.py); by their identity, which no real peer has.
         self.awaited_clients: dict[bytes, ClientPeer] = {}
         # Task id prefixes are never reused within one scheduler process, so a task id names one client.
-        self.next_id_prefix = 1
+        self.next_id_prefix = config.first_id_prefix
+        # Those it gave clients: a task id of another prefix was made by a client of a scheduler before (rejoin.py).
+        self.issued_prefixes: set[int] = set()
 
     def welcome(self, role: m.Role) -> m.Welcome:
         """The welcome of a peer of this role, before anything particular to it is filled in."""
@@ -134,7 +136,8 @@ class PeerRegistry:
             if problem is not None:
                 return m.Refused(reason=problem), None
             prefix = self.next_id_prefix
-            self.next_id_prefix += 1
+            self.next_id_prefix = prefix % 0xFFFF_FFFF + 1  # 32 bits, never 0
+            self.issued_prefixes.add(prefix)
             self.clients[sender] = ClientPeer(
                 identity=sender, name=hello.name, id_prefix=prefix, last_seen=now, host_key=hello.host_key,
                 share=hello.share,

@@ -208,6 +208,8 @@ class Rejoin:
         """A client's newly submitted task: True if it is taken care of here (completed from an orphan result,
         or merged into the re-announced record of the same id); else the intake records it as usual."""
         task_id = record.task_id
+        if record.client.id_prefix in self._peers.issued_prefixes:
+            return False  # a new client of this scheduler: nothing of a scheduler before is its own
         existing = self._tasks.records.get(task_id)
         if existing is not None:
             if existing.signature is not REANNOUNCED or task_id >> TASK_COUNTER_BITS != record.client.id_prefix:
