@@ -102,6 +102,11 @@ class Rejoin:
         records = self._tasks.records
         held = 0
         submitted_again: list[TaskRecord] = []
+        # Clients back with the prefix they had (not one this scheduler gave a new client).
+        issued = self._peers.issued_prefixes
+        returned = {
+            client.id_prefix: client for client in self._peers.clients.values() if client.id_prefix not in issued
+        }
         for task_id in message.task_ids:
             record = records.get(task_id)
             if record is not None:
@@ -110,7 +115,8 @@ class Rejoin:
                 if record.worker is None and record.waiting_on == 0 and not record.canceled:
                     submitted_again.append(record)
                 continue
-            owner = self._owner_of(task_id >> TASK_COUNTER_BITS, now)
+            prefix = task_id >> TASK_COUNTER_BITS
+            owner = returned.get(prefix) or self._awaited(prefix, now)
             record = TaskRecord(task_id=task_id, client=owner, signature=REANNOUNCED, args=[])
             records[task_id] = record
             owner.task_ids.add(task_id)
@@ -133,14 +139,12 @@ class Rejoin:
         worker.assigned[record.task_id] = None
         record.client.tasks_running += 1
 
-    def _owner_of(self, prefix: int, now: float) -> ClientPeer:
-        """The connected client of this prefix, or the stand-in that keeps its tasks until it comes back."""
-        for client in self._peers.clients.values():
-            if client.id_prefix == prefix:
-                return client
+    def _awaited(self, prefix: int, now: float) -> ClientPeer:
+        """The stand-in that keeps the tasks of the client of this prefix until it comes back."""
         peers = self._peers
         # The ids this scheduler gives new clients must not be those of clients of the scheduler before.
-        peers.next_id_prefix = max(peers.next_id_prefix, prefix + 1)
+        if prefix >= peers.next_id_prefix:
+            peers.next_id_prefix = prefix % 0xFFFF_FFFF + 1
         identity = awaited_identity(prefix)
         awaited = peers.awaited_clients.get(identity)
         if awaited is None:
