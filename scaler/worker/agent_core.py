@@ -298,8 +298,7 @@ class WorkerAgentCore:
     def _on_welcome(self, welcome: m.Welcome) -> None:
         self._heartbeat_interval = welcome.heartbeat_interval_for(self._config.heartbeat_interval_seconds)
         self._limits = SizeLimits(welcome.max_frame_bytes, welcome.max_control_frame_bytes)
-        held = [task_id for processor in self._pool.processors.values() for task_id in processor.outstanding]
-        for frames in self._session.welcomed(held, f"Worker[{self._name}]"):
+        for frames in self._session.welcomed(self._pool.outstanding_task_ids(), f"Worker[{self._name}]"):
             self._to_scheduler(frames, results=True)  # a re-announcement, then what was held back (§20)
         self._heartbeat_sent_at = None
         if not self._welcomed:
@@ -307,8 +306,7 @@ class WorkerAgentCore:
             self._out.append(Registered())
 
     def _on_refused(self, refused: m.Refused, now: float) -> None:
-        # A scheduler that does not know us (it restarted) gets a hello again. Any other refusal answers a hello:
-        # before the first welcome it is why we cannot work at all; after it, a scheduler that refused us again.
+        # Unknown to a scheduler that restarted: hello again. Else our hello was refused, which is final.
         if refused.unknown_peer and self._welcomed:
             if self._session.lost(now, f"Worker[{self._name}]", self._config.address):
                 self._out.append(ToScheduler(m.encode(dataclasses.replace(self._hello, rejoining=True))))
