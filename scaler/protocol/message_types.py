@@ -71,6 +71,8 @@ class Hello:
     share: float = DEFAULT_SHARE
     # Workers only: how many tasks it runs at once (0 or absent counts as 1).
     concurrency: int = 1
+    # Workers only: welcomed before by a scheduler at this address that went away; its reannounce follows.
+    rejoining: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -124,6 +126,9 @@ class Welcome:
 @dataclasses.dataclass(slots=True)
 class Refused:
     reason: str
+    # The scheduler does not know the sender (never said hello, timed out, or the scheduler restarted):
+    # a peer welcomed before says hello again; False: the hello itself was refused (PROTOCOL.md §21).
+    unknown_peer: bool = False
 
 
 @dataclasses.dataclass(slots=True)
@@ -327,6 +332,14 @@ class ObjectsHeld:
 
 
 @dataclasses.dataclass(slots=True)
+class Reannounce:
+    """Worker to scheduler, right after a welcome that follows a lost scheduler: the tasks it holds, running
+    or queued, that the scheduler before gave it (PROTOCOL.md §21)."""
+
+    task_ids: list[int]
+
+
+@dataclasses.dataclass(slots=True)
 class ResendObjects:
     """Scheduler to client: put these objects of yours into a store again, they were lost (§18)."""
 
@@ -462,5 +475,6 @@ Message = Union[
     PublishObjects,
     ObjectsHeld,
     TaskOutput,
+    Reannounce,
 ]
 

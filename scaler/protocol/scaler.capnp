@@ -41,6 +41,7 @@ struct Message {
     publishObjects @25 :PublishObjects;
     objectsHeld @26 :ObjectsHeld;
     taskOutput @27 :TaskOutput;
+    reannounce @28 :Reannounce;
   }
 }
 
@@ -75,6 +76,9 @@ struct Hello {
   # Workers only: how many tasks it runs at once (its processors, native threads, Symphony's base
   # concurrency). The scheduler keeps that many running plus a short measured queue on it (PROTOCOL.md §4).
   concurrency @14 :UInt32 = 1;
+  # Workers only: welcomed before by a scheduler at this address, which went away (PROTOCOL.md §21). The
+  # scheduler gives it nothing until its `reannounce` says which tasks it holds already.
+  rejoining @15 :Bool;
 }
 
 struct Welcome {
@@ -107,6 +111,10 @@ struct StoreEntry {
 
 struct Refused {
   reason @0 :Text;
+  # True when the scheduler does not know the sender (it never said hello here, was timed out, or the
+  # scheduler restarted): a peer that was welcomed before says hello again (PROTOCOL.md §21). False for a
+  # refusal of the hello itself (another protocol version, a bad field): the peer cannot work with it.
+  unknownPeer @1 :Bool;
 }
 
 struct Heartbeat {
@@ -315,6 +323,14 @@ struct ObjectsLost {
 struct ObjectsHeld {
   objectIds @0 :List(Data);
   sizes @1 :List(UInt64);
+}
+
+# Worker to scheduler (PROTOCOL.md §21), right after the welcome of a worker that was welcomed before by a
+# scheduler at this address (which then went away): the tasks it holds, running or queued, given to it by
+# that scheduler and not answered yet. Their results follow as ordinary taskResults, and so do, after this
+# message, the results it made while no scheduler knew it. An empty list still says "I rejoin".
+struct Reannounce {
+  taskIds @0 :List(UInt64);
 }
 
 # Scheduler to client (§18): these objects of yours were lost with their store; put them again and name

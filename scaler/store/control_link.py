@@ -2,9 +2,12 @@
 
 Hello with the store's data and ipc addresses, host key and capacity; heartbeats with what it holds;
 objectsHeld (everything once welcomed, then the copies it fetched, batched per tick) and objectsLost (at
-once) out; deleteObjects in. A store that the scheduler refuses or sends away stops, as a worker does: its
-objects mean nothing to a scheduler that does not know it. One that hears nothing from the scheduler
-for the death timeout stops too (the Cluster that started it is then without a scheduler as well).
+once) out; deleteObjects in. A store that the scheduler refuses or sends away stops, as a worker does. One
+that a scheduler does not know any more (it restarted: `refused` with unknownPeer) keeps its objects and
+says hello again, with a backoff while no welcome comes; welcomed, it announces everything it holds
+(objectsHeld), as at its first welcome, and the new scheduler adds it as their holder when their owners
+name them again (PROTOCOL.md §21). One that hears nothing from the scheduler for the death timeout stops
+(the Cluster that started it is then without a scheduler as well).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from scaler.store.store_records import StoreStatus
 from scaler.utility.curve import PeerKeys, secure_peer
 from scaler.utility.handshake_failures import HandshakeWatch
 from scaler.utility.zmq_util import configure_socket, receive_frames
+from scaler.worker.scheduler_session import LAST_HELLO_RETRY_SECONDS, SchedulerSession
 
 logger = logging.getLogger(__name__)
 
@@ -60,21 +64,25 @@ class ControlLink(SchedulerLink):
         self._next_heartbeat = 0.0
         self._process = psutil.Process()
         self._held: list[tuple[bytes, int]] = []  # to announce at the next tick
+        self._hello: m.Hello | None = None
+        self._session = SchedulerSession()  # whether the scheduler knows us, and when to say hello again
 
     def start(self, context: zmq.Context, identity: StoreIdentity, now: float) -> list[zmq.Socket]:
         socket = self._socket = context.socket(zmq.DEALER)
         configure_socket(socket, f"S|{self._name}|{uuid.uuid4().hex[:8]}".encode())
+        socket.setsockopt(zmq.RECONNECT_IVL_MAX, int(LAST_HELLO_RETRY_SECONDS * 1000))
         if self._keys is not None:
             secure_peer(socket, self._keys)
         self._handshakes = HandshakeWatch(
             socket, self._scheduler_address, now, role="store", secured=self._keys is not None
         )
         socket.connect(self._scheduler_address)
-        send_message(socket, m.Hello(
+        self._hello = m.Hello(
             role=m.Role.STORE, name=self._name, hostname=socket_module.gethostname(), pid=identity.pid,
             host_key=identity.host_key, data_address=identity.data_address, ipc_address=identity.ipc_address,
             capacity_bytes=identity.capacity_bytes,
-        ))
+        )
+        send_message(socket, self._hello)
         self._last_heard = now
         self._next_heartbeat = now + self._interval
         self._process.cpu_percent()  # the first call only starts the measurement
@@ -104,12 +112,20 @@ class ControlLink(SchedulerLink):
                 return [RelayedRequest(message.peer, message.frames)]
             return [RelayedAnswer(message.store, message.request_id, message.frames, message.error)]
         if isinstance(message, m.Welcome):
+            self._session.welcomed(None, "Store")
             self._welcomed = True
             self._interval = message.heartbeat_interval_for(self._own_interval)
             self._next_heartbeat = min(self._next_heartbeat, now + self._interval)
             logger.info(f"Store: registered with the scheduler at {self._scheduler_address}")
             return [Registered()]
         elif isinstance(message, m.Refused):
+            if message.unknown_peer and (self._welcomed or self._session.rejoining):
+                # A scheduler that restarted: say hello again (unless we did: this answers what we sent before).
+                if self._session.lost(now, "Store", self._scheduler_address, keeping="keeping every object"):
+                    self._welcomed = False
+                    self._held.clear()  # everything is announced again after the welcome
+                    self._say_hello()
+                return []
             return [StopStore(f"the scheduler at {self._scheduler_address} refused this store: {message.reason}")]
         elif isinstance(message, m.Disconnect):
             return [StopStore(f"the scheduler asked the store to leave: {message.reason}")]
@@ -127,6 +143,10 @@ class ControlLink(SchedulerLink):
                 f"no word from the scheduler at {self._scheduler_address} for {self._death_timeout:g}s"
                 + (f": {problem}" if problem else "")
             )]
+        if self._session.rejoining:
+            if self._session.hello_due(now):
+                self._say_hello()
+            return []  # a heartbeat would only be refused
         self._send_held()
         if now >= self._next_heartbeat and self._socket is not None:
             self._next_heartbeat = now + self._interval
@@ -139,6 +159,10 @@ class ControlLink(SchedulerLink):
             except zmq.Again:
                 pass  # no connection to queue it on (yet, or a handshake that fails): the death timeout decides
         return []
+
+    def _say_hello(self) -> None:
+        if self._hello is not None:
+            self._send(self._hello)
 
     def objects_held(self, objects: tuple[tuple[bytes, int], ...]) -> None:
         # Before the welcome the scheduler would refuse it; the welcome makes the server announce everything.

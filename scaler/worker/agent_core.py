@@ -10,7 +10,7 @@ What the agent decides: where the scheduler's tasks go (processor_pool.py, with 
 hand-over), which task to blame when a processor dies, runs too long or grows too large, which named
 tasks a cancel cannot stop and which force-cancel stops, when a processor must be signalled to read a
 cancel or release now, how results over the scheduler's size limits are sent (result_split.py), what a
-heartbeat says, and when to give up on the scheduler.
+heartbeat says, when to give up on the scheduler, and how to outlive one that restarts (scheduler_session.py).
 
 Several decisions need the task a processor is running at that very moment: a cancel or release
 arriving from the scheduler, and the blame when a processor is stopped. The slot that says it is
@@ -43,6 +43,7 @@ from scaler.worker.agent_actions import (
 from scaler.worker.config import WorkerConfig
 from scaler.worker.processor_pool import ProcessorPool, ProcessorRecord
 from scaler.worker.result_split import SizeLimits, split_results
+from scaler.worker.scheduler_session import SchedulerSession
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +72,7 @@ class WorkerAgentCore:
         self._out: list[Action] = []
         self._pool = ProcessorPool(name, config.max_processors, self._out)
         self._welcomed = False
+        self._session = SchedulerSession()
         self._last_heard = 0.0
         self._last_heartbeat: float | None = None
         # Set again from Welcome, which may ask for more frequent heartbeats.
@@ -107,7 +109,17 @@ class WorkerAgentCore:
         return actions
 
     def _send(self, message: m.Message, may_drop: bool = False) -> None:
-        self._out.append(ToScheduler(m.encode(message), may_drop))
+        self._to_scheduler(m.encode(message), may_drop)
+
+    def _to_scheduler(self, frames: list[m.Buffer], may_drop: bool = False, results: bool = False) -> None:
+        # All but a hello: held while the scheduler does not know us; results kept until acknowledged.
+        if self._session.rejoining:
+            if not may_drop:
+                self._session.hold(frames)
+            return
+        if results:
+            self._session.sent_results(frames)
+        self._out.append(ToScheduler(frames, may_drop))
 
     # ------------------------------------------------------------------------------------------ events
 
@@ -162,24 +174,21 @@ class WorkerAgentCore:
                     self._made_by.pop(object_id, None)
             self._pool.delete_objects(message.object_ids, frames)
         elif isinstance(message, m.Welcome):
-            self._on_welcome(message)
             self.store_directory = message.store_directory
             self._pool.set_store_directory(message.store_directory)
+            self._on_welcome(message)
         elif isinstance(message, m.StoreDirectory):
             self.store_directory = message
             self._pool.set_store_directory(message)
         elif isinstance(message, m.HeartbeatEcho):
+            self._session.echoed()
             if self._heartbeat_sent_at is not None:
                 self._latency_us = int((now - self._heartbeat_sent_at) * 1e6)
                 self._heartbeat_sent_at = None
         elif isinstance(message, m.Disconnect):
             self._out.append(Exit(f"scheduler asked us to leave: {message.reason}"))
         elif isinstance(message, m.Refused):
-            # Before the welcome it is why we cannot work at all; after it, a restarted scheduler not knowing us.
-            failed = not self._welcomed
-            self._out.append(Exit(
-                f"scheduler refused us: {message.reason}", failed, logging.ERROR if failed else logging.WARNING
-            ))
+            self._on_refused(message, now)
         elif isinstance(message, m.ProtocolError):
             logger.warning(f"Worker[{self._name}]: scheduler reports a protocol error: {message.reason}")
         return self._take()
@@ -196,7 +205,7 @@ class WorkerAgentCore:
             for _, object_id in message.stored:
                 self._made_by[object_id] = processor.identity
             if self._limits.admit(frames):
-                self._out.append(ToScheduler(frames))
+                self._to_scheduler(frames, results=True)
             else:
                 results = m.decode(frames)
                 assert isinstance(results, m.TaskResults)
@@ -205,18 +214,19 @@ class WorkerAgentCore:
         elif isinstance(message, m.SubmissionIds):
             self._pool.hand_over(processor, message.task_ids, frames, now)
         elif isinstance(message, m.TaskStarted):
-            self._out.append(ToScheduler(frames))  # a suspect task asks to start; the scheduler answers
+            self._to_scheduler(frames)  # a suspect task asks to start; the scheduler answers
         elif isinstance(message, m.CancelRefused):
             # A processor that holds many tasks running elsewhere at once (the Symphony worker's) has no
             # running-task slot to refuse by: it says itself which tasks a cancel cannot stop.
-            self._out.append(ToScheduler(frames))
+            self._to_scheduler(frames)
         elif isinstance(message, m.TaskOutput):
             # What a task printed (streamOutput): on the same link as its results, so it reaches the client first.
-            self._out.append(ToScheduler(frames))
+            # While no scheduler knows this worker it is dropped: a new one routes no output of re-announced tasks.
+            self._to_scheduler(frames, may_drop=True)
         elif isinstance(message, m.ObjectsLost):
             # An input its holders did not give; its task follows as `returned`, and must reach the scheduler
             # after this, so that it parks the task until the input is back instead of sending it out again.
-            self._out.append(ToScheduler(frames))
+            self._to_scheduler(frames)
         elif isinstance(message, m.Hello):
             self._pool.on_hello(processor)
         elif isinstance(message, m.ProcessorState):
@@ -268,7 +278,12 @@ class WorkerAgentCore:
                     f"(--death-timeout-seconds; the scheduler was at {config.address})", level=logging.WARNING,
                 ))
             return self._take()
+        if self._session.rejoining:
+            if self._session.hello_due(now):
+                self._out.append(ToScheduler(m.encode(dataclasses.replace(self._hello, rejoining=True))))
+            return self._take()
         if self.heartbeat_due(now):
+            self._session.heartbeat_sent()
             self._last_heartbeat = self._heartbeat_sent_at = now
             self._send(dataclasses.replace(
                 usage or m.Heartbeat(),
@@ -287,10 +302,23 @@ class WorkerAgentCore:
     def _on_welcome(self, welcome: m.Welcome) -> None:
         self._heartbeat_interval = welcome.heartbeat_interval_for(self._config.heartbeat_interval_seconds)
         self._limits = SizeLimits(welcome.max_frame_bytes, welcome.max_control_frame_bytes)
-        logger.info(f"Worker[{self._name}]: connected to the scheduler")
+        for frames in self._session.welcomed(self._pool.outstanding_task_ids(), f"Worker[{self._name}]"):
+            self._to_scheduler(frames, results=True)  # a re-announcement, then what was held back (§21)
+        self._heartbeat_sent_at = None
         if not self._welcomed:
             self._welcomed = True
             self._out.append(Registered())
+
+    def _on_refused(self, refused: m.Refused, now: float) -> None:
+        # Unknown to a scheduler that restarted: hello again. Else our hello was refused, which is final.
+        if refused.unknown_peer and self._welcomed:
+            if self._session.lost(now, f"Worker[{self._name}]", self._config.address):
+                self._out.append(ToScheduler(m.encode(dataclasses.replace(self._hello, rejoining=True))))
+            return
+        failed = not self._welcomed or self._session.rejoining
+        self._out.append(Exit(
+            f"scheduler refused us: {refused.reason}", failed, logging.ERROR if failed else logging.WARNING
+        ))
 
     def _running_task_of(self, processor: ProcessorRecord) -> int | None:
         """The task this processor runs, if it is one the scheduler gave us and it has not answered."""

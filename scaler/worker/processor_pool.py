@@ -212,6 +212,10 @@ class ProcessorPool:
     def holder_of(self, task_id: int) -> ProcessorRecord | None:
         return next((p for p in self.processors.values() if task_id in p.outstanding), None)
 
+    def outstanding_task_ids(self) -> list[int]:
+        """Every task the processors hold from the scheduler and have not answered, running or queued."""
+        return [task_id for processor in self.processors.values() for task_id in processor.outstanding]
+
     def check_invariants(self) -> None:
         """Raise AssertionError if the roles or holdings disagree (the tests call this after every step)."""
         actives = [p for p in self.processors.values() if p.role is ProcessorRole.ACTIVE]

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
 from typing import Callable
 
@@ -99,3 +100,40 @@ def test_a_silent_peer_is_dropped_after_its_timeout(scheduler_under_test: StartS
             assert answer.member == "heartbeatEcho"
             assert time.monotonic() < deadline, "a silent peer was never dropped"
             silence *= 2
+
+
+def test_a_peer_the_scheduler_does_not_know_is_told_so_and_a_bad_hello_is_not(
+    scheduler_under_test: StartScheduler,
+) -> None:
+    """§21: refused{unknownPeer} answers a message from a peer it does not know (so one welcomed by a scheduler
+    before this one says hello again); a refused hello does not set it (that refusal is final)."""
+    scheduler = scheduler_under_test()
+    stranger = scheduler.peer("stranger")
+    stranger.send("heartbeat")
+    assert stranger.expect("refused").get("unknownPeer") is True
+    refused = scheduler.peer("v2").hello("worker", capacity=1, version=2)
+    assert refused.member == "refused" and not refused.get("unknownPeer", False)
+
+
+def test_a_rejoining_worker_gets_work_only_after_it_reannounced_what_it_holds(
+    scheduler_under_test: StartScheduler,
+) -> None:
+    """§21: hello{rejoining} is welcomed, then the scheduler waits for the worker's reannounce before it gives
+    it anything: a task it holds already may wait in the queue, re-submitted by its client."""
+    scheduler = scheduler_under_test()
+    client = scheduler.peer("client")
+    client.register("client")
+    function = b"an opaque function payload"
+    function_id = hashlib.blake2b(function, digest_size=16).digest()
+    task_ids = client.next_task_ids(1)
+    client.send("submitTasks", objects=[{"objectId": function_id, "name": "f", "payload": function}], groups=[
+        {"functionId": function_id, "argsPerTask": 1, "taskIds": task_ids, "args": [b"x"]},
+    ])
+    worker = scheduler.peer("worker")
+    worker.send("hello", protocolVersion=wire.PROTOCOL_VERSION, role="worker", name="rejoining", capacity=4,
+                rejoining=True)
+    assert worker.receive().member == "welcome"
+    assert [message.member for message in worker.quiet_for(0.5)] == []
+    worker.send("reannounce", taskIds=[(99 << 32) | 5])
+    submission = worker.expect("submitTasks")
+    assert submission.get("groups")[0]["taskIds"] == task_ids

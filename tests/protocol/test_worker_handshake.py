@@ -113,3 +113,25 @@ def test_no_scheduler_at_all_exits_with_failure(start: StartWorker, scheduler: F
     process = start(death_timeout=1.5)
     scheduler.accept()  # hello received, never answered
     assert process.wait_exit(EXIT_SECONDS) == 1
+
+
+def test_refused_as_an_unknown_peer_after_welcome_rejoins_or_leaves(
+    start: StartWorker, scheduler: FakeScheduler, dialect: Dialect
+) -> None:
+    """§21: a scheduler that restarted answers refused{unknownPeer}. A worker that rejoins says hello{rejoining}
+    again, and once welcomed re-announces the tasks it holds before it sends anything else, then their
+    results; one that does not rejoin (the native worker, for now) says goodbye and exits with status 0."""
+    process = start()
+    link = scheduler.accept()
+    link.welcome()
+    running, = link.submit(dialect, "sleep_ms", [(1000,)])
+    link.pause(0.3)  # it started
+    link.send("refused", reason="unknown peer: send hello first (or you were timed out)", unknownPeer=True)
+    message = link.next()
+    if message.member == "disconnect":
+        assert process.wait_exit(EXIT_SECONDS) == 0
+        return
+    assert message.member == "hello" and message.get("rejoining") is True, message.fields
+    link.welcome()
+    assert link.expect("reannounce").get("taskIds") == [running]
+    assert link.outcomes(dialect, [running])[running].value == 1000

@@ -66,6 +66,7 @@ def hellos() -> st.SearchStrategy[m.Hello]:
         ipc_address=TEXT,
         capacity_bytes=U64,
         share=SHARES,
+        rejoining=st.booleans(),
     )
 
 
@@ -214,7 +215,8 @@ def message_strategies(
             max_frame_bytes=U64, max_control_frame_bytes=U64, store_directory=store_directories(),
         ),
         m.StoreDirectory: store_directories(),
-        m.Refused: st.builds(m.Refused, reason=TEXT),
+        m.Refused: st.builds(m.Refused, reason=TEXT, unknown_peer=st.booleans()),
+        m.Reannounce: st.builds(m.Reannounce, task_ids=id_lists),
         m.Heartbeat: heartbeats(),
         m.HeartbeatEcho: st.just(m.HeartbeatEcho()),
         m.TaskSubmission: submissions(ids, functions),

@@ -26,7 +26,7 @@ CLIENT_SENDS = {
     m.ObjectsLost, m.Relay,
 }
 WORKER_SENDS = {
-    m.Heartbeat, m.Disconnect, m.TaskResults, m.CancelRefused, m.TaskStarted, m.ObjectsLost, m.TaskOutput,
+    m.Heartbeat, m.Disconnect, m.TaskResults, m.CancelRefused, m.TaskStarted, m.ObjectsLost, m.TaskOutput, m.Reannounce,
 }
 STORE_SENDS = {m.Heartbeat, m.Disconnect, m.Relay, m.ObjectsLost, m.ObjectsHeld}
 SENDS = {m.Role.CLIENT: CLIENT_SENDS, m.Role.WORKER: WORKER_SENDS, m.Role.STORE: STORE_SENDS}
@@ -68,6 +68,7 @@ def sample(kind: type, task_ids: list[int], next_id: int) -> m.Message:
         m.StoreDirectory: m.StoreDirectory(stores=[m.StoreEntry("tcp://127.0.0.1:1", "ipc:///tmp/s", "b/1")]),
         m.Relay: m.Relay(frames=[b"data message", b"payload"], store="tcp://127.0.0.1:7000", request_id=3),
         m.TaskOutput: m.TaskOutput(task_ids=task_ids[:1], streams=[0], texts=["printed\n"]),
+        m.Reannounce: m.Reannounce(task_ids=task_ids),
     }
     return samples[kind]
 
@@ -142,7 +143,8 @@ def test_an_unknown_sender_is_refused_unless_it_says_hello(kind: type) -> None:
     if kind is m.Hello:
         assert isinstance(to_stranger[0], m.Welcome) and is_registered(cluster.core, b"stranger")
         return
-    assert out == [(b"stranger", m.Refused(reason="unknown peer: send hello first (or you were timed out)"))]
+    reason = "unknown peer: send hello first (or you were timed out, or the scheduler restarted)"
+    assert out == [(b"stranger", m.Refused(reason=reason, unknown_peer=True))]
     assert state_of(cluster.core) == before
 
 

@@ -7,10 +7,13 @@ behaves as a scheduler started with no options; `from_settings` makes one from a
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any
 
 from scaler.protocol import messages as m
 from scaler.scheduler.settings import SCHEDULER
+
+MAX_ID_PREFIX = 2**32 - 1
 
 
 def frame_limit(max_message_size_bytes: int) -> int:
@@ -42,6 +45,10 @@ class CoreConfig:
     max_control_frame_bytes: int = SCHEDULER.default("max_control_frame_bytes")
     # Announced in Welcome: payloads this large go through a store when the peer has one (PROTOCOL.md §13).
     inline_limit_bytes: int = m.INLINE_LIMIT_BYTES
+    # The id prefix of the first client (then 2nd, ...). The I/O shell derives it from the wall clock
+    # (`first_id_prefix_now`), so that a scheduler started again on the same address gives no new client the
+    # prefix of one of its predecessor's, whose tasks workers may re-announce (rejoin.py).
+    first_id_prefix: int = 1
 
     @classmethod
     def from_settings(cls, settings: Any) -> CoreConfig:
@@ -50,4 +57,12 @@ class CoreConfig:
         shared = {
             field.name: getattr(settings, field.name) for field in dataclasses.fields(cls) if field.name in SCHEDULER
         }
-        return cls(**shared, max_frame_bytes=frame_limit(settings.max_message_size_bytes))
+        frames = frame_limit(settings.max_message_size_bytes)
+        return cls(**shared, max_frame_bytes=frames, first_id_prefix=first_id_prefix_now())
+
+
+def first_id_prefix_now() -> int:
+    """The milliseconds of the wall clock, in the 32 bits of a prefix (never 0, a worker's): a predecessor's
+    prefixes collide only if it welcomed more than a thousand clients a second on average, or exactly 49.7
+    days apart."""
+    return int(time.time() * 1000) % MAX_ID_PREFIX + 1

@@ -187,7 +187,8 @@ def check_invariants(
     for task_id, record in records.items():
         _require(record.task_id == task_id, "task %#x is filed under %#x", record.task_id, task_id)
         client = record.client
-        _require(clients.get(client.identity) is client, "task %#x belongs to a client that left", task_id)
+        _require(clients.get(client.identity) is client or peers.awaited_clients.get(client.identity) is client,
+                 "task %#x belongs to a client that left", task_id)
         _require(task_id in client.task_ids, "task %#x is missing from its client's tasks", task_id)
         _require(task_id >> TASK_COUNTER_BITS == client.id_prefix, "task %#x lacks its client's prefix", task_id)
         holder = record.worker

@@ -39,6 +39,8 @@ SENDERS: dict[type, frozenset[m.Role]] = {
     m.TaskStarted: _WORKERS,
     # What tasks submitted with streamOutput print (output_routing.py; bounded by output_problem below).
     m.TaskOutput: _WORKERS,
+    # A worker that outlived the scheduler before this one: the tasks it holds (rejoin.py).
+    m.Reannounce: _WORKERS,
     # The relay fallback: a client or a store that cannot reach a store; a store's answers.
     m.Relay: _CLIENTS | _STORES,
 }

@@ -65,6 +65,9 @@ class WorkerPeer:
     # The data address of the store it uses (its hello), registered or not; and its host key.
     store_address: str = ""
     host_key: str = ""
+    # Its hello said it rejoins after a restart (rejoin.py): it gets nothing until its reannounce, which may
+    # name tasks queued here already; `draining` keeps placement away until then.
+    awaiting_reannounce: bool = False
 
     @property
     def free(self) -> int:
@@ -96,8 +99,13 @@ class PeerRegistry:
         self._config = config
         self.clients: dict[bytes, ClientPeer] = {}
         self.workers: dict[bytes, WorkerPeer] = {}
+        # Stand-ins for clients of a scheduler before this one, owning the tasks workers re-announced for them
+        # until they come back (rejoin.py); by their identity, which no real peer has.
+        self.awaited_clients: dict[bytes, ClientPeer] = {}
         # Task id prefixes are never reused within one scheduler process, so a task id names one client.
-        self.next_id_prefix = 1
+        self.next_id_prefix = config.first_id_prefix
+        # Those it gave clients: a task id of another prefix was made by a client of a scheduler before (rejoin.py).
+        self.issued_prefixes: set[int] = set()
 
     def welcome(self, role: m.Role) -> m.Welcome:
         """The welcome of a peer of this role, before anything particular to it is filled in."""
@@ -128,7 +136,8 @@ class PeerRegistry:
             if problem is not None:
                 return m.Refused(reason=problem), None
             prefix = self.next_id_prefix
-            self.next_id_prefix += 1
+            self.next_id_prefix = prefix % 0xFFFF_FFFF + 1  # 32 bits, never 0
+            self.issued_prefixes.add(prefix)
             self.clients[sender] = ClientPeer(
                 identity=sender, name=hello.name, id_prefix=prefix, last_seen=now, host_key=hello.host_key,
                 share=hello.share,
@@ -146,6 +155,7 @@ class PeerRegistry:
         worker = self.workers[sender] = WorkerPeer(
             identity=sender, name=hello.name, capacity=capacity, last_seen=now, tags=frozenset(hello.tags),
             store_address=hello.store, host_key=hello.host_key, concurrency=min(max(hello.concurrency, 1), capacity),
+            awaiting_reannounce=hello.rejoining, draining=hello.rejoining,
         )
         tags = f", tags {','.join(sorted(worker.tags))}" if worker.tags else ""
         logger.info(f"PeerRegistry: worker {hello.name} connected, capacity {capacity}{tags}")

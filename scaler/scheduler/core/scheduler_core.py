@@ -25,6 +25,7 @@ core it concerns:
     result_router.py   one results message per client per event
     relay.py           data messages passed between a peer and a store it cannot reach (the relay fallback)
     output_routing.py  what tasks print (taskOutput), from the worker running them to their client
+    rejoin.py          after a restart: tasks workers re-announce, and results of tasks not submitted here yet
     status.py          the typed status the monitor feed publishes
     invariants.py      what must hold between all of these (checked by the tests)
 """
@@ -50,6 +51,7 @@ from scaler.scheduler.core.peer_registry import ClientPeer, PeerRegistry, Worker
 from scaler.scheduler.core.placement import Placement
 from scaler.scheduler.core.prefetch import Prefetch
 from scaler.scheduler.core.ready_queue import Tags, describe_tags
+from scaler.scheduler.core.rejoin import Rejoin
 from scaler.scheduler.core.relay import RelayRouter
 from scaler.scheduler.core.result_router import ResultRouter
 from scaler.scheduler.core.status import CoreStatus, core_status
@@ -88,7 +90,9 @@ class SchedulerCore:
         self.objects.on_freed = self.lineage.freed
         self.tag_waits = TagWaits()
         self.relay = RelayRouter(self.peers, self.stores, self.counters)
+        self.rejoin = Rejoin(config, self.peers, self.stores, self.tasks, self.objects, self.counters)
         self._intake = TaskIntake(config, self.tasks, self.graph, self.objects, self.tag_waits, self.counters)
+        self._intake.rejoin = self.rejoin
         self._placement = Placement(config, self.tasks, self.objects, self.peers.workers, self.counters)
         self.prefetch = Prefetch(config.worker_queue_seconds)
         handlers: dict[type, _Handler] = {
@@ -105,6 +109,7 @@ class SchedulerCore:
             m.TaskResults: self._on_results,
             m.CancelRefused: self._on_cancel_refused,
             m.TaskStarted: self._on_task_started,
+            m.Reannounce: self._on_reannounce,
             m.Relay: lambda peer, message, now, out: self.relay.on_relay(peer, message, out),
             m.TaskOutput: lambda worker, message, now, out: route_output(worker, message, self.tasks.records, out),
         }
@@ -180,6 +185,8 @@ class SchedulerCore:
             self._remove_client(client, "timed out", logging.WARNING, out)
         if len(self.tag_waits):
             self._fail_tasks_without_capable_worker(now, out)
+        if self.rejoin.pending:
+            self.rejoin.on_tick(now, out)
         for store in self.stores.silent(now, self._config.worker_timeout_seconds):
             self._remove_store(store, "timed out", logging.WARNING, out)
         self.objects.flush(self.peers.workers.values(), out)
@@ -261,7 +268,8 @@ class SchedulerCore:
     def _on_unregistered(self, sender: bytes, message: m.Message, now: float, out: list[Outgoing]) -> None:
         if not isinstance(message, m.Hello):
             # A peer we dropped (timed out, or never said hello): tell it, so it can reconnect or exit.
-            out.append((sender, m.Refused(reason="unknown peer: send hello first (or you were timed out)")))
+            reason = "unknown peer: send hello first (or you were timed out, or the scheduler restarted)"
+            out.append((sender, m.Refused(reason=reason, unknown_peer=True)))
             return
         if message.role == m.Role.STORE:
             self._on_store_hello(sender, message, now, out)
@@ -449,6 +457,7 @@ class SchedulerCore:
             out.append((store.identity, m.ProtocolError(reason="objectsHeld has a different number of ids and sizes")))
             return
         object_ids = [bytes(object_id) for object_id in message.object_ids]
+        self.rejoin.objects_held(store, object_ids, now)  # before note_held: a lost object it holds is known
         doomed = self.objects.note_held(store.data_address, object_ids, message.sizes, self.lineage.asked)
         if doomed:
             out.append((store.identity, m.DeleteObjects(object_ids=doomed)))
@@ -467,11 +476,18 @@ class SchedulerCore:
             out.append((worker.identity, m.ProtocolError(reason=reason)))
             return
         router = ResultRouter()
+        if self.rejoin.active(now):
+            results = self.rejoin.sift(worker, results, now, router)
         self.tasks.take_results(worker, results, router)
         router.flush(out)
         self.prefetch.on_results(worker, results, now, out)
         self._placement.dispatch_freed(worker, out)
         self.prefetch.after_dispatch(worker, now)
+
+    def _on_reannounce(self, worker: WorkerPeer, message: m.Reannounce, now: float, out: list[Outgoing]) -> None:
+        if self.rejoin.on_reannounce(worker, message, now):  # it may have work now
+            self._placement.workers_changed()
+            self._placement.dispatch(out)
 
     def _on_cancel_refused(
         self, worker: WorkerPeer, refusal: m.CancelRefused, now: float, out: list[Outgoing]

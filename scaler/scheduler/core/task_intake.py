@@ -17,10 +17,11 @@ from scaler.scheduler.core.core_config import CoreConfig
 from scaler.scheduler.core.object_lifetime.object_table import ObjectTable
 from scaler.scheduler.core.peer_registry import ClientPeer
 from scaler.scheduler.core.ready_queue import Tags
+from scaler.scheduler.core.rejoin import Rejoin
 from scaler.scheduler.core.result_router import ResultRouter
 from scaler.scheduler.core.tag_waits import TagWaits
 from scaler.scheduler.core.task_graph import TaskGraph, references_by_row
-from scaler.scheduler.core.task_record import TaskRecord
+from scaler.scheduler.core.task_record import REANNOUNCED, TaskRecord
 from scaler.scheduler.core.task_table import TaskTable
 from scaler.utility.identifiers import OBJECT_ID_BYTES, TASK_COUNTER_BITS
 
@@ -35,6 +36,8 @@ class TaskIntake:
         tag_waits: TagWaits,
         counters: collections.Counter[str],
     ) -> None:
+        # After a restart (rejoin.py): set by the core once both exist.
+        self.rejoin: Rejoin | None = None
         self._tag_waits = tag_waits
         self._max_tasks_waiting = config.max_number_of_tasks_waiting
         self._tasks = tasks
@@ -50,11 +53,13 @@ class TaskIntake:
         lineage = tasks.lineage if tasks.lineage is not None and tasks.lineage.lost else None
         limit = self._max_tasks_waiting
         quiet_ids = set(submission.quiet_task_ids)
+        # After a restart, tasks submitted again may have a result or a worker already (rejoin.py).
+        rejoin = self.rejoin if self.rejoin is not None and self.rejoin.active(now) else None
         # The ready tasks of each accepted group, queued at the end (ready_queue.py: into the client's lane).
         runs: list[tuple[Tags, TaskSignature, int, list[TaskRecord]]] = []
         accepted = 0
         for group in submission.groups:
-            problem = self._check_group(client, group)
+            problem = self._check_group(client, group, rejoin)
             waiting_after = tasks.waiting + accepted + len(group.task_ids)
             if problem is None and limit >= 0 and waiting_after > limit:
                 problem = f"scheduler queue is full ({limit} tasks waiting); submit fewer tasks at once"
@@ -86,6 +91,8 @@ class TaskIntake:
                     record.quiet = True
                 if objects_by_row:
                     record.object_slots = objects_by_row.get(index)
+                if rejoin is not None and rejoin.claim(record, router):
+                    continue
                 records[task_id] = record
                 client.task_ids.add(task_id)
                 row_refs = refs_by_row.get(index)
@@ -101,7 +108,7 @@ class TaskIntake:
         for tags, signature, priority, ready in runs:
             tasks.queue_run(tags, client, signature.nesting_depth, priority, ready)
 
-    def _check_group(self, client: ClientPeer, group: m.TaskGroup) -> str | None:
+    def _check_group(self, client: ClientPeer, group: m.TaskGroup, rejoin: Rejoin | None) -> str | None:
         """Why the group is rejected, or None."""
         objects = self._objects
         records = self._tasks.records
@@ -118,7 +125,7 @@ class TaskIntake:
         for task_id in group.task_ids:
             if task_id >> TASK_COUNTER_BITS != client.id_prefix:
                 return f"task id {task_id:#x} does not carry this client's prefix {client.id_prefix:#x}"
-            if task_id in records:
+            if task_id in records and (rejoin is None or records[task_id].signature is not REANNOUNCED):
                 return f"task id {task_id:#x} is already in use"
         for tag in group.required_tags:
             if not tag:

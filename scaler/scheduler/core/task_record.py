@@ -8,6 +8,10 @@ from scaler.protocol.messages import Buffer
 from scaler.protocol.task_signature import TaskSignature
 from scaler.scheduler.core.peer_registry import ClientPeer, WorkerPeer
 
+# The signature of a task a worker re-announced after a scheduler restart (rejoin.py) that its client has not
+# submitted again: only its id is known here, so it can run nowhere but where it is.
+REANNOUNCED = TaskSignature(function_id=b"", args_per_task=0)
+
 
 @dataclasses.dataclass(eq=False, slots=True)
 class TaskRecord:

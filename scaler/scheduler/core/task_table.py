@@ -22,7 +22,7 @@ from scaler.scheduler.core.peer_registry import ClientPeer, WorkerPeer
 from scaler.scheduler.core.ready_queue import NO_TAGS, ReadyQueue, Tags
 from scaler.scheduler.core.result_router import ResultRouter
 from scaler.scheduler.core.task_graph import Edge, TaskGraph
-from scaler.scheduler.core.task_record import TaskRecord
+from scaler.scheduler.core.task_record import REANNOUNCED, TaskRecord
 
 # Both are given to the table by the core: it tells them of tasks ending (object_lifetime/), never builds them.
 if TYPE_CHECKING:
@@ -218,6 +218,9 @@ class TaskTable:
         whose cancel was pending ends canceled instead."""
         requeued = []
         for record in records:
+            if record.signature is REANNOUNCED:
+                self.forget(record)  # its content is unknown here (rejoin.py): its client's re-submission runs it
+                continue
             if record.cancel_requested:
                 # Still linked to its worker, so forget() frees that slot and does not count it as queued.
                 self.fail(record, m.TaskFailure(task_id=record.task_id, kind=m.FailureKind.CANCELED), router)
