@@ -213,20 +213,15 @@ class WorkerAgentCore:
             self._pool.retire_if_done(processor, now)
         elif isinstance(message, m.SubmissionIds):
             self._pool.hand_over(processor, message.task_ids, frames, now)
-        elif isinstance(message, m.TaskStarted):
-            self._to_scheduler(frames)  # a suspect task asks to start; the scheduler answers
-        elif isinstance(message, m.CancelRefused):
-            # A processor that holds many tasks running elsewhere at once (the Symphony worker's) has no
-            # running-task slot to refuse by: it says itself which tasks a cancel cannot stop.
+        elif isinstance(message, (m.TaskStarted, m.CancelRefused, m.ObjectsLost)):
+            # To the scheduler as they come: a suspect task asking to start (the scheduler answers); the tasks a
+            # cancel cannot stop, from a processor holding many at once (the Symphony worker's); an input its
+            # holders did not give, ahead of its task's `returned`, so that the scheduler parks the task.
             self._to_scheduler(frames)
         elif isinstance(message, m.TaskOutput):
-            # What a task printed (streamOutput): on the same link as its results, so it reaches the client first.
-            # While no scheduler knows this worker it is dropped: a new one routes no output of re-announced tasks.
+            # What a task printed (streamOutput), on the link of its results so that it comes first; dropped while
+            # no scheduler knows this worker (a new one routes no output of re-announced tasks).
             self._to_scheduler(frames, may_drop=True)
-        elif isinstance(message, m.ObjectsLost):
-            # An input its holders did not give; its task follows as `returned`, and must reach the scheduler
-            # after this, so that it parks the task until the input is back instead of sending it out again.
-            self._to_scheduler(frames)
         elif isinstance(message, m.Hello):
             self._pool.on_hello(processor)
         elif isinstance(message, m.ProcessorState):

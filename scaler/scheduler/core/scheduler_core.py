@@ -283,9 +283,8 @@ class SchedulerCore:
             self._placement.workers_changed()
             self._placement.dispatch(out)
 
-    def _on_heartbeat(
-        self, peer: ClientPeer | WorkerPeer | StorePeer, heartbeat: m.Heartbeat, now: float, out: list[Outgoing]
-    ) -> None:
+    def _on_heartbeat(self, peer: ClientPeer | WorkerPeer | StorePeer, heartbeat: m.Heartbeat, now: float,
+                      out: list[Outgoing]) -> None:
         if not isinstance(peer, ClientPeer):
             peer.last_heartbeat = heartbeat  # for the monitor: a client's heartbeat fields mean nothing
         out.append((peer.identity, m.HeartbeatEcho()))
@@ -489,9 +488,7 @@ class SchedulerCore:
             self._placement.workers_changed()
             self._placement.dispatch(out)
 
-    def _on_cancel_refused(
-        self, worker: WorkerPeer, refusal: m.CancelRefused, now: float, out: list[Outgoing]
-    ) -> None:
+    def _on_cancel_refused(self, worker: WorkerPeer, refusal: m.CancelRefused, now: float, out: list[Outgoing]) -> None:
         cancellation.refused(worker, refusal, self.tasks, out)
 
     def _on_task_started(self, worker: WorkerPeer, started: m.TaskStarted, now: float, out: list[Outgoing]) -> None:
