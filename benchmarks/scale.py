@@ -2,6 +2,7 @@
 
     sudo python benchmarks/scale.py [--workers 10,100,500] [--clients 1,10,50] [--hosts 10] [--tasks 100000]
                                     [--latency-seconds 5] [--kill 100] [--worker-timeout 60] [--json PATH]
+                                    [--worker-queue-seconds S]
 
 For each number of workers W, on a fresh scheduler in a network namespace of its own, with the workers
 spread over `--hosts` host namespaces (several native workers each, all on one bridge; the clients and
