@@ -2,6 +2,7 @@
 
     sudo python benchmarks/scale.py [--workers 10,100,500] [--clients 1,10,50] [--hosts 10] [--tasks 100000]
                                     [--latency-seconds 5] [--kill 100] [--worker-timeout 60] [--json PATH]
+                                    [--worker-queue-seconds S]
 
 For each number of workers W, on a fresh scheduler in a network namespace of its own, with the workers
 spread over `--hosts` host namespaces (several native workers each, all on one bridge; the clients and
@@ -100,6 +101,8 @@ class Cell:
             self.scheduler = self.hosts.spawn(role, [
                 sys.executable, "-m", "scaler.cli.scheduler", self.address, "--monitor-address", self.monitor_address,
                 "--worker-timeout-seconds", str(self.args.worker_timeout), "--logging-level", "INFO",
+                *([] if self.args.worker_queue_seconds is None
+                  else ["--worker-queue-seconds", str(self.args.worker_queue_seconds)]),
             ], log)
         deadline = time.monotonic() + START_SECONDS
         while "listening on" not in self.scheduler_log():
@@ -337,6 +340,8 @@ def main() -> None:
     parser.add_argument("--kill-map-seconds", type=float, default=5.0,
                         help="the kill test's map is sized to last about this long at the measured 1-client rate")
     parser.add_argument("--worker-timeout", type=float, default=60.0, help="the scheduler's --worker-timeout-seconds")
+    parser.add_argument("--worker-queue-seconds", type=float, default=None,
+                        help="the scheduler's --worker-queue-seconds (prefetch); default: the scheduler's own")
     parser.add_argument("--native-worker", default=os.environ.get("SCALER_NATIVE_WORKER", ""),
                         help="the native worker's executable (default: $SCALER_NATIVE_WORKER)")
     parser.add_argument("--one-host", action="store_true", help="no namespaces: everything on 127.0.0.1")

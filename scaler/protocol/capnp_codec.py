@@ -183,6 +183,9 @@ def _encode_results(builder, message: TaskResults, frames: list[Buffer]) -> None
         results.storedObjectIds = [item.object_id for item in stored]
         results.storedSizes = [item.size for item in stored]
         results.storedHolders = [item.holder for item in stored]
+    if message.ran_tasks:
+        results.runSeconds = message.run_seconds
+        results.ranTasks = message.ran_tasks
     if message.failures:
         failures = results.init("failures", len(message.failures))
         for slot, failure in zip(failures, message.failures):
@@ -449,6 +452,8 @@ def _decode_results(reader, frames: _FrameTable) -> TaskResults:
         profiles=[read_fields(TaskProfile, profile) for profile in profiles] if len(profiles) else [],
         warnings=_decode_warnings(reader) if len(warning_task_ids) or len(warning_indices) else [],
         stored=_decode_stored(get) if len(stored_task_ids) or len(stored_object_ids) else [],
+        run_seconds=get(_RESULTS["runSeconds"]),
+        ran_tasks=get(_RESULTS["ranTasks"]),
     )
 
 

@@ -261,6 +261,9 @@ class TaskResults:
     warnings: list[TaskWarning] = dataclasses.field(default_factory=list)
     # Successes whose results are in a store; their tasks are in neither succeeded_ids nor failures.
     stored: list[StoredResult] = dataclasses.field(default_factory=list)
+    # The tasks reported here that ran, and their running time in all, as the worker measured it; 0: not measured.
+    run_seconds: float = 0.0
+    ran_tasks: int = 0
 
 
 @dataclasses.dataclass(slots=True)

@@ -236,6 +236,12 @@ struct TaskResults {
   storedObjectIds @10 :List(Data);
   storedSizes @11 :List(UInt64);
   storedHolders @12 :List(Text);
+  # How long the tasks this message reports as run took, as the worker measured them (wall clock, from taking
+  # a task to having its outcome, waits on nested tasks left out): ranTasks of them, runSeconds in all. The
+  # scheduler sizes the worker's queue by it (PROTOCOL.md §7, "Run time"). 0 ranTasks: not measured here
+  # (a peer that does not measure leaves both unset, and is given its whole capacity).
+  runSeconds @13 :Float64;
+  ranTasks @14 :UInt32;
 }
 
 # A warning raised inside a task (Python: warnings.warn), for the client to issue again to its caller.

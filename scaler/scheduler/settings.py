@@ -61,14 +61,14 @@ SCHEDULER = OptionTable(
             "most tasks a worker is given at once (caps what the worker offers); 0 trusts the worker", flags=("-qs",),
         ),
         Option(
-            "worker_queue_seconds", 0.0, SECONDS_OR_OFF,
-            "queued work each worker is given beyond its running tasks, in seconds at the pace measured for it "
-            "(within --per-worker-queue-size), e.g. 0.05 on a cluster shared by several clients; 0 (the default) "
-            "gives every worker --per-worker-queue-size tasks",
+            "worker_queue_seconds", 0.05, SECONDS_OR_OFF,
+            "queued work each worker is given beyond its running tasks, in seconds at the pace its tasks run "
+            "(within --per-worker-queue-size); 0 gives every worker --per-worker-queue-size tasks",
             flags=("-wq",),
-            doc="With it, tiny tasks still get the whole queue size and slow ones a short queue, so that another "
-            "client's task never waits behind a deep queue on a worker (scaler/scheduler/core/prefetch.py). Off by "
-            "default: on a machine with many more workers than cores the measured pace collapses (docs/sharing.md).",
+            doc="Tiny tasks still get the whole queue size and slow ones a short queue, so that another client's "
+            "task never waits behind a deep queue on a worker (scaler/scheduler/core/prefetch.py, docs/sharing.md). "
+            "The pace is the tasks' running time as the worker reports it; a worker that does not report it gets "
+            "the whole queue size.",
         ),
         Option(
             "max_task_crashes", 3, AT_LEAST_ONE,

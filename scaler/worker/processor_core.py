@@ -89,6 +89,13 @@ class ProcessorCore:
         self._profiles: list[m.TaskProfile] = []
         self._warnings: list[m.TaskWarning] = []
         self._last_flush = 0.0
+        # The held results' running time, as the scheduler's prefetch reads it (TaskResults.run_seconds): the tasks
+        # that ran, their seconds in all, and when the running one started. A task that waited on nested tasks
+        # is left out: its wait is not work of this processor's, which handed its queue on meanwhile.
+        self._run_seconds = 0.0
+        self._ran_tasks = 0
+        self._run_started = 0.0
+        self._running_waited = False
         # Suspects asked to start, with the deadline for the answer; and those granted, which may run.
         self._start_asked: dict[int, float] = {}
         self._start_granted: set[int] = set()
@@ -196,6 +203,8 @@ class ProcessorCore:
                 self._queued_ids.discard(task_id)
                 self._start_granted.discard(task_id)
                 self.running = task
+                self._run_started = now
+                self._running_waited = False
                 if self._out:
                     self._out.append(RunTask(task))
                     return self._take()
@@ -225,13 +234,18 @@ class ProcessorCore:
         self.running = None
         self.waiting = False
         self._last_activity = now
+        ran = not self._running_waited
         if isinstance(outcome, m.TaskFailure):
             self._failures.append(outcome)
+            ran = ran and outcome.kind == m.FailureKind.RAISED  # as the scheduler counts tasks run (prefetch.py)
         elif isinstance(outcome, m.StoredResult):
             self._stored.append(outcome)
         else:
             self._succeeded_ids.append(task_id)
             self._payloads.append(outcome)
+        if ran:
+            self._run_seconds += now - self._run_started
+            self._ran_tasks += 1
         if profile is not None:
             self._profiles.append(profile)
         if warnings:
@@ -283,7 +297,9 @@ class ProcessorCore:
         self._out.append(ToAgent(m.TaskResults(
             succeeded_ids=self._succeeded_ids, payloads=self._payloads, failures=self._failures,
             profiles=self._profiles, warnings=self._warnings, stored=self._stored,
+            run_seconds=self._run_seconds, ran_tasks=self._ran_tasks,
         )))
+        self._run_seconds, self._ran_tasks = 0.0, 0
         self._succeeded_ids, self._payloads, self._failures = [], [], []
         self._stored, self._profiles, self._warnings = [], [], []
 
@@ -297,6 +313,7 @@ class ProcessorCore:
         answer (or gives up after AGENT_ANSWER_SECONDS: on_wait_unanswered).
         """
         self._asking_to_wait = True
+        self._running_waited = True
         self._out.append(PublishResults(None))
         self._flush(now)
         self._out.append(ToAgent(m.ProcessorState(blocked=True)))

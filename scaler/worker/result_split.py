@@ -87,6 +87,8 @@ def split_results(results: m.TaskResults, limits: SizeLimits) -> tuple[list[m.Ta
         batch.warnings.extend(task_warnings)
     if batch.succeeded_ids or batch.failures or batch.stored:
         batches.append(batch)
+    if batches:  # the running time of them all, with the first part: the scheduler sums what it reads
+        batches[0].run_seconds, batches[0].ran_tasks = results.run_seconds, results.ran_tasks
     return batches, too_large
 
 

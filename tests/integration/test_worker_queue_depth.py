@@ -75,7 +75,7 @@ def deepest_queue_while(
 def test_a_flood_of_10ms_tasks_is_queued_shallow_and_a_flood_of_no_op_tasks_deep(tmp_path) -> None:
     monitor_address = f"ipc://{os.path.join(tmp_path, 'monitor')}"
     with SchedulerClusterCombo(
-        n_workers=2, logging_level="WARNING", monitor_address=monitor_address, worker_queue_seconds=0.05,
+        n_workers=2, logging_level="WARNING", monitor_address=monitor_address,
     ) as cluster, \
             MonitorSubscriber(monitor_address) as monitor, Client(address=cluster.get_address()) as client:
         assert client.map(noop, [(index,) for index in range(10)]) == list(range(10))

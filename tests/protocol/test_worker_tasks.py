@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from tests.protocol import wire
 from tests.protocol.conftest import StartWorker, Worker
 from tests.protocol.dialects import Dialect
@@ -128,3 +130,17 @@ def test_a_group_asking_for_output_runs_as_any_other(worker: Worker, dialect: Di
         assert {dialect.decode(payload) for payload in successes.values()} <= {"a", "b"}
         answered.update(successes)
     assert answered == set(task_ids)
+
+
+def test_results_say_how_long_their_tasks_ran(worker: Worker, dialect: Dialect, implementation) -> None:
+    """§7 "Run time": ranTasks counts the tasks that ran (succeeded or raised), runSeconds their running time in
+    all; the scheduler sizes the worker's queue by it. Optional on the wire; the Python and native workers send it."""
+    task_ids = worker.link.submit(dialect, "sleep_ms", [(30,), (30,)])
+    failed = worker.link.submit(dialect, "fail", [("boom",)])
+    worker.link.outcomes(dialect, task_ids + failed)
+    ran = sum(message.get("ranTasks", 0) for message in worker.link.result_messages)
+    seconds = sum(message.get("runSeconds", 0.0) for message in worker.link.result_messages)
+    if implementation.name not in ("python", "native") and ran == 0:
+        pytest.skip(f"{implementation.name} does not report run time (optional)")
+    assert ran == 3
+    assert seconds >= 0.055, f"two tasks of 30 ms ran {seconds:.3f} s in all"

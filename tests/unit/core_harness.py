@@ -272,8 +272,10 @@ class SimulatedCluster:
         *,
         task_ids: Iterable[int] | None = None,
         failure_kind: m.FailureKind | None = None,
+        task_seconds: float | None = None,
     ) -> list[tuple[bytes, m.Message]]:
-        """The worker answers some of its pending tasks in one TaskResults message."""
+        """The worker answers some of its pending tasks in one TaskResults message; with `task_seconds`, it says
+        that each of those it ran (succeeded or raised) ran that long (prefetch.py reads it)."""
         if task_ids is None:
             chosen = list(worker.pending)[:limit] if limit is not None else list(worker.pending)
         else:
@@ -288,6 +290,9 @@ class SimulatedCluster:
                 payloads=[],
                 failures=[m.TaskFailure(task_id=t, kind=failure_kind, type_name="E", message="m") for t in chosen],
             )
+        if task_seconds is not None and failure_kind in (None, m.FailureKind.RAISED) and chosen:
+            message.ran_tasks = len(chosen)
+            message.run_seconds = task_seconds * len(chosen)
         return self.send(worker.identity, message)
 
     def complete_stored(self, worker: SimWorker, task_ids: Iterable[int], holder: str, size: int = 1 << 20) -> dict:

@@ -187,6 +187,9 @@ def task_results(ids: st.SearchStrategy[int] = U64, paired: bool = True) -> st.S
             profiles=draw(st.lists(st.builds(m.TaskProfile, task_id=ids, duration_us=U64, cpu_time_us=U64,
                                              peak_memory_bytes=U64), max_size=2)),
             warnings=draw(st.lists(task_warnings(ids), max_size=2)),
+            **draw(st.one_of(st.just({}), st.fixed_dictionaries({
+                "ran_tasks": st.integers(1, 2**32 - 1), "run_seconds": st.floats(0.0, 1e9, allow_nan=False),
+            }))),
         )
 
     return build()

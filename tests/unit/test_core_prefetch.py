@@ -15,6 +15,7 @@ from scaler.scheduler.core.prefetch import (
     FIRST_DEPTH,
     NESTED_GRACE_SECONDS,
     SAMPLE_SECONDS,
+    SAMPLE_TASKS,
     STALL_SECONDS,
     depth_for,
 )
@@ -25,8 +26,7 @@ BATCH_SECONDS = 0.005  # a processor sends its results at least this often while
 
 def prefetching(check_invariants: bool = True, **options: float) -> SimulatedCluster:
     # The invariants walk every task after every message: the tests of thousands of tasks check them at the end.
-    # Prefetch is off by default: these tests run it as a shared cluster is advised to (docs/sharing.md).
-    options.setdefault("worker_queue_seconds", 0.05)
+    options.setdefault("worker_queue_seconds", 0.05)  # the default, spelled out: the figures below depend on it
     return SimulatedCluster(
         CoreConfig(load_balance_seconds=0, **options), prefetch=True, check_invariants=check_invariants
     )
@@ -36,8 +36,9 @@ def peer(cluster: SimulatedCluster, worker: SimWorker) -> WorkerPeer:
     return cluster.core.peers.workers[worker.identity]
 
 
-def run(cluster: SimulatedCluster, worker: SimWorker, task_seconds: float, seconds: float) -> int:
-    """The worker runs its tasks for `seconds` at `task_seconds` each; returns the most it held meanwhile."""
+def run(cluster: SimulatedCluster, worker: SimWorker, task_seconds: float, seconds: float, concurrency: int = 1) -> int:
+    """The worker runs its tasks for `seconds`, finishing one per `task_seconds` (each runs `concurrency` times that
+    long, on as many threads at once), and says how long they ran; returns the most it held meanwhile."""
     most = len(worker.pending)
     per_message = max(1, round(BATCH_SECONDS / task_seconds))
     elapsed = 0.0
@@ -45,7 +46,7 @@ def run(cluster: SimulatedCluster, worker: SimWorker, task_seconds: float, secon
         finished = min(per_message, len(worker.pending))
         cluster.now += finished * task_seconds
         elapsed += finished * task_seconds
-        cluster.complete(worker, limit=finished)
+        cluster.complete(worker, limit=finished, task_seconds=task_seconds * concurrency)
         most = max(most, len(worker.pending))
     return most
 
@@ -76,7 +77,7 @@ def test_a_worker_running_several_tasks_at_once_keeps_them_all_busy() -> None:
     worker = cluster.add_worker(capacity=1000, concurrency=4)
     single = cluster.add_worker(capacity=1000)
     cluster.submit(cluster.add_client(), 400)
-    run(cluster, worker, 0.125, 3.0)
+    run(cluster, worker, 0.125, 3.0, concurrency=4)
     run(cluster, single, 0.5, 3.0)
     assert peer(cluster, worker).concurrency == 4
     assert peer(cluster, worker).depth == depth_for(0.125, 1000, 0.05, concurrency=4) == 5
@@ -162,7 +163,8 @@ def test_a_worker_that_paused_once_keeps_its_queue() -> None:
 
 
 def test_results_delivered_in_a_bunch_do_not_pass_for_fast_tasks() -> None:
-    # A loaded machine holds a worker's results back, then delivers them one right after the other.
+    # A loaded machine holds a worker's results back, then delivers them one right after the other: the pace is
+    # the tasks' running time the worker reports, not the time between its results.
     cluster = prefetching()
     worker = cluster.add_worker(capacity=1000)
     cluster.submit(cluster.add_client(), 500)
@@ -172,11 +174,56 @@ def test_results_delivered_in_a_bunch_do_not_pass_for_fast_tasks() -> None:
         cluster.now += 0.050
         for _ in range(4):
             cluster.now += 0.0001
-            cluster.complete(worker, limit=1)
+            cluster.complete(worker, limit=1, task_seconds=0.010)
             deepest = max(deepest, peer(cluster, worker).depth)
         run(cluster, worker, 0.010, 0.05)
         deepest = max(deepest, peer(cluster, worker).depth)
     assert deepest <= depth_for(0.010, 1000, 0.05), "never deeper than the steady pace allows"
+
+
+def test_a_worker_waiting_for_a_cpu_keeps_the_queue_its_tasks_need() -> None:
+    # 100 workers on 2 cores: each runs a few no-op tasks whenever it gets a CPU, its results far apart. Measured
+    # from outside it looked slow, was given a few tasks per message, and the messages swamped the scheduler.
+    cluster = prefetching(check_invariants=False)
+    worker = cluster.add_worker(capacity=1000)
+    cluster.submit(cluster.add_client(), 20000)
+    for _ in range(40):
+        cluster.now += 0.050  # waiting for its turn on a CPU
+        cluster.complete(worker, limit=8, task_seconds=25e-6)
+        cluster.tick()
+    assert peer(cluster, worker).depth == 1000
+    assert len(worker.pending) == 1000
+    assert not released(worker)
+
+
+def test_one_slow_task_among_tiny_ones_does_not_shrink_the_queue() -> None:
+    cluster = prefetching(check_invariants=False)
+    worker = cluster.add_worker(capacity=1000)
+    cluster.submit(cluster.add_client(), 20000)
+    run(cluster, worker, 25e-6, 0.1)
+    cluster.now += 0.5
+    cluster.complete(worker, limit=SAMPLE_TASKS, task_seconds=0.5 / SAMPLE_TASKS)  # a collection, a page fault
+    run(cluster, worker, 25e-6, 0.05)
+    assert peer(cluster, worker).depth == 1000
+    assert not released(worker)
+
+
+def test_a_worker_that_does_not_measure_its_tasks_holds_its_capacity() -> None:
+    # A peer older than TaskResults.run_seconds: guessing its pace from outside is what collapsed on loaded
+    # machines, so it is given what prefetch off gives, and it corrects that as soon as it reports.
+    cluster = prefetching(check_invariants=False)
+    worker = cluster.add_worker(capacity=1000)
+    cluster.submit(cluster.add_client(), 20000)
+    assert len(worker.pending) == FIRST_DEPTH
+    cluster.now += 0.010
+    cluster.complete(worker, limit=1)
+    assert peer(cluster, worker).depth == 1000
+    assert len(worker.pending) == 1000
+    for _ in range(20):
+        cluster.now += 0.5
+        cluster.complete(worker, limit=1)
+        cluster.tick()
+    assert len(worker.pending) == 1000 and not released(worker), "no stall or take-back without a measured pace"
 
 
 def test_a_worker_silent_on_a_long_task_keeps_one_task_queued_and_gives_back_the_rest() -> None:

@@ -64,7 +64,7 @@ CONFIG = CoreConfig(
     max_task_crashes=3,
     load_balance_seconds=1.0,
     load_balance_trigger_times=1,
-    # Prefetch on, as a shared cluster runs it (off by default): its depths and take-backs are fuzzed too.
+    # Prefetch on (the default): its depths and take-backs are fuzzed too.
     worker_queue_seconds=0.05,
 )
 BAD_IDENTITIES = [b"bad-0", b"bad-1", b"bad-2"]
@@ -259,10 +259,15 @@ class SchedulerCoreFuzz(RuleBasedStateMachine):
         del self.cluster.clients[client.identity]
 
     @precondition(lambda self: any(worker.pending for worker in self.good_workers))
-    @rule(data=st.data(), kind=st.one_of(st.none(), st.sampled_from(ANSWERING_KINDS)))
-    def worker_answers(self, data: st.DataObject, kind: m.FailureKind | None) -> None:
+    @rule(
+        data=st.data(), kind=st.one_of(st.none(), st.sampled_from(ANSWERING_KINDS)),
+        # How long each task ran, as the worker says (prefetch's pace); None: a worker that does not say.
+        task_seconds=st.one_of(st.none(), st.sampled_from([0.0, 25e-6, 0.01, 0.5, 5.0])),
+    )
+    def worker_answers(self, data: st.DataObject, kind: m.FailureKind | None, task_seconds: float | None) -> None:
         worker = data.draw(st.sampled_from([w for w in self.good_workers if w.pending]))
-        self.cluster.complete(worker, data.draw(st.integers(1, len(worker.pending))), failure_kind=kind)
+        count = data.draw(st.integers(1, len(worker.pending)))
+        self.cluster.complete(worker, count, failure_kind=kind, task_seconds=task_seconds)
 
     @precondition(lambda self: any(worker.pending for worker in self.good_workers))
     @rule(data=st.data())

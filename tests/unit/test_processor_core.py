@@ -349,3 +349,36 @@ def test_a_tasks_warnings_and_profile_go_out_with_its_result(driven: DrivenCore)
     driven.carry_out(driven.core.on_task_ended(task_id, b"r", driven.now, profile, [warning]))
     (results,) = driven.sent(m.TaskResults)
     assert (results.succeeded_ids, results.warnings, results.profiles) == ([task_id], [warning], [profile])
+
+
+def test_results_say_how_long_the_tasks_they_report_ran(driven: DrivenCore) -> None:
+    # The scheduler sizes this worker's queue by it (prefetch.py): tasks that did not run are not counted.
+    driven.submit(3)
+    for seconds, outcome in [(0.25, "ok"), (0.5, "raised"), (4.0, "unloadable")]:
+        driven.next()
+        driven.code_starts()
+        driven.now += seconds
+        driven.end(outcome)
+    first, second, third = driven.sent(m.TaskResults)  # each ended a while after the last send
+    assert (first.ran_tasks, first.run_seconds) == (1, pytest.approx(0.25))
+    assert (second.ran_tasks, second.run_seconds) == (1, pytest.approx(0.5))
+    assert (third.ran_tasks, third.run_seconds) == (0, 0.0), "its function could not even be loaded"
+
+
+def test_a_task_that_waited_on_nested_tasks_is_left_out_of_the_run_time(driven: DrivenCore) -> None:
+    # It handed its queue on while it waited: its wait is not the pace of this worker's tasks.
+    driven.submit(2)
+    driven.next()
+    driven.code_starts()
+    assert driven.wait_on_nested(m.ProcessorState(blocked=True, granted=True))
+    driven.now += 30.0
+    driven.end_wait()
+    driven.end()
+    driven.submit(1)
+    driven.now += 1.0
+    driven.next()
+    driven.code_starts()
+    driven.now += 0.01
+    driven.end()
+    ran = [(message.ran_tasks, message.run_seconds) for message in driven.sent(m.TaskResults) if message.ran_tasks]
+    assert ran == [(1, pytest.approx(0.01))]

@@ -154,6 +154,9 @@ struct TaskResults {
   std::vector<Bytes> payloads;
   std::vector<TaskFailure> failures;
   std::vector<TaskProfile> profiles;
+  // The tasks reported here that ran (succeeded or raised), and their running time in all; 0: not measured.
+  double run_seconds = 0;
+  uint32_t ran_tasks = 0;
 
   bool empty() const { return succeeded_ids.empty() && failures.empty(); }
 };

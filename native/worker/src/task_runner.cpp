@@ -175,7 +175,9 @@ void TaskRunner::serve(Slot& slot) {
       slot.stop = false;
       ++busy_threads_;
     }
+    auto started = std::chrono::steady_clock::now();
     Completion completion = run_job(job, stop);
+    completion.run_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     bool wake;
     {
       std::lock_guard<std::mutex> lock(mutex_);

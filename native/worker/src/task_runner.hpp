@@ -34,6 +34,9 @@ struct Completion {
   Bytes payload;
   TaskFailure failure;
   std::optional<TaskProfile> profile;
+  // Wall-clock seconds the job took on its thread (decoding, the function, encoding): the scheduler sizes this
+  // worker's queue by it (TaskResults.runSeconds, PROTOCOL.md §7).
+  double run_seconds = 0;
 };
 
 // Runs `job` on this thread; never throws.

@@ -203,6 +203,10 @@ void encode_results(::TaskResults::Builder builder, const TaskResults& results, 
       numbers.set(k, k + 1);
     }
   }
+  if (results.ran_tasks) {
+    builder.setRunSeconds(results.run_seconds);
+    builder.setRanTasks(results.ran_tasks);
+  }
   auto failures = builder.initFailures(results.failures.size());
   for (unsigned i = 0; i < results.failures.size(); ++i) {
     const TaskFailure& failure = results.failures[i];

@@ -95,8 +95,14 @@ void WorkerCore::on_completion(Completion&& completion, double now) {
         batch_.payloads.push_back(std::move(completion.payload));
         if (completion.profile) batch_.profiles.push_back(*completion.profile);
       }
+      batch_.run_seconds += completion.run_seconds;
+      ++batch_.ran_tasks;
       break;
     case Completion::Outcome::failed:
+      if (completion.failure.kind == FailureKind::raised) {  // as the scheduler counts tasks run
+        batch_.run_seconds += completion.run_seconds;
+        ++batch_.ran_tasks;
+      }
       batch_.failures.push_back(std::move(completion.failure));
       break;
     case Completion::Outcome::stopped:
@@ -270,6 +276,9 @@ void WorkerCore::flush(double now) {
   std::unordered_map<uint64_t, TaskProfile> profiles;
   for (const TaskProfile& profile : all.profiles) profiles[profile.task_id] = profile;
   TaskResults part;
+  // The running time of them all goes with the first part: the scheduler sums what it reads.
+  part.run_seconds = all.run_seconds;
+  part.ran_tasks = all.ran_tasks;
   size_t inline_bytes = 0;
   auto add_entry = [&](size_t size) {
     if (!part.empty() && inline_bytes + size > budget) {

@@ -4,42 +4,43 @@ A worker runs what it holds in the order it got it, so a task sent to a worker w
 queued there, whoever it belongs to: the scheduler's own order (a fair turn between clients, priorities)
 holds only for the tasks it still has. Deep queues are what make tiny tasks fly (the next task is on the
 worker when a result leaves); shallow ones are what let a newcomer's task start soon after a slot frees.
-The depth that serves both is measured per worker, from what the scheduler sees anyway, with no change
-to the protocol:
+The depth that serves both is measured per worker:
 
-- **The pace.** While a worker holds tasks without a break, the time since the last sample divided by
-  the tasks it finished meanwhile is its time per task (a worker running several tasks at once shows its
-  throughput that way). A sample spans `SAMPLE_SECONDS` or `SAMPLE_TASKS`, whichever comes first, so that
-  results a loaded machine delivered in a bunch do not pass for fast tasks. Slower figures are believed at
-  once (a queue too deep is what buries other clients' tasks), faster ones halfway at each sample (a queue
-  too shallow only costs a round trip).
-Off by default (`--worker-queue-seconds 0`): a worker waiting for a CPU looks slow from here, and on a
-machine with far more workers than cores the depths shrink, the messages multiply, and the workers wait
-longer still (docs/sharing.md has the figures). A shared cluster turns it on with 0.05.
-
-- **The depth.** The running task plus `--worker-queue-seconds` (0.05 s advised) of queued work: what covers a
-  results batch (the processor sends at most every 5 ms), the way back, the scheduler's turn and the way
-  out again, with room for a loaded machine. No-op tasks get the capacity (1000 by default, as before),
-  10 ms tasks 6, tasks of 50 ms or more 2; 0 turns all of this off (every worker gets its capacity).
-  Until a worker's pace is known it holds `FIRST_DEPTH`, and the depth at most doubles per results
-  message (a slow start): a flood of 10 ms tasks never lands 1000 deep on a worker that just joined.
+- **The pace**, from the tasks' own running time as the worker measures it: each results message says how
+  many of its tasks ran and how long they took in all (`TaskResults.run_seconds`, wall clock from taking a
+  task to having its outcome). A worker's time per task is that, over its `concurrency`. It was measured
+  from outside before, as the time between a worker's results, and a worker waiting for a CPU looked slow:
+  with 100 native workers on 2 cores the depths shrank, the messages multiplied and the workers waited
+  longer still (15x slower). A task's run time does not include the time its worker waited for its turn.
+  A sample spans `SAMPLE_TASKS` tasks or `SAMPLE_SECONDS` of running, whichever comes first; a slower pace
+  is believed when two samples in a row say so (one task that a pause or a collection made slow is no
+  reason to shrink a queue), a faster one halfway at each sample.
+- **A worker that does not measure** (a peer older than the field, or one that runs tasks elsewhere) sends
+  no run time: it holds its whole capacity, as with prefetch off. A guess from outside would be the
+  collapse above; full queues cost only what they cost before.
+- **The depth.** The running task plus `--worker-queue-seconds` (0.05 s by default) of queued work: what
+  covers a results batch (the processor sends at most every 5 ms), the way back, the scheduler's turn and
+  the way out again, with room for a loaded machine. No-op tasks get the capacity (1000 by default, as
+  before), 10 ms tasks 6, tasks of 50 ms or more 2; 0 turns all of this off (every worker gets its
+  capacity). Until a worker's pace is known it holds `FIRST_DEPTH` (a flood of 10 ms tasks never lands
+  1000 deep on a worker that just joined); its first results message, whatever it holds, is a sample, and
+  the depth follows each sample at once (no slow start: that was for guesses from outside).
 - **A stall.** A worker that held tasks and sent no result for a while is running a long task: the
   time since is a lower bound of that task's duration, and its depth shrinks to match, on a tick.
 - **Taking back.** A worker that holds well beyond its depth (the tasks changed from tiny to slow, or a
   long one stalls it) is asked to give back the newest of its unstarted tasks (ReleaseTasks, as
   balancing does), when they amount to `TAKE_BACK_WORTH_SECONDS` of work or more, at most once per
   `TAKE_BACK_EVERY_SECONDS`: they return to the scheduler, where the fair order applies to them again.
-  Two samples in a row must say so: on a loaded machine a worker that was not run for a while makes one
-  slow sample, and giving back its queue for that would only churn.
 - **Nested tasks.** A task waiting on the tasks it submitted (docs/nested_tasks.md) holds a slot on its
   worker and finishes nothing until they do, and the scheduler cannot tell it from a queued task: were
   depths small, a recursion would fill every slot with waiting parents and deadlock. So while tasks from
   inside tasks are unfinished (those of the clients that submitted with a nesting depth), and for
   `NESTED_GRACE_SECONDS` after the last such submission, every worker may hold its whole capacity, as before.
+  (A processor leaves a task that waited on nested tasks out of its run time: it handed its queue on.)
 
 A worker that runs several tasks at once says how many in its hello (`concurrency`: a Python worker one, a
 native worker `--threads`, the Symphony worker its base concurrency): "the running task" above is then that
-many tasks, and the pace, a throughput, already counts them all.
+many tasks, and the pace is the running time per task over that many.
 """
 
 from __future__ import annotations
@@ -57,9 +58,9 @@ if TYPE_CHECKING:  # peer_registry.py imports this module for WorkerPace
 
 # What a worker holds before its pace is known (it grows by doubling from here).
 FIRST_DEPTH = 4
-# How far a faster sample moves the pace (a slower one moves it all the way).
+# How far a faster sample moves the pace (a slower one, confirmed by the next, moves it all the way).
 FASTER_WEIGHT = 0.5
-# A sample of the pace spans at least this long, or this many finished tasks.
+# A sample of the pace spans at least this many tasks run, or this many seconds of their running.
 SAMPLE_SECONDS = 0.02
 SAMPLE_TASKS = 16
 # A worker silent this long while holding tasks, and for several of its tasks' time, is running a long one.
@@ -76,16 +77,18 @@ NESTED_GRACE_SECONDS = 1.0
 class WorkerPace:
     """What is measured of one worker."""
 
-    # Seconds per task while it has work; 0.0 until measured.
+    # Seconds per task (its running time over the worker's concurrency); 0.0 until measured.
     seconds_per_task: float = 0.0
-    # Since when it has held tasks without a break, as far as the scheduler knows: the last results message
-    # after which it still held some. None when it held none then: the next results message measures nothing,
-    # as the tasks it finished were sent at some moment the scheduler did not note.
+    # Whether the worker says how long its tasks ran: None until its first results, False for a peer that does not
+    # (it holds its whole capacity).
+    measured: bool | None = None
+    # Tasks run and their seconds in all, reported since the last sample, while a sample is not yet large enough.
+    ran: int = 0
+    run_seconds: float = 0.0
+    # The last results message after which it still held tasks; None when it held none then (for stalls).
     busy_since: float | None = None
-    # Tasks finished since `busy_since`, while a sample is not yet long enough.
-    finished: int = 0
-    # The last sample, and the quicker of the last two: tasks are taken back only by the latter, as a worker that
-    # paused (the machine is loaded) makes one slow sample, tasks that became slower make every one slow.
+    # The last sample, and the quicker of the last two: a slower pace is believed, and tasks taken back, only by the
+    # latter, as one slow sample may be a pause, tasks that became slower make every one slow.
     last_sample: float = math.inf
     steady: float = math.inf
     taken_back_at: float = -math.inf
@@ -131,37 +134,39 @@ class Prefetch:
         if self._horizon <= 0.0:
             return  # off: nothing reads the pace, and a task's hot path should not pay for it
         pace = worker.pace
-        since = pace.busy_since
-        if since is None:
+        ran = results.ran_tasks
+        if not ran:
+            if pace.measured is None and finished_count(results):
+                pace.measured = False  # a peer that does not measure: its capacity, until it says otherwise
+                if not self.unlimited:
+                    worker.depth = worker.capacity
             return
-        finished = pace.finished = pace.finished + finished_count(results)
-        if not finished or (now - since < SAMPLE_SECONDS and finished < SAMPLE_TASKS):
-            return
-        pace.finished = 0
-        sample = (now - since) / finished
-        if sample >= pace.seconds_per_task:
-            pace.seconds_per_task = sample
-        else:
-            pace.seconds_per_task += (sample - pace.seconds_per_task) * FASTER_WEIGHT
-        pace.steady = min(sample, pace.last_sample)
+        pace.measured = True
+        ran = pace.ran = pace.ran + ran
+        run_seconds = pace.run_seconds = pace.run_seconds + results.run_seconds
+        concurrency = worker.concurrency
+        if ran < SAMPLE_TASKS and run_seconds < SAMPLE_SECONDS * concurrency and pace.seconds_per_task:
+            return  # the first sample is taken at once: the worker holds only FIRST_DEPTH tasks until then
+        pace.ran, pace.run_seconds = 0, 0.0
+        sample = max(run_seconds, 0.0) / ran / concurrency
+        steady = pace.steady = min(sample, pace.last_sample)
         pace.last_sample = sample
+        if steady >= pace.seconds_per_task:
+            pace.seconds_per_task = steady
+        else:
+            pace.seconds_per_task += (steady - pace.seconds_per_task) * FASTER_WEIGHT
         if self.unlimited:
             return
-        depth = worker.depth = min(self._depth(worker, pace.seconds_per_task), 2 * worker.depth)
+        # At once, not by a slow start: the worker's own measure is not fooled by its waiting for a CPU.
+        depth = worker.depth = self._depth(worker, pace.seconds_per_task)
         if len(worker.assigned) > depth:
-            self._take_back(worker, pace.steady, now, out)
+            self._take_back(worker, steady, now, out)
 
     def after_dispatch(self, worker: WorkerPeer, now: float) -> None:
-        """After the dispatch a results message caused: the next sample starts here, unless this one goes on; none
-        does while the worker holds nothing."""
+        """After the dispatch a results message caused: silence is counted from here while the worker holds tasks."""
         if self._horizon <= 0.0:
             return
-        pace = worker.pace
-        if not worker.assigned:
-            pace.busy_since = None
-            pace.finished = 0
-        elif not pace.finished:
-            pace.busy_since = now
+        worker.pace.busy_since = now if worker.assigned else None
 
     def on_nested_submission(self, client: ClientPeer, workers: Iterable[WorkerPeer], now: float) -> None:
         """Tasks came from inside a task: every worker may hold its capacity until they and their like are done."""
@@ -197,6 +202,8 @@ class Prefetch:
                 self._take_back(worker, steady, now, out)
 
     def _depth(self, worker: WorkerPeer, seconds_per_task: float) -> int:
+        if worker.pace.measured is False:
+            return worker.capacity
         return depth_for(seconds_per_task, worker.capacity, self._horizon, worker.concurrency)
 
     def _take_back(self, worker: WorkerPeer, seconds_per_task: float, now: float, out: list[Outgoing]) -> None:
