@@ -161,6 +161,8 @@ def _encode_submission(builder, message: TaskSubmission, frames: list[Buffer]) -
             slot.waitForTagsMs = group.wait_for_tags_ms
         if group.priority:
             slot.priority = group.priority
+        if group.keep_results:
+            slot.keepResults = True
     if message.quiet_task_ids:
         submission.quietTaskIds = message.quiet_task_ids
 
@@ -389,6 +391,7 @@ def _decode_group(group, frames: _FrameTable) -> TaskGroup:
         required_tags=tuple(_list(get(_GROUP["requiredTags"]))),
         wait_for_tags_ms=get(_GROUP["waitForTagsMs"]),
         priority=get(_GROUP["priority"]),
+        keep_results=get(_GROUP["keepResults"]),
     )
 
 

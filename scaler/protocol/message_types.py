@@ -191,6 +191,8 @@ class TaskGroup:
     wait_for_tags_ms: int = 0
     # Higher first among the ready tasks of one client (an Int32 on the wire; see Client.submit(priority=...)).
     priority: int = 0
+    # The results stay on the cluster, owned by the client, until it deletes them (PROTOCOL.md §7, "Kept results").
+    keep_results: bool = False
 
 
 @dataclasses.dataclass(slots=True)

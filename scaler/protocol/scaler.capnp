@@ -175,6 +175,11 @@ struct TaskGroup {
   # fair share). Tasks of different priorities travel in different groups; the scheduler passes it on
   # to workers unchanged. 0 when not set.
   priority @16 :Int32;
+  # Keep each result on the cluster, owned by the submitting client, until it sends deleteObjects for it
+  # (PROTOCOL.md §7, "Kept results"): the scheduler records it as an object (a stored result as it is; a
+  # small one under the id keptResultId(taskId)), so that later groups of the client may name the task in
+  # refTaskIds after it finished. A failure is kept too, for the same later dependents. Workers ignore it.
+  keepResults @17 :Bool;
 }
 
 struct TaskSubmission {

@@ -32,6 +32,8 @@ class TaskSignature:
     wait_for_tags_ms: int = 0
     # Higher first among the ready tasks of one client (TaskGroup.priority).
     priority: int = 0
+    # The results stay on the cluster until the client deletes them (TaskGroup.keepResults).
+    keep_results: bool = False
 
     @classmethod
     def of_group(cls, group: TaskGroup) -> TaskSignature:
@@ -45,6 +47,7 @@ class TaskSignature:
             required_tags=tuple(sorted(set(group.required_tags))) if group.required_tags else (),
             wait_for_tags_ms=group.wait_for_tags_ms,
             priority=group.priority,
+            keep_results=group.keep_results,
         )
 
     def new_group(self, report_start: bool = False) -> TaskGroup:
@@ -62,4 +65,5 @@ class TaskSignature:
             required_tags=self.required_tags,
             wait_for_tags_ms=self.wait_for_tags_ms,
             priority=self.priority,
+            keep_results=self.keep_results,
         )
