@@ -237,16 +237,17 @@ class ClientConnection:
 
     def submit_task(
         self, signature: TaskSignature, task_id: int, args: list[bytes], future: ScalerFuture,
-        object_positions: list[int],
+        object_positions: list[int], references: list[tuple[int, int]] | None = None,
     ) -> None:
         inline = self.limits.check_arguments(args, signature.args_per_task)
-        self._hand(TaskBatch(signature, [task_id], args, object_positions, inline, future))
+        self._hand(TaskBatch(signature, [task_id], args, object_positions, inline, future, references or None))
 
     def submit_tasks(
         self, signature: TaskSignature, task_ids: Sequence[int], args: list[bytes], collector: MapCollector,
-        object_positions: list[int],
+        object_positions: list[int], references: list[tuple[int, int]] | None = None,
     ) -> None:
-        """`object_positions` index into `args` of this chunk: those hold object ids."""
+        """`object_positions` index into `args` of this chunk: those hold object ids; `references` (index,
+        task id) name kept tasks whose results those arguments are."""
         width = signature.args_per_task
         inline = self.limits.check_arguments(args, width)
         budget = self.limits.inline_budget
@@ -256,11 +257,13 @@ class ClientConnection:
             half = len(task_ids) // 2
             cut = half * width
             self.submit_tasks(signature, task_ids[:half], args[:cut], collector,
-                              [p for p in object_positions if p < cut])
+                              [p for p in object_positions if p < cut],
+                              [(p, t) for p, t in references or () if p < cut])
             self.submit_tasks(signature, task_ids[half:], args[cut:], collector,
-                              [p - cut for p in object_positions if p >= cut])
+                              [p - cut for p in object_positions if p >= cut],
+                              [(p - cut, t) for p, t in references or () if p >= cut])
             return
-        self._hand(TaskBatch(signature, task_ids, args, object_positions, inline, collector))
+        self._hand(TaskBatch(signature, task_ids, args, object_positions, inline, collector, references or None))
 
     def wake(self) -> None:
         self._wakeup.wake()

@@ -106,6 +106,20 @@ class PendingResults:
             else:
                 sink.fail(failure.task_id, exception_from_failure(failure))
 
+    def deliver_kept(self, stored: list[m.StoredResult]) -> list[m.StoredResult]:
+        """Stored results of futures that keep them (submit(..., keep=True)) complete those futures with where the
+        result is, to be read when asked for; returns the other stored results."""
+        sinks = self._sinks
+        others = []
+        for item in stored:
+            sink = sinks.get(item.task_id)
+            if isinstance(sink, ScalerFuture) and sink.keeps_result:
+                del sinks[item.task_id]
+                sink.deliver_stored(item)
+            else:
+                others.append(item)
+        return others
+
     def refuse_cancels(self, task_ids: list[int]) -> None:
         """The scheduler could not cancel these tasks: they run to the end, and their cancel() says so."""
         for task_id in task_ids:
