@@ -279,6 +279,11 @@ class ClientConnection:
             self.stores.let_go(message.object_ids)
         self._hand(message)
 
+    def send_lock_free(self, message: m.Message) -> None:
+        """Any thread, taking no lock (a garbage collector's finalizer may call it, whatever lock its thread
+        holds): queue a message about nothing this client stored itself, such as the delete of a kept result."""
+        self._hand(message)
+
     def cancel_tasks(self, task_ids: list[int], force: bool = False) -> None:
         if task_ids and self.is_open:
             self.send_message(m.CancelTasks(task_ids=task_ids, force=force))

@@ -93,4 +93,5 @@ class KeptResult:
     def _delete(self) -> None:
         connection = self._connection
         if connection.is_open:
-            connection.send_message(m.DeleteObjects(object_ids=[self.object_id()]))
+            # Kept results were never in this client's sent objects or lent memory: nothing to forget there.
+            connection.send_lock_free(m.DeleteObjects(object_ids=[self.object_id()]))
