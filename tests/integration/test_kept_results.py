@@ -174,3 +174,21 @@ def test_a_persisted_graph_is_computed_on_where_it_is(client: Client, fetches: l
         assert scaler.get(later, "total") == 10 * MB
     assert client.get({"t": kept["tiny"], "double": (lambda x: 2 * x, "t")}, "double") == {"double": 14}
     assert fetches == []
+
+
+def test_a_persisted_dask_collection_is_computed_on_where_its_chunks_are(client: Client, fetches: list) -> None:
+    da = pytest.importorskip("dask.array")
+    from dask.core import flatten
+    from dask.highlevelgraph import HighLevelGraph
+
+    from scaler.compat.dask.kept_refs import persist_dask_graph, persisted_graph
+
+    x = da.ones((4, 100_000), chunks=(1, 100_000))  # 800 kB chunks: each stays in a store
+    futures = persist_dask_graph(client, x.__dask_graph__(), list(flatten(x.__dask_keys__())))
+    graph = HighLevelGraph.from_collections(x.name, persisted_graph(futures), dependencies=[])
+    persisted = da.Array(graph, x.name, x.chunks, x.dtype)
+    with use(client):
+        for _ in range(2):  # dask fuses the persisted chunks' references into no task: they stay references
+            assert (persisted + 1).sum().compute(scheduler=scaler.get) == 800_000
+        assert fetches == []
+        assert persisted[:, :10].compute(scheduler=scaler.get).sum() == 40  # computing it brings it here
