@@ -192,3 +192,21 @@ def test_a_persisted_dask_collection_is_computed_on_where_its_chunks_are(client:
             assert (persisted + 1).sum().compute(scheduler=scaler.get) == 800_000
         assert fetches == []
         assert persisted[:, :10].compute(scheduler=scaler.get).sum() == 40  # computing it brings it here
+
+
+@pytest.mark.timeout(180)
+def test_a_native_worker_takes_a_kept_result_as_an_argument(tmp_path: str) -> None:
+    """Native workers see resolved object arguments only (PROTOCOL.md §6): kept results need nothing of them."""
+    from scaler.native_tasks import NeutralSerializer, native
+    from tests.integration.process_cluster import ProcessCluster
+    from tests.native_worker import native_worker_executable
+
+    cluster = ProcessCluster(native_worker_executable(), str(tmp_path))
+    try:
+        cluster.add_worker("native-1")
+        with Client(address=cluster.address, serializer=NeutralSerializer(), timeout_seconds=30) as native_client:
+            kept = native_client.submit(native("add"), 1, 2, keep=True)
+            assert native_client.submit(native("mul"), kept, b=kept).result(WAIT_SECONDS) == 9
+            assert kept.result(WAIT_SECONDS) == 3
+    finally:
+        cluster.stop()
