@@ -82,7 +82,7 @@ def futures_of_requested_keys(
             outcome[key] = futures[plan.targets[key]]
             continue
         value = plan.literals[key]
-        if isinstance(value, ScalerFuture) and (value.keeps_result or keep_literal is None):
+        if isinstance(value, ScalerFuture) and value.keeps_result:
             outcome[key] = value  # its result() reads the kept result
         elif keep_literal is not None:
             outcome[key] = keep_literal(value)
