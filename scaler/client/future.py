@@ -168,6 +168,11 @@ class ScalerFuture(concurrent.futures.Future):
             self._kept.note_stored(stored)
             concurrent.futures.Future.set_result(self, _IN_STORE)
 
+    def replace_stored(self, stored: m.StoredResult) -> None:
+        """The kept result was lost with its store and made again: it is read from its new place now."""
+        assert self._kept is not None
+        self._kept.note_remade(stored)
+
     def fail(self, task_id: int, error: BaseException) -> None:
         if not self.done():
             if self._kept is not None:

@@ -47,6 +47,14 @@ class KeptResult:
         self.stored = stored
         self.outcome_arrived()
 
+    def note_remade(self, stored: m.StoredResult) -> None:
+        """I/O thread: the result was lost with its store and made again under a new object id."""
+        with self._lock:
+            self.stored = stored
+            released = self.released
+        if released:  # released meanwhile: the new copy is not wanted either
+            self._delete()
+
     def outcome_arrived(self) -> None:
         """I/O thread, or a caller that sees the future done: the scheduler now keeps the outcome."""
         with self._lock:

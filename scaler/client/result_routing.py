@@ -9,6 +9,7 @@ goes with its outcome.
 from __future__ import annotations
 
 import itertools
+import weakref
 from typing import Iterable
 
 from scaler.client.future import ScalerFuture, call_when_all_done, exception_from_failure
@@ -38,6 +39,9 @@ class PendingResults:
         # The quiet tasks of graphs whose futures are not all done, for their warnings.
         self._quiet_graphs: dict[int, _QuietTasks] = {}
         self._graph_counter = itertools.count()
+        # Done futures whose results stay in stores (keep=True), while they live: a result lost with its store
+        # is made again by the scheduler (PROTOCOL.md §18) and comes again, under a new object id.
+        self._kept_in_stores: weakref.WeakValueDictionary[int, ScalerFuture] = weakref.WeakValueDictionary()
 
     def __len__(self) -> int:
         return len(self._sinks)
@@ -116,6 +120,9 @@ class PendingResults:
             if isinstance(sink, ScalerFuture) and sink.keeps_result:
                 del sinks[item.task_id]
                 sink.deliver_stored(item)
+                self._kept_in_stores[item.task_id] = sink
+            elif self._kept_in_stores and item.task_id in self._kept_in_stores:
+                self._kept_in_stores[item.task_id].replace_stored(item)  # made again after a loss
             else:
                 others.append(item)
         return others
