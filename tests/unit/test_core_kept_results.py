@@ -178,3 +178,24 @@ def test_a_client_that_leaves_lets_go_of_its_kept_outcomes() -> None:
     cluster.send(client.identity, m.Disconnect(reason="bye"))
     assert not cluster.core.objects.kept
     assert kept_result_id(succeeded) not in cluster.core.objects.stored
+
+
+def test_a_kept_result_lost_with_its_store_is_made_again_and_kept_under_its_new_id() -> None:
+    cluster = SimulatedCluster()
+    store_a = cluster.add_store(STORE)
+    cluster.add_store("tcp://10.0.0.2:5000")
+    client = cluster.add_client()
+    worker = cluster.add_worker(store=STORE)
+    kept = _submit(cluster, client, keep=True)
+    first_id = cluster.complete_stored(worker, [kept], holder=STORE)[kept]
+    cluster.send(store_a.identity, m.Disconnect(reason="killed"))
+    assert list(worker.pending) == [kept]  # run again: its client still keeps it
+    dependent = _submit(cluster, client, refs=(kept,))  # meanwhile: it waits for the new result
+    second_id = cluster.complete_stored(worker, [kept], holder="tcp://10.0.0.2:5000")[kept]
+    assert [stored.object_id for _, stored in client.outcomes[kept]] == [first_id, second_id]
+    assert cluster.core.objects.kept.objects[kept] == second_id
+    group, row = _group_of(worker, dependent)
+    assert group.args[row] == second_id
+    later = _submit(cluster, client, refs=(kept,))
+    group, row = _group_of(worker, later)
+    assert group.args[row] == second_id
