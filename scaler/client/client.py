@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import weakref
 from collections.abc import Hashable, Mapping
@@ -15,8 +14,8 @@ from scaler.client.connection import ClientConnection
 from scaler.client.display import client_html, client_text
 from scaler.client.future import ScalerFuture
 from scaler.client.graph import Order, plan_graph
-from scaler.client.graph_submission import submit_graph
-from scaler.client.map_submission import submit_map
+from scaler.client.graph_submission import futures_of_requested_keys, submit_graph
+from scaler.client.map_submission import submit_kept_map, submit_map
 from scaler.client.object_reference import ObjectReference
 from scaler.client.progress import wait_for_futures_with_progress, wait_with_progress
 from scaler.client.result_sinks import MapCollector
@@ -169,10 +168,14 @@ class Client:
 
     def submit(
         self, fn: Callable[..., Any], /, *args: Any, profiling: bool | None = None,
-        tags: Iterable[str] | None = None, priority: int | None = None, **kwargs: Any,
+        tags: Iterable[str] | None = None, priority: int | None = None, keep: bool = False, **kwargs: Any,
     ) -> ScalerFuture:
         """Run `fn(*args, **kwargs)` on the cluster; returns a future of its result.
 
+        `keep=True` keeps the result on the cluster for this client until `future.release()` (or collection,
+        or disconnect); `result()` reads it from its store each time. Such a future passed as a top-level
+        argument of `submit`, `map` or `get` is read where it is, never through this client (ValueError for a
+        future submitted without keep); a task whose argument failed fails with the same error.
         `profiling=True` (or `Client(profiling=True)`) measures the call: see `future.profiling_info()`.
         `tags={"gpu"}` runs it only on a worker started with those tags (`scaler_cluster --tags gpu`); while
         no connected worker has them it waits (see `Client(wait_for_tags_seconds=...)`).
@@ -197,15 +200,20 @@ class Client:
         shared = self._shared_arguments
         payloads: list[bytes] = []
         object_positions: list[int] = []
+        references: list[tuple[int, int]] = []  # kept futures among the arguments
         storing = self._stored_arguments()
         try:
             serialize = self._serializer.serialize
             keywords: tuple[str, ...] = ()
             try:
-                serialize_arguments(args, serialize, shared, payloads, object_positions, storing)
+                serialize_arguments(
+                    args, serialize, shared, payloads, object_positions, storing, references, connection
+                )
                 if kwargs:
                     keywords = tuple(kwargs)
-                    serialize_arguments(kwargs.values(), serialize, shared, payloads, object_positions, storing)
+                    serialize_arguments(
+                        kwargs.values(), serialize, shared, payloads, object_positions, storing, references, connection
+                    )
             except Unserializable as failure:
                 # `keywords` is set once the positional arguments are done.
                 what = f"keyword argument {keywords[failure.position]!r}" if keywords else (
@@ -215,11 +223,12 @@ class Client:
             profiled = self._profiling if profiling is None else profiling
             function_id = call_sites.function_id(fn)
             signature = call_sites.signature(
-                function_id, len(payloads), keywords, client_nesting_depth(), profiled, required_tags, task_priority
+                function_id, len(payloads), keywords, client_nesting_depth(), profiled, required_tags, task_priority,
+                keep,
             )
             task_id = connection.next_task_id()
-            future = ScalerFuture(task_id, connection, self._serializer)
-            connection.submit_task(signature, task_id, payloads, future, object_positions)
+            future = ScalerFuture(task_id, connection, self._serializer, keep)
+            connection.submit_task(signature, task_id, payloads, future, object_positions, references)
         except BaseException:
             if object_positions:  # nothing was submitted: the shared arguments claimed so far are not used
                 shared.release([payloads[position] for position in object_positions])
@@ -292,11 +301,13 @@ class Client:
 
     def map(
         self, fn: Callable[..., Any], iterable: Iterable[tuple], *, progress: bool = False,
-        tags: Iterable[str] | None = None, priority: int | None = None,
+        tags: Iterable[str] | None = None, priority: int | None = None, keep: bool = False,
     ) -> list[Any]:
         """Run `fn(*args)` for every tuple of arguments; returns the results in order.
 
-        `tags` and `priority` as for `submit`, for every call.
+        `tags` and `priority` as for `submit`, for every call. A kept future (`submit(..., keep=True)`) in a
+        tuple is resolved on the cluster, as for `submit`. With `keep=True`, returns at once a list of kept
+        futures instead of the results (see `submit`'s keep).
 
         The function is serialized once for the whole call, and so is an argument object found in
         several tuples (the same object, `is`): sent once if large, and deleted when the map is over.
@@ -308,6 +319,10 @@ class Client:
         connection.check_open()
         if not callable(fn):
             raise TypeError(f"map() needs a callable as its first argument, got {type(fn).__name__}")
+        if keep:
+            return submit_kept_map(lambda *arguments: self.submit(
+                fn, *arguments, tags=tags, priority=priority, keep=True
+            ), iterable)
         required_tags = checked_tags(tags, "map()")
         map_priority = call_priority(priority, "map()")
         shape = self._call_sites.call_shape(fn)
@@ -379,31 +394,48 @@ class Client:
         matrix products from the optional `graphblas` extra (python-graphblas).
         `tags` and `priority` as for `submit`, for every task of the graph; `priorities={key: 5}` gives the
         tasks at those keys their own priority instead (dask's `annotate(priority=...)` arrives this way).
+        A value may be a kept future of this client (`submit(..., keep=True)`, `persist_graph`): tasks that
+        name its key read its result on the cluster, and a requested key holding one gets its `result()`.
         """
-        self._connection.check_open()
-        required_tags = checked_tags(tags, "get()")
-        graph_priority = call_priority(priority, "get()")
-        key_priorities = checked_key_priorities(priorities, "get()")
-        requested = list(keys) if isinstance(keys, (list, set)) else [keys]
-        plan = plan_graph(graph, requested, order=order)
-        futures = submit_graph(
-            plan.calls, set(plan.targets.values()), self._call_sites, self._connection, self._serializer,
-            self._profiling, required_tags, graph_priority, key_priorities,
-        )
-        outcome: dict[Hashable, Any] = {}
-        for key in requested:
-            if key in plan.literals:
-                literal: concurrent.futures.Future = concurrent.futures.Future()
-                literal.set_result(plan.literals[key])
-                outcome[key] = literal
-            else:
-                outcome[key] = futures[plan.targets[key]]
+        outcome = self._run_graph(graph, keys, order, tags, priority, priorities, keep=False)
         if not block:
             return outcome
         with waiting_for_tasks():
             if progress:
                 wait_for_futures_with_progress(list(outcome.values()))
             return {key: future.result() for key, future in outcome.items()}
+
+    def persist_graph(self, graph: dict, keys: Any, *, tags: Iterable[str] | None = None,
+                      priority: int | None = None) -> dict[Hashable, ScalerFuture]:
+        """Run a task graph as `get` does, keeping the results of the requested keys on the cluster.
+
+        Returns `{key: kept future}` at once (see `submit`'s keep). A graph holding them as values, given to
+        `get` or `scaler.get`, computes on them where they are: they never pass through this client. A literal
+        at a requested key is kept too; two requested keys aliasing one task share one future.
+        """
+        return self._run_graph(graph, keys, None, tags, priority, None, keep=True)
+
+    def _run_graph(
+        self, graph: dict, keys: Any, order: Order, tags: Iterable[str] | None, priority: int | None,
+        priorities: Mapping[Hashable, int] | None, keep: bool,
+    ) -> dict[Hashable, Any]:
+        """Submit what the requested keys need; returns a future for each requested key."""
+        where = "persist_graph()" if keep else "get()"
+        self._connection.check_open()
+        required_tags = checked_tags(tags, where)
+        graph_priority = call_priority(priority, where)
+        key_priorities = checked_key_priorities(priorities, where)
+        requested = list(keys) if isinstance(keys, (list, set)) else [keys]
+        plan = plan_graph(graph, requested, order=order)
+        futures = submit_graph(
+            plan.calls, set(plan.targets.values()), self._call_sites, self._connection, self._serializer,
+            self._profiling, required_tags, graph_priority, key_priorities, plan.futures, keep,
+        )
+
+        def keep_literal(value: Any) -> ScalerFuture:
+            return self.submit(_literal, value, keep=True, tags=tags, priority=priority)
+
+        return futures_of_requested_keys(plan, requested, futures, keep_literal if keep else None)
 
     # ------------------------------------------------------------------------------------------ session
 
@@ -441,6 +473,11 @@ class Client:
         assert isinstance(response, m.ShutdownResponse)
         if not response.accepted:
             raise ProtectedModeError(response.reason)
+
+
+def _literal(value: Any) -> Any:
+    """A task that returns its argument: a literal of a persisted graph, kept on the cluster like the rest."""
+    return value
 
 
 @dataclasses.dataclass(frozen=True)

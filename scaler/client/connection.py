@@ -238,16 +238,17 @@ class ClientConnection:
 
     def submit_task(
         self, signature: TaskSignature, task_id: int, args: list[bytes], future: ScalerFuture,
-        object_positions: list[int],
+        object_positions: list[int], references: list[tuple[int, int]] | None = None,
     ) -> None:
         inline = self.limits.check_arguments(args, signature.args_per_task)
-        self._hand(TaskBatch(signature, [task_id], args, object_positions, inline, future))
+        self._hand(TaskBatch(signature, [task_id], args, object_positions, inline, future, references or None))
 
     def submit_tasks(
         self, signature: TaskSignature, task_ids: Sequence[int], args: list[bytes], collector: MapCollector,
-        object_positions: list[int],
+        object_positions: list[int], references: list[tuple[int, int]] | None = None,
     ) -> None:
-        """`object_positions` index into `args` of this chunk: those hold object ids."""
+        """`object_positions` index into `args` of this chunk: those hold object ids; `references` (index,
+        task id) name kept tasks whose results those arguments are."""
         width = signature.args_per_task
         inline = self.limits.check_arguments(args, width)
         budget = self.limits.inline_budget
@@ -257,11 +258,13 @@ class ClientConnection:
             half = len(task_ids) // 2
             cut = half * width
             self.submit_tasks(signature, task_ids[:half], args[:cut], collector,
-                              [p for p in object_positions if p < cut])
+                              [p for p in object_positions if p < cut],
+                              [(p, t) for p, t in references or () if p < cut])
             self.submit_tasks(signature, task_ids[half:], args[cut:], collector,
-                              [p - cut for p in object_positions if p >= cut])
+                              [p - cut for p in object_positions if p >= cut],
+                              [(p - cut, t) for p, t in references or () if p >= cut])
             return
-        self._hand(TaskBatch(signature, task_ids, args, object_positions, inline, collector))
+        self._hand(TaskBatch(signature, task_ids, args, object_positions, inline, collector, references or None))
 
     def wake(self) -> None:
         self._wakeup.wake()
@@ -275,6 +278,11 @@ class ClientConnection:
         if isinstance(message, m.DeleteObjects):
             self.sent_objects.forget(message.object_ids)
             self.stores.let_go(message.object_ids)
+        self._hand(message)
+
+    def send_lock_free(self, message: m.Message) -> None:
+        """Any thread, taking no lock (a garbage collector's finalizer may call it, whatever lock its thread
+        holds): queue a message about nothing this client stored itself, such as the delete of a kept result."""
         self._hand(message)
 
     def cancel_tasks(self, task_ids: list[int], force: bool = False) -> None:

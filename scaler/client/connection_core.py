@@ -267,8 +267,9 @@ class ClientConnectionCore:
     def _on_stored(self, message: m.TaskResults) -> Sequence[Action]:
         """Results kept in stores go to the fetch thread, those of tasks still waiting; the others are let go."""
         out: list[Action] = []
-        wanted = [stored for stored in message.stored if self.pending.expects(stored.task_id)]
-        unwanted = [stored.object_id for stored in message.stored if not self.pending.expects(stored.task_id)]
+        fetched = self.pending.deliver_kept(message.stored)  # kept results stay in their stores
+        wanted = [stored for stored in fetched if self.pending.expects(stored.task_id)]
+        unwanted = [stored.object_id for stored in fetched if not self.pending.expects(stored.task_id)]
         self.pending.route(message)
         if wanted:
             out.append(Fetch(wanted))

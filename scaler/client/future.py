@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
+import weakref
 from concurrent.futures import _base as future_states
 from typing import TYPE_CHECKING, Any, Callable, Generator, Iterable
 
 import cloudpickle
 
+from scaler.client.kept_result import KeptResult
 from scaler.client.profiling import ProfilingInfo
 from scaler.errors import (
     NoCapableWorkerError,
@@ -29,6 +31,9 @@ from scaler.utility.blocking import waiting_for_tasks
 if TYPE_CHECKING:
     from scaler.client.connection import ClientConnection
 
+# What a kept future's result is while the value itself stays in a store: result() reads it from there.
+_IN_STORE = object()
+
 class ScalerFuture(concurrent.futures.Future):
     """Works with `concurrent.futures.wait`, `as_completed` and `add_done_callback` like any other future.
 
@@ -40,9 +45,16 @@ class ScalerFuture(concurrent.futures.Future):
     `hold_warning` and `hold_profile` are called by the client's I/O thread only.
     """
 
-    def __init__(self, task_id: int, connection: ClientConnection, serializer: Serializer) -> None:
+    def __init__(
+        self, task_id: int, connection: ClientConnection, serializer: Serializer, keep: bool = False
+    ) -> None:
         super().__init__()
         self._task_id = task_id
+        # submit(..., keep=True): the outcome stays on the cluster until release() or collection (kept_result.py).
+        self._kept: KeptResult | None = None
+        if keep:
+            kept = self._kept = KeptResult(connection, task_id)
+            weakref.finalize(self, kept.release)
         self._connection = connection
         self._serializer = serializer
         self._decoded = False
@@ -63,6 +75,25 @@ class ScalerFuture(concurrent.futures.Future):
         yield from settled_in_loop(self).__await__()
         return self.result()
 
+    @property
+    def keeps_result(self) -> bool:
+        """Submitted with keep=True: its result stays on the cluster, and it may be another task's argument."""
+        return self._kept is not None
+
+    @property
+    def released(self) -> bool:
+        """release() was called: a kept result is gone from the cluster (or will be once the task ends)."""
+        return self._kept is not None and self._kept.released
+
+    def release(self) -> None:
+        """Let the cluster drop the result kept for this future (keep=True); nothing for other futures.
+
+        Called by itself when the future is garbage-collected. A task that already received the result as an
+        argument still gets it. Afterwards the future cannot be passed as an argument, and result() of a result
+        that stayed in a store raises ObjectLostError. Safe to call twice."""
+        if self._kept is not None:
+            self._kept.release()
+
     def result(self, timeout: float | None = None) -> Any:
         try:
             if self.done():
@@ -76,6 +107,9 @@ class ScalerFuture(concurrent.futures.Future):
             raise
         if self._warnings is not None or self._graph_warnings:
             self.issue_task_warnings()
+        if payload is _IN_STORE:
+            assert self._kept is not None
+            return self._kept.fetch(self._serializer)  # each time: the client does not hold it in between
         if not self._decoded:
             with self._condition:
                 if not self._decoded:
@@ -129,13 +163,31 @@ class ScalerFuture(concurrent.futures.Future):
 
     def deliver(self, task_id: int, payload: m.Buffer) -> None:
         if not self.done():
+            if self._kept is not None:
+                self._kept.outcome_arrived()
             concurrent.futures.Future.set_result(self, payload)
+
+    def deliver_stored(self, stored: m.StoredResult) -> None:
+        """A kept result stays in its store: the future completes with where it is, result() reads it there."""
+        if not self.done():
+            assert self._kept is not None
+            self._kept.note_stored(stored)
+            concurrent.futures.Future.set_result(self, _IN_STORE)
+
+    def replace_stored(self, stored: m.StoredResult) -> None:
+        """The kept result was lost with its store and made again: it is read from its new place now."""
+        assert self._kept is not None
+        self._kept.note_remade(stored)
 
     def fail(self, task_id: int, error: BaseException) -> None:
         if not self.done():
+            if self._kept is not None:
+                self._kept.outcome_arrived()  # the scheduler keeps the failure too, for later dependents
             concurrent.futures.Future.set_exception(self, error)
 
     def mark_canceled(self, task_id: int) -> None:
+        if self._kept is not None:
+            self._kept.outcome_arrived()
         cancel_and_notify(self)
 
     def hold_warning(self, task_id: int, warning: m.TaskWarning) -> None:

@@ -4,6 +4,8 @@ A graph is a dict. Each value is
 - a task: a tuple `(callable, arg, ...)`; an argument is a key of the graph, a literal, a nested task,
   or a list/tuple nesting any of those;
 - an alias: another key of the graph;
+- a ScalerFuture of this client submitted with keep=True: the task's result, kept on the cluster; a task
+  that names its key receives it there (a reference to its task), as it would another task's result;
 - anything else: a literal value (a callable on its own is a literal too, returned as it is).
 
 `plan_graph` checks the graph (missing keys, cycles), keeps only what the requested keys need, and
@@ -17,6 +19,7 @@ import gc
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any, Callable, Union
 
+from scaler.client.future import ScalerFuture
 from scaler.client.graph_errors import DuplicateKeyError, GraphCycleError, GraphError, GraphKeyError
 from scaler.client.graph_order import topological_order
 
@@ -48,6 +51,8 @@ class GraphPlan:
     calls: list[PlannedCall]       # dependencies first
     literals: dict[Hashable, Any]  # requested keys whose value needs no computation
     targets: dict[Hashable, Hashable]  # requested key -> the key of the task computing it
+    # Keys whose value is a future (kept results): calls may reference them as they reference tasks.
+    futures: dict[Hashable, ScalerFuture] = dataclasses.field(default_factory=dict)
 
 
 class TemplateCall:
@@ -161,7 +166,10 @@ def _plan(graph: Mapping, keys: Sequence[Hashable], order: Callable[[Mapping], l
         calls = _walk_depth_first(graph, roots, resolve, literal_keys)
     else:
         planned = _walk(graph, roots, resolve, literal_keys)
-        ordered = order({key: list(call.reference_slots.values()) for key, call in planned.items()})
+        ordered = order({
+            key: [dependency for dependency in call.reference_slots.values() if dependency in planned]
+            for key, call in planned.items()
+        })
         if len(ordered) != len(planned):
             raise GraphError(f"the order gave {len(ordered)} of the {len(planned)} tasks")
         calls = [planned[key] for key in ordered]
@@ -174,7 +182,8 @@ def _plan(graph: Mapping, keys: Sequence[Hashable], order: Callable[[Mapping], l
             literals[key] = graph[target]
         else:
             targets[key] = target
-    return GraphPlan(calls=calls, literals=literals, targets=targets)
+    futures = {key: graph[key] for key in literal_keys if isinstance(graph[key], ScalerFuture)}
+    return GraphPlan(calls=calls, literals=literals, targets=targets, futures=futures)
 
 
 def _walk_depth_first(
@@ -260,7 +269,7 @@ def _by_wave_and_function(calls: list[PlannedCall]) -> list[PlannedCall]:
     for call in calls:
         wave = 0
         for dependency in call.reference_slots.values():
-            dependency_wave = wave_of[dependency]
+            dependency_wave = wave_of.get(dependency, -1)  # -1: a future, computed already or elsewhere
             if dependency_wave >= wave:
                 wave = dependency_wave + 1
         wave_of[call.key] = wave
@@ -297,7 +306,7 @@ def _plan_call(key: Hashable, task: tuple, graph: Mapping, resolve: Callable[[Ha
                 continue
             target = resolve(argument)
             value = graph[target]
-            if is_task(value):
+            if is_task(value) or isinstance(value, ScalerFuture):
                 reference_slots[position] = target
                 arguments[position] = None
             else:
@@ -317,7 +326,7 @@ def _plan_template_call(
     def to_template(item: Any) -> Any:
         if _is_key(item, graph):
             target = resolve(item)
-            if not is_task(graph[target]):
+            if not is_task(graph[target]) and not isinstance(graph[target], ScalerFuture):
                 return graph[target]
             if target not in slot_of:
                 slot_of[target] = len(slot_keys)

@@ -2,18 +2,21 @@
 
 Consecutive calls of one signature share a TaskGroup; an argument that is another task's result is an
 empty slot the worker fills (`ref_arg_indices`, `ref_task_ids`); the tasks nobody asked for are quiet:
-the scheduler sends their results only to the tasks that need them.
+the scheduler sends their results only to the tasks that need them. A key whose value is a kept future is
+a reference to that future's task, resolved by the scheduler; with `keep`, the wanted tasks' results stay on
+the cluster (persist).
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 from typing import Any, Callable, Hashable, Mapping
 
-from scaler.client.arguments import Unserializable, serialization_error, serialize_arguments
+from scaler.client.arguments import Unserializable, kept_task_of, serialization_error, serialize_arguments
 from scaler.client.call_sites import CallSites
 from scaler.client.connection import ClientConnection
 from scaler.client.future import ScalerFuture, call_when_all_done
-from scaler.client.graph import PlannedCall, TemplateCall
+from scaler.client.graph import GraphPlan, PlannedCall, TemplateCall
 from scaler.client.shared_arguments import RepeatedArguments
 from scaler.client.stored_arguments import StoredArguments, stored_arguments_of
 from scaler.errors import SerializationError
@@ -27,9 +30,13 @@ from scaler.utility.tags import NO_TAGS, Tags
 def submit_graph(
     calls: list[PlannedCall], wanted: set[Hashable], call_sites: CallSites, connection: ClientConnection,
     serializer: Serializer, profiling: bool, tags: Tags = NO_TAGS, priority: int = 0,
-    key_priorities: Mapping[Hashable, int] | None = None,
+    key_priorities: Mapping[Hashable, int] | None = None, kept_inputs: Mapping[Hashable, ScalerFuture] | None = None,
+    keep: bool = False,
 ) -> dict[Hashable, ScalerFuture]:
     """Queue the planned calls as one submission; returns a future per wanted task key.
+
+    `kept_inputs` are the keys whose values are kept futures (GraphPlan.futures): references to their tasks.
+    With `keep`, the wanted tasks are submitted with keep=True (Client.persist_graph).
 
     Every task has `priority`, but those whose key is in `key_priorities`, which have theirs.
 
@@ -42,7 +49,7 @@ def submit_graph(
     try:
         by_key = _submit(
             calls, wanted, call_sites, connection, serializer, profiling, tags, priority, key_priorities or {},
-            sharing if sharing else None, storing,
+            sharing if sharing else None, storing, kept_inputs or {}, keep,
         )
     except BaseException:
         # Refused before anything was submitted (an argument too large): the objects sent for it go too.
@@ -63,13 +70,38 @@ def submit_graph(
     return by_key
 
 
+def futures_of_requested_keys(
+    plan: GraphPlan, requested: list[Hashable], futures: dict[Hashable, ScalerFuture],
+    keep_literal: Callable[[Any], ScalerFuture] | None,
+) -> dict[Hashable, concurrent.futures.Future]:
+    """A future for each requested key: its task's, a kept future the graph holds there, or one of a literal
+    (done at once; with `keep_literal`, persist_graph's, the literal kept on the cluster too)."""
+    outcome: dict[Hashable, concurrent.futures.Future] = {}
+    for key in requested:
+        if key not in plan.literals:
+            outcome[key] = futures[plan.targets[key]]
+            continue
+        value = plan.literals[key]
+        if isinstance(value, ScalerFuture) and value.keeps_result:
+            outcome[key] = value  # its result() reads the kept result
+        elif keep_literal is not None:
+            outcome[key] = keep_literal(value)
+        else:
+            literal: concurrent.futures.Future = concurrent.futures.Future()
+            literal.set_result(value)
+            outcome[key] = literal
+    return outcome
+
+
 def _submit(
     calls: list[PlannedCall], wanted: set[Hashable], call_sites: CallSites, connection: ClientConnection,
     serializer: Serializer, profiling: bool, tags: Tags, priority: int, key_priorities: Mapping[Hashable, int],
     sharing: RepeatedArguments | None, storing: StoredArguments | None,
+    kept_inputs: Mapping[Hashable, ScalerFuture], keep: bool,
 ) -> dict[Hashable, ScalerFuture]:
     serialize = serializer.serialize
-    task_ids = {call.key: connection.next_task_id() for call in calls}
+    task_ids = {key: kept_task_of(future, connection) for key, future in kept_inputs.items()}
+    task_ids.update((call.key, connection.next_task_id()) for call in calls)
     depth = client_nesting_depth()
     groups: list[m.TaskGroup] = []
     current_signature: TaskSignature | None = None
@@ -88,7 +120,10 @@ def _submit(
         except SerializationError as error:
             raise SerializationError(f"the task at key {call.key!r}: {error}") from error.__cause__
         task_priority = key_priorities.get(call.key, priority) if key_priorities else priority
-        signature = call_sites.signature(function_id, len(call.arguments), (), depth, profiling, tags, task_priority)
+        kept = keep and call.key in wanted
+        signature = call_sites.signature(
+            function_id, len(call.arguments), (), depth, profiling, tags, task_priority, kept
+        )
         if signature is not current_signature:
             # The calls of a group share a function and a width: checking the first checks them all.
             if not isinstance(function, TemplateCall):
@@ -101,7 +136,7 @@ def _submit(
         group.task_ids.append(task_id)
         _add_arguments(group, call, task_ids, serialize, sharing, storing, function)
         if call.key in wanted:
-            future = ScalerFuture(task_id, connection, serializer)
+            future = ScalerFuture(task_id, connection, serializer, kept)
             futures[task_id] = future
             by_key[call.key] = future
         else:

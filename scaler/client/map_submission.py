@@ -6,12 +6,13 @@ against the function's signature once per chunk and serialized tuple by tuple on
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from scaler.client.arguments import Unserializable, function_name, serialization_error, serialize_arguments
 from scaler.client.call_check import CallShape
 from scaler.client.call_sites import CallSites
 from scaler.client.connection import ClientConnection
+from scaler.client.future import ScalerFuture
 from scaler.client.result_sinks import MapCollector
 from scaler.client.shared_arguments import RepeatedArguments
 from scaler.client.stored_arguments import StoredArguments
@@ -39,6 +40,7 @@ def submit_map(
     while start < len(argument_tuples):
         chunk_args: list[bytes] = []
         object_positions: list[int] = []
+        references: list[tuple[int, int]] = []
         width = -1
         end = start
         while end < len(argument_tuples) and end - start < MAP_CHUNK:
@@ -58,7 +60,9 @@ def submit_map(
             elif len(arguments) != width:
                 break  # a new group starts with the new number of arguments
             try:
-                serialize_arguments(arguments, serialize, sharing, chunk_args, object_positions, storing)
+                serialize_arguments(
+                    arguments, serialize, sharing, chunk_args, object_positions, storing, references, connection
+                )
             except Unserializable as failure:
                 raise serialization_error(
                     f"argument {failure.position} of argument tuple {end} of map({function_name(fn)})",
@@ -66,5 +70,18 @@ def submit_map(
                 ) from failure.__cause__
             end += 1
         signature = call_sites.signature(function_id, width, (), depth, profiling, tags, priority)
-        connection.submit_tasks(signature, task_ids[start:end], chunk_args, collector, object_positions)
+        connection.submit_tasks(signature, task_ids[start:end], chunk_args, collector, object_positions, references)
         start = end
+
+
+def submit_kept_map(submit_one: Callable[..., ScalerFuture], iterable: Iterable[Any]) -> list[ScalerFuture]:
+    """map(keep=True): a kept future per argument tuple (consecutive submits travel as one group anyway)."""
+    futures = []
+    for index, arguments in enumerate(iterable):
+        if not isinstance(arguments, (tuple, list)):
+            raise TypeError(
+                f"map() takes an iterable of argument tuples such as [(1,), (2,)]; item {index} is "
+                f"{with_article(type(arguments).__name__)}"
+            )
+        futures.append(submit_one(*arguments))
+    return futures

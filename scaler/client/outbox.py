@@ -35,6 +35,8 @@ class TaskBatch:
     inline_bytes: int
     # Where the outcomes go: registered by the connection core when it takes the batch (None: nowhere, tests).
     sink: ResultSink | None = None
+    # (index into `args`, task id): that argument is the result of a kept task, resolved on the cluster.
+    references: list[tuple[int, int]] | None = None
 
 
 OutboxItem = Union[TaskBatch, m.ObjectPayload, m.Message]
@@ -68,6 +70,11 @@ def messages_from(outbox: collections.deque[OutboxItem], inline_budget: int) -> 
             if item.object_positions:
                 base = len(current.args)
                 current.object_arg_indices.extend(base + position for position in item.object_positions)
+            if item.references:
+                base = len(current.args)
+                for position, task_id in item.references:
+                    current.ref_arg_indices.append(base + position)
+                    current.ref_task_ids.append(task_id)
             current.task_ids.extend(item.task_ids)
             current.args.extend(item.args)
             count += len(item.task_ids)

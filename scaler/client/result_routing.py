@@ -9,6 +9,7 @@ goes with its outcome.
 from __future__ import annotations
 
 import itertools
+import weakref
 from typing import Iterable
 
 from scaler.client.future import ScalerFuture, call_when_all_done, exception_from_failure
@@ -38,6 +39,9 @@ class PendingResults:
         # The quiet tasks of graphs whose futures are not all done, for their warnings.
         self._quiet_graphs: dict[int, _QuietTasks] = {}
         self._graph_counter = itertools.count()
+        # Done futures whose results stay in stores (keep=True), while they live: a result lost with its store
+        # is made again by the scheduler (PROTOCOL.md §18) and comes again, under a new object id.
+        self._kept_in_stores: weakref.WeakValueDictionary[int, ScalerFuture] = weakref.WeakValueDictionary()
 
     def __len__(self) -> int:
         return len(self._sinks)
@@ -105,6 +109,23 @@ class PendingResults:
                 sink.mark_canceled(failure.task_id)
             else:
                 sink.fail(failure.task_id, exception_from_failure(failure))
+
+    def deliver_kept(self, stored: list[m.StoredResult]) -> list[m.StoredResult]:
+        """Stored results of futures that keep them (submit(..., keep=True)) complete those futures with where the
+        result is, to be read when asked for; returns the other stored results."""
+        sinks = self._sinks
+        others = []
+        for item in stored:
+            sink = sinks.get(item.task_id)
+            if isinstance(sink, ScalerFuture) and sink.keeps_result:
+                del sinks[item.task_id]
+                sink.deliver_stored(item)
+                self._kept_in_stores[item.task_id] = sink
+            elif self._kept_in_stores and item.task_id in self._kept_in_stores:
+                self._kept_in_stores[item.task_id].replace_stored(item)  # made again after a loss
+            else:
+                others.append(item)
+        return others
 
     def refuse_cancels(self, task_ids: list[int]) -> None:
         """The scheduler could not cancel these tasks: they run to the end, and their cancel() says so."""

@@ -163,6 +163,8 @@ def _encode_submission(builder, message: TaskSubmission, frames: list[Buffer]) -
             slot.priority = group.priority
         if group.stream_output:
             slot.streamOutput = True
+        if group.keep_results:
+            slot.keepResults = True
     if message.quiet_task_ids:
         submission.quietTaskIds = message.quiet_task_ids
 
@@ -395,6 +397,7 @@ def _decode_group(group, frames: _FrameTable) -> TaskGroup:
         wait_for_tags_ms=get(_GROUP["waitForTagsMs"]),
         priority=get(_GROUP["priority"]),
         stream_output=get(_GROUP["streamOutput"]),
+        keep_results=get(_GROUP["keepResults"]),
     )
 
 

@@ -198,6 +198,8 @@ class TaskGroup:
     priority: int = 0
     # Send what the tasks print to their client (TaskOutput); workers that cannot may ignore it.
     stream_output: bool = False
+    # The results stay on the cluster, owned by the client, until it deletes them (PROTOCOL.md §7, "Kept results").
+    keep_results: bool = False
 
 
 @dataclasses.dataclass(slots=True)

@@ -187,6 +187,11 @@ struct TaskGroup {
   # Send what each task prints (standard output, standard error, log records) to its client as it runs, in
   # taskOutput messages (PROTOCOL.md §20). A worker may ignore it (the native worker does): nothing is sent.
   streamOutput @17 :Bool;
+  # Keep each result on the cluster, owned by the submitting client, until it sends deleteObjects for it
+  # (PROTOCOL.md §7, "Kept results"): the scheduler records it as an object (a stored result as it is; a
+  # small one under the id keptResultId(taskId)), so that later groups of the client may name the task in
+  # refTaskIds after it finished. A failure is kept too, for the same later dependents. Workers ignore it.
+  keepResults @18 :Bool;
 }
 
 struct TaskSubmission {

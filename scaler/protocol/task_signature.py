@@ -34,6 +34,8 @@ class TaskSignature:
     priority: int = 0
     # Send what the tasks print to their client (TaskGroup.streamOutput).
     stream_output: bool = False
+    # The results stay on the cluster until the client deletes them (TaskGroup.keepResults).
+    keep_results: bool = False
 
     @classmethod
     def of_group(cls, group: TaskGroup) -> TaskSignature:
@@ -48,6 +50,7 @@ class TaskSignature:
             wait_for_tags_ms=group.wait_for_tags_ms,
             priority=group.priority,
             stream_output=group.stream_output,
+            keep_results=group.keep_results,
         )
 
     def new_group(self, report_start: bool = False) -> TaskGroup:
@@ -66,4 +69,5 @@ class TaskSignature:
             wait_for_tags_ms=self.wait_for_tags_ms,
             priority=self.priority,
             stream_output=self.stream_output,
+            keep_results=self.keep_results,
         )

@@ -279,3 +279,18 @@ def test_a_task_handed_to_a_connection_whose_io_thread_is_over_is_settled_at_onc
     future = ScalerFuture(1, connection, DefaultSerializer())
     connection.submit_task(TaskSignature(function_id=b"f" * 16, args_per_task=0), 1, [], future, [])
     assert future.cancelled()
+
+
+def test_a_kept_result_in_a_store_is_neither_fetched_nor_let_go_and_a_remade_one_replaces_it() -> None:
+    link = SimulatedConnection()
+    link.receive(welcome())
+    # Its connection is only asked whether it is open when the future lets go of its result.
+    closed = type("ClosedConnection", (), {"is_open": False})()
+    kept = ScalerFuture(1, connection=closed, serializer=DefaultSerializer(), keep=True)  # type: ignore[arg-type]
+    link.queue(batch([1], kept))
+    first = m.StoredResult(1, b"a" * 16, 10, "tcp://store:1")
+    assert link.receive(m.TaskResults([], [], [], stored=[first])) == []
+    assert kept.done() and kept._kept is not None and kept._kept.stored == first
+    remade = m.StoredResult(1, b"b" * 16, 10, "tcp://store:2")  # the first store was lost (lineage)
+    assert link.receive(m.TaskResults([], [], [], stored=[remade])) == []
+    assert kept._kept.stored == remade

@@ -50,7 +50,7 @@ from scaler.protocol.sharing import share_problem
 from scaler.scheduler.core.core_config import CoreConfig
 from scaler.scheduler.core.peer_registry import WorkerPeer
 from scaler.scheduler.core.scheduler_core import SchedulerCore
-from scaler.utility.identifiers import OBJECT_ID_BYTES, random_object_id
+from scaler.utility.identifiers import OBJECT_ID_BYTES, kept_result_id, random_object_id
 
 # Pure CPU and deterministic (derandomized): about 22 s on a quiet machine, and past 120 s at a load of 20 on
 # two cores. The limit is there for a hang, which this would still catch.
@@ -116,6 +116,8 @@ class SchedulerCoreFuzz(RuleBasedStateMachine):
         self.read_upto: dict[bytes, int] = collections.defaultdict(int)
         # Drained worker registrations (good or bad): the core's peer, and how long its inbox was then.
         self.drained_at: dict[bytes, tuple[WorkerPeer, int]] = {}
+        # Kept tasks of each good client it has not released (submit_kept).
+        self.kept: dict[bytes, set[int]] = collections.defaultdict(set)
 
     @property
     def core(self) -> SchedulerCore:
@@ -240,6 +242,58 @@ class SchedulerCoreFuzz(RuleBasedStateMachine):
         self.cluster.send(client.identity, m.TaskSubmission(objects=[], groups=[group]))
         assert not client.outcomes.get(task_id), client.outcomes.get(task_id)
         self.expected[client.identity].add(task_id)
+
+    @rule(data=st.data(), count=st.integers(1, 3))
+    def submit_kept(self, data: st.DataObject, count: int) -> None:
+        """Tasks whose outcomes the scheduler keeps for the client (TaskGroup.keepResults)."""
+        client = data.draw(st.sampled_from(self.good_clients))
+        task_ids = client.next_task_ids(count)
+        group = m.TaskGroup(
+            function_id=FUNCTION_ID, args_per_task=1, keywords=(), task_ids=task_ids,
+            args=[b"kept"] * count, keep_results=True,
+        )
+        objects = [] if FUNCTION_ID in client.sent_objects else [
+            m.ObjectPayload(object_id=FUNCTION_ID, payload=FUNCTION_PAYLOAD, name="f")
+        ]
+        client.sent_objects.add(FUNCTION_ID)
+        self.cluster.send(client.identity, m.TaskSubmission(objects=objects, groups=[group]))
+        self.expected[client.identity].update(task_ids)
+        self.kept[client.identity].update(task_ids)
+
+    @precondition(lambda self: any(self.kept[client.identity] for client in self.good_clients))
+    @rule(data=st.data())
+    def submit_on_kept(self, data: st.DataObject) -> None:
+        """A task naming a kept task the client has not released, finished or not: never rejected."""
+        client = data.draw(st.sampled_from([c for c in self.good_clients if self.kept[c.identity]]))
+        dependency = data.draw(st.sampled_from(sorted(self.kept[client.identity])))
+        (task_id,) = client.next_task_ids(1)
+        group = m.TaskGroup(
+            function_id=FUNCTION_ID, args_per_task=2, keywords=(), task_ids=[task_id], args=[b"", b"constant"],
+            ref_arg_indices=[0], ref_task_ids=[dependency],
+        )
+        self.cluster.send(client.identity, m.TaskSubmission(objects=[], groups=[group]))
+        rejected = [f for f in client.failures(m.FailureKind.REJECTED) if f.task_id == task_id]
+        assert not rejected, f"a task on kept task {dependency:#x} was rejected: {rejected}"
+        self.expected[client.identity].add(task_id)
+
+    @precondition(lambda self: any(self.released_kept(client) for client in self.good_clients))
+    @rule(data=st.data())
+    def release_kept(self, data: st.DataObject) -> None:
+        """The client lets go of a finished kept task's outcome, as ScalerFuture.release() does."""
+        client = data.draw(st.sampled_from([c for c in self.good_clients if self.released_kept(c)]))
+        task_id = data.draw(st.sampled_from(self.released_kept(client)))
+        kind, outcome = client.outcomes[task_id][-1]
+        object_id = outcome.object_id if kind == "stored" else kept_result_id(task_id)
+        self.cluster.send(client.identity, m.DeleteObjects(object_ids=[object_id]))
+        self.kept[client.identity].discard(task_id)
+
+    def released_kept(self, client: SimClient) -> list[int]:
+        """The client's kept tasks that have their outcome and are not running again: those it may release."""
+        records = self.core.tasks.records
+        return sorted(
+            task_id for task_id in self.kept[client.identity]
+            if client.outcomes.get(task_id) and task_id not in records
+        )
 
     @precondition(lambda self: any(self.open_tasks(client) for client in self.good_clients))
     @rule(data=st.data(), force=st.booleans())

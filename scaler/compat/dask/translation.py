@@ -30,6 +30,7 @@ from dask._task_spec import Alias, DataNode, GraphNode, Task, TaskRef, convert_l
 from dask.utils import ensure_dict
 
 from scaler.client.graph import GraphCycleError, GraphError, GraphKeyError, is_task
+from scaler.compat.dask.kept_refs import kept_future_of
 
 # Tasks without dependencies are folded into their only dependent when the graph has at least this
 # many of them (a few expensive loads keep their parallelism), and at most this many per dependent.
@@ -175,7 +176,11 @@ def _collect(source: dict[Hashable, Any], requested: list[Hashable]) -> _Needed:
         dependencies = tuple(node.dependencies)
         for dependency in dependencies:
             if dependency not in source:
-                raise GraphError(f"{key!r} depends on {dependency!r}, which is not in the graph")
+                kept = kept_future_of(dependency)  # a persisted collection's chunk (kept_refs.py)
+                if kept is None:
+                    raise GraphError(f"{key!r} depends on {dependency!r}, which is not in the graph")
+                values[dependency] = kept
+                dependencies_of[dependency] = ()
         value = _translate_node(node, source)
         values[key] = value
         dependencies_of[key] = dependencies

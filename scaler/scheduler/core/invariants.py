@@ -237,4 +237,10 @@ def check_invariants(
         for owner in stored_object.owners:
             _require(owner in clients and object_id in clients[owner].object_ids,
                      "object %s is owned by %r, which does not list it", object_id.hex(), owner)
+    for task_id, object_id in objects.kept.objects.items():
+        # A task may be unfinished again while its kept result is lost (lineage.py runs it again).
+        _require(object_id in stored and stored[object_id].producer == task_id,
+                 "the kept result of task %#x is not the object it made", task_id)
+    for task_id, kept_failure in objects.kept.failures.items():
+        _require(kept_failure.client_identity in clients, "task %#x's failure is kept for a client that left", task_id)
     _require(not (config.protected and should_exit), "a protected scheduler was shut down")

@@ -4,6 +4,10 @@ A task submitted with references (TaskGroup.refArgIndices and refTaskIds) is par
 it references has succeeded. Each result is written into the argument that waits for it, and once none
 waits any more the task is ready to run. When a task fails, everything waiting on it fails with it
 (task_table.py); a task that ends before its dependents leaves no edge behind.
+
+A reference may also name a finished task of the client submitted with keepResults
+(object_lifetime/kept_results.py): task_intake.py turns it into an object argument naming the kept
+result, or fails the new task with the kept failure, so a client need not know whether such a task ended.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from scaler.protocol import messages as m
+from scaler.scheduler.core.object_lifetime.kept_results import KeptResults
 from scaler.scheduler.core.peer_registry import ClientPeer
 from scaler.scheduler.core.task_record import TaskRecord
 
@@ -34,10 +39,10 @@ class TaskGraph:
         self.dependents: dict[int, list[Edge]] = {}
 
     def check_references(
-        self, client: ClientPeer, group: m.TaskGroup, records: dict[int, TaskRecord]
+        self, client: ClientPeer, group: m.TaskGroup, records: dict[int, TaskRecord], kept: KeptResults
     ) -> str | None:
         """Why the group's references cannot be followed, or None. A task may depend only on an earlier row
-        of its group or on an unfinished task of its own client (PROTOCOL.md §6)."""
+        of its group, on an unfinished task of its own client, or on a finished kept one (PROTOCOL.md §6)."""
         if len(group.ref_arg_indices) != len(group.ref_task_ids):
             return "refArgIndices and refTaskIds differ in length"
         width = max(group.args_per_task, 1)
@@ -55,9 +60,18 @@ class TaskGraph:
                     return "a task may only depend on tasks sent before it"
                 continue
             dependency = records.get(dependency_id)
+            if dependency is None and kept and self.is_kept(client, dependency_id, kept):
+                continue
             if dependency is None or dependency.client is not client:
                 return f"depends on task {dependency_id:#x}, which is unknown, finished, or another client's"
         return None
+
+    @staticmethod
+    def is_kept(client: ClientPeer, task_id: int, kept: KeptResults) -> bool:
+        """Whether `task_id` is a finished kept task of the client whose outcome is still kept."""
+        return task_id in kept.objects and kept.objects[task_id] in client.object_ids or (
+            kept.failure_of(client.identity, task_id) is not None
+        )
 
     def park(self, record: TaskRecord, references: list[tuple[int, int]]) -> None:
         """Hold a task until every argument slot that waits on another task has its result."""

@@ -9,6 +9,7 @@ back of its priority level: nested tasks (nestingDepth > 0) have lanes of their 
 from __future__ import annotations
 
 import collections
+import dataclasses
 
 from scaler.protocol import messages as m
 from scaler.protocol.layout import slots_by_row
@@ -57,6 +58,8 @@ class TaskIntake:
         rejoin = self.rejoin if self.rejoin is not None and self.rejoin.active(now) else None
         # The ready tasks of each accepted group, queued at the end (ready_queue.py: into the client's lane).
         runs: list[tuple[Tags, TaskSignature, int, list[TaskRecord]]] = []
+        # New tasks that name a failed kept task: they fail with it once every group is in (task_graph.py).
+        doomed: list[tuple[TaskRecord, m.TaskFailure]] = []
         accepted = 0
         for group in submission.groups:
             problem = self._check_group(client, group, rejoin)
@@ -66,9 +69,12 @@ class TaskIntake:
             if problem is not None:
                 self._counters["tasks_rejected"] += len(group.task_ids)
                 for task_id in group.task_ids:
-                    router.failure(client, m.TaskFailure(
+                    failure = m.TaskFailure(
                         task_id=task_id, kind=m.FailureKind.REJECTED, type_name="TaskRejectedError", message=problem
-                    ))
+                    )
+                    router.failure(client, failure)
+                    if group.keep_results:
+                        self._objects.kept.keep_failure(client.identity, failure)
                 continue
             signature = TaskSignature.of_group(group)
             tags = signature.required_tags
@@ -96,6 +102,13 @@ class TaskIntake:
                 records[task_id] = record
                 client.task_ids.add(task_id)
                 row_refs = refs_by_row.get(index)
+                if row_refs and self._objects.kept:
+                    row_refs, kept_failure = self._resolve_kept(client, record, row_refs)
+                    if kept_failure is not None:  # parked, on one input more, until it fails below
+                        self._graph.park(record, row_refs)
+                        record.waiting_on += 1
+                        doomed.append((record, kept_failure))
+                        continue
                 if row_refs:
                     self._graph.park(record, row_refs)
                 elif lineage is not None and lineage.hold_back(record, router):
@@ -107,6 +120,25 @@ class TaskIntake:
             self._counters["tasks_submitted"] += len(group.task_ids)
         for tags, signature, priority, ready in runs:
             tasks.queue_run(tags, client, signature.nesting_depth, priority, ready)
+        for record, failure in doomed:
+            if records.get(record.task_id) is record:  # else it failed already, with another doomed input
+                tasks.fail(record, dataclasses.replace(failure, task_id=record.task_id), router)
+
+    def _resolve_kept(
+        self, client: ClientPeer, record: TaskRecord, row_refs: list[tuple[int, int]]
+    ) -> tuple[list[tuple[int, int]], m.TaskFailure | None]:
+        """The references of a new task to finished kept tasks of its client (PROTOCOL.md §6): a kept result
+        becomes an object argument. Returns the references to unfinished tasks, and a kept failure among the
+        inputs, which the task shares."""
+        records = self._tasks.records
+        live = []
+        failure = None
+        for slot, dependency_id in row_refs:
+            if dependency_id in records:
+                live.append((slot, dependency_id))
+            elif not self._objects.resolve_kept(client, record, slot, dependency_id) and failure is None:
+                failure = self._objects.kept.failure_of(client.identity, dependency_id)
+        return live, failure
 
     def _check_group(self, client: ClientPeer, group: m.TaskGroup, rejoin: Rejoin | None) -> str | None:
         """Why the group is rejected, or None."""
@@ -134,5 +166,5 @@ class TaskIntake:
             if flat_index >= len(group.args) or bytes(group.args[flat_index]) not in objects:
                 return "an object argument names an unknown object (was it cleared, or sent by a client that left?)"
         if group.ref_task_ids or group.ref_arg_indices:
-            return self._graph.check_references(client, group, records)
+            return self._graph.check_references(client, group, records, self._objects.kept)
         return None

@@ -170,6 +170,8 @@ class TaskTable:
             lineage.rerun_ended(record, payload=payload)
         if not record.quiet:
             router.success(record.client, record.task_id, payload)
+            if record.signature.keep_results:
+                self._objects.keep_inline(record.client, record.task_id, payload)
         self._counters["tasks_succeeded"] += 1
         if edges:
             self.queue_at_back(self._graph.feed(edges, payload, self.records))
@@ -193,6 +195,8 @@ class TaskTable:
                 lineage.rerun_ended(record, object_id=result.object_id)
         if not record.quiet:
             router.stored(record.client, result)
+            if record.signature.keep_results:
+                self._objects.kept.objects[record.task_id] = result.object_id
         self._counters["tasks_succeeded"] += 1
         if ready:
             self.queue_at_back(ready)
@@ -208,6 +212,8 @@ class TaskTable:
                 lineage.rerun_ended(current, failure=current_failure)
             if not current.quiet:
                 router.failure(current.client, current_failure)
+                if current.signature.keep_results:
+                    self._objects.kept.keep_failure(current.client.identity, current_failure)
             self._counters[f"tasks_{current_failure.kind.name.lower()}"] += 1
             for dependent, _ in edges:
                 if self.records.get(dependent.task_id) is dependent:

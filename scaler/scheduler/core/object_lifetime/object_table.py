@@ -13,6 +13,10 @@ into its store (then `producer` names the task). A result lives while its client
 (`uses`); when it is freed, its holders are told to delete it as well as the workers that were sent it.
 Stores tell which objects they hold (objectsHeld: a copy fetched from another store, or everything after
 they registered) and which they lost (objectsLost), so that holders here are the stores that have the bytes.
+
+Kept results (kept_results.py) are objects owned by their client like the others; a small one is kept here
+with its payload under an id derived from its task id. A later task of that client that names a finished
+kept task receives its object as a use, so the object outlives a delete sent while that task is unfinished.
 """
 
 from __future__ import annotations
@@ -23,11 +27,12 @@ from typing import Callable
 
 from scaler.protocol import messages as m
 from scaler.protocol.task_signature import TaskSignature
+from scaler.scheduler.core.object_lifetime.kept_results import KeptResults
 from scaler.scheduler.core.outgoing import Outgoing
 from scaler.scheduler.core.peer_registry import ClientPeer, WorkerPeer
 from scaler.scheduler.core.store_registry import StoreRegistry
 from scaler.scheduler.core.task_record import TaskRecord
-from scaler.utility.identifiers import OBJECT_ID_BYTES
+from scaler.utility.identifiers import OBJECT_ID_BYTES, kept_result_id, task_of_kept_result_id
 
 # How many freed stored objects are remembered: a store that reports holding one (a copy whose fetch crossed
 # the deletion) is told to delete it. Beyond that, an id is forgotten and the copy stays until the store stops.
@@ -76,6 +81,8 @@ class ObjectTable:
         self._to_publish: dict[bytes, list[bytes]] = {}
         # Stored objects freed lately, oldest first (a dict as an ordered set, at most RECENTLY_FREED).
         self._recently_freed: dict[bytes, None] = {}
+        # The outcomes of finished tasks submitted with keepResults (kept_results.py).
+        self.kept = KeptResults()
 
     def __contains__(self, object_id: bytes) -> bool:
         return object_id in self.stored
@@ -239,6 +246,25 @@ class ObjectTable:
         if not uses and not for_client:
             self._unused.append(result.object_id)  # a quiet result nothing waits for any more
 
+    def keep_inline(self, client: ClientPeer, task_id: int, payload: m.Buffer) -> None:
+        """A kept task succeeded with a small result: kept here, owned by its client, under its derived id."""
+        object_id = kept_result_id(task_id)
+        self.stored[object_id] = ObjectRecord(
+            payload=payload, name="kept result", owners={client.identity}, producer=task_id
+        )
+        client.object_ids.add(object_id)
+        self.kept.objects[task_id] = object_id
+
+    def resolve_kept(self, client: ClientPeer, record: TaskRecord, slot: int, task_id: int) -> bool:
+        """The new task names the finished kept task `task_id` of its client in `slot`: the slot becomes an object
+        argument naming its result, used by the task until it ends. False if no such result is kept."""
+        object_id = self.kept.objects.get(task_id)
+        if object_id is None or client.identity not in self.stored[object_id].owners:
+            return False
+        record.args[slot] = object_id
+        self.add_use(record, slot, object_id)
+        return True
+
     def end_uses(self, object_ids: list[bytes]) -> None:
         """A task that received these stored results as arguments has ended."""
         for object_id in object_ids:
@@ -268,6 +294,8 @@ class ObjectTable:
                 continue
             del stored[object_id]
             freed.add(object_id)
+            if record.producer and self.kept.objects.get(record.producer) == object_id:
+                del self.kept.objects[record.producer]
             if record.holders:
                 self.in_stores -= 1
                 for holder in record.holders:
@@ -379,6 +407,11 @@ class ObjectTable:
         ended). Ids it does not own are ignored, and so are objects an unfinished task of its own names (as
         function, serializer or argument): those stay until clear() or disconnect, since dispatch must
         still find them."""
+        if self.kept.failures:
+            for object_id in object_ids:
+                kept_task_id = task_of_kept_result_id(bytes(object_id))
+                if kept_task_id is not None:
+                    self.kept.drop_failure(client.identity, kept_task_id)
         doomed = {bytes(object_id) for object_id in object_ids} & client.object_ids
         if doomed and client.task_ids:
             for task_id in client.task_ids:
@@ -386,13 +419,18 @@ class ObjectTable:
                 doomed.discard(record.signature.function_id)
                 doomed.discard(record.signature.serializer_id)
                 if record.object_slots:
-                    doomed.difference_update(bytes(record.args[slot]) for slot in record.object_slots)
+                    # A result the task uses (result_objects) stays by its use count, not by its owner.
+                    used = record.result_objects or ()
+                    doomed.difference_update(
+                        bytes(record.args[slot]) for slot in record.object_slots if record.args[slot] not in used
+                    )
         if doomed:
             client.object_ids -= doomed
             self._free(client, doomed, workers, out)
 
     def release_all(self, client: ClientPeer, workers: Iterable[WorkerPeer], out: list[Outgoing]) -> None:
         """The client cleared or left: it owns nothing any more."""
+        self.kept.drop_client(client.identity)
         self._free(client, client.object_ids, workers, out)
         client.object_ids.clear()
 
