@@ -71,6 +71,8 @@ class Hello:
     share: float = DEFAULT_SHARE
     # Workers only: how many tasks it runs at once (0 or absent counts as 1).
     concurrency: int = 1
+    # Clients only: the id prefix a client resuming after a scheduler restart asks to keep (0: a new client).
+    id_prefix: int = 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -74,6 +74,10 @@ struct Hello {
   # Workers only: how many tasks it runs at once (its processors, native threads, Symphony's base
   # concurrency). The scheduler keeps that many running plus a short measured queue on it (PROTOCOL.md §4).
   concurrency @14 :UInt32 = 1;
+  # Clients only: 0 for a new client. A client that lost its scheduler and says hello again to the one now
+  # at the address (a restart) names the id prefix it was given, to keep its task ids: the scheduler
+  # accepts it unless that prefix is in use, or was ever given out, in this scheduler process (PROTOCOL.md §4).
+  idPrefix @15 :UInt32;
 }
 
 struct Welcome {

@@ -19,6 +19,7 @@ from scaler.scheduler.core.prefetch import WorkerPace
 logger = logging.getLogger(__name__)
 
 _MAX_WIRE_MILLISECONDS = 2**32 - 1
+_MAX_ID_PREFIX = 2**32 - 1
 
 
 @dataclasses.dataclass(eq=False, slots=True)
@@ -96,8 +97,10 @@ class PeerRegistry:
         self._config = config
         self.clients: dict[bytes, ClientPeer] = {}
         self.workers: dict[bytes, WorkerPeer] = {}
-        # Task id prefixes are never reused within one scheduler process, so a task id names one client.
-        self.next_id_prefix = 1
+        # Task id prefixes are never reused within one scheduler process, so a task id names one client: every
+        # prefix given out or taken back by a resuming client stays here.
+        self._used_id_prefixes: set[int] = set()
+        self.next_id_prefix = config.first_id_prefix or 1
 
     def welcome(self, role: m.Role) -> m.Welcome:
         """The welcome of a peer of this role, before anything particular to it is filled in."""
@@ -127,14 +130,24 @@ class PeerRegistry:
             problem = share_problem(hello.share)
             if problem is not None:
                 return m.Refused(reason=problem), None
-            prefix = self.next_id_prefix
-            self.next_id_prefix += 1
+            if hello.id_prefix:
+                if hello.id_prefix in self._used_id_prefixes:
+                    return m.Refused(reason=(
+                        f"id prefix {hello.id_prefix:#x} is taken: this scheduler gave it to a client already, "
+                        "so it cannot resume a client under it"
+                    )), None
+                prefix = hello.id_prefix
+                how = f"resumed with id prefix {prefix:#x}"
+            else:
+                prefix = self._fresh_id_prefix()
+                how = "connected"
+            self._used_id_prefixes.add(prefix)
             self.clients[sender] = ClientPeer(
                 identity=sender, name=hello.name, id_prefix=prefix, last_seen=now, host_key=hello.host_key,
                 share=hello.share,
             )
             welcome.id_prefix = prefix
-            logger.info(f"PeerRegistry: client {hello.name} connected")
+            logger.info(f"PeerRegistry: client {hello.name} {how}")
             return welcome, None
         capacity = hello.capacity
         if config.per_worker_queue_size > 0:
@@ -150,6 +163,15 @@ class PeerRegistry:
         tags = f", tags {','.join(sorted(worker.tags))}" if worker.tags else ""
         logger.info(f"PeerRegistry: worker {hello.name} connected, capacity {capacity}{tags}")
         return welcome, worker
+
+    def _fresh_id_prefix(self) -> int:
+        """The next prefix no client of this process has had: 32 bits, never 0."""
+        used = self._used_id_prefixes
+        prefix = self.next_id_prefix
+        while prefix in used or not 0 < prefix <= _MAX_ID_PREFIX:
+            prefix = prefix + 1 if prefix < _MAX_ID_PREFIX else 1
+        self.next_id_prefix = prefix + 1
+        return prefix
 
     def drain(self, names: list[str]) -> tuple[list[WorkerPeer], list[str], list[str]]:
         """Mark the workers of these hello names draining: returns those that were not yet, the names now
