@@ -216,6 +216,15 @@ class ClientConnectionCore:
         error = refusal_error(kind, reason, self._address, self._was_welcomed)
         return self._end(EndKind.LOST if self._was_welcomed else EndKind.REFUSED, error)
 
+    def on_connected(self, now: float) -> Sequence[Action]:
+        """The socket (re)connected to whatever listens at the address. After a welcome that is a scheduler
+        that restarted, maybe: a heartbeat now asks it, rather than at the next interval, so that a new one's
+        refusal, and the resume, come at once."""
+        if self.is_over or not self._was_welcomed:
+            return _NOTHING
+        self._last_heartbeat = now
+        return [SendHeartbeat()]
+
     def on_fetched(self, fetched: FetchedResults, now: float) -> Sequence[Action]:
         """Stored results the fetch thread got: to their sinks, as every other result."""
         if fetched.results.succeeded_ids:

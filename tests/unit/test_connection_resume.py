@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from connection_harness import SIGNATURE, RecordingSink, SimulatedConnection, batch, succeeded, welcome
 
-from scaler.client.connection_actions import EndKind, GraphRequest, Reply, SchedulerRequest, Welcomed
+from scaler.client.connection_actions import EndKind, GraphRequest, Reply, SchedulerRequest, SendHeartbeat, Welcomed
 from scaler.client.outbox import TaskBatch
 from scaler.errors import ConnectionFailedError, SchedulerLostError
 from scaler.protocol import messages as m
@@ -201,3 +201,12 @@ def test_without_a_welcome_the_lost_hello_is_still_bounded_by_the_timeout() -> N
     link.tick(3.1)
     (ended,) = link.ended()
     assert ended.kind is EndKind.UNREACHABLE and isinstance(ended.error, ConnectionFailedError)
+
+
+def test_a_connection_made_after_the_welcome_asks_at_once_who_listens_there_now() -> None:
+    link = SimulatedConnection(heartbeat_interval_seconds=10.0)
+    assert link.act(link.core.on_connected(link.now)) == []  # the first connection: the hello is on its way
+    link.receive(welcome())
+    link.tick(1.0)
+    (probe,) = link.act(link.core.on_connected(link.now))
+    assert isinstance(probe, SendHeartbeat)
