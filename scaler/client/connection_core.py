@@ -131,14 +131,16 @@ class ClientConnectionCore:
         pending = self.pending
         outbox = self._outbox
         records = self._records
+        batches = records.batches
         while queued:
             item = queued.popleft()
             if isinstance(item, TaskBatch):
                 if item.sink is not None:
                     if len(item.task_ids) == 1:
-                        pending.expect(item.task_ids[0], item.sink, item)
+                        pending.expect(item.task_ids[0], item.sink)
                     else:
-                        pending.expect_all(item.task_ids, item.sink, item)
+                        pending.expect_all(item.task_ids, item.sink)
+                    batches.append(item)  # kept to send again after a restart (resubmission.py)
                 outbox.append(item)
             elif isinstance(item, m.ObjectPayload):
                 records.note_object(item)
@@ -162,6 +164,7 @@ class ClientConnectionCore:
                 if isinstance(item, m.DeleteObjects):
                     records.forget_objects(item.object_ids)
                 outbox.append(item)
+        records.after_batches(pending)
         if self.welcomed:
             self._flush(out)
         return out

@@ -3,17 +3,15 @@
 Part of the client connection's core (connection_core.py), so only the thread that owns the core (the
 client's I/O thread) touches it: the core registers the sink a caller queued with its task when it takes
 the task, and hands results, failures, cancels, warnings and profiles to it as they arrive. A task's entry
-goes with its outcome, and so does the batch that carried it, kept to send it again to a restarted
-scheduler (resubmission.py).
+goes with its outcome.
 """
 
 from __future__ import annotations
 
 import itertools
-from typing import Iterable
+from typing import Iterable, KeysView
 
 from scaler.client.future import ScalerFuture, call_when_all_done, exception_from_failure
-from scaler.client.outbox import TaskBatch
 from scaler.client.result_sinks import ResultSink
 from scaler.protocol import messages as m
 
@@ -37,9 +35,6 @@ class PendingResults:
 
     def __init__(self) -> None:
         self._sinks: dict[int, ResultSink] = {}
-        # The batch each task left in, while its outcome is pending (graph tasks have none): what is sent again
-        # after a scheduler restart. A reference, not a copy; a batch goes with the last of its tasks.
-        self._batches: dict[int, TaskBatch] = {}
         # The quiet tasks of graphs whose futures are not all done, for their warnings.
         self._quiet_graphs: dict[int, _QuietTasks] = {}
         self._graph_counter = itertools.count()
@@ -49,16 +44,11 @@ class PendingResults:
 
     # ------------------------------------------------------------------------------------------ requests taken
 
-    def expect(self, task_id: int, sink: ResultSink, batch: TaskBatch | None = None) -> None:
-        """`batch`: what carried the task, to send it again after a scheduler restart (None: not sent again)."""
+    def expect(self, task_id: int, sink: ResultSink) -> None:
         self._sinks[task_id] = sink
-        if batch is not None:
-            self._batches[task_id] = batch
 
-    def expect_all(self, task_ids: Iterable[int], sink: ResultSink, batch: TaskBatch | None = None) -> None:
+    def expect_all(self, task_ids: Iterable[int], sink: ResultSink) -> None:
         self._sinks.update(dict.fromkeys(task_ids, sink))
-        if batch is not None:
-            self._batches.update(dict.fromkeys(task_ids, batch))
 
     def expect_graph(self, futures: dict[int, ScalerFuture], quiet_task_ids: list[int]) -> None:
         """The wanted tasks of a graph, each with its future; the quiet ones only for their warnings.
@@ -81,24 +71,25 @@ class PendingResults:
     def expects(self, task_id: int) -> bool:
         return task_id in self._sinks
 
+    @property
+    def task_ids(self) -> KeysView[int]:
+        """The ids of the tasks waiting (a live view: for looking many up at once)."""
+        return self._sinks.keys()
+
     def fail_one(self, task_id: int, error: BaseException) -> None:
-        self._batches.pop(task_id, None)
         sink = self._sinks.pop(task_id, None)
         if sink is not None:
             sink.fail(task_id, error)
 
     def forget(self, task_ids: Iterable[int]) -> None:
         sinks = self._sinks
-        batches = self._batches
         for task_id in task_ids:
             sinks.pop(task_id, None)
-            batches.pop(task_id, None)
 
     # ------------------------------------------------------------------------------------------ messages
 
     def route(self, results: m.TaskResults) -> None:
         sinks = self._sinks
-        batches = self._batches
         if results.warnings:  # before the outcomes: whoever an outcome wakes finds its warnings there
             self._hold_warnings(results.warnings)
         for profile in results.profiles:
@@ -108,7 +99,6 @@ class PendingResults:
         for task_id, payload in zip(results.succeeded_ids, results.payloads):
             sink = sinks.pop(task_id, None)
             if sink is not None:
-                batches.pop(task_id, None)
                 sink.deliver(task_id, payload)
         for failure in results.failures:
             if failure.kind == m.FailureKind.NOT_FOUND:
@@ -116,7 +106,6 @@ class PendingResults:
             sink = sinks.pop(failure.task_id, None)
             if sink is None:
                 continue
-            batches.pop(failure.task_id, None)
             if failure.kind == m.FailureKind.CANCELED:
                 sink.mark_canceled(failure.task_id)
             else:
@@ -143,42 +132,13 @@ class PendingResults:
 
     # ------------------------------------------------------------------------------------------ the end
 
-    def unfinished_batches(self) -> list[TaskBatch]:
-        """The tasks still waiting, as batches in the order they were sent, each cut to its waiting rows."""
-        batches: dict[int, TaskBatch] = {}
-        for batch in self._batches.values():
-            batches.setdefault(id(batch), batch)
-        return [_waiting_rows(batch, self._sinks) for batch in batches.values()]
-
     def fail_all(self, error: BaseException) -> None:
         """No outcome will come: every waiting caller gets `error` instead of waiting forever."""
-        self._batches = {}
         sinks, self._sinks = self._sinks, {}
         for task_id, sink in sinks.items():
             sink.fail(task_id, error)
 
     def cancel_all(self) -> None:
-        self._batches = {}
         sinks, self._sinks = self._sinks, {}
         for task_id, sink in sinks.items():
             sink.mark_canceled(task_id)
-
-
-def _waiting_rows(batch: TaskBatch, waiting: dict[int, ResultSink]) -> TaskBatch:
-    """`batch` itself if all its tasks still wait, else a batch of those that do, with their arguments."""
-    rows = [row for row, task_id in enumerate(batch.task_ids) if task_id in waiting]
-    if len(rows) == len(batch.task_ids):
-        return batch
-    width = batch.signature.args_per_task
-    objects = set(batch.object_positions)
-    args: list[bytes] = []
-    object_positions: list[int] = []
-    for row in rows:
-        for column in range(row * width, (row + 1) * width):
-            if column in objects:
-                object_positions.append(len(args))
-            args.append(batch.args[column])
-    return TaskBatch(
-        batch.signature, [batch.task_ids[row] for row in rows], args, object_positions, m.inline_bytes(args),
-        batch.sink,
-    )

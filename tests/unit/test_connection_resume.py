@@ -87,7 +87,7 @@ def test_a_result_arriving_twice_across_a_restart_completes_its_task_once() -> N
     link.receive(succeeded(1, 2))
     link.receive(succeeded(2))
     assert sink.outcomes == {1: [("result", b"r1")], 2: [("result", b"r2")]}
-    assert link.core.pending.unfinished_batches() == []  # the records went with the outcomes
+    assert link.core._records.unfinished(link.core.pending) == []  # the records went with the outcomes
 
 
 def test_a_partly_finished_batch_is_sent_again_with_the_rows_still_waiting_and_their_object_positions() -> None:
