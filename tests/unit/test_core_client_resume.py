@@ -78,3 +78,12 @@ def test_schedulers_started_seconds_apart_give_new_clients_different_prefixes() 
     first, second = first_id_prefix_at(1_700_000_000.2), first_id_prefix_at(1_700_000_002.9)
     assert first != second and abs(first - second) >= 1 << 16
     assert all(0 < first_id_prefix_at(t) < 2**32 - (1 << 16) + 1 for t in (0, 65_534, 65_535, 1e12))
+
+
+def test_a_reserved_prefix_goes_to_no_new_client_but_its_own_client_takes_it_back() -> None:
+    """Prefixes of task ids workers re-announced after a restart (the scheduler's orphan results) are reserved."""
+    cluster = SimulatedCluster(CoreConfig(first_id_prefix=OLD_PREFIX))
+    cluster.core.peers.reserve_id_prefix(OLD_PREFIX)
+    assert cluster.add_client().prefix == OLD_PREFIX + 1
+    resumed = resume(cluster, b"resumed", OLD_PREFIX)
+    assert resumed.prefix == OLD_PREFIX

@@ -100,6 +100,9 @@ class PeerRegistry:
         # Task id prefixes are never reused within one scheduler process, so a task id names one client: every
         # prefix given out or taken back by a resuming client stays here.
         self._used_id_prefixes: set[int] = set()
+        # Prefixes of a previous run's clients, known from task ids workers re-announced after a restart: a new
+        # client never gets one (its task ids would meet those results), the client that had it may take it back.
+        self._reserved_id_prefixes: set[int] = set()
         self.next_id_prefix = config.first_id_prefix or 1
 
     def welcome(self, role: m.Role) -> m.Welcome:
@@ -164,11 +167,18 @@ class PeerRegistry:
         logger.info(f"PeerRegistry: worker {hello.name} connected, capacity {capacity}{tags}")
         return welcome, worker
 
+    def reserve_id_prefix(self, prefix: int) -> None:
+        """Keep `prefix` from new clients: a client of the previous scheduler had it (a re-announced task id
+        carries it) and may resume under it."""
+        if prefix:
+            self._reserved_id_prefixes.add(prefix)
+
     def _fresh_id_prefix(self) -> int:
-        """The next prefix no client of this process has had: 32 bits, never 0."""
+        """The next prefix no client of this process has had, nor reserved: 32 bits, never 0."""
         used = self._used_id_prefixes
+        reserved = self._reserved_id_prefixes
         prefix = self.next_id_prefix
-        while prefix in used or not 0 < prefix <= _MAX_ID_PREFIX:
+        while prefix in used or prefix in reserved or not 0 < prefix <= _MAX_ID_PREFIX:
             prefix = prefix + 1 if prefix < _MAX_ID_PREFIX else 1
         self.next_id_prefix = prefix + 1
         return prefix
