@@ -101,8 +101,13 @@ class ClientConnectionCore:
         self._id_prefix = 0
         self._next_hello_at = 0.0
         self._hello_wait = _FIRST_HELLO_AGAIN_SECONDS
-        # What to send again if the scheduler restarts (the tasks' batches live in `pending`, with their sinks).
+        # What to send again if the scheduler restarts.
         self._records = SentRecords()
+        # How many times a new scheduler took this client back, and, per task whose stored result is being
+        # fetched, that count when the fetch began: a fetch that fails across a restart (relayed through the
+        # scheduler that died) does not fail its task, which was sent again and will have a result anyway.
+        self._resumes = 0
+        self._fetching_since: dict[int, int] = {}
         self.limits = PayloadLimits()
         # Why the link is over (None while it is not); `closed` once the client closed it itself.
         self.ended: BaseException | None = None
@@ -230,9 +235,15 @@ class ClientConnectionCore:
 
     def on_fetched(self, fetched: FetchedResults, now: float) -> Sequence[Action]:
         """Stored results the fetch thread got: to their sinks, as every other result."""
+        fetching_since = self._fetching_since
         if fetched.results.succeeded_ids:
+            for task_id in fetched.results.succeeded_ids:
+                fetching_since.pop(task_id, None)
             self.pending.route(fetched.results)
         for task_id, error in fetched.failures:
+            began = fetching_since.pop(task_id, self._resumes)
+            if self._resuming or began != self._resumes:
+                continue  # sent again to the new scheduler (or about to be): its result will come from there
             self.pending.fail_one(task_id, error)
         return _NOTHING
 
@@ -341,6 +352,7 @@ class ClientConnectionCore:
 
     def _send_again(self) -> None:
         """Welcomed back under our prefix: what is unfinished goes first, then what callers queued meanwhile."""
+        self._resumes += 1
         queued_meanwhile = without_resent(self._outbox, self._records)
         again: list = self._records.unfinished(self.pending)
         again.extend(message for message in self._requests.send_again()
@@ -358,6 +370,7 @@ class ClientConnectionCore:
         unwanted = [stored.object_id for stored in message.stored if not self.pending.expects(stored.task_id)]
         self.pending.route(message)
         if wanted:
+            self._fetching_since.update(dict.fromkeys((stored.task_id for stored in wanted), self._resumes))
             out.append(Fetch(wanted))
         if unwanted:
             out.append(Send(m.DeleteObjects(object_ids=unwanted)))

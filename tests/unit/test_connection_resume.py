@@ -10,7 +10,8 @@ from connection_harness import SIGNATURE, RecordingSink, SimulatedConnection, ba
 
 from scaler.client.connection_actions import EndKind, GraphRequest, Reply, SchedulerRequest, SendHeartbeat, Welcomed
 from scaler.client.outbox import TaskBatch
-from scaler.errors import ConnectionFailedError, SchedulerLostError
+from scaler.client.stored_results import FetchedResults
+from scaler.errors import ConnectionFailedError, ObjectLostError, SchedulerLostError
 from scaler.protocol import messages as m
 
 UNKNOWN = m.Refused(reason="unknown peer: send hello first (or you were timed out)")
@@ -210,3 +211,33 @@ def test_a_connection_made_after_the_welcome_asks_at_once_who_listens_there_now(
     link.tick(1.0)
     (probe,) = link.act(link.core.on_connected(link.now))
     assert isinstance(probe, SendHeartbeat)
+
+
+def test_a_stored_result_whose_fetch_fails_across_a_restart_waits_for_the_task_sent_again() -> None:
+    """A fetch relayed through the scheduler that died fails; the task was sent again, so its result comes."""
+    link = SimulatedConnection()
+    link.receive(welcome())
+    sink = RecordingSink()
+    link.queue(batch([1, 2], sink))
+    held = [m.StoredResult(task_id, bytes([task_id]) * 16, 10, "tcp://store:1") for task_id in (1, 2)]
+    link.receive(m.TaskResults([], [], [], stored=held))
+    restarted(link)
+    lost = FetchedResults(m.TaskResults([], [], []), [(1, ObjectLostError("relay gone"))])
+    link.act(link.core.on_fetched(lost, link.now))  # during the outage
+    link.receive(welcome())
+    assert link.sent_task_ids()[-2:] == [1, 2]
+    link.act(link.core.on_fetched(FetchedResults(m.TaskResults([], [], []), [(2, ObjectLostError("gone"))]), 0))
+    assert sink.outcomes == {}
+    link.receive(succeeded(1, 2))
+    assert sink.outcomes == {1: [("result", b"r1")], 2: [("result", b"r2")]}
+
+
+def test_a_fetch_that_fails_without_a_restart_still_fails_its_task() -> None:
+    link = SimulatedConnection()
+    link.receive(welcome())
+    sink = RecordingSink()
+    link.queue(batch([1], sink))
+    link.receive(m.TaskResults([], [], [], stored=[m.StoredResult(1, b"o" * 16, 10, "tcp://store:1")]))
+    error = ObjectLostError("gone")
+    link.act(link.core.on_fetched(FetchedResults(m.TaskResults([], [], []), [(1, error)]), link.now))
+    assert sink.outcomes == {1: [("failed", error)]}
