@@ -343,13 +343,17 @@ class ClientConnection:
 
     def _on_handshake(self, now: float) -> None:
         """I/O thread: the socket's monitor has events. A refused key is said at once, and ends the connection
-        before the welcome (retrying cannot help); after it, ZeroMQ's reconnects go on and the log says why."""
+        before the welcome (retrying cannot help); after it, ZeroMQ's reconnects go on and the log says why.
+        A connection made tells the core, which may want to know at once who answers there now."""
         assert self._handshakes is not None
+        connections = self._handshakes.diagnosis.handshakes_succeeded
         for problem in self._handshakes.poll(now):
             if self._handshakes.diagnosis.keys_refused and not self._core.welcomed:
                 self.on_authentication_failed(problem)
             else:
                 logger.error(f"Client: {problem}")
+        if self._handshakes.diagnosis.handshakes_succeeded > connections:
+            self._act(self._core.on_connected(now))
 
     # ------------------------------------------------------------------------------------------ hand-off
 

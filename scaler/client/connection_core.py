@@ -11,8 +11,14 @@ What it decides:
 - the handshake: `hello` first, then nothing but heartbeats until `welcome`; what callers queued meanwhile
   is held and leaves in order after it (PROTOCOL.md §4);
 - what a refusal means (connection_refusal.py), and when the scheduler counts as lost: silent for
-  `timeout_seconds`, a `disconnect`, or a refusal after the welcome; no welcome within the timeout means
-  unreachable;
+  `timeout_seconds`, a `disconnect`, or a refusal after the welcome other than "unknown peer"; no welcome
+  within the timeout means unreachable;
+- resuming after a restart: "unknown peer" after the welcome means the scheduler now at the address does
+  not know this client (a restart). The outcomes stay pending; the client says hello again naming its id
+  prefix (again, with a bounded backoff, while the new scheduler keeps refusing what it sends), and once
+  welcomed under that prefix it sends again what is unfinished (resubmission.py: objects, then tasks, then
+  graphs), then what callers queued meanwhile. It waits for that as it waits for any answer: lost once no
+  scheduler that knows it has been heard for `timeout_seconds`;
 - when heartbeats go out (the client's interval, shortened by the welcome; §5);
 - what each message from the scheduler does to the pending outcomes (result_routing.py), and which
   stored results go to the fetch thread;
@@ -25,14 +31,14 @@ What it decides:
 The outcomes go to the sinks callers registered (futures, map collectors): calling them is this core's
 output for outcomes, as actions are for I/O. Tests pass recording sinks.
 
-A lost scheduler ends the link here (`_end`). Issue 26 (reconnect and re-submit under the same ids) is a
-different decision at that one place: keep the pending outcomes, hello again when the shell reports the
-scheduler answering, and re-queue what is unfinished; every event it needs is already an event here.
+A result can arrive twice across a restart (from the old scheduler and, for the task sent again, from the new
+one): the first takes the task's sink, so the second finds none and is dropped.
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 from typing import TYPE_CHECKING, Sequence
 
@@ -57,6 +63,7 @@ from scaler.client.connection_actions import (
 from scaler.client.connection_refusal import RefusalKind, refusal_error, refusal_kind
 from scaler.client.outbox import OutboxItem, TaskBatch, messages_from
 from scaler.client.payload_limits import PayloadLimits
+from scaler.client.resubmission import SentRecords, without_resent
 from scaler.client.result_routing import PendingResults
 from scaler.client.result_sinks import ResultSink
 from scaler.client.scheduler_requests import SchedulerRequests
@@ -69,6 +76,10 @@ if TYPE_CHECKING:  # the fetch thread's module; the core only reads what it hand
 logger = logging.getLogger(__name__)
 
 _NOTHING: Sequence[Action] = ()
+# How long a resuming client waits for the welcome to a hello before it says hello again, doubling up to the
+# bound, while the scheduler keeps refusing what it sends (a hello lost on a connection that dropped again).
+_FIRST_HELLO_AGAIN_SECONDS = 0.5
+_MAX_HELLO_AGAIN_SECONDS = 5.0
 
 
 class ClientConnectionCore:
@@ -84,7 +95,20 @@ class ClientConnectionCore:
         self._requests = SchedulerRequests()
         # What callers queued, once taken from their queue: held here until the welcome, then sent in order.
         self._outbox: collections.deque[OutboxItem] = collections.deque()
+        # Welcomed by the scheduler at the address now; `_resuming` once one that had welcomed us forgot us.
         self.welcomed = False
+        self._was_welcomed = False
+        self._resuming = False
+        self._id_prefix = 0
+        self._next_hello_at = 0.0
+        self._hello_wait = _FIRST_HELLO_AGAIN_SECONDS
+        # What to send again if the scheduler restarts.
+        self._records = SentRecords()
+        # How many times a new scheduler took this client back, and, per task whose stored result is being
+        # fetched, that count when the fetch began: a fetch that fails across a restart (relayed through the
+        # scheduler that died) does not fail its task, which was sent again and will have a result anyway.
+        self._resumes = 0
+        self._fetching_since: dict[int, int] = {}
         self.limits = PayloadLimits()
         # Why the link is over (None while it is not); `closed` once the client closed it itself.
         self.ended: BaseException | None = None
@@ -112,6 +136,8 @@ class ClientConnectionCore:
         out: list[Action] = []
         pending = self.pending
         outbox = self._outbox
+        records = self._records
+        batches = records.batches
         while queued:
             item = queued.popleft()
             if isinstance(item, TaskBatch):
@@ -120,11 +146,18 @@ class ClientConnectionCore:
                         pending.expect(item.task_ids[0], item.sink)
                     else:
                         pending.expect_all(item.task_ids, item.sink)
+                    batches.append(item)  # kept to send again after a restart (resubmission.py)
+                outbox.append(item)
+            elif isinstance(item, m.ObjectPayload):
+                records.note_object(item)
                 outbox.append(item)
             elif isinstance(item, GraphRequest):
                 pending.expect_graph(item.futures, item.submission.quiet_task_ids)
+                records.note_graph(item, pending)
                 outbox.append(item.submission)
             elif isinstance(item, SchedulerRequest):
+                if isinstance(item.message, m.ClearRequest):
+                    records.forget_all_objects()  # the scheduler drops them all; clear() forgets them too
                 message = self._requests.add(item, now)
                 if message is not None:
                     outbox.append(message)
@@ -134,15 +167,20 @@ class ClientConnectionCore:
                 pending.cancel_all()
                 item.done.set()
             else:
+                if isinstance(item, m.DeleteObjects):
+                    records.forget_objects(item.object_ids)
                 outbox.append(item)
+        records.after_batches(pending)
         if self.welcomed:
             self._flush(out)
         return out
 
     def on_message(self, message: m.Message, now: float) -> Sequence[Action]:
-        self._last_heard = now
         if self.is_over:
             return _NOTHING
+        if isinstance(message, m.Refused):  # not a sign of life: a scheduler that refuses us does not know us
+            return self.on_refused(refusal_kind(message.reason), message.reason, now)
+        self._last_heard = now
         if isinstance(message, m.TaskResults):
             if message.stored:
                 return self._on_stored(message)
@@ -163,8 +201,6 @@ class ClientConnectionCore:
             return [DirectoryChanged(message)]
         if isinstance(message, m.Welcome):
             return self._on_welcome(message)
-        if isinstance(message, m.Refused):
-            return self.on_refused(refusal_kind(message.reason), message.reason, now)
         if isinstance(message, m.Disconnect):
             return self._end(EndKind.LOST, SchedulerLostError(
                 f"the scheduler at {self._address} closed the connection: {message.reason}"
@@ -186,14 +222,31 @@ class ClientConnectionCore:
         scheduler rejected our CURVE keys, which never reaches it as a message)."""
         if self.is_over:
             return _NOTHING
-        error = refusal_error(kind, reason, self._address, self.welcomed)
-        return self._end(EndKind.LOST if self.welcomed else EndKind.REFUSED, error)
+        if kind is RefusalKind.UNKNOWN_PEER:
+            return self._hello_again(now)
+        error = refusal_error(kind, reason, self._address, self._was_welcomed)
+        return self._end(EndKind.LOST if self._was_welcomed else EndKind.REFUSED, error)
+
+    def on_connected(self, now: float) -> Sequence[Action]:
+        """The socket (re)connected to whatever listens at the address. After a welcome that is a scheduler
+        that restarted, maybe: a heartbeat now asks it, rather than at the next interval, so that a new one's
+        refusal, and the resume, come at once."""
+        if self.is_over or not self._was_welcomed:
+            return _NOTHING
+        self._last_heartbeat = now
+        return [SendHeartbeat()]
 
     def on_fetched(self, fetched: FetchedResults, now: float) -> Sequence[Action]:
         """Stored results the fetch thread got: to their sinks, as every other result."""
+        fetching_since = self._fetching_since
         if fetched.results.succeeded_ids:
+            for task_id in fetched.results.succeeded_ids:
+                fetching_since.pop(task_id, None)
             self.pending.route(fetched.results)
         for task_id, error in fetched.failures:
+            began = fetching_since.pop(task_id, self._resumes)
+            if self._resuming or began != self._resumes:
+                continue  # sent again to the new scheduler (or about to be): its result will come from there
             self.pending.fail_one(task_id, error)
         return _NOTHING
 
@@ -201,7 +254,13 @@ class ClientConnectionCore:
         """Time passed: timeouts (the welcome's, the scheduler's silence, requests') and heartbeats."""
         if self.is_over:
             return _NOTHING
-        if not self.welcomed:
+        if self._resuming:
+            if now - self._last_heard > self._timeout_seconds:
+                return self._end(EndKind.LOST, SchedulerLostError(
+                    f"the scheduler at {self._address} no longer knows this client (restarted?), and none there "
+                    f"took it back within {self._timeout_seconds:g}s of the last word from one that knew it"
+                ))
+        elif not self.welcomed:
             if now - self._started_at > self._timeout_seconds:
                 return self._end(EndKind.UNREACHABLE, ConnectionFailedError(
                     f"could not connect to the scheduler at {self._address} within {self._timeout_seconds:g}s: "
@@ -243,7 +302,7 @@ class ClientConnectionCore:
         if self.is_over:
             return 0.0
         deadlines = [self._last_heartbeat + self._heartbeat_interval]
-        if self.welcomed:
+        if self.welcomed or self._resuming:
             deadlines.append(self._last_heard + self._timeout_seconds)
         else:
             deadlines.append(self._started_at + self._timeout_seconds)
@@ -257,12 +316,55 @@ class ClientConnectionCore:
     def _on_welcome(self, welcome: m.Welcome) -> Sequence[Action]:
         if self.welcomed:
             return _NOTHING  # a second welcome would come from a second hello, which we never send
+        if self._resuming and welcome.id_prefix != self._id_prefix:
+            return self._end(EndKind.LOST, SchedulerLostError(
+                f"the scheduler at {self._address} no longer knows this client (restarted?) and gave it a new id "
+                f"prefix instead of taking it back: it does not resume clients, so their tasks are lost"
+            ))
         self.welcomed = True
+        self._was_welcomed = True
+        self._id_prefix = welcome.id_prefix
         self._heartbeat_interval = welcome.heartbeat_interval_for(self._heartbeat_interval)
         self.limits = PayloadLimits(welcome.max_frame_bytes, welcome.max_control_frame_bytes)
         out: list[Action] = [Welcomed(welcome)]
+        if self._resuming:
+            self._resuming = False
+            self._send_again()
         self._flush(out)
         return out
+
+    def _hello_again(self, now: float) -> Sequence[Action]:
+        """The scheduler at the address does not know us. After a welcome, it restarted (or dropped us):
+        outcomes stay pending, and the hello names our id prefix. Before one, our hello was lost (the
+        connection it left on dropped). Hello again, at once and then with a bounded backoff while refusals
+        keep coming (each hello is answered after everything sent before it, so refusals of those come first)."""
+        if self._was_welcomed and not self._resuming:
+            self._resuming = True
+            self.welcomed = False
+            self._next_hello_at = now
+            self._hello_wait = _FIRST_HELLO_AGAIN_SECONDS
+            logger.warning(
+                f"Client: the scheduler at {self._address} no longer knows this client (restarted?): saying hello "
+                f"again to resume; {len(self.pending)} tasks wait, up to {self._timeout_seconds:g}s"
+            )
+        if now < self._next_hello_at:
+            return _NOTHING
+        self._next_hello_at = now + self._hello_wait
+        self._hello_wait = min(self._hello_wait * 2, _MAX_HELLO_AGAIN_SECONDS)
+        return [Send(dataclasses.replace(self._hello, id_prefix=self._id_prefix))]
+
+    def _send_again(self) -> None:
+        """Welcomed back under our prefix: what is unfinished goes first, then what callers queued meanwhile."""
+        self._resumes += 1
+        queued_meanwhile = without_resent(self._outbox, self._records)
+        again: list = self._records.unfinished(self.pending)
+        again.extend(message for message in self._requests.send_again()
+                     if not any(message is item for item in queued_meanwhile))
+        again.extend(queued_meanwhile)
+        self._outbox = collections.deque(again)
+        logger.info(
+            f"Client: resumed with the scheduler at {self._address}: {len(self.pending)} tasks sent again"
+        )
 
     def _on_stored(self, message: m.TaskResults) -> Sequence[Action]:
         """Results kept in stores go to the fetch thread, those of tasks still waiting; the others are let go."""
@@ -272,6 +374,7 @@ class ClientConnectionCore:
         unwanted = [stored.object_id for stored in fetched if not self.pending.expects(stored.task_id)]
         self.pending.route(message)
         if wanted:
+            self._fetching_since.update(dict.fromkeys((stored.task_id for stored in wanted), self._resumes))
             out.append(Fetch(wanted))
         if unwanted:
             out.append(Send(m.DeleteObjects(object_ids=unwanted)))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import weakref
-from typing import Iterable
+from typing import Iterable, KeysView
 
 from scaler.client.future import ScalerFuture, call_when_all_done, exception_from_failure
 from scaler.client.result_sinks import ResultSink
@@ -74,6 +74,11 @@ class PendingResults:
 
     def expects(self, task_id: int) -> bool:
         return task_id in self._sinks
+
+    @property
+    def task_ids(self) -> KeysView[int]:
+        """The ids of the tasks waiting (a live view: for looking many up at once)."""
+        return self._sinks.keys()
 
     def fail_one(self, task_id: int, error: BaseException) -> None:
         sink = self._sinks.pop(task_id, None)

@@ -96,6 +96,12 @@ class SchedulerRequests:
                     to_send.append(message)
         return to_send
 
+    def send_again(self) -> list[m.Message]:
+        """A new scheduler took this client back: the requests sent to the old one will get no answer, and no
+        late answer is still to come; their messages go again (each keeps its deadline)."""
+        self._late_answers.clear()
+        return [queue[0].request.message for queue in self._by_type.values() if queue and queue[0].sent]
+
     def fail_all(self, error: BaseException) -> None:
         """The link is over: every request still waiting gets `error`."""
         queues, self._by_type = self._by_type, {}

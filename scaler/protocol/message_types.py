@@ -73,6 +73,8 @@ class Hello:
     concurrency: int = 1
     # Workers only: welcomed before by a scheduler at this address that went away; its reannounce follows.
     rejoining: bool = False
+    # Clients only: the id prefix a client resuming after a scheduler restart asks to keep (0: a new client).
+    id_prefix: int = 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

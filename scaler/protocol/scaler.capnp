@@ -79,6 +79,10 @@ struct Hello {
   # Workers only: welcomed before by a scheduler at this address, which went away (PROTOCOL.md §21). The
   # scheduler gives it nothing until its `reannounce` says which tasks it holds already.
   rejoining @15 :Bool;
+  # Clients only: 0 for a new client. A client that lost its scheduler and says hello again to the one now
+  # at the address (a restart) names the id prefix it was given, to keep its task ids: the scheduler
+  # accepts it unless that prefix is in use, or was ever given out, in this scheduler process (PROTOCOL.md §4).
+  idPrefix @16 :UInt32;
 }
 
 struct Welcome {

@@ -16,7 +16,7 @@ import zmq
 from scaler.protocol import messages as m
 from scaler.protocol.monitor_messages import MonitorSnapshot
 from scaler.scheduler.config import MONITOR_DIRECTORY, SchedulerConfig, default_monitor_address
-from scaler.scheduler.core.core_config import CoreConfig
+from scaler.scheduler.core.core_config import CoreConfig, first_id_prefix_at
 from scaler.scheduler.core.outgoing import Outgoing
 from scaler.scheduler.core.scheduler_core import SchedulerCore
 from scaler.scheduler.metrics_server import MetricsServer, MetricsUnavailable, metrics_host
@@ -45,7 +45,7 @@ class SchedulerStartError(RuntimeError):
 class SchedulerServer:
     def __init__(self, config: SchedulerConfig) -> None:
         self._config = config
-        self._core = SchedulerCore(CoreConfig.from_settings(config))
+        self._core = SchedulerCore(CoreConfig.from_settings(config, first_id_prefix_at(time.time())))
         self._stop = LoopStop()
         # While run() runs, stop() writes here, so that a poll in progress ends at once instead of at the next tick.
         self._process = psutil.Process()

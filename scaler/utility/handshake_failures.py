@@ -54,6 +54,8 @@ class HandshakeDiagnosis:
         self.problem = ""  # the latest problem not resolved by a successful handshake since ("" when none)
         # Whether that problem is the scheduler refusing this side's keys (or their absence): retrying cannot help.
         self.keys_refused = False
+        # Connections made, handshake and all: one more than before is a reconnection (a restarted peer, maybe).
+        self.handshakes_succeeded = 0
 
     def on_event(self, event: int, value: int) -> list[str]:
         """The problems this event shows that were not told yet."""
@@ -62,6 +64,7 @@ class HandshakeDiagnosis:
             self._handshake_pending = True
             return []
         if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+            self.handshakes_succeeded += 1
             self._handshake_pending = False
             self._told.clear()
             self.problem = ""

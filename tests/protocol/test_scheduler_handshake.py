@@ -137,3 +137,21 @@ def test_a_rejoining_worker_gets_work_only_after_it_reannounced_what_it_holds(
     worker.send("reannounce", taskIds=[(99 << 32) | 5])
     submission = worker.expect("submitTasks")
     assert submission.get("groups")[0]["taskIds"] == task_ids
+
+
+def test_a_client_resuming_after_a_restart_keeps_its_prefix_once(scheduler_under_test: StartScheduler) -> None:
+    """§4 "Resuming after a restart": hello{idPrefix P} from a client the scheduler does not know is welcomed
+    with P, unless this scheduler gave P out already: then refused, and not registered."""
+    scheduler = scheduler_under_test()
+    prefix = 0x5A5A0001
+    resumed, twin = scheduler.peer("resumed"), scheduler.peer("twin")
+    for peer in (resumed, twin):
+        peer.send("hello", protocolVersion=wire.PROTOCOL_VERSION, role="client", name="resuming", idPrefix=prefix)
+    welcome = resumed.expect("welcome")
+    assert welcome.get("idPrefix") == prefix
+    refused = twin.expect("refused")
+    assert "is taken" in refused.get("reason", "")
+    twin.assert_unknown()
+    resumed.assert_registered()
+    fresh = scheduler.peer("fresh").register("client")
+    assert fresh.get("idPrefix") != prefix

@@ -5,8 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from scaler.protocol import messages as m
-from scaler.scheduler.config import SchedulerConfig
-from scaler.scheduler.core.core_config import MAX_ID_PREFIX, CoreConfig
+from scaler.scheduler.core.core_config import CoreConfig
 from scaler.scheduler.core.rejoin import awaited_identity
 from scaler.utility.identifiers import TASK_COUNTER_BITS
 from tests.unit.core_harness import SimClient, SimulatedCluster, SimWorker, payload_for
@@ -220,8 +219,8 @@ def test_a_new_client_of_this_scheduler_never_gets_a_result_of_a_scheduler_befor
     assert client.outcomes[old_task] == [("ok", payload_for(old_task))]
 
 
-def test_the_first_prefix_comes_from_the_wall_clock() -> None:
-    first = CoreConfig.from_settings(SchedulerConfig(address="tcp://127.0.0.1:1")).first_id_prefix
-    assert 0 < first <= MAX_ID_PREFIX
-    sim = SimulatedCluster(CoreConfig(first_id_prefix=MAX_ID_PREFIX))
-    assert [sim.add_client().prefix for _ in range(2)] == [MAX_ID_PREFIX, 1]
+def test_new_clients_never_get_the_prefix_of_a_client_whose_tasks_workers_re_announced() -> None:
+    sim = SimulatedCluster(CoreConfig(first_id_prefix=OLD_PREFIX))
+    worker = rejoining_worker(sim, b"returning")
+    sim.send(worker.identity, m.Reannounce(task_ids=[(OLD_PREFIX << TASK_COUNTER_BITS) | 3]))
+    assert OLD_PREFIX not in [sim.add_client().prefix for _ in range(3)]

@@ -7,10 +7,12 @@ requests, echoes heartbeats, refuses, disconnects or falls silent; the fetch thr
 fetched; the client closes. After every step:
 
 - no task has more than one outcome, and one the core is over with has exactly one;
-- the hello went first and once; before the welcome nothing else left but heartbeats; after the end
-  or the close nothing left at all; no task went to the scheduler twice;
-- nothing waits past its timeout: once the scheduler has been silent for longer than the timeout (or
-  no welcome came within it), the link is over; a request is settled once its deadline has passed.
+- the hello went first, and again only after an "unknown peer" refusal (a restarted scheduler, or a hello
+  lost before the welcome); until a welcome answered it nothing else left but heartbeats; after the end
+  or the close nothing left at all; no task went to one scheduler twice (each welcome starts anew);
+- nothing waits past its timeout: once no scheduler that knows the client has been heard for longer than
+  the timeout (or no welcome came within it), the link is over; a request is settled once its deadline
+  has passed.
 
 At the end the client closes: every task queued has exactly one outcome, and every request its answer
 or an error.
@@ -65,7 +67,10 @@ class ConnectionCoreFuzz(RuleBasedStateMachine):
         self.last_heard = 0.0
         self.started = 0.0
         self.checked_actions = 0
-        self.welcomed_at: int | None = None  # index of the Welcomed action
+        self.welcomed_at: int | None = None  # index of the first Welcomed action
+        self.linked = False  # welcomed, and no hello sent since
+        self.unknown_peer_refusals = 0
+        self.hellos = 0
         self.ended_at: int | None = None
         self.sent_task_ids: collections.Counter[int] = collections.Counter()
 
@@ -78,7 +83,10 @@ class ConnectionCoreFuzz(RuleBasedStateMachine):
         self.link.queue(*items)
 
     def hear(self, message: m.Message) -> None:
-        self.last_heard = self.link.now
+        if not isinstance(message, m.Refused):  # a scheduler that refuses the client does not know it
+            self.last_heard = self.link.now
+        elif message.reason.startswith("unknown peer"):
+            self.unknown_peer_refusals += 1
         for action in self.link.receive(message):
             if isinstance(action, Fetch):
                 self.fetching.extend(action.stored)
@@ -201,19 +209,24 @@ class ConnectionCoreFuzz(RuleBasedStateMachine):
         for index in range(self.checked_actions, len(actions)):
             action = actions[index]
             if isinstance(action, Welcomed):
-                assert self.welcomed_at is None, "welcomed twice"
-                self.welcomed_at = index
+                assert not self.linked, "welcomed twice without a hello between"
+                if self.welcomed_at is None:
+                    self.welcomed_at = index
+                self.linked = True
+                self.sent_task_ids.clear()  # a scheduler that took the client back gets what is unfinished
             elif isinstance(action, Ended):
                 assert self.ended_at is None, "ended twice"
                 self.ended_at = index
             elif isinstance(action, (Send, SendHeartbeat)):
                 message = action.message if isinstance(action, Send) else m.Heartbeat()
                 assert self.ended_at is None, f"{message} sent after the end"
-                if index == 0:
-                    assert isinstance(message, m.Hello)
+                if isinstance(message, m.Hello):
+                    assert index == 0 or self.hellos <= self.unknown_peer_refusals, "a hello nothing asked for"
+                    self.hellos += 1
+                    self.linked = False
                     continue
-                assert not isinstance(message, m.Hello), "a second hello"
-                if self.welcomed_at is None:
+                assert index != 0, "the first message is not the hello"
+                if not self.linked:
                     assert isinstance(message, m.Heartbeat), f"{message} sent before the welcome"
                 if isinstance(message, m.TaskSubmission):
                     for group in message.groups:
@@ -238,7 +251,7 @@ class ConnectionCoreFuzz(RuleBasedStateMachine):
     def nothing_waits_past_its_timeout(self) -> None:
         core = self.link.core
         now = self.link.now
-        if now - (self.last_heard if core.welcomed else self.started) > TIMEOUT:
+        if now - (self.last_heard if self.welcomed_at is not None else self.started) > TIMEOUT:
             assert core.is_over, "the scheduler is silent past the timeout and the link still waits"
         for request, queued_at in self.requests:
             if now >= queued_at + request.timeout_seconds:

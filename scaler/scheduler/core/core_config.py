@@ -7,13 +7,10 @@ behaves as a scheduler started with no options; `from_settings` makes one from a
 from __future__ import annotations
 
 import dataclasses
-import time
 from typing import Any
 
 from scaler.protocol import messages as m
 from scaler.scheduler.settings import SCHEDULER
-
-MAX_ID_PREFIX = 2**32 - 1
 
 
 def frame_limit(max_message_size_bytes: int) -> int:
@@ -45,24 +42,29 @@ class CoreConfig:
     max_control_frame_bytes: int = SCHEDULER.default("max_control_frame_bytes")
     # Announced in Welcome: payloads this large go through a store when the peer has one (PROTOCOL.md §13).
     inline_limit_bytes: int = m.INLINE_LIMIT_BYTES
-    # The id prefix of the first client (then 2nd, ...). The I/O shell derives it from the wall clock
-    # (`first_id_prefix_now`), so that a scheduler started again on the same address gives no new client the
-    # prefix of one of its predecessor's, whose tasks workers may re-announce (rejoin.py).
+    # The first id prefix this scheduler process gives a new client (peer_registry.py): the shell derives it
+    # from the start time, so that a restarted scheduler's new clients never get a prefix of the old one's,
+    # which its clients keep when they resume (and workers' results of the old tasks still carry).
     first_id_prefix: int = 1
 
     @classmethod
-    def from_settings(cls, settings: Any) -> CoreConfig:
+    def from_settings(cls, settings: Any, first_id_prefix: int = 1) -> CoreConfig:
         """From anything holding the scheduler's options as attributes (a SchedulerConfig): every field named
         as an option takes its value; the frame limit is the one the shell enforces."""
         shared = {
             field.name: getattr(settings, field.name) for field in dataclasses.fields(cls) if field.name in SCHEDULER
         }
-        frames = frame_limit(settings.max_message_size_bytes)
-        return cls(**shared, max_frame_bytes=frames, first_id_prefix=first_id_prefix_now())
+        return cls(
+            **shared, max_frame_bytes=frame_limit(settings.max_message_size_bytes), first_id_prefix=first_id_prefix
+        )
 
 
-def first_id_prefix_now() -> int:
-    """The milliseconds of the wall clock, in the 32 bits of a prefix (never 0, a worker's): a predecessor's
-    prefixes collide only if it welcomed more than a thousand clients a second on average, or exactly 49.7
-    days apart."""
-    return int(time.time() * 1000) % MAX_ID_PREFIX + 1
+# Each second of the clock (modulo this many) starts its own block of 2**16 prefixes: a scheduler started
+# again a second or more later gives its new clients prefixes no client of the previous one had (unless the
+# previous one welcomed more than 65,536 clients, or the two starts are a multiple of ~18 hours apart).
+_PREFIX_BLOCKS = 0xFFFF
+
+
+def first_id_prefix_at(wall_seconds: float) -> int:
+    """The first id prefix of a scheduler started at this wall-clock time: never 0, and 32 bits."""
+    return ((int(wall_seconds) % _PREFIX_BLOCKS) + 1) << 16

@@ -19,6 +19,7 @@ from scaler.scheduler.core.prefetch import WorkerPace
 logger = logging.getLogger(__name__)
 
 _MAX_WIRE_MILLISECONDS = 2**32 - 1
+_MAX_ID_PREFIX = 2**32 - 1
 
 
 @dataclasses.dataclass(eq=False, slots=True)
@@ -102,9 +103,15 @@ class PeerRegistry:
         # Stand-ins for clients of a scheduler before this one, owning the tasks workers re-announced for them
         # until they come back (rejoin.py); by their identity, which no real peer has.
         self.awaited_clients: dict[bytes, ClientPeer] = {}
-        # Task id prefixes are never reused within one scheduler process, so a task id names one client.
-        self.next_id_prefix = config.first_id_prefix
-        # Those it gave clients: a task id of another prefix was made by a client of a scheduler before (rejoin.py).
+        # Task id prefixes are never reused within one scheduler process, so a task id names one client: every
+        # prefix given out or taken back by a resuming client stays here.
+        self._used_id_prefixes: set[int] = set()
+        # Prefixes of a previous run's clients, known from task ids workers re-announced after a restart: a new
+        # client never gets one (its task ids would meet those results), the client that had it may take it back.
+        self._reserved_id_prefixes: set[int] = set()
+        self.next_id_prefix = config.first_id_prefix or 1
+        # Those it gave new clients: a task id of another prefix was made by a client of a scheduler before,
+        # which may have a result or a worker already (rejoin.py).
         self.issued_prefixes: set[int] = set()
 
     def welcome(self, role: m.Role) -> m.Welcome:
@@ -135,15 +142,25 @@ class PeerRegistry:
             problem = share_problem(hello.share)
             if problem is not None:
                 return m.Refused(reason=problem), None
-            prefix = self.next_id_prefix
-            self.next_id_prefix = prefix % 0xFFFF_FFFF + 1  # 32 bits, never 0
-            self.issued_prefixes.add(prefix)
+            if hello.id_prefix:
+                if hello.id_prefix in self._used_id_prefixes:
+                    return m.Refused(reason=(
+                        f"id prefix {hello.id_prefix:#x} is taken: this scheduler gave it to a client already, "
+                        "so it cannot resume a client under it"
+                    )), None
+                prefix = hello.id_prefix
+                how = f"resumed with id prefix {prefix:#x}"
+            else:
+                prefix = self._fresh_id_prefix()
+                self.issued_prefixes.add(prefix)
+                how = "connected"
+            self._used_id_prefixes.add(prefix)
             self.clients[sender] = ClientPeer(
                 identity=sender, name=hello.name, id_prefix=prefix, last_seen=now, host_key=hello.host_key,
                 share=hello.share,
             )
             welcome.id_prefix = prefix
-            logger.info(f"PeerRegistry: client {hello.name} connected")
+            logger.info(f"PeerRegistry: client {hello.name} {how}")
             return welcome, None
         capacity = hello.capacity
         if config.per_worker_queue_size > 0:
@@ -160,6 +177,22 @@ class PeerRegistry:
         tags = f", tags {','.join(sorted(worker.tags))}" if worker.tags else ""
         logger.info(f"PeerRegistry: worker {hello.name} connected, capacity {capacity}{tags}")
         return welcome, worker
+
+    def reserve_id_prefix(self, prefix: int) -> None:
+        """Keep `prefix` from new clients: a client of the previous scheduler had it (a re-announced task id
+        carries it) and may resume under it."""
+        if prefix:
+            self._reserved_id_prefixes.add(prefix)
+
+    def _fresh_id_prefix(self) -> int:
+        """The next prefix no client of this process has had, nor reserved: 32 bits, never 0."""
+        used = self._used_id_prefixes
+        reserved = self._reserved_id_prefixes
+        prefix = self.next_id_prefix
+        while prefix in used or prefix in reserved or not 0 < prefix <= _MAX_ID_PREFIX:
+            prefix = prefix + 1 if prefix < _MAX_ID_PREFIX else 1
+        self.next_id_prefix = prefix + 1
+        return prefix
 
     def drain(self, names: list[str]) -> tuple[list[WorkerPeer], list[str], list[str]]:
         """Mark the workers of these hello names draining: returns those that were not yet, the names now

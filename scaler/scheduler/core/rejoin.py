@@ -143,8 +143,7 @@ class Rejoin:
         """The stand-in that keeps the tasks of the client of this prefix until it comes back."""
         peers = self._peers
         # The ids this scheduler gives new clients must not be those of clients of the scheduler before.
-        if prefix >= peers.next_id_prefix:
-            peers.next_id_prefix = prefix % 0xFFFF_FFFF + 1
+        peers.reserve_id_prefix(prefix)
         identity = awaited_identity(prefix)
         awaited = peers.awaited_clients.get(identity)
         if awaited is None:

@@ -1,0 +1,89 @@
+"""A client that says hello again to a restarted scheduler, naming the id prefix it had (PROTOCOL.md §4,
+"Resuming after a restart"): taken back unless this scheduler process ever gave it out; everything a new
+client is refused for is refused to a resuming one too."""
+
+from __future__ import annotations
+
+import pytest
+from core_harness import SimClient, SimulatedCluster, payload_for
+
+from scaler.protocol import messages as m
+from scaler.scheduler.core.core_config import CoreConfig, first_id_prefix_at
+
+OLD_PREFIX = 0x2A0001
+
+
+def resume(cluster: SimulatedCluster, identity: bytes, prefix: int, **fields: object) -> SimClient:
+    client = cluster.clients[identity] = SimClient(identity=identity)
+    cluster.send(identity, m.Hello(role=m.Role.CLIENT, name=identity.decode(), id_prefix=prefix, **fields))
+    return client
+
+
+def test_a_resuming_client_keeps_its_prefix_and_its_task_ids_are_accepted() -> None:
+    cluster = SimulatedCluster()
+    cluster.add_worker(capacity=10)
+    client = resume(cluster, b"old-client", OLD_PREFIX)
+    (welcome,) = client.received(m.Welcome)
+    assert welcome.id_prefix == OLD_PREFIX and client.prefix == OLD_PREFIX
+    client.counter = 400  # it goes on where it was: ids it made before the restart are its own
+    ids = cluster.submit(client, 5)
+    cluster.run_to_completion()
+    assert {task_id: client.outcomes[task_id] for task_id in ids} == {
+        task_id: [("ok", payload_for(task_id))] for task_id in ids
+    }
+
+
+def test_a_prefix_this_scheduler_gave_out_is_refused_to_anyone_else() -> None:
+    cluster = SimulatedCluster()
+    first = cluster.add_client()
+    resumed = resume(cluster, b"resumed", OLD_PREFIX)
+    for identity, prefix in ((b"thief", first.prefix), (b"twin", OLD_PREFIX)):
+        stranger = resume(cluster, identity, prefix)
+        (refused,) = stranger.received(m.Refused)
+        assert f"id prefix {prefix:#x} is taken" in refused.reason
+    # Even once its client has left: a task id names one client for the life of a scheduler process.
+    cluster.send(resumed.identity, m.Disconnect(reason="bye"))
+    late = resume(cluster, b"late", OLD_PREFIX)
+    assert late.received(m.Refused) and not late.received(m.Welcome)
+    assert cluster.core.client_count == 1
+
+
+def test_new_clients_never_get_a_prefix_a_resumed_client_took() -> None:
+    cluster = SimulatedCluster(CoreConfig(first_id_prefix=OLD_PREFIX - 1))
+    resume(cluster, b"resumed", OLD_PREFIX)
+    prefixes = [cluster.add_client().prefix for _ in range(3)]
+    assert OLD_PREFIX not in prefixes and len(set(prefixes)) == 3 and all(prefixes)
+
+
+@pytest.mark.parametrize("fields, reason", [
+    ({"protocol_version": m.PROTOCOL_VERSION + 1}, "protocol version"),
+    ({"share": 0.0}, "share"),
+])
+def test_a_resuming_client_is_refused_what_a_new_one_is(fields: dict, reason: str) -> None:
+    cluster = SimulatedCluster()
+    client = resume(cluster, b"resumed", OLD_PREFIX, **fields)
+    (refused,) = client.received(m.Refused)
+    assert reason in refused.reason and cluster.core.client_count == 0
+
+
+def test_hello_twice_stays_a_protocol_error_for_a_resumed_client() -> None:
+    cluster = SimulatedCluster()
+    client = resume(cluster, b"resumed", OLD_PREFIX)
+    cluster.send(client.identity, m.Hello(role=m.Role.CLIENT, id_prefix=OLD_PREFIX))
+    assert isinstance(client.inbox[-1], m.ProtocolError) and "hello sent twice" in client.inbox[-1].reason
+    assert cluster.core.client_count == 1
+
+
+def test_schedulers_started_seconds_apart_give_new_clients_different_prefixes() -> None:
+    first, second = first_id_prefix_at(1_700_000_000.2), first_id_prefix_at(1_700_000_002.9)
+    assert first != second and abs(first - second) >= 1 << 16
+    assert all(0 < first_id_prefix_at(t) < 2**32 - (1 << 16) + 1 for t in (0, 65_534, 65_535, 1e12))
+
+
+def test_a_reserved_prefix_goes_to_no_new_client_but_its_own_client_takes_it_back() -> None:
+    """Prefixes of task ids workers re-announced after a restart (the scheduler's orphan results) are reserved."""
+    cluster = SimulatedCluster(CoreConfig(first_id_prefix=OLD_PREFIX))
+    cluster.core.peers.reserve_id_prefix(OLD_PREFIX)
+    assert cluster.add_client().prefix == OLD_PREFIX + 1
+    resumed = resume(cluster, b"resumed", OLD_PREFIX)
+    assert resumed.prefix == OLD_PREFIX
