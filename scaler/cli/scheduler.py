@@ -7,7 +7,6 @@ from typing import Sequence
 
 from scaler.cli.common import check_curve_keys, make_parser, parse_command_line, start_logging
 from scaler.scheduler.config import SchedulerConfig
-from scaler.scheduler.server import run_scheduler
 from scaler.scheduler.settings import SCHEDULER
 from scaler.utility.curve import ServerKeys
 from scaler.utility.parent_watch import exit_with_parent_pid
@@ -25,6 +24,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     check_curve_keys(parser, ServerKeys.resolve, args.curve_secret_key, args.curve_authorized_keys)
     config = SchedulerConfig(**SCHEDULER.config_values(SchedulerConfig, args))
     start_logging(parser, args)
+    # The server (its core, the protocol's codec) is imported once the command line is known good: a
+    # mistyped option is answered in the time Python takes to start, not after the whole scheduler's imports.
+    from scaler.scheduler.server import run_scheduler
+
     run_scheduler(config, exit_with_parent=exit_with_parent_pid(), reporter=reporter if reporter.active else None)
 
 

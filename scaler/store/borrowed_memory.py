@@ -22,7 +22,6 @@ names another process, or one of another pid namespace, fails the same check.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import os
 import sys
@@ -46,8 +45,19 @@ def _process_vm_readv():  # type: ignore[no-untyped-def]
     if not sys.platform.startswith("linux"):
         return None
     try:
-        function = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).process_vm_readv
-    except (OSError, AttributeError):
+        # glibc's name first: find_library runs `ldconfig -p`, a child process every store, processor and
+        # client would wait for at import.
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    except OSError:
+        from ctypes.util import find_library
+
+        try:
+            libc = ctypes.CDLL(find_library("c"), use_errno=True)
+        except OSError:
+            return None
+    try:
+        function = libc.process_vm_readv
+    except AttributeError:
         return None
     iovecs = ctypes.POINTER(_IoVec)
     function.argtypes = [ctypes.c_int, iovecs, ctypes.c_ulong, iovecs, ctypes.c_ulong, ctypes.c_ulong]

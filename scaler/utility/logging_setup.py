@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import logging.config
 import os
 import sys
 from typing import Sequence
@@ -19,7 +18,11 @@ def setup_logging(
 ) -> None:
     """Configure the root logger; a logging config file (logging.config.fileConfig format) wins over the rest."""
     if config_file:
-        logging.config.fileConfig(config_file, disable_existing_loggers=False)
+        # Imported here: logging.config brings logging.handlers, socketserver and more, which every
+        # scheduler, worker and store would import at start for the rare config file.
+        from logging.config import fileConfig
+
+        fileConfig(config_file, disable_existing_loggers=False)
         logging.info(f"logging configured from {config_file}")
         return
     root = logging.getLogger()

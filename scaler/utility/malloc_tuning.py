@@ -18,8 +18,6 @@ libraries ignore them, and where the kernel's THP setting is `never` huge pages 
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 from typing import Callable, Mapping
 
 _TUNABLES = "GLIBC_TUNABLES"
@@ -53,8 +51,11 @@ def _with_tunables(environment: Mapping[str, str], wanted: dict[str, str]) -> di
 
 def _malloc_trim() -> Callable[[int], int] | None:
     """glibc's malloc_trim, or None for another C library."""
+    import ctypes
+    from ctypes.util import find_library
+
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc = ctypes.CDLL(find_library("c") or "libc.so.6")
         trim = libc.malloc_trim
     except (OSError, AttributeError):
         return None
@@ -63,9 +64,16 @@ def _malloc_trim() -> Callable[[int], int] | None:
     return trim
 
 
-_TRIM = _malloc_trim()
+# Looked up at the first give-back, not at import: find_library runs `ldconfig -p`, a child process that
+# every processor's start would otherwise wait for.
+_trim: Callable[[int], int] | None = None
+_trim_looked_up = False
 
 
 def give_back_freed_memory() -> bool:
     """Return the heap's free memory to the system (glibc); whether anything was given back."""
-    return bool(_TRIM(0)) if _TRIM is not None else False
+    global _trim, _trim_looked_up
+    if not _trim_looked_up:
+        _trim = _malloc_trim()
+        _trim_looked_up = True
+    return bool(_trim(0)) if _trim is not None else False

@@ -34,7 +34,6 @@ from scaler.utility.malloc_tuning import give_back_freed_memory
 from scaler.utility.parent_watch import die_with_parent
 from scaler.utility.zmq_util import configure_socket, has_input, receive_frames
 from scaler.worker.agent_actions import AGENT_SIGNAL
-from scaler.worker.config import DEFAULT_INPUT_WAIT_SECONDS
 from scaler.worker.large_results import LargeResults
 from scaler.worker.output_capture import TaskOutputCapture
 from scaler.worker.processor_actions import (
@@ -65,10 +64,7 @@ _SIGNALLED_MESSAGE_SECONDS = 0.5
 
 
 class Processor:
-    def __init__(
-        self, socket: zmq.Socket, running_task_slot: RunningTaskSlot,
-        input_wait_seconds: float = DEFAULT_INPUT_WAIT_SECONDS,
-    ) -> None:
+    def __init__(self, socket: zmq.Socket, running_task_slot: RunningTaskSlot, input_wait_seconds: float) -> None:
         self._socket = socket
         self._running_task_slot = running_task_slot
         self._core = ProcessorCore()

@@ -15,7 +15,6 @@ from scaler.protocol.messages import SHARED_ARGUMENT_NAME
 from scaler.protocol.serializer import Serializer, loads
 from scaler.store.peer_stores import Stores
 from scaler.store.store_client import ObjectMissing, StoreTimeout
-from scaler.worker.config import DEFAULT_INPUT_WAIT_SECONDS
 from scaler.worker.large_results import LargeResults
 from scaler.worker.own_results import ABSENT
 
@@ -35,9 +34,7 @@ class InputLost(Exception):
 
 
 class TaskObjects:
-    def __init__(
-        self, stores: Stores, results: LargeResults, input_wait_seconds: float = DEFAULT_INPUT_WAIT_SECONDS
-    ) -> None:
+    def __init__(self, stores: Stores, results: LargeResults, input_wait_seconds: float) -> None:
         self._stores = stores
         self._input_wait_seconds = input_wait_seconds
         self._results = results

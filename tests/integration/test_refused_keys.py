@@ -35,7 +35,7 @@ def test_a_worker_and_its_store_with_a_key_the_scheduler_refuses_say_so(spawn: S
     start_scheduler(spawn, address, "--curve-secret-key", keys["scheduler_secret"],
                     "--curve-authorized-keys", keys["authorized"])
     cluster = spawn("cluster", [
-        console_script("scaler_cluster"), "-n", "1", "--death-timeout-seconds", "5",
+        console_script("scaler_cluster"), "-n", "1", "--death-timeout-seconds", "3",
         "--curve-server-key", keys["scheduler_public"],
         "--curve-secret-key", keys["intruder"], address,
     ])

@@ -8,6 +8,7 @@ import numpy as np
 
 from scaler.protocol import messages as m
 from scaler.protocol.serializer import DefaultSerializer
+from scaler.worker.config import DEFAULT_INPUT_WAIT_SECONDS
 from scaler.worker.large_results import LargeResults
 from scaler.worker.task_objects import TaskObjects
 
@@ -37,7 +38,7 @@ class Stores:
 def test_a_result_made_here_whose_value_is_no_longer_kept_is_written_before_it_is_read_from_the_store() -> None:
     stores = Stores()
     results = LargeResults(stores)  # type: ignore[arg-type]
-    objects = TaskObjects(stores, results)  # type: ignore[arg-type]
+    objects = TaskObjects(stores, results, DEFAULT_INPUT_WAIT_SECONDS)  # type: ignore[arg-type]
     stored = results.place(1, np.zeros(10_000), DefaultSerializer())
     assert isinstance(stored, m.StoredResult)
     assert stores.calls == []  # kept here, unwritten

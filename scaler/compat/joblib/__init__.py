@@ -16,7 +16,7 @@ before anyone can ask joblib for it.
 from __future__ import annotations
 
 import importlib
-import importlib.abc
+import importlib.machinery
 import importlib.util
 import sys
 import threading
@@ -48,8 +48,11 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-class _RegisterWhenJoblibIsImported(importlib.abc.MetaPathFinder):
-    """Finds nothing itself: it lets the other finders find joblib, and registers once joblib has run."""
+class _RegisterWhenJoblibIsImported:
+    """Finds nothing itself: it lets the other finders find joblib, and registers once joblib has run.
+
+    A meta path finder needs only `find_spec`; it does not subclass importlib.abc.MetaPathFinder, whose
+    module imports importlib.resources and tempfile: a tenth of every scaler process's start-up imports."""
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None

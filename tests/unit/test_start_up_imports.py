@@ -1,0 +1,44 @@
+"""Every cluster start imports Scaler in a scheduler, a cluster, a store, each worker's agent and processor (and
+a processor for each nested task that waits): what their start imports only for a rare path is paid many times
+over. These modules stay out until that path is taken."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO_ROOT, child_python_environment
+
+# Imported only for: a profiled task (psutil in a processor), a --logging-config-file (logging.config), libc's
+# malloc_trim once a processor idles (ctypes.util runs `ldconfig -p`), the option tables (a processor gets its
+# settings on its command line), and joblib's import hook (importlib.abc would bring importlib.resources).
+RARE_IN_EVERY_PROCESS = ["logging.config", "ctypes.util", "importlib.abc"]
+NOT_AT_START = {
+    "scaler.worker.processor": [*RARE_IN_EVERY_PROCESS, "psutil", "scaler.worker.settings"],
+    "scaler.worker.agent": RARE_IN_EVERY_PROCESS,
+    "scaler.cli.store": RARE_IN_EVERY_PROCESS,
+    "scaler.cli.cluster": RARE_IN_EVERY_PROCESS,
+    # The scheduler's server and the protocol's codec come once its command line is known good.
+    "scaler.cli.scheduler": [*RARE_IN_EVERY_PROCESS, "scaler.scheduler.server", "capnp"],
+}
+
+_SCRIPT = """
+import json, sys
+watched = json.loads(sys.argv[2])
+before = {name for name in watched if name in sys.modules}
+__import__(sys.argv[1])
+print(json.dumps(sorted(name for name in watched if name in sys.modules and name not in before)))
+"""
+
+
+@pytest.mark.parametrize("module", sorted(NOT_AT_START))
+def test_a_process_start_leaves_out_what_only_a_rare_path_needs(module: str) -> None:
+    completed = subprocess.run(
+        [sys.executable, "-c", _SCRIPT, module, json.dumps(NOT_AT_START[module])],
+        capture_output=True, text=True, timeout=60, cwd=REPO_ROOT, env=child_python_environment(),
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert json.loads(completed.stdout) == [], f"importing {module} also imported these"
