@@ -146,6 +146,7 @@ def test_persist_dataframe_then_query(client: Client, monkeypatch: pytest.Monkey
     fetches = store_fetches(native, monkeypatch)
     rows = 100_000  # 1.6 MB partitions, made on the workers
     persisted = dd.from_map(make_partition, range(4), rows=rows).persist()
+    assert len(futures_of(persisted)) == 4
     wait(persisted, timeout=WAIT_SECONDS)
     frame = pd.concat([make_partition(index, rows) for index in range(4)], ignore_index=True)
     expected = frame.groupby("key").value.sum()
