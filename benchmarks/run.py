@@ -9,6 +9,9 @@ it runs in a subprocess with that venv's python). Each peer runs in a fresh subp
 repetition; its cluster or pool is started and warmed up before any clock starts. Slow peers run
 fewer tasks and are compared by rate (tasks/s, nodes/s): the count behind every figure is shown.
 
+The workload "persist_query" persists a dask.dataframe of --persist-mb MB made on the workers, then runs a
+groupby on it ten times: Scaler through scaler.compat.dask.distributed, against dask.distributed.
+
 The workload "two_hosts" is benchmarks/two_hosts.py (issue 15's data plane on two simulated hosts, for
 Scaler and dask.distributed), run once per invocation in a subprocess with its own repetitions; it needs
 root and ip(8), and its rows say "skipped" without them.
@@ -50,12 +53,12 @@ NATIVE_WORKERS = "scaler (native workers)"
 PEERS: dict[str, tuple[str, list[str], str]] = {
     SCALER: ("run_scaler.py", [
         "map", "memory", "memory_flat", "submit", "rtt", "graph", "graph_adapter", "dask_array", "joblib", "cpu",
-        "large_args",
+        "large_args", "persist_query",
     ], "fast"),
     NATIVE_WORKERS: ("run_scaler_native.py", ["map", "memory", "submit", "rtt"], "fast"),
     OLD_SCALER: ("run_scaler_1_9_9.py", ["map", "memory", "submit", "rtt", "graph", "cpu", "large_args"], "slow"),
     "dask.distributed": ("run_dask_distributed.py", [
-        "map", "memory", "submit", "rtt", "graph", "dask_array", "joblib", "cpu", "large_args",
+        "map", "memory", "submit", "rtt", "graph", "dask_array", "joblib", "cpu", "large_args", "persist_query",
     ], "slow"),
     "ray": ("run_ray.py", ["map", "memory", "submit", "rtt", "graph", "cpu", "large_args"], "medium"),
     "ProcessPoolExecutor": ("run_process_pool.py", ["map", "memory", "submit", "rtt", "cpu", "large_args"], "medium"),
@@ -76,6 +79,10 @@ COUNTS = {
 QUICK_DIVISOR = 5
 CORE_COUNTS = {"core_scaling": 200_000, "core_scaling_batched": 1_000_000, "core_memory": 1_000_000}
 
+# The persist-then-query dataframe, MB (10^6 bytes; 20 partitions of 16 MB): 400 MB took 44 s (Scaler) and 64 s
+# (dask.distributed) per peer's run on 2 cores with 1.3 cores of other load; --quick takes a fifth.
+PERSIST_MB = 320
+
 TWO_HOSTS = BENCHMARKS / "two_hosts.py"
 # Suite peer -> two_hosts.py's name for it.
 TWO_HOSTS_PEERS = {SCALER: "scaler", "dask.distributed": "dask"}
@@ -95,6 +102,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2, help="worker processes for every peer (default 2)")
     parser.add_argument("--peers", help=f"comma-separated subset of: {', '.join(PEERS)}")
     parser.add_argument("--workloads", help="comma-separated subset of: " + ", ".join(report.WORKLOAD_NAMES))
+    parser.add_argument("--persist-mb", type=int, help=f"size of the persist-then-query dataframe, MB (default "
+                        f"{PERSIST_MB}, {PERSIST_MB // QUICK_DIVISOR} with --quick)")
     parser.add_argument("--no-core", action="store_true", help="skip the simulated scheduler core figures")
     parser.add_argument("--no-install", action="store_true", help="do not pip-install missing peers")
     parser.add_argument("--timeout", type=float, default=1200, help="seconds for one peer's run (default 1200)")
@@ -253,6 +262,7 @@ def _base_spec(args: argparse.Namespace, iterations: int, task_seconds: float) -
         "cpu_iterations": iterations, "cpu_task_seconds": task_seconds, "cpu_tasks": 100 if quick else 200,
         "large_count": 10 if quick else 20, "large_bytes": 50 * 2**20,
         "array_size": 2000 if quick else 4000, "array_chunk": 250,
+        "persist_mb": args.persist_mb or (PERSIST_MB // QUICK_DIVISOR if quick else PERSIST_MB),
     }
 
 

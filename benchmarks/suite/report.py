@@ -14,7 +14,7 @@ PEER_ORDER = [
 ]
 WORKLOAD_NAMES = [
     "map", "submit", "rtt", "graph", "graph_adapter", "dask_array", "joblib", "cpu", "large_args", "memory",
-    "memory_flat", "core_scaling", "core_memory", "two_hosts",
+    "memory_flat", "core_scaling", "core_memory", "two_hosts", "persist_query",
 ]
 
 
@@ -39,6 +39,9 @@ ROWS = [
     Row("graph_adapter", "rate", "same graph, Scaler via scaler.get (dask adapter)", "nodes/s", True, "graph", True),
     Row("dask_array", "seconds", "dask.array (x + x.T).mean(axis=0).sum()", "s", False),
     Row("dask_array", "first_seconds", "dask.array, first computation", "s", False),
+    Row("persist_query", "query_seconds", "persisted dask.dataframe: groupby query, median", "s", False),
+    Row("persist_query", "first_query_seconds", "persisted dask.dataframe: first query", "s", False),
+    Row("persist_query", "persist_seconds", "persisted dask.dataframe: persist (made on workers)", "s", False),
     Row("joblib", "seconds", "tiny joblib calls", "s", False, show_count=True),
     Row("cpu", "wall_over_ideal", "20 ms pure-Python CPU tasks: wall / ideal", "x", False, show_count=True),
     Row("cpu", "wall_over_bare", "same, wall / the same split over bare processes", "x", False, show_count=True),
@@ -59,7 +62,9 @@ ROWS = [
 # ---------------------------------------------------------------------------------------------- medians
 
 # Figures whose min and max over the repetitions are kept beside the median.
-_SPREAD_KEYS = ("rate", "seconds", "median_ms", "wall_over_ideal", "mb_per_s", "first_mb_per_s")
+_SPREAD_KEYS = (
+    "rate", "seconds", "median_ms", "wall_over_ideal", "mb_per_s", "first_mb_per_s", "query_seconds", "persist_seconds",
+)
 
 
 def medians(runs: list[dict]) -> dict:

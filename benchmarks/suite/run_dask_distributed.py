@@ -99,6 +99,15 @@ def main() -> None:
 
         runner.run("large_args", lambda: large_arguments(start, result_of, spec))
 
+        def run_persist_query() -> dict:
+            import persist_query_workload
+            from distributed import wait
+
+            persist_query_workload.run(wait, 20)  # warm-up, as for Scaler
+            return persist_query_workload.run(wait, spec["persist_mb"])
+
+        runner.run("persist_query", run_persist_query)
+
 
 if __name__ == "__main__":  # workers start with spawn, which re-imports this file
     main()

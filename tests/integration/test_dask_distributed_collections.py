@@ -2,15 +2,17 @@
 
 As with dask.distributed: `x.compute()`, `dask.compute(...)` and `dask.persist(...)` need no `scheduler=`;
 closing the client gives dask back its previous scheduler, and `set_as_default=False` leaves dask alone.
-Persisting needs results kept on the cluster (`scaler.Client.persist_graph`): those tests skip, saying so,
-where this Scaler has none yet.
+Persisted chunks are results kept on the cluster (`scaler.Client.persist_graph`): the tests show they never
+reach the client (a value this process cannot unpickle; a spy on its store reads) and leave with their collection.
 """
 
 from __future__ import annotations
 
+import gc
 import io
 import os
-from typing import Iterator
+import sys
+from typing import Any, Iterator
 
 import pytest
 
@@ -20,12 +22,18 @@ np = pytest.importorskip("numpy")
 import dask.array as da  # noqa: E402
 
 from scaler.compat.dask.distributed import Client, Future, LocalCluster, futures_of, progress, wait  # noqa: E402
-from scaler.compat.dask.distributed.capabilities import NATIVE_KEEPS, NATIVE_PERSISTS  # noqa: E402
-
-needs_persist = pytest.mark.skipif(
-    not (NATIVE_KEEPS and NATIVE_PERSISTS), reason="waiting for scaler.Client.persist_graph (ddcore)"
+from tests.integration.client_poison import (  # noqa: E402
+    MB,
+    make_poison,
+    objects_in_store,
+    poison_this_process,
+    size_of,
+    store_fetches,
 )
+from tests.integration.waiting import wait_until  # noqa: E402
+
 WAIT_SECONDS = 60
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the store's shared memory is Linux only")
 
 
 @pytest.fixture(scope="module")
@@ -88,9 +96,10 @@ def test_graph_reads_scattered_futures(client: Client) -> None:
     assert client.get({"x": future, "y": (np.sum, "x")}, "y") == 10
 
 
-@needs_persist
-def test_persist_keeps_chunks_on_the_cluster(client: Client) -> None:
-    x = da.arange(1000, chunks=100) * 2
+@linux_only
+def test_persist_keeps_chunks_on_the_cluster(client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    fetches = store_fetches(client.native, monkeypatch)
+    x = da.arange(1_000_000, chunks=100_000) * 2  # 800 kB chunks: each stays in a store, none rides inline
     persisted = x.persist()
     futures = futures_of(persisted)
     assert len(futures) == 10 and all(isinstance(future, Future) for future in futures)
@@ -98,24 +107,57 @@ def test_persist_keeps_chunks_on_the_cluster(client: Client) -> None:
     shown = io.StringIO()
     progress(persisted, file=shown)
     assert "10/10" in shown.getvalue()
-    assert (persisted.sum() + 1).compute() == x.sum().compute() + 1
+    total = x.sum().compute()
+    assert (persisted.sum() + 1).compute() == total + 1
     (again,) = dask.persist(persisted + 1)
     assert len(futures_of(again)) == 10
-    np.testing.assert_array_equal(again.compute(), np.arange(1000) * 2 + 1)
-    assert client.persist(x).sum().compute() == 999000
+    assert again.max().compute() == 1_999_999
+    assert client.persist(x).sum().compute() == total
+    assert fetches == []  # the chunks never came to the client
+    np.testing.assert_array_equal(again[:5].compute(), np.arange(5) * 2 + 1)  # computing a chunk brings it here
     # Persisting again names the same keys: their first futures stand, as in dask
     assert {f._state for f in futures_of(client.persist(x))} == {f._state for f in futures_of(persisted)}
 
 
-@needs_persist
-def test_persist_dataframe_then_query(client: Client) -> None:
+@linux_only
+def test_persisted_values_never_reach_the_client(client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    poison_this_process(monkeypatch)  # a value that reached this process would raise here
+    persisted = dask.persist(*[dask.delayed(make_poison)(MB, fill) for fill in (1, 2, 3)])
+    wait(persisted, timeout=WAIT_SECONDS)
+    assert dask.delayed(size_of)(*persisted).compute() == 3 * MB
+    assert dask.compute(*[dask.delayed(size_of)(part) for part in persisted]) == (MB, MB, MB)
+    with pytest.raises(AssertionError, match="unpickled in the client"):
+        persisted[0].compute()  # the poison holds: what the lines above would have caught
+
+
+def make_partition(index: int, rows: int) -> Any:
+    import pandas as pd
+
+    return pd.DataFrame({"key": (np.arange(rows) + index) % 7, "value": np.arange(rows) + index * rows})
+
+
+@linux_only
+def test_persist_dataframe_then_query(client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
     pd = pytest.importorskip("pandas")
     dd = pytest.importorskip("dask.dataframe")
-    frame = pd.DataFrame({"key": np.arange(1000) % 7, "value": np.arange(1000)})
-    persisted = dd.from_pandas(frame, npartitions=4).persist()
+    native = client.native
+    gc.collect()
+    before = objects_in_store(native)
+    fetches = store_fetches(native, monkeypatch)
+    rows = 100_000  # 1.6 MB partitions, made on the workers
+    persisted = dd.from_map(make_partition, range(4), rows=rows).persist()
+    assert len(futures_of(persisted)) == 4
+    wait(persisted, timeout=WAIT_SECONDS)
+    frame = pd.concat([make_partition(index, rows) for index in range(4)], ignore_index=True)
     expected = frame.groupby("key").value.sum()
     for _ in range(3):
         pd.testing.assert_series_equal(persisted.groupby("key").value.sum().compute(), expected)
+    assert len(persisted) == 4 * rows
+    assert fetches == []
+    assert objects_in_store(native) >= before + 4
+    del persisted
+    gc.collect()  # the collection's futures go with it, and their partitions leave the store
+    wait_until(lambda: objects_in_store(native) <= before, "the partitions leave the store", WAIT_SECONDS)
 
 
 def test_dataframe_shuffle_runs_on_the_cluster(client: Client) -> None:

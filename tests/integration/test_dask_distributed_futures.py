@@ -4,16 +4,18 @@ The code under test imports only `scaler.compat.dask.distributed` where dask.dis
 `dask.distributed`. The first tests follow the examples of dask's documentation page on futures
 (docs.dask.org, "Futures"); the rest check, test by test, what the named tests of distributed's
 `distributed/tests/test_client.py` check, on its public API only (see the report on issue 27 for the list and why).
-Tests that pass futures computed on the cluster as arguments need results kept on the cluster
-(`scaler.Client.submit(..., keep=True)`) and skip, saying so, where this Scaler has none yet.
+Futures passed as arguments are kept results of the cluster (`scaler.Client.submit(..., keep=True)`): their
+values never pass through the client, which the tests that pass large ones check.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import gc
 import io
 import os
 import pathlib
+import sys
 import time
 from operator import add
 from typing import Iterator
@@ -39,10 +41,18 @@ from scaler.compat.dask.distributed import (  # noqa: E402
     wait,
     worker_client,  # noqa: E402
 )
-from scaler.compat.dask.distributed.capabilities import NATIVE_KEEPS  # noqa: E402
+from tests.integration.client_poison import (  # noqa: E402
+    MB,
+    make_poison,
+    objects_in_store,
+    poison_this_process,
+    size_of,
+    store_fetches,
+)
+from tests.integration.waiting import wait_until  # noqa: E402
 
-needs_keep = pytest.mark.skipif(not NATIVE_KEEPS, reason="waiting for scaler.Client.submit(..., keep=True) (ddcore)")
 WAIT_SECONDS = 60  # every wait has one; none is reached when things work
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the store's shared memory is Linux only")
 
 
 def inc(x: int) -> int:
@@ -115,7 +125,6 @@ def test_docs_errors_raise_remote_exception(client: Client) -> None:
     assert a.traceback() is not None
 
 
-@needs_keep
 def test_docs_futures_as_inputs(client: Client) -> None:
     a = client.submit(inc, 10)
     b = client.submit(inc, 20)
@@ -271,12 +280,48 @@ def test_scattered_futures_nested_in_arguments(client: Client) -> None:
     assert client.submit(lambda a, *, tags: a + tags, x, tags=y).result(WAIT_SECONDS) == 3
 
 
-@needs_keep
 def test_computed_futures_nested_in_arguments(client: Client) -> None:
     futures = client.map(inc, range(3))
     assert client.submit(sum, futures).result(WAIT_SECONDS) == 6
     assert client.submit(lambda d: d["x"][1], {"x": futures}).result(WAIT_SECONDS) == 2
     assert client.gather(client.map(add, futures, futures)) == [2, 4, 6]
+
+
+@linux_only
+def test_computed_futures_as_arguments_never_pass_through_the_client(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    poison_this_process(monkeypatch)  # a value that reached this process would raise here
+    fetches = store_fetches(client.native, monkeypatch)
+    a = client.submit(make_poison, MB, 1)
+    b = client.submit(make_poison, MB, 2)
+    assert client.submit(size_of, a, b).result(WAIT_SECONDS) == 2 * MB
+    assert client.submit(lambda values: size_of(*values), [a, b]).result(WAIT_SECONDS) == 2 * MB
+    assert client.submit(lambda d: size_of(d["a"], *d["rest"]), {"a": a, "rest": (b,)}).result(WAIT_SECONDS) == 2 * MB
+    assert client.gather(client.map(size_of, [a, b], [b, a])) == [2 * MB, 2 * MB]
+    assert fetches == []
+    with pytest.raises(AssertionError, match="unpickled in the client"):
+        a.result(WAIT_SECONDS)  # the poison holds: what the lines above would have caught
+
+
+@linux_only
+def test_released_and_collected_futures_leave_the_store(client: Client) -> None:
+    native = client.native
+    wait_until(lambda: bool(native._connection.stores.home), "the client is told of its store", WAIT_SECONDS)
+    gc.collect()
+    before = objects_in_store(native)
+    futures = client.map(make_poison, [MB] * 3, [1, 2, 3])
+    twin = client.submit(make_poison, MB, 3)  # the same pure call: the key of futures[2], one result
+    wait(futures, timeout=WAIT_SECONDS)
+    wait_until(lambda: objects_in_store(native) >= before + 3, "the results are kept in the store", WAIT_SECONDS)
+    futures[0].release()
+    del futures[1]
+    gc.collect()  # a collected Future lets go of its key too
+    futures[-1].release()  # the twin still holds the key (its key is that of the last one)
+    wait_until(lambda: objects_in_store(native) <= before + 1, "released results leave the store", WAIT_SECONDS)
+    assert twin.status == "finished" and client.submit(size_of, twin).result(WAIT_SECONDS) == MB
+    twin.release()
+    wait_until(lambda: objects_in_store(native) <= before, "the last result leaves the store", WAIT_SECONDS)
 
 
 def test_add_done_callback_gets_the_future(client: Client) -> None:

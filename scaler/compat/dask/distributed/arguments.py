@@ -56,9 +56,12 @@ def _filled(template: Any, values: tuple) -> Any:
 
 
 def prepare_call(
-    fn: Callable[..., Any], args: tuple, kwargs: dict[str, Any], argument_of: Callable[[KeyState], Any]
+    fn: Callable[..., Any], args: tuple, kwargs: dict[str, Any],
+    argument_of: Callable[[KeyState], Any] = KeyState.argument,
 ) -> PreparedCall:
-    """The native call for `fn(*args, **kwargs)`; `argument_of` gives what stands for a future's key."""
+    """The native call for `fn(*args, **kwargs)`; `argument_of` gives what stands for a future's key: by default
+    its kept native future (or, scattered, its object's reference), which the native client resolves on the
+    cluster as a top-level argument."""
     dependencies: list[KeyState] = []
     nested = False
     direct_args: list[Any] = []
@@ -131,8 +134,12 @@ def _collect(item: Any, found: dict[int, Future]) -> None:
     elif hasattr(item, "__dask_graph__"):
         from dask._task_spec import DataNode
 
+        from scaler.compat.dask.distributed.persisted import FutureRef
+
         for value in dict(item.__dask_graph__()).values():
             if isinstance(value, DataNode):
                 value = value.value
+            elif isinstance(value, FutureRef):
+                value = value.dask_future
             if isinstance(value, Future):
                 found.setdefault(id(value), value)

@@ -34,7 +34,6 @@ from scaler.client.client import Client as NativeClient
 from scaler.client.future import ScalerFuture, cancel_without_waiting
 from scaler.cluster.combo import SchedulerClusterCombo
 from scaler.compat.dask.distributed.arguments import prepare_call
-from scaler.compat.dask.distributed.capabilities import NATIVE_KEEPS, NATIVE_PERSISTS, require_keeps
 from scaler.compat.dask.distributed.default import forget, make_default
 from scaler.compat.dask.distributed.durations import seconds
 from scaler.compat.dask.distributed.future import Future, KeyState
@@ -43,6 +42,7 @@ from scaler.compat.dask.distributed.graph_runs import flat_keys, identity, neste
 from scaler.compat.dask.distributed.key_table import KeyTable, settle
 from scaler.compat.dask.distributed.keys import data_key, task_key
 from scaler.compat.dask.distributed.local_cluster import LocalCluster
+from scaler.compat.dask.distributed.persisted import persisted_layer
 from scaler.compat.dask.distributed.resources import tags_of_resources
 
 RUNNING = "running"
@@ -215,21 +215,16 @@ class Client:
             self._check_running()
             state = self._keys.get(key)
             if state is None:
-                prepared = prepare_call(func, args, kwargs, self._argument_of)
-                keep = {"keep": True} if NATIVE_KEEPS else {}
+                prepared = prepare_call(func, args, kwargs)
 
+                # Kept on the cluster, so that the future may be another task's argument there.
                 def launch() -> ScalerFuture:
                     return self.native.submit(
-                        prepared.fn, *prepared.args, tags=tags, priority=native_priority, **keep, **prepared.kwargs
+                        prepared.fn, *prepared.args, tags=tags, priority=native_priority, keep=True, **prepared.kwargs
                     )
 
                 state = self._keys.track(key, launch(), prepared.dependencies, retries or 0, launch)
             return Future(key, self, state)
-
-    def _argument_of(self, state: KeyState) -> Any:
-        if state.native is not None:
-            require_keeps("a future passed as an argument")
-        return state.argument()
 
     def map(
         self, func: Callable[..., Any], *iterables: Iterable[Any], key: str | list[Hashable] | None = None,
@@ -376,7 +371,7 @@ class Client:
         if variables:
             expr = FinalizeCompute(collections_to_expr(variables, optimize_graph)).optimize()
             names = list(flatten(expr.__dask_keys__()))
-            by_key = self._graph_futures(expr, names, NATIVE_KEEPS and NATIVE_PERSISTS, priority)
+            by_key = self._graph_futures(expr, names, priority)
         computed = iter(names)
         result = [by_key[next(computed)] if dask.is_dask_collection(item) else item for item in items]
         if sync:
@@ -386,8 +381,8 @@ class Client:
     def persist(self, collections: Any, optimize_graph: bool = True, workers: Any = None,
                 allow_other_workers: Any = None, resources: Any = None, retries: Any = None, priority: int = 0,
                 fifo_timeout: Any = None, actors: Any = None, **kwargs: Any) -> Any:
-        """The collections again, their graphs now holding Futures of their chunks, computed and kept on the
-        cluster; later computations read them there. Returns at once; `wait(x)` or `progress(x)` waits."""
+        """The collections again, their graphs now referring to their chunks, computed and kept on the cluster
+        (persisted.py); later computations read them there. Returns at once; `wait(x)` or `progress(x)` waits."""
         from dask.base import collections_to_expr
         from dask.core import flatten
 
@@ -395,15 +390,16 @@ class Client:
         items = [collections] if singleton else list(collections)
         expr = collections_to_expr(items, optimize_graph).optimize()
         keys = expr.__dask_keys__()
-        futures = self._graph_futures(expr, list(flatten(keys)), True, priority)
+        futures = self._graph_futures(expr, list(flatten(keys)), priority)
         rebuilt = [
-            rebuild({key: futures[key] for key in flatten(collection_keys)}, *state)
+            rebuild(persisted_layer({key: futures[key] for key in flatten(collection_keys)}), *state)
             for (rebuild, state), collection_keys in zip([item.__dask_postpersist__() for item in items], keys)
         ]
         return rebuilt[0] if singleton else rebuilt
 
-    def _graph_futures(self, expr: Any, names: list[Hashable], keep: bool, priority: int) -> dict[Hashable, Future]:
-        natives, used = submit_graph(self.native, expr, names, keep, priority or None)
+    def _graph_futures(self, expr: Any, names: list[Hashable], priority: int) -> dict[Hashable, Future]:
+        """Run the graph for `names`, their results kept on the cluster; a Future per name."""
+        natives, used = submit_graph(self.native, expr, names, keep=True, priority=priority or None)
         futures: dict[Hashable, Future] = {}
         with self._keys.lock:
             self._check_running()

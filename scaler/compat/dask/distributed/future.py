@@ -26,6 +26,18 @@ CANCELLED = "cancelled"
 LOST = "lost"
 
 
+class Outcome(concurrent.futures.Future):
+    """A key's outcome, which forgets its done-callbacks once it has called them.
+
+    A callback often holds a Future of the key (`add_done_callback`, `wait`, `as_completed`), and the key's
+    state holds its outcome: kept after they ran (as concurrent.futures does), the callbacks would keep
+    that Future, hence the key and its kept result on the cluster, alive as long as the key."""
+
+    def _invoke_callbacks(self) -> None:
+        super()._invoke_callbacks()  # type: ignore[misc]
+        self._done_callbacks: list = []
+
+
 class KeyState:
     """What the Futures of one key share; its `outcome` completes once the last attempt has ended.
 
@@ -40,7 +52,7 @@ class KeyState:
         self.key = key
         self.native = native
         self.reference = reference
-        self.outcome: concurrent.futures.Future = concurrent.futures.Future()
+        self.outcome: concurrent.futures.Future = Outcome()
         self.holders = 0
         self.retries_left = 0
         self.resubmit: Callable[[], ScalerFuture] | None = None

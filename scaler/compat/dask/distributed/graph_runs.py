@@ -1,9 +1,9 @@
 """dask collections on the cluster: the graphs `Client.get`, `compute` and `persist` hand to the native client.
 
-A graph may hold futures as values (a persisted collection's graph holds one per chunk): a computed one
-stands there as its kept native future, which the native client reads as a dependency resolved on the
-cluster; a scattered one as a one-line task whose argument is the object's reference, which the worker
-resolves. Neither value passes through the client.
+A graph may hold futures as values: a computed one stands there as its kept native future, which the native
+client reads as a dependency resolved on the cluster; a scattered one as a one-line task whose argument is the
+object's reference, which the worker resolves. A persisted collection's graph holds a FutureRef per chunk
+(persisted.py), which the translation resolves on the cluster. No value passes through the client.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 
 from scaler.client.client import Client as NativeClient
 from scaler.client.future import ScalerFuture
-from scaler.compat.dask.distributed.capabilities import require_persist
 from scaler.compat.dask.distributed.future import Future, KeyState
+from scaler.compat.dask.distributed.persisted import FutureRef
 
 
 def identity(value: Any) -> Any:
@@ -31,6 +31,9 @@ def graph_with_futures_resolved(dsk: Any) -> tuple[dict[Hashable, Any], list[Key
     used: list[KeyState] = []
     replaced: dict[Hashable, Any] = {}
     for key, value in graph.items():
+        if isinstance(value, FutureRef):  # a persisted chunk: translate() resolves it on the cluster
+            used.append(value.dask_future._state)
+            continue
         future = value.value if isinstance(value, DataNode) else value
         if isinstance(future, Future):
             state = future._state
@@ -56,8 +59,7 @@ def submit_graph(
     # would be a nested argument, which the worker passes as it is.
     translation = translate(graph, keys, fuse=not any(state.native is None for state in used))
     if keep:
-        require_persist("persist and compute")
-        futures = native.persist_graph(translation.graph, translation.requested)  # type: ignore[attr-defined]
+        futures = native.persist_graph(translation.graph, translation.requested)
     else:
         priorities = fused_priorities(annotated_priorities(dsk), translation.fused)
         futures = native.get(
