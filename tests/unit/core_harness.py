@@ -192,13 +192,13 @@ class SimulatedCluster:
 
     def add_worker(
         self, capacity: int = 10, identity: bytes | None = None, tags: Iterable[str] = (), store: str = "",
-        host_key: str = "", concurrency: int = 1,
+        host_key: str = "", concurrency: int = 1, rejoining: bool = False,
     ) -> SimWorker:
         identity = identity or b"worker-%d" % len(self.workers)
         worker = self.workers[identity] = SimWorker(identity=identity, capacity=capacity, tags=frozenset(tags))
         self.send(identity, m.Hello(
             role=m.Role.WORKER, name=identity.decode(), capacity=capacity, tags=tuple(tags), store=store,
-            host_key=host_key, concurrency=concurrency,
+            host_key=host_key, concurrency=concurrency, rejoining=rejoining,
         ))
         assert any(isinstance(message, m.Welcome) for message in worker.inbox), worker.inbox
         return worker

@@ -49,7 +49,7 @@ def test_an_unknown_peer_is_refused_as_unknown_and_a_bad_hello_is_not() -> None:
 
 def test_reannounced_tasks_are_held_by_their_worker_for_an_awaited_client() -> None:
     sim = restarted()
-    worker = sim.add_worker(capacity=4)
+    worker = sim.add_worker(capacity=4, rejoining=True)
     sim.send(worker.identity, m.Reannounce(task_ids=old_ids(0, 1)))
     peer = sim.core.peers.workers[worker.identity]
     assert list(peer.assigned) == old_ids(0, 1)
@@ -63,7 +63,7 @@ def test_reannounced_tasks_are_held_by_their_worker_for_an_awaited_client() -> N
 
 def test_a_result_of_a_reannounced_task_completes_its_resubmission_without_running_it_again() -> None:
     sim = restarted()
-    worker = sim.add_worker(capacity=4)
+    worker = sim.add_worker(capacity=4, rejoining=True)
     sim.send(worker.identity, m.Reannounce(task_ids=old_ids(0)))
     sim.send(worker.identity, m.TaskResults(succeeded_ids=old_ids(0), payloads=[b"done"], failures=[]))
     assert sim.core.task_count == 0 and old_ids(0)[0] in sim.core.rejoin.orphans
@@ -76,7 +76,7 @@ def test_a_result_of_a_reannounced_task_completes_its_resubmission_without_runni
 
 def test_results_made_while_no_scheduler_knew_the_worker_are_orphans_until_resubmitted() -> None:
     sim = restarted()
-    worker = sim.add_worker(capacity=4)
+    worker = sim.add_worker(capacity=4, rejoining=True)
     sim.send(worker.identity, m.Reannounce(task_ids=[]))
     failure = m.TaskFailure(task_id=old_ids(1)[0], kind=m.FailureKind.RAISED, type_name="ValueError", message="x")
     sim.send(worker.identity, m.TaskResults(
@@ -96,7 +96,7 @@ def test_results_made_while_no_scheduler_knew_the_worker_are_orphans_until_resub
 
 def test_a_resubmitted_task_still_running_is_not_run_twice() -> None:
     sim = restarted()
-    worker = sim.add_worker(capacity=4)
+    worker = sim.add_worker(capacity=4, rejoining=True)
     other = sim.add_worker(capacity=4)
     sim.send(worker.identity, m.Reannounce(task_ids=old_ids(0)))
     client = resumed_client(sim)
@@ -127,7 +127,7 @@ def test_a_task_resubmitted_before_its_worker_came_back_is_taken_from_the_queue(
 
 def test_a_reannounced_task_given_back_is_forgotten_and_its_resubmission_runs_it() -> None:
     sim = restarted()
-    worker = sim.add_worker(capacity=4)
+    worker = sim.add_worker(capacity=4, rejoining=True)
     sim.send(worker.identity, m.Reannounce(task_ids=old_ids(0)))
     sim.send(worker.identity, m.TaskResults(
         succeeded_ids=[], payloads=[], failures=[m.TaskFailure(task_id=old_ids(0)[0], kind=m.FailureKind.RETURNED)]
@@ -140,7 +140,7 @@ def test_a_reannounced_task_given_back_is_forgotten_and_its_resubmission_runs_it
 
 def test_a_worker_lost_with_reannounced_tasks_leaves_nothing_to_requeue() -> None:
     sim = restarted()
-    worker = sim.add_worker(capacity=4)
+    worker = sim.add_worker(capacity=4, rejoining=True)
     sim.send(worker.identity, m.Reannounce(task_ids=old_ids(0, 1)))
     sim.add_worker(capacity=4, identity=b"other")
     sim.send(worker.identity, m.Disconnect(reason="bye"))
@@ -150,7 +150,7 @@ def test_a_worker_lost_with_reannounced_tasks_leaves_nothing_to_requeue() -> Non
 
 def test_an_awaited_client_that_does_not_come_back_loses_its_tasks_and_orphans_expire() -> None:
     sim = restarted()
-    worker = sim.add_worker(capacity=4)
+    worker = sim.add_worker(capacity=4, rejoining=True)
     sim.send(worker.identity, m.Reannounce(task_ids=old_ids(0, 1)))
     sim.send(worker.identity, m.TaskResults(succeeded_ids=old_ids(5), payloads=[b"x"], failures=[]))
     sim.tick(GRACE / 2)
@@ -169,7 +169,7 @@ def test_an_awaited_client_that_does_not_come_back_loses_its_tasks_and_orphans_e
 def test_reannounced_tasks_of_a_client_already_back_are_its_own() -> None:
     sim = restarted()
     client = resumed_client(sim)
-    worker = sim.add_worker(capacity=4)
+    worker = sim.add_worker(capacity=4, rejoining=True)
     sim.send(worker.identity, m.Reannounce(task_ids=old_ids(0)))
     assert sim.core.peers.awaited_clients == {}
     # Its result reaches the client at once, and a re-submission racing with it still finds it.
@@ -208,7 +208,7 @@ def test_a_new_client_of_this_scheduler_never_gets_a_result_of_a_scheduler_befor
     """A restarted scheduler gives prefixes from its start time, but a client with a prefix it issued itself
     never matches an orphan result, even if a scheduler before gave the same prefix."""
     sim = restarted()
-    worker = sim.add_worker(capacity=4)
+    worker = sim.add_worker(capacity=4, rejoining=True)
     client = sim.add_client(b"new")  # prefix 1 here, as the old scheduler's first client had
     sim.send(worker.identity, m.Reannounce(task_ids=[]))
     old_task = (client.prefix << TASK_COUNTER_BITS) | 0
@@ -224,3 +224,15 @@ def test_new_clients_never_get_the_prefix_of_a_client_whose_tasks_workers_re_ann
     worker = rejoining_worker(sim, b"returning")
     sim.send(worker.identity, m.Reannounce(task_ids=[(OLD_PREFIX << TASK_COUNTER_BITS) | 3]))
     assert OLD_PREFIX not in [sim.add_client().prefix for _ in range(3)]
+
+
+def test_a_reannounce_is_taken_once_after_a_rejoining_hello_and_never_beyond_the_workers_capacity() -> None:
+    sim = restarted()
+    fresh = sim.add_worker(capacity=2)
+    sim.send(fresh.identity, m.Reannounce(task_ids=old_ids(0)))
+    assert list(sim.core.peers.workers[fresh.identity].assigned) == [], "a worker that did not rejoin re-announced"
+    worker = sim.add_worker(capacity=2, rejoining=True)
+    sim.send(worker.identity, m.Reannounce(task_ids=old_ids(1, 2, 3)))
+    assert list(sim.core.peers.workers[worker.identity].assigned) == old_ids(1, 2)
+    sim.send(worker.identity, m.Reannounce(task_ids=old_ids(4)))
+    assert list(sim.core.peers.workers[worker.identity].assigned) == old_ids(1, 2), "a second reannounce was taken"

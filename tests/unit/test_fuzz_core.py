@@ -74,7 +74,9 @@ CLIENT_SENDS = {
     m.DrainWorkers,
     m.ObjectsLost, m.Relay,
 }
-WORKER_SENDS = {m.Heartbeat, m.Disconnect, m.TaskResults, m.CancelRefused, m.TaskStarted, m.ObjectsLost}
+WORKER_SENDS = {
+    m.Heartbeat, m.Disconnect, m.TaskResults, m.CancelRefused, m.TaskStarted, m.ObjectsLost, m.TaskOutput, m.Reannounce,
+}
 # Tags good workers offer and good tasks require: some tasks need a worker that may not be there yet.
 TAG_POOL = ["python", "native", "gpu"]
 TAG_SETS = st.lists(st.sampled_from(TAG_POOL), max_size=2, unique=True)

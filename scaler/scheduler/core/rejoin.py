@@ -97,8 +97,15 @@ class Rejoin:
     # ------------------------------------------------------------------------------------------ re-announced
 
     def on_reannounce(self, worker: WorkerPeer, message: m.Reannounce, now: float) -> bool:
-        """Record the tasks a rejoining worker holds; True if it waited for this to get work (§21)."""
+        """Record the tasks a rejoining worker holds; True if it waited for this to get work (§21).
+
+        Only once, after a hello{rejoining}, and no more tasks than its capacity: what it says beyond that is not
+        recorded here, and a result of such a task is kept as an orphan result when it comes (`sift`)."""
+        if not worker.awaiting_reannounce:
+            logger.warning(f"Rejoin: worker {worker.name} re-announced tasks without a hello{{rejoining}}; ignored")
+            return False
         self.active_until = max(self.active_until, now + self._grace)
+        room = worker.capacity - len(worker.assigned)
         records = self._tasks.records
         held = 0
         submitted_again: list[TaskRecord] = []
@@ -108,6 +115,8 @@ class Rejoin:
             client.id_prefix: client for client in self._peers.clients.values() if client.id_prefix not in issued
         }
         for task_id in message.task_ids:
+            if held + len(submitted_again) >= room:
+                break
             record = records.get(task_id)
             if record is not None:
                 # Submitted again before its worker came back: if it still waits here, it is the one running there
@@ -128,9 +137,7 @@ class Rejoin:
                 self._assign(record, worker)
             held += len(submitted_again)
         self._counters["tasks_reannounced"] += held
-        logger.info(f"Rejoin: worker {worker.name} re-announced {len(message.task_ids)} tasks it holds")
-        if not worker.awaiting_reannounce:
-            return False
+        logger.info(f"Rejoin: worker {worker.name} re-announced {len(message.task_ids)} tasks it holds ({held} taken)")
         worker.awaiting_reannounce = worker.draining = False
         return True
 
