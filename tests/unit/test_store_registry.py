@@ -144,7 +144,10 @@ def test_a_store_that_leaves_is_forgotten_and_everyone_hears_of_it(how: str) -> 
     # A forgotten store is refused, so that it can say hello again.
     if how != "malformed":
         assert cluster.send(leaving.identity, m.Heartbeat()) == [
-            (leaving.identity, m.Refused(reason="unknown peer: send hello first (or you were timed out, or the scheduler restarted)", unknown_peer=True))
+            (leaving.identity, m.Refused(
+                reason="unknown peer: send hello first (or you were timed out, or the scheduler restarted)",
+                unknown_peer=True,
+            ))
         ]
 
 
