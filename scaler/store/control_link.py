@@ -20,6 +20,7 @@ import psutil
 import zmq
 
 from scaler.protocol import messages as m
+from scaler.protocol.scheduler_session import LAST_HELLO_RETRY_SECONDS, SchedulerSession
 from scaler.protocol.zmq_messages import send_message
 from scaler.store.scheduler_link import (
     DeleteOrder,
@@ -35,7 +36,6 @@ from scaler.store.store_records import StoreStatus
 from scaler.utility.curve import PeerKeys, secure_peer
 from scaler.utility.handshake_failures import HandshakeWatch
 from scaler.utility.zmq_util import configure_socket, receive_frames
-from scaler.worker.scheduler_session import LAST_HELLO_RETRY_SECONDS, SchedulerSession
 
 logger = logging.getLogger(__name__)
 

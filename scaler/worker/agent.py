@@ -23,6 +23,7 @@ import psutil
 import zmq
 
 from scaler.protocol import messages as m
+from scaler.protocol.scheduler_session import LAST_HELLO_RETRY_SECONDS
 from scaler.protocol.zmq_messages import send_message
 from scaler.utility.curve import PeerKeys, secure_peer
 from scaler.utility.handshake_failures import HandshakeWatch
@@ -47,7 +48,6 @@ from scaler.worker.agent_actions import (
 from scaler.worker.agent_core import WorkerAgentCore
 from scaler.worker.config import WorkerConfig
 from scaler.worker.running_task_slot import NO_TASK, RunningTaskSlot, create_slot
-from scaler.worker.scheduler_session import LAST_HELLO_RETRY_SECONDS
 from scaler.worker.work_directory import (
     PROCESSOR_SOCKET_NAME,
     make_work_directory,
@@ -121,7 +121,7 @@ class WorkerAgent:
         # A send that must not be dropped still waits for a usable connection, but no longer than the death
         # timeout: with a handshake that keeps failing (a CURVE mismatch) there may never be one.
         scheduler.setsockopt(zmq.SNDTIMEO, max(1, int(config.death_timeout_seconds * 1000)))
-        # After a lost scheduler, reconnect attempts back off as the hellos do (scheduler_session.py).
+        # After a lost scheduler, reconnect attempts back off as the hellos do (protocol/scheduler_session.py).
         scheduler.setsockopt(zmq.RECONNECT_IVL_MAX, int(LAST_HELLO_RETRY_SECONDS * 1000))
         configure_socket(router)
         try:

@@ -10,7 +10,7 @@ What the agent decides: where the scheduler's tasks go (processor_pool.py, with 
 hand-over), which task to blame when a processor dies, runs too long or grows too large, which named
 tasks a cancel cannot stop and which force-cancel stops, when a processor must be signalled to read a
 cancel or release now, how results over the scheduler's size limits are sent (result_split.py), what a
-heartbeat says, when to give up on the scheduler, and how to outlive one that restarts (scheduler_session.py).
+heartbeat says, when to give up on the scheduler, and how to outlive one that restarts (protocol/scheduler_session.py).
 
 Several decisions need the task a processor is running at that very moment: a cancel or release
 arriving from the scheduler, and the blame when a processor is stopped. The slot that says it is
@@ -30,6 +30,7 @@ import cloudpickle
 
 from scaler.errors import MemoryLimitError, TaskTimeoutError
 from scaler.protocol import messages as m
+from scaler.protocol.scheduler_session import SchedulerSession
 from scaler.utility.host_key import this_host_key
 from scaler.utility.tags import PYTHON_TAG
 from scaler.worker.agent_actions import (
@@ -43,7 +44,6 @@ from scaler.worker.agent_actions import (
 from scaler.worker.config import WorkerConfig
 from scaler.worker.processor_pool import ProcessorPool, ProcessorRecord
 from scaler.worker.result_split import SizeLimits, split_results
-from scaler.worker.scheduler_session import SchedulerSession
 
 logger = logging.getLogger(__name__)
 

@@ -181,7 +181,8 @@ def test_a_persisted_dask_collection_is_computed_on_where_its_chunks_are(client:
     from dask.core import flatten
     from dask.highlevelgraph import HighLevelGraph
 
-    from scaler.compat.dask.kept_refs import persist_dask_graph, persisted_graph
+    from scaler.compat.dask.kept_refs import persisted_graph
+    from scaler.compat.dask.persist import persist_dask_graph
 
     x = da.ones((4, 100_000), chunks=(1, 100_000))  # 800 kB chunks: each stays in a store
     futures = persist_dask_graph(client, x.__dask_graph__(), list(flatten(x.__dask_keys__())))

@@ -7,14 +7,14 @@ import logging
 from agent_harness import SimulatedAgent, payload_for
 
 from scaler.protocol import messages as m
-from scaler.worker.agent_actions import Exit
-from scaler.worker.config import WorkerConfig
-from scaler.worker.scheduler_session import (
+from scaler.protocol.scheduler_session import (
     FIRST_HELLO_RETRY_SECONDS,
     LAST_HELLO_RETRY_SECONDS,
     MAX_UNACKNOWLEDGED_BYTES,
     SchedulerSession,
 )
+from scaler.worker.agent_actions import Exit
+from scaler.worker.config import WorkerConfig
 
 ADDRESS = "tcp://127.0.0.1:1"
 UNKNOWN = m.Refused(reason="unknown peer", unknown_peer=True)

@@ -6,7 +6,7 @@ is a dask `TaskRef` instead, as dask.distributed's futures are: dask treats it a
 outside the graph and never fuses it. `scaler.get` (translation.py) finds the kept future behind such a
 key here and hands it to `Client.get`, which resolves it on the cluster.
 
-    futures = persist_dask_graph(client, x.__dask_graph__(), keys)
+    futures = persist_dask_graph(client, x.__dask_graph__(), keys)  # persist.py
     persisted = dask.array.Array(HighLevelGraph.from_collections(x.name, persisted_graph(futures), []), ...)
 """
 
@@ -17,7 +17,6 @@ from collections.abc import Hashable, Mapping
 
 from dask._task_spec import TaskRef
 
-from scaler.client.client import Client
 from scaler.client.future import ScalerFuture
 
 # The key of each live KeptRef -> its future; a future no graph refers to any more is not kept alive here.
@@ -49,12 +48,3 @@ def kept_future_of(key: Hashable) -> ScalerFuture | None:
         return _futures_by_key.get(key)
     except TypeError:  # unhashable
         return None
-
-
-def persist_dask_graph(client: Client, dsk: Mapping, keys: list[Hashable]) -> dict[Hashable, ScalerFuture]:
-    """Compute `keys` of a dask graph (task-spec or legacy) on `client`'s cluster, keeping their results there:
-    a kept future per key, for `persisted_graph`."""
-    from scaler.compat.dask.translation import translate  # it imports this module
-
-    translation = translate(dsk, keys)
-    return client.persist_graph(translation.graph, translation.requested)

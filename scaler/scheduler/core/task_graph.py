@@ -6,7 +6,7 @@ waits any more the task is ready to run. When a task fails, everything waiting o
 (task_table.py); a task that ends before its dependents leaves no edge behind.
 
 A reference may also name a finished task of the client submitted with keepResults
-(object_lifetime/kept_results.py): task_intake.py turns it into an object argument naming the kept
+(kept_results.py): task_intake.py turns it into an object argument naming the kept
 result, or fails the new task with the kept failure, so a client need not know whether such a task ended.
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from scaler.protocol import messages as m
-from scaler.scheduler.core.object_lifetime.kept_results import KeptResults
+from scaler.scheduler.core.kept_results import KeptResults
 from scaler.scheduler.core.peer_registry import ClientPeer
 from scaler.scheduler.core.task_record import TaskRecord
 

@@ -27,7 +27,7 @@ from typing import Callable
 
 from scaler.protocol import messages as m
 from scaler.protocol.task_signature import TaskSignature
-from scaler.scheduler.core.object_lifetime.kept_results import KeptResults
+from scaler.scheduler.core.kept_results import KeptResults
 from scaler.scheduler.core.outgoing import Outgoing
 from scaler.scheduler.core.peer_registry import ClientPeer, WorkerPeer
 from scaler.scheduler.core.store_registry import StoreRegistry

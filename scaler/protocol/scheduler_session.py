@@ -1,4 +1,6 @@
-"""Whether the scheduler knows this worker, and what it has not acknowledged: how a worker outlives a scheduler.
+"""Whether the scheduler knows this peer, and what it has not acknowledged: how a worker outlives a scheduler.
+
+A pure state machine of the protocol (§21), shared by the worker agent and the store's control link.
 
 A scheduler that restarts does not know the worker any more: it answers whatever the worker sends with
 `refused` (unknownPeer). The worker keeps running its tasks and says hello again, with a backoff while no
