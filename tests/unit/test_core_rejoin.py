@@ -224,3 +224,72 @@ def test_new_clients_never_get_the_prefix_of_a_client_whose_tasks_workers_re_ann
     worker = rejoining_worker(sim, b"returning")
     sim.send(worker.identity, m.Reannounce(task_ids=[(OLD_PREFIX << TASK_COUNTER_BITS) | 3]))
     assert OLD_PREFIX not in [sim.add_client().prefix for _ in range(3)]
+
+
+# ------------------------------------------------------------------------------------------ who comes back first
+
+
+def client_saying_hello_again(sim: SimulatedCluster) -> SimClient:
+    """A client of the scheduler before, resuming through its hello (the first sign of a restart, for the core)."""
+    client = sim.clients[b"resuming"] = SimClient(identity=b"resuming", prefix=OLD_PREFIX)
+    sim.send(client.identity, m.Hello(role=m.Role.CLIENT, name="resuming", id_prefix=OLD_PREFIX))
+    assert isinstance(client.inbox[-1], m.Welcome) and client.inbox[-1].id_prefix == OLD_PREFIX
+    return client
+
+
+def test_resubmitted_tasks_wait_for_the_workers_to_come_back_and_a_late_result_completes_one() -> None:
+    sim = restarted()
+    early = rejoining_worker(sim, b"early")
+    sim.send(early.identity, m.Reannounce(task_ids=[]))
+    client = client_saying_hello_again(sim)
+    sim.submit(client, 3, task_ids=old_ids(0, 1, 2))
+    assert early.received_task_ids == [], "a re-submitted task went out before the others could come back"
+    # The worker that made task 0's result while the scheduler was down, and runs task 1, comes back later.
+    late = rejoining_worker(sim, b"late")
+    sim.send(late.identity, m.TaskResults(succeeded_ids=old_ids(0), payloads=[b"zero"], failures=[]))
+    sim.send(late.identity, m.Reannounce(task_ids=old_ids(1)))
+    assert client.outcomes[old_ids(0)[0]] == [("ok", b"zero")]
+    assert sim.core.tasks.records[old_ids(1)[0]].worker is sim.core.peers.workers[late.identity]
+    sim.tick(sim.core.rejoin.hold_seconds)
+    # Only the task nobody held goes out, once the hold is over.
+    assert sorted(early.received_task_ids + late.received_task_ids) == old_ids(2)
+    sim.send(late.identity, m.TaskResults(succeeded_ids=old_ids(1), payloads=[b"one"], failures=[]))
+    assert client.outcomes[old_ids(1)[0]] == [("ok", b"one")]
+
+
+def test_new_clients_tasks_are_not_held_back_after_a_restart() -> None:
+    sim = restarted()
+    worker = rejoining_worker(sim, b"early")
+    sim.send(worker.identity, m.Reannounce(task_ids=[]))
+    new = sim.add_client(b"new")
+    (task_id,) = sim.submit(new, 1)
+    assert worker.received_task_ids == [task_id]
+
+
+def test_a_result_from_a_worker_back_after_the_hold_completes_the_task_another_worker_got_since() -> None:
+    sim = restarted()
+    early = rejoining_worker(sim, b"early")
+    sim.send(early.identity, m.Reannounce(task_ids=[]))
+    client = client_saying_hello_again(sim)
+    sim.submit(client, 1, task_ids=old_ids(0))
+    sim.tick(sim.core.rejoin.hold_seconds)
+    assert early.received_task_ids == old_ids(0)
+    late = rejoining_worker(sim, b"late")
+    out = sim.send(late.identity, m.TaskResults(succeeded_ids=old_ids(0), payloads=[b"first"], failures=[]))
+    assert client.outcomes[old_ids(0)[0]] == [("ok", b"first")]
+    assert (early.identity, m.CancelTasks(task_ids=old_ids(0), force=False)) in out, "the other one is told"
+    # The other worker's result, if it ran anyway, finds the task done: its future completes once.
+    sim.send(early.identity, m.TaskResults(succeeded_ids=old_ids(0), payloads=[b"second"], failures=[]))
+    assert client.outcomes[old_ids(0)[0]] == [("ok", b"first")]
+
+
+def test_a_late_result_takes_a_resubmitted_task_out_of_the_queue() -> None:
+    sim = restarted()
+    client = client_saying_hello_again(sim)
+    sim.tick(sim.core.rejoin.hold_seconds)
+    sim.submit(client, 2, task_ids=old_ids(0, 1))  # no worker: both wait in the queue
+    worker = rejoining_worker(sim, b"late")
+    sim.send(worker.identity, m.TaskResults(succeeded_ids=old_ids(0), payloads=[b"zero"], failures=[]))
+    sim.send(worker.identity, m.Reannounce(task_ids=[]))
+    assert client.outcomes[old_ids(0)[0]] == [("ok", b"zero")]
+    assert worker.received_task_ids == old_ids(1), "the task with a result was sent out again"

@@ -260,7 +260,7 @@ class SchedulerCore:
         whole state, so nothing in the scheduler calls it."""
         check_invariants(
             self._config, self.peers, self.stores, self.tasks, self.graph, self.objects, self.lineage,
-            self.should_exit,
+            self.should_exit, self.rejoin.held,
         )
 
     # ------------------------------------------------------------------------------------------ peers
@@ -274,6 +274,7 @@ class SchedulerCore:
         if message.role == m.Role.STORE:
             self._on_store_hello(sender, message, now, out)
             return
+        self.rejoin.noticed(message, now)
         reply, worker = self.peers.on_hello(sender, message, now)
         if isinstance(reply, m.Welcome):
             reply.store_directory = self.stores.directory_for(message.host_key, message.store)
@@ -476,7 +477,7 @@ class SchedulerCore:
             return
         router = ResultRouter()
         if self.rejoin.active(now):
-            results = self.rejoin.sift(worker, results, now, router)
+            results = self.rejoin.sift(worker, results, now, router, out)
         self.tasks.take_results(worker, results, router)
         router.flush(out)
         self.prefetch.on_results(worker, results, now, out)
