@@ -268,16 +268,17 @@ def test_new_clients_tasks_are_not_held_back_after_a_restart() -> None:
 
 def test_a_result_from_a_worker_back_after_the_hold_completes_the_task_another_worker_got_since() -> None:
     sim = restarted()
-    early = rejoining_worker(sim, b"early")
+    early = rejoining_worker(sim, b"early", capacity=1)
     sim.send(early.identity, m.Reannounce(task_ids=[]))
     client = client_saying_hello_again(sim)
-    sim.submit(client, 1, task_ids=old_ids(0))
+    sim.submit(client, 2, task_ids=old_ids(0, 1))
     sim.tick(sim.core.rejoin.hold_seconds)
     assert early.received_task_ids == old_ids(0)
     late = rejoining_worker(sim, b"late")
     out = sim.send(late.identity, m.TaskResults(succeeded_ids=old_ids(0), payloads=[b"first"], failures=[]))
     assert client.outcomes[old_ids(0)[0]] == [("ok", b"first")]
     assert (early.identity, m.CancelTasks(task_ids=old_ids(0), force=False)) in out, "the other one is told"
+    assert early.received_task_ids == old_ids(0, 1), "the slot freed on the other worker gets the next task"
     # The other worker's result, if it ran anyway, finds the task done: its future completes once.
     sim.send(early.identity, m.TaskResults(succeeded_ids=old_ids(0), payloads=[b"second"], failures=[]))
     assert client.outcomes[old_ids(0)[0]] == [("ok", b"first")]

@@ -87,6 +87,8 @@ class Rejoin:
         self.hold_until = float("-inf")
         # Re-submitted tasks waiting for that (on one input more: task_graph.py leaves them alone), in order.
         self.held: dict[int, TaskRecord] = {}
+        # Set when a late result took a task from another worker (its slot is free: dispatch), for the core.
+        self.took_from_others = False
         self._peers = peers
         self._stores = stores
         # Objects stores hold that nobody named here: store identity -> object id -> when it is deleted.
@@ -252,6 +254,11 @@ class Rejoin:
             self._rehome(worker, late, out)
         return kept
 
+    def freed_others(self) -> bool:
+        """Whether the last results took a task from another worker (whose slot is free now); once."""
+        freed, self.took_from_others = self.took_from_others, False
+        return freed
+
     def _rehome(self, worker: WorkerPeer, records: list[TaskRecord], out: list[Outgoing]) -> None:
         """Outcomes of tasks this worker made that are held back, queued or given to another worker (it came
         back after their client re-submitted them): they are this worker's now, so that the task table takes
@@ -280,7 +287,9 @@ class Rejoin:
             self._tasks.unqueue({record.task_id for record in queued})
             for record in queued:
                 self._assign(record, worker)
-        out.extend((identity, m.CancelTasks(task_ids=ids, force=False)) for identity, ids in elsewhere.items())
+        if elsewhere:
+            self.took_from_others = True
+            out.extend((identity, m.CancelTasks(task_ids=ids, force=False)) for identity, ids in elsewhere.items())
         self._counters["tasks_completed_late"] += moved
 
     @staticmethod
