@@ -126,11 +126,17 @@ def test_a_client_outlives_a_scheduler_restart_with_tasks_an_object_and_a_graph_
 
 def test_a_client_started_while_the_scheduler_is_down_waits_and_then_works(spawn: Spawner) -> None:
     address = free_local_address()
+    scheduler = start_scheduler(spawn, address, *SCHEDULER_OPTIONS)
+    workers = start_workers(spawn, address, "workers")
+    agents = worker_agents(workers)
+    os.kill(scheduler.pid, signal.SIGKILL)
+    scheduler.wait_exit()
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         connecting = pool.submit(Client, address=address, timeout_seconds=30, heartbeat_interval_seconds=0.5)
         time.sleep(2.0)
         assert not connecting.done()
-        start_scheduler(spawn, address, *SCHEDULER_OPTIONS)
-        start_workers(spawn, address, "workers")
+        start_scheduler(spawn, address, *SCHEDULER_OPTIONS, name="scheduler-again")
         with connecting.result(timeout=RESULT_SECONDS) as client:
             assert client.map(slow_add, [(value, 1) for value in range(4)]) == [1, 2, 3, 4]
+    # Served by the workers of the scheduler before, which waited for it as the client did.
+    assert worker_agents(workers) == agents and "welcomed again" in workers.log()
