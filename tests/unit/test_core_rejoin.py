@@ -294,3 +294,25 @@ def test_a_late_result_takes_a_resubmitted_task_out_of_the_queue() -> None:
     sim.send(worker.identity, m.Reannounce(task_ids=[]))
     assert client.outcomes[old_ids(0)[0]] == [("ok", b"zero")]
     assert worker.received_task_ids == old_ids(1), "the task with a result was sent out again"
+
+
+def test_only_a_rejoining_workers_results_for_a_resumed_clients_tasks_complete_tasks_it_was_not_given() -> None:
+    sim = restarted()
+    holder = rejoining_worker(sim, b"holder")
+    sim.send(holder.identity, m.Reannounce(task_ids=[]))
+    new = sim.add_client(b"new")
+    (new_task,) = sim.submit(new, 1)
+    client = client_saying_hello_again(sim)
+    sim.tick(sim.core.rejoin.hold_seconds)
+    sim.submit(client, 1, task_ids=old_ids(0))
+    assert holder.received_task_ids == [new_task, *old_ids(0)]
+    stranger = rejoining_worker(sim, b"stranger")
+    # Before its re-announcement: a result it made for the scheduler before; but a new client's task is not one.
+    sim.send(stranger.identity, m.TaskResults(succeeded_ids=[new_task], payloads=[b"forged"], failures=[]))
+    assert new.outcomes[new_task] == []
+    sim.send(stranger.identity, m.Reannounce(task_ids=[]))
+    # After it: only what it was given counts, as always.
+    sim.send(stranger.identity, m.TaskResults(succeeded_ids=old_ids(0), payloads=[b"late"], failures=[]))
+    assert client.outcomes[old_ids(0)[0]] == []
+    sim.send(holder.identity, m.TaskResults(succeeded_ids=[new_task, *old_ids(0)], payloads=[b"a", b"b"], failures=[]))
+    assert new.outcomes[new_task] == [("ok", b"a")] and client.outcomes[old_ids(0)[0]] == [("ok", b"b")]

@@ -19,9 +19,10 @@ client won it: a result held by a worker not back yet, or a task it runs, would 
 first sign of a restart (a peer that rejoins or resumes), the re-submitted tasks of resumed clients wait
 for `hold_seconds` (the workers' reconnect back-off at most, plus a heartbeat) instead of being queued
 (`hold_back`); a worker's late result for one of them, or its re-announcement, completes or keeps it
-where it is, and the rest are queued then. A result from another worker than the one holding a task (it
-came back late, and the task went to another meanwhile) completes it too: the first result counts, and
-the other worker is told to drop it (`sift`).
+where it is, and the rest are queued then. A result a rejoining worker sends before its re-announcement
+(one it made for the scheduler before) of a task another worker holds (it came back late, and the task
+went to the other meanwhile) completes it too: the first result counts, and the other worker is told to
+drop it (`sift`). Tasks of clients new to this scheduler are never completed so.
 
 An awaited client that does not come back within the client timeout loses its tasks (cancelled on their
 workers), and an orphan result nobody claims within it is dropped: a client gone for longer than that
@@ -250,7 +251,7 @@ class Rejoin:
                 self._keep(failure.task_id, OrphanResult(expires, failure=failure), router)
             elif record is not None:
                 self._tasks.forget(record)  # to run again: its client's re-submission does that
-        if late:
+        if late and worker.awaiting_reannounce:
             self._rehome(worker, late, out)
         return kept
 
@@ -260,15 +261,20 @@ class Rejoin:
         return freed
 
     def _rehome(self, worker: WorkerPeer, records: list[TaskRecord], out: list[Outgoing]) -> None:
-        """Outcomes of tasks this worker made that are held back, queued or given to another worker (it came
-        back after their client re-submitted them): they are this worker's now, so that the task table takes
-        them instead of running them again; another worker holding one is told to drop it."""
+        """Outcomes a rejoining worker made for the scheduler before (it sends them before its re-announcement)
+        of tasks a resumed client re-submitted, held back, queued or given to another worker: they are this
+        worker's now, so that the task table takes them instead of running them again; another worker
+        holding one is told to drop it. Tasks of clients new to this scheduler are never touched."""
         queued: list[TaskRecord] = []
         elsewhere: dict[bytes, list[int]] = {}
         moved = 0
+        issued = self._peers.issued_prefixes
         for record in records:
             if record.worker is worker or record.signature is REANNOUNCED or record.canceled:
                 continue
+            if record.client.id_prefix in issued:
+                continue  # a task submitted to this scheduler only: no worker made it before it
+
             moved += 1
             if self._unhold(record):
                 self._assign(record, worker)

@@ -272,10 +272,10 @@ class SchedulerCore:
         if message.role == m.Role.STORE:
             self._on_store_hello(sender, message, now, out)
             return
-        self.rejoin.noticed(message, now)
         reply, worker = self.peers.on_hello(sender, message, now)
         if isinstance(reply, m.Welcome):
             reply.store_directory = self.stores.directory_for(message.host_key, message.store)
+            self.rejoin.noticed(message, now)
         out.append((sender, reply))
         if worker is not None:
             self.prefetch.joined(worker)
