@@ -4,7 +4,7 @@ A pure state machine of the protocol (§21), shared by the worker agent and the 
 
 A scheduler that restarts does not know the worker any more: it answers whatever the worker sends with
 `refused` (unknownPeer). The worker keeps running its tasks and says hello again, with a backoff while no
-welcome comes; once welcomed it re-announces the tasks it holds, then sends what it held back meanwhile
+welcome comes; once welcomed it sends what it held back meanwhile, then re-announces the tasks it holds
 (PROTOCOL.md §21). It gives up only at the death timeout, as when no scheduler answers at all.
 
 Which results did the scheduler before get? The protocol has no acknowledgement of results, but one
@@ -127,8 +127,9 @@ class SchedulerSession:
 
     def welcomed(self, task_ids: list[int] | None, who: str) -> list[Frames]:
         """Welcomed, holding these tasks (None: a store, which holds none): what to send now, in order. After a
-        rejoin, the re-announcement of the tasks, then what was held back (the scheduler learns of a task
-        before its result); else nothing."""
+        rejoin, what was held back, then the re-announcement of the tasks: the scheduler gives a rejoining
+        worker work only once it re-announced, so it has the results the worker made before it hands out
+        tasks (re-submitted ones among them) that those results complete; else nothing."""
         rejoined = self.rejoining
         self.state = SessionState.WELCOMED
         if task_ids is None:
@@ -139,5 +140,7 @@ class SchedulerSession:
             logger.info(f"{who}: connected to the scheduler")
             return []
         held, self.held = self.held, []
-        logger.info(f"{who}: welcomed again; re-announced {len(task_ids)} tasks held, sent {len(held)} messages held")
-        return [m.encode(m.Reannounce(task_ids=task_ids)), *held]
+        logger.info(
+            f"{who}: welcomed again; re-announced {len(task_ids)} tasks held, sent {len(held)} messages held before"
+        )
+        return [*held, m.encode(m.Reannounce(task_ids=task_ids))]

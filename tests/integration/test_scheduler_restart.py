@@ -35,8 +35,10 @@ SCHEDULER_OPTIONS = [
     "--logging-level", "INFO",
 ]
 
-# A client of the first scheduler that dies with it: 40 tasks of 0.2 s in flight (seconds of work for two
-# workers, so that both hold some when the scheduler is killed), and an object in the store.
+# A client of the first scheduler that dies with it: 8 tasks of 4 s in flight (each worker runs one when the
+# scheduler is killed, right after the first ended, and still runs it when the next one answers, 2 s later:
+# with prefetch a worker holds little more than it runs, so short tasks would all be done by then), and an
+# object in the store.
 OLD_CLIENT = textwrap.dedent("""
     import sys, time
     from scaler import Client
@@ -44,7 +46,7 @@ OLD_CLIENT = textwrap.dedent("""
     client = Client(address=sys.argv[1], timeout_seconds=300)
     reference = client.send_object(b"x" * (4 << 20))
     assert client.submit(len, reference).result(timeout=60) == 4 << 20
-    futures = [client.submit(time.sleep, 0.2) for _ in range(40)]
+    futures = [client.submit(time.sleep, 4) for _ in range(8)]
     futures[0].result(timeout=60)
     print("in flight", flush=True)
     time.sleep(300)

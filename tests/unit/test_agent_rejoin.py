@@ -44,7 +44,7 @@ def test_a_scheduler_that_does_not_know_us_gets_a_hello_again_and_tasks_keep_run
     assert processor.running == running and queued in processor.queue
 
 
-def test_after_the_welcome_the_worker_reannounces_then_sends_what_it_made_meanwhile() -> None:
+def test_after_the_welcome_the_worker_sends_what_it_made_meanwhile_then_reannounces() -> None:
     agent = make_agent()
     first, second, third = agent.submit(3)
     processor = agent.run_next()
@@ -57,9 +57,11 @@ def test_after_the_welcome_the_worker_reannounces_then_sends_what_it_made_meanwh
     assert len(agent.droppable) == heartbeats, "no heartbeat while the scheduler does not know us"
     agent.welcome()
     after = [message for message in agent.to_scheduler[sent_before:] if not isinstance(message, m.Hello)]
-    reannounce = after[0]
+    # Results first: the scheduler gives the worker work once it re-announced, and by then it must know what
+    # the worker made, or it hands out again a re-submitted task whose result is on its way.
+    assert after[0] == m.TaskResults(succeeded_ids=[first], payloads=[payload_for(first)], failures=[])
+    reannounce = after[1]
     assert isinstance(reannounce, m.Reannounce) and set(reannounce.task_ids) == {second, third}
-    assert after[1] == m.TaskResults(succeeded_ids=[first], payloads=[payload_for(first)], failures=[])
     assert agent.registered == 1, "a second welcome is not a second start"
 
 
@@ -73,8 +75,8 @@ def test_results_not_acknowledged_by_a_heartbeat_echo_are_sent_again_to_the_next
     agent.from_scheduler(UNKNOWN)
     agent.welcome()
     resent = agent.to_scheduler[-2:]
-    assert isinstance(resent[0], m.Reannounce) and resent[0].task_ids == []
-    assert resent[1].succeeded_ids == [unacked]
+    assert resent[0].succeeded_ids == [unacked]
+    assert isinstance(resent[1], m.Reannounce) and resent[1].task_ids == []
     assert agent.outcomes[acked] == [("ok", payload_for(acked))]
 
 
@@ -88,7 +90,7 @@ def test_a_heartbeat_echo_acknowledges_only_what_was_sent_before_its_heartbeat()
     agent.from_scheduler(m.HeartbeatEcho())  # echoes heartbeat 1 only
     agent.from_scheduler(UNKNOWN)
     agent.welcome()
-    assert agent.to_scheduler[-1].succeeded_ids == [second]
+    assert agent.to_scheduler[-2].succeeded_ids == [second]
 
 
 def test_hellos_back_off_from_a_tenth_of_a_second_to_two_while_no_welcome_comes() -> None:

@@ -27,6 +27,9 @@ def test_a_resuming_client_keeps_its_prefix_and_its_task_ids_are_accepted() -> N
     assert welcome.id_prefix == OLD_PREFIX and client.prefix == OLD_PREFIX
     client.counter = 400  # it goes on where it was: ids it made before the restart are its own
     ids = cluster.submit(client, 5)
+    # A resumed client's tasks first wait for the workers of the scheduler before to come back (rejoin.py).
+    assert cluster.workers[b"worker-0"].received_task_ids == []
+    cluster.tick(cluster.core.rejoin.hold_seconds)
     cluster.run_to_completion()
     assert {task_id: client.outcomes[task_id] for task_id in ids} == {
         task_id: [("ok", payload_for(task_id))] for task_id in ids

@@ -88,6 +88,7 @@ def test_results_made_while_no_scheduler_knew_the_worker_are_orphans_until_resub
     sim.submit(client, 3, task_ids=old_ids(0, 1, 2))
     assert client.outcomes[old_ids(0)[0]] == [("ok", b"zero")]
     assert client.outcomes[old_ids(1)[0]] == [("failed", failure)]
+    sim.tick(sim.core.rejoin.hold_seconds)  # the hold for other workers to come back
     # Given back unfinished: it runs now, once.
     assert worker.pending == {old_ids(2)[0]: worker.pending[old_ids(2)[0]]}
     sim.complete(worker)
@@ -101,6 +102,7 @@ def test_a_resubmitted_task_still_running_is_not_run_twice() -> None:
     sim.send(worker.identity, m.Reannounce(task_ids=old_ids(0)))
     client = resumed_client(sim)
     sim.submit(client, 2, task_ids=old_ids(0, 1))
+    sim.tick(sim.core.rejoin.hold_seconds)  # the hold for other workers to come back
     sent = [task_id for w in (worker, other) for task_id in w.received_task_ids]
     assert sent == old_ids(1), "the running task was sent again"
     record = sim.core.tasks.records[old_ids(0)[0]]
@@ -135,6 +137,7 @@ def test_a_reannounced_task_given_back_is_forgotten_and_its_resubmission_runs_it
     assert sim.core.task_count == 0 and sim.core.rejoin.orphans == {}
     client = resumed_client(sim)
     sim.submit(client, 1, task_ids=old_ids(0))
+    sim.tick(sim.core.rejoin.hold_seconds)  # the hold for other workers to come back
     assert worker.received_task_ids == old_ids(0)
 
 
@@ -236,3 +239,95 @@ def test_a_reannounce_is_taken_once_after_a_rejoining_hello_and_never_beyond_the
     assert list(sim.core.peers.workers[worker.identity].assigned) == old_ids(1, 2)
     sim.send(worker.identity, m.Reannounce(task_ids=old_ids(4)))
     assert list(sim.core.peers.workers[worker.identity].assigned) == old_ids(1, 2), "a second reannounce was taken"
+
+
+# ------------------------------------------------------------------------------------------ who comes back first
+
+
+def client_saying_hello_again(sim: SimulatedCluster) -> SimClient:
+    """A client of the scheduler before, resuming through its hello (the first sign of a restart, for the core)."""
+    client = sim.clients[b"resuming"] = SimClient(identity=b"resuming", prefix=OLD_PREFIX)
+    sim.send(client.identity, m.Hello(role=m.Role.CLIENT, name="resuming", id_prefix=OLD_PREFIX))
+    assert isinstance(client.inbox[-1], m.Welcome) and client.inbox[-1].id_prefix == OLD_PREFIX
+    return client
+
+
+def test_resubmitted_tasks_wait_for_the_workers_to_come_back_and_a_late_result_completes_one() -> None:
+    sim = restarted()
+    early = rejoining_worker(sim, b"early")
+    sim.send(early.identity, m.Reannounce(task_ids=[]))
+    client = client_saying_hello_again(sim)
+    sim.submit(client, 3, task_ids=old_ids(0, 1, 2))
+    assert early.received_task_ids == [], "a re-submitted task went out before the others could come back"
+    # The worker that made task 0's result while the scheduler was down, and runs task 1, comes back later.
+    late = rejoining_worker(sim, b"late")
+    sim.send(late.identity, m.TaskResults(succeeded_ids=old_ids(0), payloads=[b"zero"], failures=[]))
+    sim.send(late.identity, m.Reannounce(task_ids=old_ids(1)))
+    assert client.outcomes[old_ids(0)[0]] == [("ok", b"zero")]
+    assert sim.core.tasks.records[old_ids(1)[0]].worker is sim.core.peers.workers[late.identity]
+    sim.tick(sim.core.rejoin.hold_seconds)
+    # Only the task nobody held goes out, once the hold is over.
+    assert sorted(early.received_task_ids + late.received_task_ids) == old_ids(2)
+    sim.send(late.identity, m.TaskResults(succeeded_ids=old_ids(1), payloads=[b"one"], failures=[]))
+    assert client.outcomes[old_ids(1)[0]] == [("ok", b"one")]
+
+
+def test_new_clients_tasks_are_not_held_back_after_a_restart() -> None:
+    sim = restarted()
+    worker = rejoining_worker(sim, b"early")
+    sim.send(worker.identity, m.Reannounce(task_ids=[]))
+    new = sim.add_client(b"new")
+    (task_id,) = sim.submit(new, 1)
+    assert worker.received_task_ids == [task_id]
+
+
+def test_a_result_from_a_worker_back_after_the_hold_completes_the_task_another_worker_got_since() -> None:
+    sim = restarted()
+    early = rejoining_worker(sim, b"early", capacity=1)
+    sim.send(early.identity, m.Reannounce(task_ids=[]))
+    client = client_saying_hello_again(sim)
+    sim.submit(client, 2, task_ids=old_ids(0, 1))
+    sim.tick(sim.core.rejoin.hold_seconds)
+    assert early.received_task_ids == old_ids(0)
+    late = rejoining_worker(sim, b"late")
+    out = sim.send(late.identity, m.TaskResults(succeeded_ids=old_ids(0), payloads=[b"first"], failures=[]))
+    assert client.outcomes[old_ids(0)[0]] == [("ok", b"first")]
+    assert (early.identity, m.CancelTasks(task_ids=old_ids(0), force=False)) in out, "the other one is told"
+    assert early.received_task_ids == old_ids(0, 1), "the slot freed on the other worker gets the next task"
+    # The other worker's result, if it ran anyway, finds the task done: its future completes once.
+    sim.send(early.identity, m.TaskResults(succeeded_ids=old_ids(0), payloads=[b"second"], failures=[]))
+    assert client.outcomes[old_ids(0)[0]] == [("ok", b"first")]
+
+
+def test_a_late_result_takes_a_resubmitted_task_out_of_the_queue() -> None:
+    sim = restarted()
+    client = client_saying_hello_again(sim)
+    sim.tick(sim.core.rejoin.hold_seconds)
+    sim.submit(client, 2, task_ids=old_ids(0, 1))  # no worker: both wait in the queue
+    worker = rejoining_worker(sim, b"late")
+    sim.send(worker.identity, m.TaskResults(succeeded_ids=old_ids(0), payloads=[b"zero"], failures=[]))
+    sim.send(worker.identity, m.Reannounce(task_ids=[]))
+    assert client.outcomes[old_ids(0)[0]] == [("ok", b"zero")]
+    assert worker.received_task_ids == old_ids(1), "the task with a result was sent out again"
+
+
+def test_only_a_rejoining_workers_results_for_a_resumed_clients_tasks_complete_tasks_it_was_not_given() -> None:
+    sim = restarted()
+    holder = rejoining_worker(sim, b"holder")
+    sim.send(holder.identity, m.Reannounce(task_ids=[]))
+    new = sim.add_client(b"new")
+    (new_task,) = sim.submit(new, 1)
+    client = client_saying_hello_again(sim)
+    sim.tick(sim.core.rejoin.hold_seconds)
+    sim.submit(client, 1, task_ids=old_ids(0))
+    assert holder.received_task_ids == [new_task, *old_ids(0)]
+    stranger = rejoining_worker(sim, b"stranger")
+    # Before its re-announcement: a result it made for the scheduler before; but a new client's task is not one.
+    sim.send(stranger.identity, m.TaskResults(succeeded_ids=[new_task], payloads=[b"forged"], failures=[]))
+    assert new.outcomes[new_task] == []
+    sim.send(stranger.identity, m.Reannounce(task_ids=[]))
+    # After it: only what it was given counts, as always.
+    sim.send(stranger.identity, m.TaskResults(succeeded_ids=old_ids(0), payloads=[b"late"], failures=[]))
+    assert client.outcomes[old_ids(0)[0]] == []
+    sim.send(holder.identity, m.TaskResults(succeeded_ids=[new_task, *old_ids(0)], payloads=[b"a", b"b"], failures=[]))
+    assert new.outcomes[new_task] == [("ok", b"a")] and client.outcomes[old_ids(0)[0]] == [("ok", b"b")]

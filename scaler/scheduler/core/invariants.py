@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import math
+from collections.abc import Mapping
 
 from scaler.scheduler.core.client_summary import ClientSummary
 from scaler.scheduler.core.core_config import CoreConfig
@@ -138,7 +139,7 @@ def _require(condition: object, message: str, *values: object) -> None:
 
 def check_invariants(
     config: CoreConfig, peers: PeerRegistry, stores: StoreRegistry, tasks: TaskTable, graph: TaskGraph,
-    objects: ObjectTable, lineage: Lineage, should_exit: bool,
+    objects: ObjectTable, lineage: Lineage, should_exit: bool, held_back: Mapping[int, object] | None = None,
 ) -> None:
     """Raise CoreInvariantError unless tasks, peers, the queue, graph edges and objects agree."""
     records, clients, workers, stored = tasks.records, peers.clients, peers.workers, objects.stored
@@ -218,7 +219,9 @@ def check_invariants(
                 live_edges[dependent.task_id] += 1
     resend_waits = lineage.waits_on_resends()
     for task_id, record in records.items():
-        waits = live_edges[task_id] + resend_waits[task_id]
+        # rejoin.py: a task re-submitted after a restart waits on the workers' return as on one more input.
+        held_back_here = held_back is not None and held_back.get(task_id) is record
+        waits = live_edges[task_id] + resend_waits[task_id] + held_back_here
         _require(record.waiting_on == waits,
                  "task %#x waits on %d results, its edges and resends say %d", task_id, record.waiting_on, waits)
     _check_lineage(lineage, tasks, objects)

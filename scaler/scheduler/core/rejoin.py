@@ -14,6 +14,16 @@ id prefix:
   (task_intake.py asks `claim`): an orphan result completes it at once, without running it again; a
   re-announced record takes the submission's content and stays where it runs.
 
+Which of its peers comes back first is a race, and a re-submitted task must not run again because its
+client won it: a result held by a worker not back yet, or a task it runs, would be made twice. So from the
+first sign of a restart (a peer that rejoins or resumes), the re-submitted tasks of resumed clients wait
+for `hold_seconds` (the workers' reconnect back-off at most, plus a heartbeat) instead of being queued
+(`hold_back`); a worker's late result for one of them, or its re-announcement, completes or keeps it
+where it is, and the rest are queued then. A result a rejoining worker sends before its re-announcement
+(one it made for the scheduler before) of a task another worker holds (it came back late, and the task
+went to the other meanwhile) completes it too: the first result counts, and the other worker is told to
+drop it (`sift`). Tasks of clients new to this scheduler are never completed so.
+
 An awaited client that does not come back within the client timeout loses its tasks (cancelled on their
 workers), and an orphan result nobody claims within it is dropped: a client gone for longer than that
 would have been timed out by the scheduler before too. Orphan results are also bounded in number and bytes.
@@ -43,6 +53,8 @@ logger = logging.getLogger(__name__)
 
 MAX_ORPHAN_RESULTS = 100_000
 MAX_ORPHAN_BYTES = 256 * 1024 * 1024
+# Workers and stores reconnect with a back-off of at most this (scheduler_session.LAST_HELLO_RETRY_SECONDS).
+RECONNECT_SECONDS = 2.0
 
 # Failures that are outcomes (the task ran and ended so); the others (returned, worker died, canceled) mean
 # the task has to run again, which its client's re-submission does.
@@ -71,6 +83,13 @@ class Rejoin:
         objects: ObjectTable, counters: collections.Counter[str],
     ) -> None:
         self._grace = config.client_timeout_seconds
+        # From the first sign of a restart, how long re-submitted tasks wait for the workers to come back.
+        self.hold_seconds = RECONNECT_SECONDS + config.heartbeat_interval_seconds
+        self.hold_until = float("-inf")
+        # Re-submitted tasks waiting for that (on one input more: task_graph.py leaves them alone), in order.
+        self.held: dict[int, TaskRecord] = {}
+        # Set when a late result took a task from another worker (its slot is free: dispatch), for the core.
+        self.took_from_others = False
         self._peers = peers
         self._stores = stores
         # Objects stores hold that nobody named here: store identity -> object id -> when it is deleted.
@@ -92,7 +111,44 @@ class Rejoin:
     @property
     def pending(self) -> bool:
         """Whether a tick has anything to expire."""
-        return bool(self.orphans or self._awaited_until or self.unclaimed)
+        return bool(self.orphans or self._awaited_until or self.unclaimed or self.held)
+
+    def noticed(self, hello: m.Hello, now: float) -> None:
+        """A hello: one from a peer of a scheduler before (a worker rejoining, a client resuming) is the first
+        sign of a restart, before any re-announcement; results and submissions are sifted from then on."""
+        if not (hello.rejoining or hello.id_prefix):
+            return
+        self.active_until = max(self.active_until, now + self._grace)
+        if self.hold_until == float("-inf"):
+            self.hold_until = now + self.hold_seconds
+
+    def hold_back(self, record: TaskRecord, now: float) -> bool:
+        """A ready task a resumed client submitted: True if it waits for the workers to come back."""
+        if now >= self.hold_until or record.client.id_prefix in self._peers.issued_prefixes:
+            return False
+        record.waiting_on += 1
+        self.held[record.task_id] = record
+        return True
+
+    def _unhold(self, record: TaskRecord) -> bool:
+        """Whether the task was held back (it is not any more, nor queued)."""
+        if self.held.pop(record.task_id, None) is None:
+            return False
+        record.waiting_on -= 1
+        return True
+
+    def _release(self, now: float) -> None:
+        if now < self.hold_until:
+            return
+        records = self._tasks.records
+        ready = []
+        for record in self.held.values():
+            if records.get(record.task_id) is record and record.worker is None:
+                record.waiting_on -= 1
+                if record.waiting_on == 0:
+                    ready.append(record)
+        self.held.clear()
+        self._tasks.queue_at_front(ready)
 
     # ------------------------------------------------------------------------------------------ re-announced
 
@@ -121,7 +177,10 @@ class Rejoin:
             if record is not None:
                 # Submitted again before its worker came back: if it still waits here, it is the one running there
                 # (if another worker has it already, it runs twice: the first result wins).
-                if record.worker is None and record.waiting_on == 0 and not record.canceled:
+                if self._unhold(record):
+                    self._assign(record, worker)
+                    held += 1
+                elif record.worker is None and record.waiting_on == 0 and not record.canceled:
                     submitted_again.append(record)
                 continue
             prefix = task_id >> TASK_COUNTER_BITS
@@ -162,34 +221,89 @@ class Rejoin:
 
     # ------------------------------------------------------------------------------------------ results
 
-    def sift(self, worker: WorkerPeer, results: m.TaskResults, now: float, router: ResultRouter) -> m.TaskResults:
+    def sift(
+        self, worker: WorkerPeer, results: m.TaskResults, now: float, router: ResultRouter, out: list[Outgoing]
+    ) -> m.TaskResults:
         """Take out of a worker's results those of tasks unknown here or re-announced (kept as orphan results,
-        and passed on to a connected owner); returns the rest, for the task table."""
+        and passed on to a connected owner); returns the rest, for the task table, with the tasks of those
+        that another worker holds, or none, moved to this one (`_rehome`)."""
         records = self._tasks.records
         kept = m.TaskResults(
             succeeded_ids=[], payloads=[], failures=[], warnings=results.warnings, profiles=results.profiles
         )
         expires = now + self._grace
+        late: list[TaskRecord] = []
         for task_id, payload in zip(results.succeeded_ids, results.payloads):
-            if self._is_orphan(records.get(task_id), worker):
+            record = records.get(task_id)
+            if record is None or self._is_orphan(record, worker):
                 self._keep(task_id, OrphanResult(expires, payload=payload), router)
             else:
+                late.append(record)
                 kept.succeeded_ids.append(task_id)
                 kept.payloads.append(payload)
         for result in results.stored:
-            if self._is_orphan(records.get(result.task_id), worker):
+            record = records.get(result.task_id)
+            if record is None or self._is_orphan(record, worker):
                 self._keep(result.task_id, OrphanResult(expires, stored=result, made_by=worker.identity), router)
             else:
+                late.append(record)
                 kept.stored.append(result)
         for failure in results.failures:
             record = records.get(failure.task_id)
-            if not self._is_orphan(record, worker):
+            if record is not None and not self._is_orphan(record, worker):
                 kept.failures.append(failure)
+                if failure.kind in _OUTCOMES:
+                    late.append(record)
             elif failure.kind in _OUTCOMES:
                 self._keep(failure.task_id, OrphanResult(expires, failure=failure), router)
             elif record is not None:
                 self._tasks.forget(record)  # to run again: its client's re-submission does that
+        if late and worker.awaiting_reannounce:
+            self._rehome(worker, late, out)
         return kept
+
+    def freed_others(self) -> bool:
+        """Whether the last results took a task from another worker (whose slot is free now); once."""
+        freed, self.took_from_others = self.took_from_others, False
+        return freed
+
+    def _rehome(self, worker: WorkerPeer, records: list[TaskRecord], out: list[Outgoing]) -> None:
+        """Outcomes a rejoining worker made for the scheduler before (it sends them before its re-announcement)
+        of tasks a resumed client re-submitted, held back, queued or given to another worker: they are this
+        worker's now, so that the task table takes them instead of running them again; another worker
+        holding one is told to drop it. Tasks of clients new to this scheduler are never touched."""
+        queued: list[TaskRecord] = []
+        elsewhere: dict[bytes, list[int]] = {}
+        moved = 0
+        issued = self._peers.issued_prefixes
+        for record in records:
+            if record.worker is worker or record.signature is REANNOUNCED or record.canceled:
+                continue
+            if record.client.id_prefix in issued:
+                continue  # a task submitted to this scheduler only: no worker made it before it
+
+            moved += 1
+            if self._unhold(record):
+                self._assign(record, worker)
+            elif record.worker is None:
+                if record.waiting_on == 0 and record not in queued:
+                    queued.append(record)
+                else:
+                    moved -= 1
+            else:
+                other = record.worker
+                other.assigned.pop(record.task_id, None)
+                record.client.tasks_running -= 1
+                elsewhere.setdefault(other.identity, []).append(record.task_id)
+                self._assign(record, worker)
+        if queued:
+            self._tasks.unqueue({record.task_id for record in queued})
+            for record in queued:
+                self._assign(record, worker)
+        if elsewhere:
+            self.took_from_others = True
+            out.extend((identity, m.CancelTasks(task_ids=ids, force=False)) for identity, ids in elsewhere.items())
+        self._counters["tasks_completed_late"] += moved
 
     @staticmethod
     def _is_orphan(record: TaskRecord | None, worker: WorkerPeer) -> bool:
@@ -298,7 +412,10 @@ class Rejoin:
     # ------------------------------------------------------------------------------------------ expiry
 
     def on_tick(self, now: float, out: list[Outgoing]) -> None:
-        """Awaited clients that did not come back lose their tasks; unclaimed orphan results and objects go."""
+        """Awaited clients that did not come back lose their tasks; unclaimed orphan results and objects go;
+        held back tasks are queued once the hold is over."""
+        if self.held:
+            self._release(now)
         if self.unclaimed:
             self._delete_unclaimed(now, out)
         if self._awaited_until:

@@ -258,10 +258,8 @@ class SchedulerCore:
     def check_invariants(self) -> None:
         """Raise CoreInvariantError if the core's parts disagree with each other. For tests: it walks the
         whole state, so nothing in the scheduler calls it."""
-        check_invariants(
-            self._config, self.peers, self.stores, self.tasks, self.graph, self.objects, self.lineage,
-            self.should_exit,
-        )
+        check_invariants(self._config, self.peers, self.stores, self.tasks, self.graph, self.objects, self.lineage,
+                         self.should_exit, self.rejoin.held)
 
     # ------------------------------------------------------------------------------------------ peers
 
@@ -277,6 +275,7 @@ class SchedulerCore:
         reply, worker = self.peers.on_hello(sender, message, now)
         if isinstance(reply, m.Welcome):
             reply.store_directory = self.stores.directory_for(message.host_key, message.store)
+            self.rejoin.noticed(message, now)
         out.append((sender, reply))
         if worker is not None:
             self.prefetch.joined(worker)
@@ -476,10 +475,12 @@ class SchedulerCore:
             return
         router = ResultRouter()
         if self.rejoin.active(now):
-            results = self.rejoin.sift(worker, results, now, router)
+            results = self.rejoin.sift(worker, results, now, router, out)
         self.tasks.take_results(worker, results, router)
         router.flush(out)
         self.prefetch.on_results(worker, results, now, out)
+        if self.rejoin.freed_others():  # rejoin.py: a late result freed another worker's slot too
+            self._placement.dispatch(out)
         self._placement.dispatch_freed(worker, out)
         self.prefetch.after_dispatch(worker, now)
 

@@ -113,6 +113,8 @@ class TaskIntake:
                     self._graph.park(record, row_refs)
                 elif lineage is not None and lineage.hold_back(record, router):
                     pass  # it names a lost object: it waits for it to come back (or failed)
+                elif rejoin is not None and rejoin.hold_back(record, now):
+                    pass  # re-submitted after a restart: it waits for the workers to come back (rejoin.py)
                 else:
                     ready.append(record)
             runs.append((tags, signature, priority, ready))
