@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import weakref
 from collections.abc import Hashable, Mapping
 from typing import Any, Callable, Iterable
@@ -10,6 +9,7 @@ from typing import Any, Callable, Iterable
 from scaler.client.arguments import Unserializable, function_name, serialization_error, serialize_arguments
 from scaler.client.call_priority import call_priority, checked_key_priorities
 from scaler.client.call_sites import CallSites
+from scaler.client.client_settings import ClientSettings
 from scaler.client.connection import ClientConnection
 from scaler.client.display import client_html, client_text
 from scaler.client.future import ScalerFuture
@@ -478,33 +478,6 @@ class Client:
 def _literal(value: Any) -> Any:
     """A task that returns its argument: a literal of a persisted graph, kept on the cluster like the rest."""
     return value
-
-
-@dataclasses.dataclass(frozen=True)
-class ClientSettings:
-    """What a Client passed into a task carries (its pickle), to connect from there as it would.
-
-    CURVE keys are the files given as options, read again on the worker (the same paths on one machine
-    or a shared file system); keys not given are taken from the worker's environment, as for any client.
-    """
-
-    address: str
-    serializer: Serializer
-    timeout_seconds: float
-    heartbeat_interval_seconds: float
-    name: str = ""
-    profiling: bool = False
-    curve_server_key: str | None = None
-    curve_secret_key: str | None = None
-    wait_for_tags_seconds: float | None = None
-    share: float = DEFAULT_SHARE
-    stream_output: bool = False
-
-    def reuse_key(self) -> tuple:
-        """Settings equal but for the serializer instance (each unpickling makes a new one) share a client."""
-        serializer_class = type(self.serializer)
-        return (*dataclasses.astuple(dataclasses.replace(self, serializer=DefaultSerializer())),
-                serializer_class.__module__, serializer_class.__qualname__)
 
 
 _unpickled_clients: UnpickledClients[Client] = UnpickledClients()

@@ -66,14 +66,12 @@ logger = logging.getLogger(__name__)
 
 # The longest the I/O thread waits for input: the core's next decision may come sooner (seconds_to_next_decision).
 _IDLE_POLL_SECONDS = 0.25
-# What a graceful close gives queued messages to leave, and what close() waits for the I/O thread:
-# the thread never blocks on a send, so only this linger can hold it.
+# What a graceful close gives queued messages to leave; the I/O thread never blocks on a send, so only it can hold.
 _CLOSE_LINGER_SECONDS = 2.0
 _CLOSE_WAIT_SECONDS = _CLOSE_LINGER_SECONDS + 3.0
 # What the I/O thread, ending, gives the fetch thread to finish the fetch under way before closing the stores.
 _FETCH_STOP_SECONDS = 1.0
-# How much longer than its own timeout a caller waits for the core to settle its request: the core decides
-# the timeout, on the I/O thread's next tick; this only bounds a stuck I/O thread.
+# How much longer than its timeout a caller waits for the core (which decides timeouts) to settle a request.
 _REPLY_SLACK_SECONDS = 2.0
 
 
@@ -138,10 +136,8 @@ class ClientConnection:
     def connect(self) -> None:
         self._thread.start()
         if not self._welcomed.wait(self._timeout_seconds + 1.0) or self._ended is not None:
-            error = self._ended or ConnectionFailedError(
-                f"could not connect to the scheduler at {self.address} within {self._timeout_seconds:g}s: "
-                "is it running and reachable from here?"
-            )
+            why = f"at {self.address} within {self._timeout_seconds:g}s: is it running and reachable from here?"
+            error = self._ended or ConnectionFailedError(f"could not connect to the scheduler {why}")
             self.close(graceful=False)
             raise error
 
@@ -281,8 +277,8 @@ class ClientConnection:
         self._hand(message)
 
     def send_lock_free(self, message: m.Message) -> None:
-        """Any thread, taking no lock (a garbage collector's finalizer may call it, whatever lock its thread
-        holds): queue a message about nothing this client stored itself, such as the delete of a kept result."""
+        """Any thread, taking no lock (a finalizer may call it whatever lock its thread holds): for a message about
+        nothing this client stored itself, such as the delete of a kept result."""
         self._hand(message)
 
     def cancel_tasks(self, task_ids: list[int], force: bool = False) -> None:
