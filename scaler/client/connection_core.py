@@ -146,7 +146,9 @@ class ClientConnectionCore:
                         pending.expect(item.task_ids[0], item.sink)
                     else:
                         pending.expect_all(item.task_ids, item.sink)
-                    batches.append(item)  # kept to send again after a restart (resubmission.py)
+                    # Kept to send again after a restart (resubmission.py), without its sink: `pending` has that,
+                    # and a finished future must not be held here (a kept result goes when its future does).
+                    batches.append(dataclasses.replace(item, sink=None))
                 outbox.append(item)
             elif isinstance(item, m.ObjectPayload):
                 records.note_object(item)

@@ -44,7 +44,8 @@ class SentRecords:
         # The connection core appends every batch that carries tasks with a sink, then calls `after_batches`.
         self.batches: list[TaskBatch] = []
         self._prune_batches_at = _MIN_PRUNE
-        self._graphs: dict[int, GraphRequest] = {}
+        # A graph's submission and its futures' task ids: not the futures, which go when their callers let go.
+        self._graphs: dict[int, tuple[m.TaskSubmission, tuple[int, ...]]] = {}
         self._graph_keys = itertools.count()
         self._graphs_at_last_prune = 0
 
@@ -68,14 +69,14 @@ class SentRecords:
         self._objects.clear()
 
     def note_graph(self, request: GraphRequest, pending: PendingResults) -> None:
-        self._graphs[next(self._graph_keys)] = request
+        self._graphs[next(self._graph_keys)] = (request.submission, tuple(request.futures))
         # A graph is let go once none of its futures waits; checked when the records doubled since the
         # last look, so the look costs a constant per graph.
         if len(self._graphs) >= 2 * self._graphs_at_last_prune + 8:
             self._prune_graphs(pending)
 
     def is_graph_submission(self, item: object) -> bool:
-        return any(request.submission is item for request in self._graphs.values())
+        return any(submission is item for submission, _ in self._graphs.values())
 
     def unfinished(self, pending: PendingResults) -> list[OutboxItem]:
         """What to send again, in order: the objects, then tasks still waiting, then graphs still waiting."""
@@ -84,7 +85,7 @@ class SentRecords:
         waiting = pending.task_ids
         items: list[OutboxItem] = list(self._objects.values())
         items.extend(_waiting_rows(batch, waiting) for batch in self.batches)
-        items.extend(request.submission for request in self._graphs.values())
+        items.extend(submission for submission, _ in self._graphs.values())
         return items
 
     def _prune_batches(self, pending: PendingResults) -> None:
@@ -94,8 +95,8 @@ class SentRecords:
 
     def _prune_graphs(self, pending: PendingResults) -> None:
         finished = [
-            key for key, request in self._graphs.items()
-            if not any(pending.expects(task_id) for task_id in request.futures)
+            key for key, (_, task_ids) in self._graphs.items()
+            if not any(pending.expects(task_id) for task_id in task_ids)
         ]
         for key in finished:
             del self._graphs[key]

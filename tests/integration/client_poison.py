@@ -17,11 +17,11 @@ from scaler.client.client import Client
 from scaler.store.store_client import StoreAddress, StoreClient
 
 MB = 1 << 20
-_CLIENT_PID_VARIABLE = "SCALER_TEST_POISONED_PID"
+POISONED_PID_VARIABLE = "SCALER_TEST_POISONED_PID"
 
 
 def _rebuild(data: bytes) -> ClientPoison:
-    if str(os.getpid()) == os.environ.get(_CLIENT_PID_VARIABLE):
+    if str(os.getpid()) == os.environ.get(POISONED_PID_VARIABLE):
         raise AssertionError("a value kept on the cluster was unpickled in the client process")
     return ClientPoison(data)
 
@@ -46,7 +46,7 @@ def size_of(*values: ClientPoison) -> int:
 
 def poison_this_process(monkeypatch: pytest.MonkeyPatch) -> None:
     # Workers started earlier never see the variable; those started meanwhile see another process's id.
-    monkeypatch.setenv(_CLIENT_PID_VARIABLE, str(os.getpid()))
+    monkeypatch.setenv(POISONED_PID_VARIABLE, str(os.getpid()))
 
 
 def store_fetches(native: Client, monkeypatch: pytest.MonkeyPatch) -> list[bytes]:

@@ -18,43 +18,24 @@ import pytest
 import scaler
 from scaler import Client, SchedulerClusterCombo
 from scaler.compat.cluster_choice import use
-from scaler.store.store_client import StoreAddress, StoreClient
 from tests.integration import waiting
+from tests.integration.client_poison import (
+    MB,
+    POISONED_PID_VARIABLE,
+    ClientPoison,
+    make_poison,
+    objects_in_store,
+    size_of,
+    store_fetches,
+)
 
 pytestmark = [
     pytest.mark.timeout(180),
     pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the store's shared memory is Linux only"),
 ]
 
-MB = 1 << 20
 WAIT_SECONDS = 60.0  # an upper bound against hangs, never a measure
 wait_until = functools.partial(waiting.wait_until, timeout=WAIT_SECONDS)
-# Set to the test process's pid before the cluster starts: its workers compare it with their own.
-CLIENT_PID_VARIABLE = "SCALER_TEST_KEPT_RESULTS_CLIENT_PID"
-
-
-def _rebuild_poison(data: bytes) -> ClientPoison:
-    if str(os.getpid()) == os.environ.get(CLIENT_PID_VARIABLE):
-        raise AssertionError("a kept value was unpickled in the client process")
-    return ClientPoison(data)
-
-
-class ClientPoison:
-    """A large value that workers can unpickle and the client process cannot."""
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-
-    def __reduce__(self) -> tuple:
-        return _rebuild_poison, (self.data,)
-
-
-def make_poison(size: int, fill: int = 1) -> ClientPoison:
-    return ClientPoison(bytes([fill]) * size)
-
-
-def size_of(*values: ClientPoison) -> int:
-    return sum(len(value.data) for value in values)
 
 
 def first_byte(value: ClientPoison) -> int:
@@ -71,12 +52,12 @@ def identity(value: object) -> object:
 
 @pytest.fixture(scope="module")
 def combo() -> Iterator[SchedulerClusterCombo]:
-    os.environ[CLIENT_PID_VARIABLE] = str(os.getpid())
+    os.environ[POISONED_PID_VARIABLE] = str(os.getpid())
     try:
         with SchedulerClusterCombo(n_workers=2, logging_level="WARNING") as started:
             yield started
     finally:
-        del os.environ[CLIENT_PID_VARIABLE]
+        del os.environ[POISONED_PID_VARIABLE]
 
 
 @pytest.fixture
@@ -89,24 +70,7 @@ def client(combo: SchedulerClusterCombo) -> Iterator[Client]:
 @pytest.fixture
 def fetches(client: Client, monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
     """The object ids this client reads from stores (a spy on the real Stores.fetch, which still runs)."""
-    stores = client._connection.stores
-    fetched: list[bytes] = []
-    real_fetch = stores.fetch
-
-    def counted(object_id: bytes, holder: str, timeout: float | None = None):  # noqa: ANN202
-        fetched.append(object_id)
-        return real_fetch(object_id, holder, timeout)
-
-    monkeypatch.setattr(stores, "fetch", counted)
-    return fetched
-
-
-def objects_in_store(client: Client) -> int:
-    stores = client._connection.stores
-    address = stores.address_of(stores.home)
-    assert isinstance(address, StoreAddress)
-    with StoreClient(address, local=True) as reader:
-        return reader.status().object_count
+    return store_fetches(client, monkeypatch)
 
 
 def test_a_large_kept_result_is_used_by_later_tasks_on_the_cluster_only(client: Client, fetches: list) -> None:
