@@ -20,6 +20,7 @@ from scaler import Client
 from scaler.cluster.combo import free_local_address
 from tests.conftest import console_script
 from tests.integration.spawned import Spawned, Spawner, start_scheduler
+from tests.integration.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -49,7 +50,9 @@ def start_workers(spawn: Spawner, address: str, name: str) -> Spawned:
         console_script("scaler_cluster"), "-n", "2", "--heartbeat-interval", "0.5", "--death-timeout-seconds", "60",
         "--logging-level", "INFO", address,
     ])
-    workers.wait_for_log("connected", timeout=60)  # a worker agent's first welcome
+    # Both agents welcomed, so that both are the scheduler's before it dies (they rejoin; a worker that never
+    # joined would only join the next one).
+    wait_until(lambda: workers.log().count("connected to the scheduler") >= 2, "both workers joined", timeout=60)
     return workers
 
 
