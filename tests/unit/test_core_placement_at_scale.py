@@ -108,3 +108,17 @@ def test_slots_freed_without_results_are_filled_from_a_full_clusters_queue() -> 
     assert set(waiting) <= held
     cluster.run_to_completion()
     assert sorted(second.successes()) == sorted(waiting)
+
+
+def test_a_slot_freed_after_a_cancel_emptied_the_queue_takes_the_next_task_at_once() -> None:
+    """The fuzzed core found it: dispatch marked the queue as held back by full workers, a cancel emptied it,
+    the worker's slot freed while nothing waited, and a task submitted then waited beside that free slot."""
+    cluster = SimulatedCluster()
+    worker = cluster.add_worker(capacity=1)
+    client = cluster.add_client()
+    running, queued = cluster.submit(client, 2)
+    assert worker.received_task_ids == [running]
+    cluster.cancel(client, [queued])
+    cluster.complete(worker)
+    (later,) = cluster.submit(client, 1)
+    assert worker.received_task_ids == [running, later]

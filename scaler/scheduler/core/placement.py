@@ -152,13 +152,21 @@ class Placement:
     def _dispatch(self, out: list[Outgoing], freed: WorkerPeer | None) -> None:
         tasks = self._tasks
         if tasks.waiting == 0:
+            # Nothing waits (a cancel may have emptied the queues): no queue is held back by full workers, and
+            # the next tasks must find the slots freed meanwhile.
+            self._saturated.clear()
             return
         queues = tasks.queues
         if len(queues) == 1:
             for queue in queues.values():
                 self._dispatch_queue(queue, out, freed)
             return
-        served = [queue for queue in queues.values() if queue.waiting]
+        served = []
+        for queue in queues.values():
+            if queue.waiting:
+                served.append(queue)
+            else:
+                self._saturated.discard(queue.tags)
         for queue in served:
             self._dispatch_queue(queue, out, freed)
         if len(served) > 1:
