@@ -296,3 +296,28 @@ def submit_nested(cluster: SimulatedCluster, client: SimClient, count: int) -> l
     objects = [m.ObjectPayload(object_id=FUNCTION_ID, payload=FUNCTION_PAYLOAD, name="f")]
     cluster.send(client.identity, m.TaskSubmission(objects=objects, groups=[group]))
     return task_ids
+
+
+@pytest.mark.parametrize("run_seconds", [5e-324, float("nan"), float("inf"), -1.0])
+def test_a_worker_reporting_nonsense_run_times_neither_crashes_the_core_nor_changes_its_depth(run_seconds) -> None:
+    # Found by the core's fuzz: a pace of 5e-324 s made the horizon over the pace overflow to infinity, and the
+    # results message raised OverflowError inside the core. NaN, infinite and negative times are no measure.
+    cluster = prefetching()
+    worker = cluster.add_worker(capacity=100)
+    cluster.submit(cluster.add_client(), 500)
+    depth_before = peer(cluster, worker).depth
+    for _ in range(SAMPLE_TASKS + 1):
+        message = m.TaskResults(
+            succeeded_ids=[task_id := next(iter(worker.pending))], payloads=[b"r"], failures=[],
+            ran_tasks=1, run_seconds=run_seconds,
+        )
+        worker.pending.pop(task_id)
+        cluster.send(worker.identity, message)
+    depth = peer(cluster, worker).depth
+    assert 1 <= depth <= 100
+    if run_seconds != 5e-324:
+        assert depth == depth_before, "a time that is no time moved the depth"
+
+
+def test_the_depth_for_a_vanishing_pace_is_the_capacity() -> None:
+    assert depth_for(5e-324, capacity=7, horizon_seconds=0.05) == 7

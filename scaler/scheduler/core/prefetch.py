@@ -98,8 +98,11 @@ def depth_for(seconds_per_task: float, capacity: int, horizon_seconds: float, co
     """The `concurrency` running tasks plus `horizon_seconds` of queued work at this pace, within [1, capacity]."""
     if seconds_per_task <= 0.0:
         return min(max(FIRST_DEPTH, concurrency + 1), capacity)
+    queued = horizon_seconds / seconds_per_task
+    if queued >= capacity:  # also a pace so small that the quotient overflows to infinity
+        return capacity
     # Less a hair, so that a pace of exactly a tenth of the horizon queues ten tasks, not eleven.
-    return min(capacity, concurrency + math.ceil(horizon_seconds / seconds_per_task - 1e-9))
+    return min(capacity, concurrency + math.ceil(queued - 1e-9))
 
 
 def finished_count(results: m.TaskResults) -> int:
@@ -141,9 +144,12 @@ class Prefetch:
                 if not self.unlimited:
                     worker.depth = worker.capacity
             return
+        reported = results.run_seconds
+        if not 0.0 <= reported < math.inf:
+            return  # NaN, negative or infinite: no measure at all (a peer's defect must not reach the depths)
         pace.measured = True
         ran = pace.ran = pace.ran + ran
-        run_seconds = pace.run_seconds = pace.run_seconds + results.run_seconds
+        run_seconds = pace.run_seconds = pace.run_seconds + reported
         concurrency = worker.concurrency
         if ran < SAMPLE_TASKS and run_seconds < SAMPLE_SECONDS * concurrency and pace.seconds_per_task:
             return  # the first sample is taken at once: the worker holds only FIRST_DEPTH tasks until then
