@@ -21,7 +21,7 @@ void SchedulerSession::sent_results(Frames&& frames) {
   generation_bytes_.back() += size;
   unacknowledged_bytes_ += size;
   // The current generation is never let go: its heartbeat is not even sent yet.
-  if (unacknowledged_bytes_ > kMaxUnacknowledgedBytes && generations_.size() > 1) drop_oldest_generation();
+  if (unacknowledged_bytes_ > max_unacknowledged_bytes_ && generations_.size() > 1) drop_oldest_generation();
 }
 
 void SchedulerSession::heartbeat_sent() {
@@ -88,7 +88,7 @@ void SchedulerSession::drop_oldest_generation() {
 }
 
 void SchedulerSession::trim_held() {
-  while (held_.size() > kMaxHeldMessages) held_.pop_front();
+  while (held_.size() > max_held_messages_) held_.pop_front();
 }
 
 }  // namespace scaler_native

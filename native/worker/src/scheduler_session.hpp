@@ -40,6 +40,11 @@ enum class Refusal {
 
 class SchedulerSession {
  public:
+  // The bounds are the constants above; a test gives smaller ones.
+  explicit SchedulerSession(size_t max_unacknowledged_bytes = kMaxUnacknowledgedBytes,
+                            size_t max_held_messages = kMaxHeldMessages)
+      : max_unacknowledged_bytes_(max_unacknowledged_bytes), max_held_messages_(max_held_messages) {}
+
   bool ever_welcomed() const { return ever_welcomed_; }
   bool rejoining() const { return rejoining_; }
 
@@ -71,6 +76,8 @@ class SchedulerSession {
   void drop_oldest_generation();
   void trim_held();
 
+  size_t max_unacknowledged_bytes_;
+  size_t max_held_messages_;
   bool ever_welcomed_ = false;
   bool rejoining_ = false;
   // Results sent before each heartbeat whose echo has not come, oldest first; the last: since the last heartbeat.
