@@ -8,12 +8,14 @@ implementation that leaves instead (allowed by §21) skips these; the Python and
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from tests.protocol import wire
 from tests.protocol.conftest import StartWorker
 from tests.protocol.dialects import Dialect
-from tests.protocol.fake_scheduler import FakeScheduler, WorkerLink
+from tests.protocol.fake_scheduler import REPLY_SECONDS, FakeScheduler, WorkerLink
 from tests.protocol.peers import WorkerImplementation
 
 EXIT_SECONDS = 30.0
@@ -31,7 +33,8 @@ def lose(link: WorkerLink, implementation: WorkerImplementation) -> None:
 
 def next_after_hellos(link: WorkerLink) -> wire.Received:
     """The next message that is not a (repeated) hello."""
-    while (message := link.next()).member == "hello":
+    deadline = time.monotonic() + REPLY_SECONDS
+    while (message := link.next(max(0.0, deadline - time.monotonic()))).member == "hello":
         pass
     return message
 
@@ -106,13 +109,13 @@ def test_a_running_task_is_reannounced_and_answered_once(
     start()
     link = scheduler.accept()
     link.welcome()
-    running, = link.submit(dialect, "sleep_ms", [(1500,)])
+    running, = link.submit(dialect, "sleep_ms", [(3000,)])  # long: still running at the welcome, even under load
     link.pause(0.2)
     lose(link, implementation)
     link.welcome()
     reannounced = next_after_hellos(link)
     assert reannounced.member == "reannounce" and reannounced.get("taskIds") == [running], reannounced.fields
-    assert link.outcomes(dialect, [running])[running].value == 1500
+    assert link.outcomes(dialect, [running])[running].value == 3000
 
 
 def test_hello_again_while_no_welcome_comes(
