@@ -58,7 +58,8 @@ std::string usage() {
          "                                       tasks this worker accepts at once, queued plus running (default: 1000)\n"
          "  --threads N, -t N                    tasks run at the same time (default: 1)\n"
          "  --heartbeat-interval S, -hi S        seconds between heartbeats; the scheduler may ask for more (default: 2)\n"
-         "  --death-timeout-seconds S, -ds S     exit after this long without a word from the scheduler (default: 300)\n"
+         "  --death-timeout-seconds S, -ds S     exit after this long without a word from the scheduler (default: 300);\n"
+         "                                       until then tasks run on, and a restarted scheduler is rejoined\n"
          "  --logging-level LEVEL, -ll LEVEL     DEBUG, INFO, WARNING, ERROR or CRITICAL (default: INFO)\n"
          "  --exit-with-parent                   exit when the process that started this one exits\n"
          "  --tags TAGS                          comma-separated capabilities besides 'native', e.g. gpu,fast\n";

@@ -53,6 +53,7 @@ struct Welcome {
 
 struct Refused {
   std::string reason;
+  bool unknown_peer = false;  // the scheduler does not know us (it restarted?): rejoin (§21)
 };
 
 struct HeartbeatEcho {};
@@ -123,6 +124,7 @@ struct Hello {
   uint32_t capacity = 0;
   std::vector<std::string> tags;  // sorted, without repeats
   uint32_t concurrency = 1;       // tasks run at once: its threads
+  bool rejoining = false;         // welcomed before by a scheduler at this address, which went away (§21)
 };
 
 struct Heartbeat {

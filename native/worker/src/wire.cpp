@@ -128,7 +128,7 @@ Incoming decode_message(::Message::Reader message, FrameTable& frames) {
       return welcome;
     }
     case ::Message::REFUSED:
-      return Refused{message.getRefused().getReason().cStr()};
+      return Refused{message.getRefused().getReason().cStr(), message.getRefused().getUnknownPeer()};
     case ::Message::HEARTBEAT_ECHO:
       return HeartbeatEcho{};
     case ::Message::SUBMIT_TASKS:
@@ -277,6 +277,7 @@ std::vector<Bytes> encode(const Outgoing& message) {
     out.setPid(hello->pid);
     out.setCapacity(hello->capacity);
     out.setConcurrency(hello->concurrency);
+    out.setRejoining(hello->rejoining);
     auto tags = out.initTags(static_cast<unsigned>(hello->tags.size()));
     for (size_t i = 0; i < hello->tags.size(); ++i) tags.set(static_cast<unsigned>(i), hello->tags[i]);
   } else if (auto heartbeat = std::get_if<Heartbeat>(&message)) {
@@ -297,6 +298,12 @@ std::vector<Bytes> encode(const Outgoing& message) {
     root.initDisconnect().setReason(disconnect->reason);
   }
   return finish(builder, std::move(payload_frames));
+}
+
+std::vector<Bytes> encode_reannounce(const std::vector<uint64_t>& task_ids) {
+  capnp::MallocMessageBuilder builder;
+  set_ids(builder.initRoot<::Message>().initReannounce(), task_ids);
+  return finish(builder, {});
 }
 
 const char* member_name(const Incoming& message) {
