@@ -19,6 +19,7 @@ import pytest
 from tests.distributed_suite import stand_ins
 
 WORKERS = 2
+WARM_UP_SECONDS = 180  # against a hang: workers start in seconds, longer only on a machine under heavy load
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -56,8 +57,17 @@ def scaler_cluster() -> Iterator[Any]:
     from scaler.compat.dask.distributed import LocalCluster
 
     with LocalCluster(n_workers=WORKERS, threads_per_worker=1) as cluster:
+        _warm_up(cluster)
         stand_ins.set_cluster(cluster)
         yield cluster
+
+
+def _warm_up(cluster: Any) -> None:
+    """Wait until the workers run tasks, so that their start does not count against the first test's time."""
+    from scaler.compat.dask.distributed import Client, wait
+
+    with Client(cluster, set_as_default=False) as warming:
+        wait(warming.map(abs, range(-WORKERS, 0)), timeout=WARM_UP_SECONDS)
 
 
 @pytest.fixture

@@ -9,7 +9,10 @@ through the client.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import functools
+import inspect
 from typing import Any, Callable
 
 from scaler.compat.dask.distributed.future import Future, KeyState
@@ -61,7 +64,9 @@ def prepare_call(
 ) -> PreparedCall:
     """The native call for `fn(*args, **kwargs)`; `argument_of` gives what stands for a future's key: by default
     its kept native future (or, scattered, its object's reference), which the native client resolves on the
-    cluster as a top-level argument."""
+    cluster as a top-level argument. A coroutine function runs to its end on the worker, as in dask."""
+    if _is_coroutine_function(fn):
+        fn, args = run_coroutine, (fn, *args)
     dependencies: list[KeyState] = []
     nested = False
     direct_args: list[Any] = []
@@ -101,6 +106,17 @@ def prepare_call(
     template_args = tuple(replace(argument) for argument in args)
     template_kwargs = {name: replace(argument) for name, argument in kwargs.items()}
     return PreparedCall(fill_slots, (fn, template_args, template_kwargs, *values), {}, dependencies)
+
+
+def run_coroutine(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """On the worker: the value of the coroutine `fn(*args, **kwargs)`, run in an event loop of its own."""
+    return asyncio.run(fn(*args, **kwargs))
+
+
+def _is_coroutine_function(fn: Any) -> bool:
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return inspect.iscoroutinefunction(fn)
 
 
 def _holds_future(item: Any) -> bool:
