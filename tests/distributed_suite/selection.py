@@ -18,6 +18,7 @@ CHOSEN = [
     "test_submit_list_kwargs", "test_long_tasks_dont_trigger_timeout", "test_threadsafe", "test_unhashable_function",
     # futures as arguments, also inside containers
     "test_remote_submit_on_Future", "test_unpacks_remotedata_namedtuple", "test_resolves_future_in_dict",
+    "test_resolves_future_in_namedtuple",
     # exceptions and tracebacks
     "test_Future_exception_sync", "test_exceptions", "test_sync_exceptions", "test_exception_on_exception",
     "test_get_traceback", "test_gather_traceback", "test_traceback_sync", "test_badly_serialized_exceptions",
@@ -94,9 +95,9 @@ EXCLUDED = {
     "KNOWN GAPS: a task's warnings come back as UserWarning, not their own class; distributed.warn not offered": [
         "test_warn_manual", "test_warn_remote",
     ],
-    "KNOWN GAPS: futures inside a graph's task arguments or inside namedtuples, and persisted collections "
-    "passed into a task, are not resolved on the cluster": [
-        "test_submit_then_get_with_Future", "test_async_compute_with_scatter", "test_resolves_future_in_namedtuple",
+    "KNOWN GAPS: futures inside a graph's task arguments, and persisted collections passed into a task, are not "
+    "resolved on the cluster": [
+        "test_submit_then_get_with_Future", "test_async_compute_with_scatter",
         "test_serialize_collections", "test_worker_clients_do_not_claim_ownership_of_serialize_futures",
     ],
     "KNOWN GAPS: too slow for the test's 20 s: a tree of 52 tasks each waiting on tasks it submits (get_client "
