@@ -60,7 +60,7 @@ from scaler.utility.fork_safety import fix_after_fork
 from scaler.utility.handshake_failures import HandshakeWatch
 from scaler.utility.host_key import this_host_key
 from scaler.utility.identifiers import TASK_COUNTER_BITS
-from scaler.utility.zmq_util import configure_socket, has_input, receive_frames
+from scaler.utility.zmq_util import POLL_IN, POLL_OUT, configure_socket, has_input, receive_frames
 
 logger = logging.getLogger(__name__)
 
@@ -413,10 +413,10 @@ class ClientConnection:
         monitor = self._handshakes.monitor_socket if self._handshakes is not None else None
         if monitor is not None:
             poller.register(monitor, zmq.POLLIN)
-        socket_events = zmq.POLLIN
+        socket_events = POLL_IN
         now = time.monotonic()
         while True:
-            wanted = zmq.POLLIN | (zmq.POLLOUT if self._unsent else 0)
+            wanted = POLL_IN | (POLL_OUT if self._unsent else 0)
             if wanted != socket_events:
                 poller.register(socket, wanted)
                 socket_events = wanted
@@ -431,7 +431,7 @@ class ClientConnection:
                 self._on_handshake(now)
             while fetched:
                 act(core.on_fetched(fetched.popleft(), now))
-            if events.get(socket, 0) & zmq.POLLIN or deferred:
+            if events.get(socket, 0) & POLL_IN or deferred:
                 # Messages read while an answer relayed from a store was awaited on this thread come first.
                 while deferred or has_input(socket):
                     if deferred:
