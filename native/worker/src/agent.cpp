@@ -156,7 +156,11 @@ void Agent::on_frames(const std::vector<Bytes>& frames, double now) {
     heartbeat_interval_ = interval;
     core_.set_limits(welcome->max_frame_bytes, welcome->max_control_frame_bytes);
     store_directory_ = welcome->store_directory;
-    if (!welcomed_) log(LogLevel::info, who() + ": connected to the scheduler at " + options_.address);
+    if (!welcomed_) {
+      log(LogLevel::info, who() + ": connected to the scheduler at " + options_.address + " (" +
+                              (welcome->release.empty() ? std::string("an older release") : welcome->release) +
+                              ", protocol version " + std::to_string(welcome->protocol_version) + ")");
+    }
     welcomed_ = true;
   } else if (auto submission = std::get_if<TaskSubmission>(&message)) {
     core_.on_submission(*submission, now);
@@ -177,7 +181,10 @@ void Agent::on_frames(const std::vector<Bytes>& frames, double now) {
     leave_ = Leave{"scheduler asked us to leave: " + disconnect->reason, 0, LogLevel::info};
   } else if (auto refused = std::get_if<Refused>(&message)) {
     // Before the welcome it is why we cannot work at all; after it, a scheduler that no longer knows us.
-    leave_ = Leave{"scheduler refused us: " + refused->reason, welcomed_ ? 0 : 1, LogLevel::warning};
+    // This worker's own versions too: an older scheduler's reason for another protocol version names only its own.
+    leave_ = Leave{"scheduler refused us (worker of " + std::string(kRelease) + ", protocol version " +
+                       std::to_string(kProtocolVersion) + "; scheduler at " + options_.address + "): " + refused->reason,
+                   welcomed_ ? 0 : 1, LogLevel::warning};
   } else if (auto error = std::get_if<ProtocolError>(&message)) {
     log(LogLevel::warning, who() + ": scheduler reports a protocol error: " + error->reason);
   } else if (auto directory = std::get_if<StoreDirectory>(&message)) {
