@@ -134,18 +134,18 @@ class SchedulerSession:
         rejoined = self.rejoining
         self.state = SessionState.WELCOMED
         # Which release welcomed us: after an upgrade, the log shows the new scheduler took the peer back.
-        scheduler = f" ({_speaks(welcome)})" if welcome is not None else ""
+        scheduler = f" (scheduler: {_speaks(welcome)})" if welcome is not None else ""
         if task_ids is None:
             if rejoined:
-                logger.info(f"{who}: welcomed again{scheduler}; announcing every object it holds")
+                logger.info(f"{who}: welcomed again; announcing every object it holds{scheduler}")
             return []
         if not rejoined:
-            logger.info(f"{who}: connected to the scheduler{scheduler}")
+            logger.info(f"{who}: connected to the scheduler" + (f" ({_speaks(welcome)})" if welcome else ""))
             return []
         held, self.held = self.held, []
         logger.info(
-            f"{who}: welcomed again{scheduler}; re-announced {len(task_ids)} tasks held, sent {len(held)} messages "
-            "held before"
+            f"{who}: welcomed again; re-announced {len(task_ids)} tasks held, sent {len(held)} messages held before"
+            + scheduler
         )
         return [*held, m.encode(m.Reannounce(task_ids=task_ids))]
 

@@ -128,7 +128,7 @@ class SchedulerServer:
             monitor = MonitorPublisher(context, monitor_address)
             if monitor.is_bound:
                 logger.info(f"Scheduler: monitor address is {monitor_address}")
-            logger.info(f"Scheduler: {self._speaks}, listening on {config.address}")
+            logger.info(f"Scheduler: listening on {config.address} ({self._speaks})")
             if metrics is not None:
                 metrics.start()
                 logger.info(f"Scheduler: Prometheus metrics at {metrics.url}")

@@ -53,14 +53,14 @@ def start_scheduler_of_release(
     scheduler = spawn(name, [
         sys.executable, "-c", SCHEDULER_OF_RELEASE, release, str(protocol_version), *SCHEDULER_OPTIONS, address,
     ])
-    scheduler.wait_for_log(f"{release}, protocol version {protocol_version}, listening on {address}")
+    scheduler.wait_for_log(f"listening on {address} ({release}, protocol version {protocol_version})")
     return scheduler
 
 
 def test_a_newer_release_of_the_same_protocol_takes_over_a_running_cluster(spawn: Spawner) -> None:
     address = free_local_address()
     old = spawn("scheduler", [console_script("scaler_scheduler"), *SCHEDULER_OPTIONS, address])
-    old.wait_for_log(f"{m.RELEASE}, protocol version {m.PROTOCOL_VERSION}, listening on {address}")
+    old.wait_for_log(f"listening on {address} ({m.RELEASE}, protocol version {m.PROTOCOL_VERSION})")
     workers = start_workers(spawn, address, "workers")
     agents = worker_agents(workers)
     assert len(agents) == 2
@@ -75,7 +75,7 @@ def test_a_newer_release_of_the_same_protocol_takes_over_a_running_cluster(spawn
         assert [future.result(timeout=WAIT_SECONDS) for future in futures] == [value + 1000 for value in range(12)]
         assert client.submit(slow_add, 2, 3).result(timeout=WAIT_SECONDS) == 5
     assert worker_agents(workers) == agents, "the same worker processes, none replaced"
-    welcomed_again = re.findall(r"(Worker\[.*?\]|Store): welcomed again \((.*?)\)", workers.log())
+    welcomed_again = re.findall(r"(Worker\[.*?\]|Store): welcomed again;.*\(scheduler: (.*?)\)", workers.log())
     newer_release = f"{NEWER_RELEASE}, protocol version {m.PROTOCOL_VERSION}"
     assert sorted(who[:6] for who, release in welcomed_again if release == newer_release) == [
         "Store", "Worker", "Worker"
