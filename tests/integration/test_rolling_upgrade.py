@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 import signal
+import subprocess
 import sys
 import textwrap
 import time
@@ -125,3 +126,11 @@ def test_the_native_worker_refused_for_its_protocol_version_names_both_and_fails
     assert f"scheduler refused us (worker of {OURS}; scheduler at {address}): protocol version" in worker.log()
     assert THEIRS in worker.log(), worker.log()
     assert re.search(rf"refused worker .*the peer is {re.escape(OURS)}, the scheduler is {THEIRS}", other.log())
+
+
+@pytest.mark.parametrize("script", ["scaler_scheduler", "scaler_cluster"])
+def test_the_command_says_which_release_and_protocol_version_it_is(script: str, python_env: dict[str, str]) -> None:
+    """What an operator compares before an upgrade: the same protocol version, and the scheduler takes over."""
+    done = subprocess.run([console_script(script), "--version"], capture_output=True, text=True, timeout=60,
+                          env=python_env)
+    assert (done.returncode, done.stdout) == (0, f"{OURS}\n"), done.stderr
