@@ -134,3 +134,8 @@ def test_the_command_says_which_release_and_protocol_version_it_is(script: str, 
     done = subprocess.run([console_script(script), "--version"], capture_output=True, text=True, timeout=60,
                           env=python_env)
     assert (done.returncode, done.stdout) == (0, f"{OURS}\n"), done.stderr
+
+
+def test_the_native_worker_says_which_release_and_protocol_version_it_is() -> None:
+    done = subprocess.run([native_worker_executable(), "--version"], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout) == (0, f"{OURS}\n"), done.stderr
