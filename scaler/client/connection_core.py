@@ -69,6 +69,7 @@ from scaler.client.result_sinks import ResultSink
 from scaler.client.scheduler_requests import SchedulerRequests
 from scaler.errors import ConnectionFailedError, SchedulerLostError
 from scaler.protocol import messages as m
+from scaler.protocol.versions import UNNAMED_RELEASE
 
 if TYPE_CHECKING:  # the fetch thread's module; the core only reads what it hands over
     from scaler.client.stored_results import FetchedResults
@@ -331,7 +332,7 @@ class ClientConnectionCore:
         out: list[Action] = [Welcomed(welcome)]
         if self._resuming:
             self._resuming = False
-            self._send_again()
+            self._send_again(welcome)
         self._flush(out)
         return out
 
@@ -355,7 +356,7 @@ class ClientConnectionCore:
         self._hello_wait = min(self._hello_wait * 2, _MAX_HELLO_AGAIN_SECONDS)
         return [Send(dataclasses.replace(self._hello, id_prefix=self._id_prefix))]
 
-    def _send_again(self) -> None:
+    def _send_again(self, welcome: m.Welcome) -> None:
         """Welcomed back under our prefix: what is unfinished goes first, then what callers queued meanwhile."""
         self._resumes += 1
         queued_meanwhile = without_resent(self._outbox, self._records)
@@ -365,7 +366,8 @@ class ClientConnectionCore:
         again.extend(queued_meanwhile)
         self._outbox = collections.deque(again)
         logger.info(
-            f"Client: resumed with the scheduler at {self._address}: {len(self.pending)} tasks sent again"
+            f"Client: resumed with the scheduler at {self._address} ({welcome.release or UNNAMED_RELEASE}, protocol "
+            f"version {welcome.protocol_version}): {len(self.pending)} tasks sent again"
         )
 
     def _on_stored(self, message: m.TaskResults) -> Sequence[Action]:

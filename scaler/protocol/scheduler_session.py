@@ -24,6 +24,7 @@ import enum
 import logging
 
 from scaler.protocol import messages as m
+from scaler.protocol.versions import Speaks
 
 logger = logging.getLogger(__name__)
 
@@ -125,22 +126,29 @@ class SchedulerSession:
         self._next_hello = now + self._retry_seconds
         return True
 
-    def welcomed(self, task_ids: list[int] | None, who: str) -> list[Frames]:
+    def welcomed(self, task_ids: list[int] | None, who: str, welcome: m.Welcome | None = None) -> list[Frames]:
         """Welcomed, holding these tasks (None: a store, which holds none): what to send now, in order. After a
         rejoin, what was held back, then the re-announcement of the tasks: the scheduler gives a rejoining
         worker work only once it re-announced, so it has the results the worker made before it hands out
         tasks (re-submitted ones among them) that those results complete; else nothing."""
         rejoined = self.rejoining
         self.state = SessionState.WELCOMED
+        # Which release welcomed us: after an upgrade, the log shows the new scheduler took the peer back.
+        scheduler = f" (scheduler: {_speaks(welcome)})" if welcome is not None else ""
         if task_ids is None:
             if rejoined:
-                logger.info(f"{who}: welcomed again; announcing every object it holds")
+                logger.info(f"{who}: welcomed again; announcing every object it holds{scheduler}")
             return []
         if not rejoined:
-            logger.info(f"{who}: connected to the scheduler")
+            logger.info(f"{who}: connected to the scheduler" + (f" ({_speaks(welcome)})" if welcome else ""))
             return []
         held, self.held = self.held, []
         logger.info(
             f"{who}: welcomed again; re-announced {len(task_ids)} tasks held, sent {len(held)} messages held before"
+            + scheduler
         )
         return [*held, m.encode(m.Reannounce(task_ids=task_ids))]
+
+
+def _speaks(welcome: m.Welcome) -> Speaks:
+    return Speaks(welcome.release, welcome.protocol_version, welcome.protocol_revision)

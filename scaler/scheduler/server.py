@@ -15,6 +15,7 @@ import zmq
 
 from scaler.protocol import messages as m
 from scaler.protocol.monitor_messages import MonitorSnapshot
+from scaler.protocol.versions import INSTALLED, Speaks
 from scaler.scheduler.config import MONITOR_DIRECTORY, SchedulerConfig, default_monitor_address
 from scaler.scheduler.core.core_config import CoreConfig, first_id_prefix_at
 from scaler.scheduler.core.outgoing import Outgoing
@@ -43,9 +44,10 @@ class SchedulerStartError(RuntimeError):
 
 
 class SchedulerServer:
-    def __init__(self, config: SchedulerConfig) -> None:
+    def __init__(self, config: SchedulerConfig, speaks: Speaks = INSTALLED) -> None:
         self._config = config
-        self._core = SchedulerCore(CoreConfig.from_settings(config, first_id_prefix_at(time.time())))
+        self._speaks = speaks
+        self._core = SchedulerCore(CoreConfig.from_settings(config, first_id_prefix_at(time.time()), speaks))
         self._stop = LoopStop()
         # While run() runs, stop() writes here, so that a poll in progress ends at once instead of at the next tick.
         self._process = psutil.Process()
@@ -126,7 +128,7 @@ class SchedulerServer:
             monitor = MonitorPublisher(context, monitor_address)
             if monitor.is_bound:
                 logger.info(f"Scheduler: monitor address is {monitor_address}")
-            logger.info(f"Scheduler: listening on {config.address}")
+            logger.info(f"Scheduler: listening on {config.address} ({self._speaks})")
             if metrics is not None:
                 metrics.start()
                 logger.info(f"Scheduler: Prometheus metrics at {metrics.url}")
@@ -250,10 +252,12 @@ def _warn_if_exposed(address: str) -> None:
 
 
 def run_scheduler(
-    config: SchedulerConfig, exit_with_parent: int | None = None, reporter: ReadinessReporter | None = None
+    config: SchedulerConfig, exit_with_parent: int | None = None, reporter: ReadinessReporter | None = None,
+    speaks: Speaks = INSTALLED,
 ) -> None:
-    """Run until SIGINT/SIGTERM or an accepted shutdown request; tell `reporter` (our parent) once we listen."""
-    server = SchedulerServer(config)
+    """Run until SIGINT/SIGTERM or an accepted shutdown request; tell `reporter` (our parent) once we listen.
+    `speaks`: the release and protocol it says it is (CoreConfig.speaks)."""
+    server = SchedulerServer(config, speaks)
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: server.stop())
     on_listening = None

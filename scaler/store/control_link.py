@@ -21,6 +21,7 @@ import zmq
 
 from scaler.protocol import messages as m
 from scaler.protocol.scheduler_session import LAST_HELLO_RETRY_SECONDS, SchedulerSession
+from scaler.protocol.versions import UNNAMED_RELEASE, refused_by_scheduler
 from scaler.protocol.zmq_messages import send_message
 from scaler.store.scheduler_link import (
     DeleteOrder,
@@ -112,11 +113,14 @@ class ControlLink(SchedulerLink):
                 return [RelayedRequest(message.peer, message.frames)]
             return [RelayedAnswer(message.store, message.request_id, message.frames, message.error)]
         if isinstance(message, m.Welcome):
-            self._session.welcomed(None, "Store")
+            self._session.welcomed(None, "Store", message)
             self._welcomed = True
             self._interval = message.heartbeat_interval_for(self._own_interval)
             self._next_heartbeat = min(self._next_heartbeat, now + self._interval)
-            logger.info(f"Store: registered with the scheduler at {self._scheduler_address}")
+            logger.info(
+                f"Store: registered with the scheduler at {self._scheduler_address} "
+                f"({message.release or UNNAMED_RELEASE}, protocol version {message.protocol_version})"
+            )
             return [Registered()]
         elif isinstance(message, m.Refused):
             if message.unknown_peer and (self._welcomed or self._session.rejoining):
@@ -126,7 +130,7 @@ class ControlLink(SchedulerLink):
                     self._held.clear()  # everything is announced again after the welcome
                     self._say_hello()
                 return []
-            return [StopStore(f"the scheduler at {self._scheduler_address} refused this store: {message.reason}")]
+            return [StopStore(refused_by_scheduler("store", self._scheduler_address, message.reason))]
         elif isinstance(message, m.Disconnect):
             return [StopStore(f"the scheduler asked the store to leave: {message.reason}")]
         elif isinstance(message, m.ProtocolError):

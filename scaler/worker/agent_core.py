@@ -31,6 +31,7 @@ import cloudpickle
 from scaler.errors import MemoryLimitError, TaskTimeoutError
 from scaler.protocol import messages as m
 from scaler.protocol.scheduler_session import SchedulerSession
+from scaler.protocol.versions import refused_by_scheduler
 from scaler.utility.host_key import this_host_key
 from scaler.utility.tags import PYTHON_TAG
 from scaler.worker.agent_actions import (
@@ -297,7 +298,7 @@ class WorkerAgentCore:
     def _on_welcome(self, welcome: m.Welcome) -> None:
         self._heartbeat_interval = welcome.heartbeat_interval_for(self._config.heartbeat_interval_seconds)
         self._limits = SizeLimits(welcome.max_frame_bytes, welcome.max_control_frame_bytes)
-        for frames in self._session.welcomed(self._pool.outstanding_task_ids(), f"Worker[{self._name}]"):
+        for frames in self._session.welcomed(self._pool.outstanding_task_ids(), f"Worker[{self._name}]", welcome):
             self._to_scheduler(frames, results=True)  # a re-announcement, then what was held back (§21)
         self._heartbeat_sent_at = None
         if not self._welcomed:
@@ -312,7 +313,8 @@ class WorkerAgentCore:
             return
         failed = not self._welcomed or self._session.rejoining
         self._out.append(Exit(
-            f"scheduler refused us: {refused.reason}", failed, logging.ERROR if failed else logging.WARNING
+            refused_by_scheduler("worker", self._config.address, refused.reason), failed,
+            logging.ERROR if failed else logging.WARNING,
         ))
 
     def _running_task_of(self, processor: ProcessorRecord) -> int | None:

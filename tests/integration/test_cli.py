@@ -134,7 +134,7 @@ def test_help_lists_every_option_with_its_default(script: str, options: list[str
     # A switch whose absence is the default (--no-store, --hard-processor-suspend) states none; an option nobody
     # needs to give (the CURVE keys, --tags, the logging config file, a config file) has none to state.
     no_default = {"--help", "--no-store", "--no-borrowing", "--hard-processor-suspend", "--tags", "--curve-secret-key",
-                  "--curve-server-key", "--curve-authorized-keys", "--logging-config-file", "--config"}
+                  "--curve-server-key", "--curve-authorized-keys", "--logging-config-file", "--config", "--version"}
     for option, text in blocks.items():
         if option not in no_default:
             assert "(default:" in text, f"{script} -h does not show the default of {option}: {text!r}"

@@ -87,6 +87,7 @@ class Agent {
   void on_frames(const std::vector<Bytes>& frames, double now);
   void on_welcome(const Welcome& welcome, double now);
   void on_refused(const Refused& refused, double now);
+  std::string refusal_text(const Refused& refused) const;
   void apply_core();
   Heartbeat heartbeat();
   std::string who() const { return "NativeWorker[" + name_ + "]"; }
@@ -228,8 +229,16 @@ void Agent::on_welcome(const Welcome& welcome, double now) {
     log(LogLevel::info, who() + ": welcomed again; re-announced " + std::to_string(task_ids.size()) +
                             " tasks held, sent " + std::to_string(welcomed.held.size()) + " messages held before");
   } else if (first) {
-    log(LogLevel::info, who() + ": connected to the scheduler at " + options_.address);
+    log(LogLevel::info, who() + ": connected to the scheduler at " + options_.address + " (" +
+                            (welcome.release.empty() ? std::string("an older release") : welcome.release) +
+                            ", protocol version " + std::to_string(welcome.protocol_version) + ")");
   }
+}
+
+// This worker's own versions too: an older scheduler's reason for another protocol version names only its own.
+std::string Agent::refusal_text(const Refused& refused) const {
+  return "scheduler refused us (worker of " + std::string(kRelease) + ", protocol version " +
+         std::to_string(kProtocolVersion) + "; scheduler at " + options_.address + "): " + refused.reason;
 }
 
 void Agent::on_refused(const Refused& refused, double now) {
@@ -247,10 +256,10 @@ void Agent::on_refused(const Refused& refused, double now) {
     case Refusal::ignore:
       break;
     case Refusal::leave:  // after a welcome: a scheduler that no longer wants us
-      leave_ = Leave{"scheduler refused us: " + refused.reason, 0, LogLevel::warning};
+      leave_ = Leave{refusal_text(refused), 0, LogLevel::warning};
       break;
     case Refusal::leave_failed:  // our hello refused: we cannot work with this scheduler at all
-      leave_ = Leave{"scheduler refused us: " + refused.reason, 1, LogLevel::error};
+      leave_ = Leave{refusal_text(refused), 1, LogLevel::error};
       break;
   }
 }

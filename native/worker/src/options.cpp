@@ -53,6 +53,7 @@ std::string usage() {
          "\n"
          "options:\n"
          "  -h, --help                           show this help message and exit\n"
+         "  --version                            print the release and the protocol version it speaks, and exit\n"
          "  --worker-name NAME, -wn NAME         name shown in logs and the monitor (default: <hostname>|<pid>)\n"
          "  --per-worker-task-queue-size N, -wtqs N\n"
          "                                       tasks this worker accepts at once, queued plus running (default: 1000)\n"

@@ -11,6 +11,13 @@
 namespace scaler_native {
 
 constexpr uint32_t kProtocolVersion = 1;
+// The revision of kProtocolVersion this worker implements, and its release (PROTOCOL.md, "Versions and rolling
+// upgrades"): CMakeLists.txt reads the release from scaler/about.py next to the schema it builds against.
+constexpr uint32_t kProtocolRevision = 1;
+#ifndef SCALER_RELEASE
+#define SCALER_RELEASE "scaler (release unknown)"
+#endif
+constexpr const char* kRelease = SCALER_RELEASE;
 // Payloads this large travel as their own frame (PROTOCOL.md §1).
 constexpr size_t kLargePayloadBytes = 64 * 1024;
 
@@ -44,6 +51,7 @@ struct StoreDirectory {
 
 struct Welcome {
   uint32_t protocol_version = 0;
+  std::string release;  // the scheduler's; empty from one before releases were sent
   uint32_t heartbeat_interval_ms = 0;
   uint32_t peer_timeout_ms = 0;
   uint64_t max_frame_bytes = 0;          // 0: no limit

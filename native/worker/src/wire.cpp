@@ -120,6 +120,7 @@ Incoming decode_message(::Message::Reader message, FrameTable& frames) {
       auto reader = message.getWelcome();
       Welcome welcome;
       welcome.protocol_version = reader.getProtocolVersion();
+      welcome.release = reader.getRelease().cStr();
       welcome.heartbeat_interval_ms = reader.getHeartbeatIntervalMs();
       welcome.peer_timeout_ms = reader.getPeerTimeoutMs();
       welcome.max_frame_bytes = reader.getMaxFrameBytes();
@@ -271,6 +272,8 @@ std::vector<Bytes> encode(const Outgoing& message) {
   if (auto hello = std::get_if<Hello>(&message)) {
     auto out = root.initHello();
     out.setProtocolVersion(kProtocolVersion);
+    out.setProtocolRevision(kProtocolRevision);
+    out.setRelease(kRelease);
     out.setRole(::Role::WORKER);
     out.setName(hello->name);
     out.setHostname(hello->hostname);

@@ -13,6 +13,7 @@ import math
 
 from scaler.protocol import messages as m
 from scaler.protocol.sharing import share_problem
+from scaler.protocol.versions import UNNAMED_RELEASE, Speaks, mismatch_reason
 from scaler.scheduler.core.core_config import CoreConfig
 from scaler.scheduler.core.prefetch import WorkerPace
 
@@ -85,12 +86,20 @@ def _wire_milliseconds(seconds: float) -> int:
     return min(max(int(seconds * 1000), 1), _MAX_WIRE_MILLISECONDS)
 
 
-def version_refusal(hello: m.Hello) -> m.Refused | None:
-    if hello.protocol_version != m.PROTOCOL_VERSION:
-        return m.Refused(
-            reason=f"protocol version {hello.protocol_version} not supported, scheduler speaks {m.PROTOCOL_VERSION}"
-        )
-    return None
+def speaks_of(hello: m.Hello) -> Speaks:
+    return Speaks(hello.release, hello.protocol_version, hello.protocol_revision)
+
+
+def version_refusal(hello: m.Hello, scheduler: Speaks) -> m.Refused | None:
+    """The refusal of a peer of another protocol version, naming both sides (logged here: the operator of the
+    scheduler learns which release came, as the refused peer does), or None: it speaks ours."""
+    peer = speaks_of(hello)
+    if peer.works_with(scheduler):
+        return None
+    reason = mismatch_reason(peer, scheduler)
+    role = hello.role.name.lower() if isinstance(hello.role, m.Role) else "peer"
+    logger.warning(f"PeerRegistry: refused {role} {hello.name or '(unnamed)'} of {hello.hostname or '?'}: {reason}")
+    return m.Refused(reason=reason)
 
 
 class PeerRegistry:
@@ -118,6 +127,9 @@ class PeerRegistry:
         """The welcome of a peer of this role, before anything particular to it is filled in."""
         config = self._config
         return m.Welcome(
+            protocol_version=config.speaks.protocol_version,
+            release=config.speaks.release,
+            protocol_revision=config.speaks.protocol_revision,
             heartbeat_interval_ms=_wire_milliseconds(config.heartbeat_interval_seconds),
             peer_timeout_ms=_wire_milliseconds(
                 config.client_timeout_seconds if role == m.Role.CLIENT else config.worker_timeout_seconds
@@ -133,7 +145,7 @@ class PeerRegistry:
         A hello from a registered identity never reaches here: message_rules.py answers it. Neither does a
         store's: store_registry.py takes those, once `version_refusal` has passed them.
         """
-        refusal = version_refusal(hello)
+        refusal = version_refusal(hello, self._config.speaks)
         if refusal is not None:
             return refusal, None
         config = self._config
@@ -160,7 +172,7 @@ class PeerRegistry:
                 share=hello.share,
             )
             welcome.id_prefix = prefix
-            logger.info(f"PeerRegistry: client {hello.name} {how}")
+            logger.info(f"PeerRegistry: client {hello.name} {how}{self._other_release(hello)}")
             return welcome, None
         capacity = hello.capacity
         if config.per_worker_queue_size > 0:
@@ -175,8 +187,16 @@ class PeerRegistry:
             awaiting_reannounce=hello.rejoining, draining=hello.rejoining,
         )
         tags = f", tags {','.join(sorted(worker.tags))}" if worker.tags else ""
-        logger.info(f"PeerRegistry: worker {hello.name} connected, capacity {capacity}{tags}")
+        logger.info(
+            f"PeerRegistry: worker {hello.name} connected, capacity {capacity}{tags}{self._other_release(hello)}"
+        )
         return welcome, worker
+
+    def _other_release(self, hello: m.Hello) -> str:
+        """For the log: the peer's release when it is not this scheduler's (a cluster in the middle of an upgrade)."""
+        if hello.release == self._config.speaks.release:
+            return ""
+        return f" ({hello.release or UNNAMED_RELEASE})"
 
     def reserve_id_prefix(self, prefix: int) -> None:
         """Keep `prefix` from new clients: a client of the previous scheduler had it (a re-announced task id
