@@ -312,10 +312,8 @@ class WorkerAgentCore:
                 self._out.append(ToScheduler(m.encode(dataclasses.replace(self._hello, rejoining=True))))
             return
         failed = not self._welcomed or self._session.rejoining
-        self._out.append(Exit(
-            refused_by_scheduler("worker", self._config.address, refused.reason), failed,
-            logging.ERROR if failed else logging.WARNING,
-        ))
+        reason = refused_by_scheduler("worker", self._config.address, refused.reason)
+        self._out.append(Exit(reason, failed, logging.ERROR if failed else logging.WARNING))
 
     def _running_task_of(self, processor: ProcessorRecord) -> int | None:
         """The task this processor runs, if it is one the scheduler gave us and it has not answered."""
