@@ -87,13 +87,17 @@ class SchedulerSession:
     def unacknowledged(self) -> int:
         return len(self._since_heartbeat) + sum(map(len, self._before_heartbeats))
 
-    def lost(self, now: float, who: str, address: str, keeping: str = "tasks keep running") -> bool:
-        """The scheduler does not know us: what it may not have got is held for the next, with what comes now.
-        Returns whether to say hello now: not if we did already (this answers what we sent before that hello)."""
+    def lost(
+        self, now: float, who: str, address: str, keeping: str = "tasks keep running",
+        why: str = "does not know us (it restarted?)",
+    ) -> bool:
+        """The scheduler does not know us (or we moved to another: `why`): what it may not have got is held for
+        the next, with what comes now. Returns whether to say hello now: not if we did already (this answers
+        what we sent before that hello)."""
         if self.rejoining:
             return False
         logger.warning(
-            f"{who}: the scheduler at {address} does not know us (it restarted?); saying hello again, {keeping}"
+            f"{who}: the scheduler at {address} {why}; saying hello again, {keeping}"
             + (f", {self.unacknowledged()} results messages kept for it" if self.unacknowledged() else "")
         )
         self.state = SessionState.REJOINING
