@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from core_harness import SimClient, SimulatedCluster
 from hypothesis import given
 from hypothesis import strategies as st
 
+from scaler.protocol import messages as m
 from scaler.scheduler.core.standby_core import Probe, Serve, StandbyCore, StepDown
 
 A, B = "tcp://10.0.0.1:2345", "tcp://10.0.0.2:2345"
@@ -60,3 +62,17 @@ def test_it_serves_exactly_when_no_scheduler_before_it_was_heard_serving_for_the
             was_serving = standby.serving
             standby.on_tick(now)
             assert standby.serving == (was_serving or now - last_heard_serving > 3.0)
+
+
+def test_a_client_that_left_for_a_standby_comes_back_under_its_prefix_and_nobody_else_can() -> None:
+    cluster = SimulatedCluster()
+    client = cluster.add_client(b"mover")
+    prefix = client.prefix
+    cluster.send(b"mover", m.Disconnect(reason="gone to the standby"))  # or timed out: it left this scheduler
+    stranger = cluster.clients[b"stranger"] = SimClient(identity=b"stranger")
+    cluster.send(b"stranger", m.Hello(role=m.Role.CLIENT, name="stranger", id_prefix=prefix))
+    assert stranger.received(m.Refused) and not stranger.received(m.Welcome)
+    back = cluster.clients[b"mover"] = SimClient(identity=b"mover")
+    cluster.send(b"mover", m.Hello(role=m.Role.CLIENT, name="mover", id_prefix=prefix))
+    (welcome,) = back.received(m.Welcome)
+    assert welcome.id_prefix == prefix
