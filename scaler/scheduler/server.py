@@ -95,6 +95,9 @@ class SchedulerServer:
             curve_keys = ServerKeys.resolve(config.curve_secret_key, config.curve_authorized_keys)
         except ValueError as error:
             raise SchedulerStartError(f"Scheduler: cannot start: {error}") from None
+        if curve_keys is not None and config.standby_of:
+            # Its probes would fail the first one's handshake unanswered: it would take over while that one serves.
+            raise SchedulerStartError("Scheduler: cannot start: --standby-of does not work with CURVE keys yet")
         self._stop.open()
         context = zmq.Context(io_threads=config.io_threads)
         socket = context.socket(zmq.ROUTER)
