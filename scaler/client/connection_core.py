@@ -71,6 +71,7 @@ from scaler.client.scheduler_requests import SchedulerRequests
 from scaler.errors import ConnectionFailedError, SchedulerLostError
 from scaler.protocol import messages as m
 from scaler.protocol.address_rotation import AddressRotation, silence_seconds
+from scaler.protocol.scheduler_session import HELLO_TWICE
 from scaler.utility.scheduler_addresses import parse_scheduler_addresses
 
 if TYPE_CHECKING:  # the fetch thread's module; the core only reads what it hands over
@@ -109,6 +110,7 @@ class ClientConnectionCore:
         self._id_prefix = 0
         self._next_hello_at = 0.0
         self._hello_wait = _FIRST_HELLO_AGAIN_SECONDS
+        self._left_registration = False  # while resuming: see on_message, protocolError
         # What to send again if the scheduler restarts.
         self._records = SentRecords()
         # How many times a new scheduler took this client back, and, per task whose stored result is being
@@ -218,6 +220,12 @@ class ClientConnectionCore:
                 f"the scheduler at {self._address} closed the connection: {message.reason}"
             ))
         if isinstance(message, m.ProtocolError):
+            if self._resuming and HELLO_TWICE in message.reason and not self._left_registration:
+                # A scheduler that still has us from before we moved away (to a standby and back), and so refuses
+                # our hello: leave it, then resume there (once per resume; see SchedulerSession.still_registered).
+                self._left_registration = True
+                return [Send(m.Disconnect(reason="resuming")), Send(dataclasses.replace(self._hello,
+                                                                                         id_prefix=self._id_prefix))]
             logger.warning(f"Client: the scheduler reports a protocol error: {message.reason}")
             return _NOTHING
         follow_up = self._requests.answer(message)
@@ -356,6 +364,7 @@ class ClientConnectionCore:
         keep coming (each hello is answered after everything sent before it, so refusals of those come first)."""
         if self._was_welcomed and not self._resuming:
             self._resuming = True
+            self._left_registration = False
             self.welcomed = False
             self._next_hello_at = now
             self._hello_wait = _FIRST_HELLO_AGAIN_SECONDS
@@ -377,6 +386,7 @@ class ClientConnectionCore:
             return [Reconnect(address), Send(self._hello)]
         if not self._resuming:
             self._resuming = True
+            self._left_registration = False
             self.welcomed = False
             self._hello_wait = _FIRST_HELLO_AGAIN_SECONDS
             logger.warning(f"Client: resuming at {address}; {len(self.pending)} tasks wait, up to "

@@ -37,6 +37,8 @@ MAX_KEPT_MESSAGES = 100_000
 MAX_UNACKNOWLEDGED_BYTES = 64 * 1024 * 1024
 
 Frames = list[m.Buffer]
+# In the protocolError a scheduler answers a hello from a peer it has registered (PROTOCOL.md §3).
+HELLO_TWICE = "hello sent twice"
 
 
 class SessionState(enum.Enum):
@@ -58,6 +60,7 @@ class SchedulerSession:
         self.held: list[Frames] = []
         self._retry_seconds = FIRST_HELLO_RETRY_SECONDS
         self._next_hello = 0.0
+        self._left_registration = False  # since the last lost(): see still_registered
 
     @property
     def rejoining(self) -> bool:
@@ -101,6 +104,7 @@ class SchedulerSession:
             + (f", {self.unacknowledged()} results messages kept for it" if self.unacknowledged() else "")
         )
         self.state = SessionState.REJOINING
+        self._left_registration = False
         for generation in self._before_heartbeats:
             self.held.extend(generation)
         self.held.extend(self._since_heartbeat)
@@ -111,6 +115,16 @@ class SchedulerSession:
         self._trim()
         self._retry_seconds = FIRST_HELLO_RETRY_SECONDS
         self._next_hello = now + self._retry_seconds
+        return True
+
+    def still_registered(self, reason: str) -> bool:
+        """While rejoining, a protocolError saying our hello was sent twice: the scheduler still has us from before
+        we moved away (to a standby scheduler and back) and never dropped us, so it would refuse every hello. The
+        peer leaves it (`disconnect`) and says hello again, once per rejoin: True then. (A hello repeated while
+        its welcome was on the way is answered after that welcome: the peer is no longer rejoining.)"""
+        if not self.rejoining or HELLO_TWICE not in reason or self._left_registration:
+            return False
+        self._left_registration = True
         return True
 
     def hold(self, frames: Frames) -> None:

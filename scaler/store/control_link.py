@@ -139,7 +139,11 @@ class ControlLink(SchedulerLink):
         elif isinstance(message, m.Disconnect):
             return [StopStore(f"the scheduler asked the store to leave: {message.reason}")]
         elif isinstance(message, m.ProtocolError):
-            logger.warning(f"Store: the scheduler reports a protocol error: {message.reason}")
+            if self._session.still_registered(message.reason):  # back from a standby: leave, then join again
+                self._send(m.Disconnect(reason="rejoining"))
+                self._say_hello()
+            else:
+                logger.warning(f"Store: the scheduler reports a protocol error: {message.reason}")
         return []
 
     def on_tick(self, status: StoreStatus, now: float) -> list[LinkEvent]:

@@ -196,7 +196,11 @@ class WorkerAgentCore:
         elif isinstance(message, m.Refused):
             self._on_refused(message, now, heard_before)
         elif isinstance(message, m.ProtocolError):
-            logger.warning(f"Worker[{self._name}]: scheduler reports a protocol error: {message.reason}")
+            if self._session.still_registered(message.reason):  # back from a standby: leave, then join again
+                self._out.append(ToScheduler(m.encode(m.Disconnect(reason="rejoining"))))
+                self._out.append(ToScheduler(m.encode(dataclasses.replace(self._hello, rejoining=True))))
+            else:
+                logger.warning(f"Worker[{self._name}]: scheduler reports a protocol error: {message.reason}")
         return self._take()
 
     def on_processor_frames(self, identity: bytes, frames: list[m.Buffer], now: float) -> list[Action]:

@@ -13,6 +13,8 @@ from scaler.client.connection_actions import Send
 from scaler.client.connection_core import ClientConnectionCore
 from scaler.protocol import messages as m
 from scaler.protocol.address_rotation import LAST_MOVE_WAIT_SECONDS, AddressRotation, silence_seconds
+from scaler.protocol.scheduler_session import HELLO_TWICE
+from scaler.scheduler.core.message_rules import violation
 from scaler.utility.scheduler_addresses import first_scheduler_address, parse_scheduler_addresses
 from scaler.worker.agent_actions import Reconnect
 from scaler.worker.config import WorkerConfig
@@ -132,3 +134,36 @@ def test_a_client_refused_by_a_standby_moves_on_and_resumes_there() -> None:
     hello = actions[1]
     assert isinstance(hello, Send) and isinstance(hello.message, m.Hello) and hello.message.id_prefix == 7
     assert not core.is_over
+
+
+HELLO_TWICE_ERROR = m.ProtocolError(reason=violation(m.Role.WORKER, m.Hello))
+
+
+def test_a_worker_back_at_a_scheduler_that_still_has_it_leaves_it_once_and_joins_again() -> None:
+    assert HELLO_TWICE in HELLO_TWICE_ERROR.reason, "the scheduler's words the peers look for"
+    agent = SimulatedAgent(WorkerConfig(address=f"{A},{B}", heartbeat_interval_seconds=1.0))
+    agent.welcome()
+    agent.from_scheduler(STANDBY)  # at A, told to go: to B, which
+    agent.tick(0.0)
+    agent.from_scheduler(STANDBY)  # stands by (A serves, though A was silent to us): back to A
+    assert Reconnect(A) in agent.tick(0.2)
+    sent = len(agent.to_scheduler)
+    agent.from_scheduler(HELLO_TWICE_ERROR)  # A never dropped us: our rejoining hello is one too many
+    assert [type(message) for message in agent.to_scheduler[sent:]] == [m.Disconnect, m.Hello]
+    agent.from_scheduler(HELLO_TWICE_ERROR)  # what answers the hellos before: once is enough
+    assert len(agent.to_scheduler) == sent + 2
+    agent.welcome()
+    assert agent.received(m.Reannounce)
+
+
+def test_a_client_back_at_a_scheduler_that_still_has_it_leaves_it_once_and_resumes() -> None:
+    core = ClientConnectionCore(f"{A},{B}", m.Hello(role=m.Role.CLIENT), 60.0, 1.0)
+    core.start(0.0)
+    core.on_message(m.Welcome(id_prefix=7), 0.1)
+    core.on_message(STANDBY, 1.0)
+    core.on_tick(1.0)
+    actions = core.on_message(HELLO_TWICE_ERROR, 1.1)
+    assert [type(action.message) for action in actions if isinstance(action, Send)] == [m.Disconnect, m.Hello]
+    assert not core.on_message(HELLO_TWICE_ERROR, 1.2)
+    core.on_message(m.Welcome(id_prefix=7), 1.3)
+    assert core.welcomed and not core.is_over

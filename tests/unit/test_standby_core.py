@@ -76,3 +76,4 @@ def test_a_client_that_left_for_a_standby_comes_back_under_its_prefix_and_nobody
     cluster.send(b"mover", m.Hello(role=m.Role.CLIENT, name="mover", id_prefix=prefix))
     (welcome,) = back.received(m.Welcome)
     assert welcome.id_prefix == prefix
+
