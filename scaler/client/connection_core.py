@@ -110,7 +110,6 @@ class ClientConnectionCore:
         self._id_prefix = 0
         self._next_hello_at = 0.0
         self._hello_wait = _FIRST_HELLO_AGAIN_SECONDS
-        self._left_registration = False  # while resuming: see on_message, protocolError
         # What to send again if the scheduler restarts.
         self._records = SentRecords()
         # How many times a new scheduler took this client back, and, per task whose stored result is being
@@ -220,12 +219,13 @@ class ClientConnectionCore:
                 f"the scheduler at {self._address} closed the connection: {message.reason}"
             ))
         if isinstance(message, m.ProtocolError):
-            if self._resuming and HELLO_TWICE in message.reason and not self._left_registration:
-                # A scheduler that still has us from before we moved away (to a standby and back), and so refuses
-                # our hello: leave it, then resume there (once per resume; see SchedulerSession.still_registered).
-                self._left_registration = True
-                return [Send(m.Disconnect(reason="resuming")), Send(dataclasses.replace(self._hello,
-                                                                                         id_prefix=self._id_prefix))]
+            if self._resuming and HELLO_TWICE in message.reason:
+                # A scheduler that still has us from before we moved away (to a standby and back): it refuses our
+                # hello, and leaving it would cancel our tasks there. Known gap (docs/failure_model.md): lost.
+                return self._end(EndKind.LOST, SchedulerLostError(
+                    f"the scheduler at {self.addresses.current} still has this client from before it moved to "
+                    "another scheduler address, and cannot take it back"
+                ))
             logger.warning(f"Client: the scheduler reports a protocol error: {message.reason}")
             return _NOTHING
         follow_up = self._requests.answer(message)
@@ -364,7 +364,6 @@ class ClientConnectionCore:
         keep coming (each hello is answered after everything sent before it, so refusals of those come first)."""
         if self._was_welcomed and not self._resuming:
             self._resuming = True
-            self._left_registration = False
             self.welcomed = False
             self._next_hello_at = now
             self._hello_wait = _FIRST_HELLO_AGAIN_SECONDS
@@ -386,7 +385,6 @@ class ClientConnectionCore:
             return [Reconnect(address), Send(self._hello)]
         if not self._resuming:
             self._resuming = True
-            self._left_registration = False
             self.welcomed = False
             self._hello_wait = _FIRST_HELLO_AGAIN_SECONDS
             logger.warning(f"Client: resuming at {address}; {len(self.pending)} tasks wait, up to "

@@ -169,3 +169,41 @@ def test_the_standby_takes_over_a_cut_off_scheduler_and_steps_down_when_the_cut_
     wait_for_line(lab.log("client"), "after the heal", client)
     assert client.wait(timeout=WAIT_SECONDS) == 0
     assert agents_of(cluster.pid) == agents, "worker processes were replaced"
+
+
+def test_workers_cut_off_from_the_first_scheduler_alone_come_back_to_it_and_work(standby_lab) -> None:
+    """Only the worker host loses its route to the first scheduler, which stays alive and reachable from the
+    standby: the standby stands by, the workers and the store go back and forth, and when the route is back they
+    come back to a first scheduler that still has them registered (its worker timeout is longer than the cut):
+    they leave it and join it again, and serve a client, with the same worker processes."""
+    lab = standby_lab
+    lab.scheduler(lab.a, "first", "--worker-timeout-seconds", "30")
+    lab.scheduler(lab.b, "standby", "--standby-of", lab.first, "--standby-takeover-seconds", "1.5")
+    cluster = lab.spawn(
+        lab.w, "cluster.log", sys.executable, "-m", "scaler.cli.cluster", "-n", "2", "--heartbeat-interval", "0.3",
+        "--death-timeout-seconds", "60", "--no-borrowing", lab.addresses,
+    )
+    wait_for_line(lab.log("cluster"), "all 2 workers registered", cluster)
+    agents = agents_of(cluster.pid)
+
+    route = ["blackhole", f"{lab.a.address}/32"]
+    subprocess.run(["ip", "-n", lab.w.netns, "route", "add", *route], check=True, capture_output=True, timeout=30)
+    try:
+        wait_for_line(lab.log("cluster"), f"trying the scheduler at {lab.second}")
+        time.sleep(3)  # back and forth: the standby refuses, the first is out of reach
+    finally:
+        subprocess.run(["ip", "-n", lab.w.netns, "route", "del", *route], check=True, capture_output=True, timeout=30)
+    with MonitorSubscriber(lab.monitor("first")) as first:
+        wait_for_snapshot(first, lambda s: len(s.workers) == 2 and len(s.stores) == 1, WAIT_SECONDS,
+                          "the first scheduler serving the workers and the store")
+    wait_for_line(lab.log("first"), "Rejoin: worker vm|1 re-announced")  # they did join again
+    wait_for_line(lab.log("first"), "Rejoin: worker vm|0 re-announced")
+    healed = os.path.join(lab.directory, "healed")
+    open(healed, "w").close()
+    client = lab.spawn(lab.w, "client.log", sys.executable, "-c", CLIENT, lab.addresses, healed,
+                       os.path.join(lab.directory, "runs"))
+    log = wait_for_line(lab.log("client"), "after the heal", client)
+    assert client.wait(timeout=WAIT_SECONDS) == 0, log
+    assert {int(pid) for pid in log.split("agents ", 1)[1].split()[0].split(",")} == agents
+    assert "taking over" not in open(lab.log("standby")).read()
+    assert agents_of(cluster.pid) == agents, "worker processes were replaced"
