@@ -79,17 +79,12 @@ class ClientConnection:
     """The calls the Client makes (queue tasks, objects and messages; wait for a reply) and the I/O thread."""
 
     def __init__(
-        self,
-        address: str,
-        name: str,
-        timeout_seconds: float,
-        heartbeat_interval_seconds: float,
-        curve_keys: PeerKeys | None = None,
-        serializer: Serializer | None = None,
-        store_probe_seconds: float = DEFAULT_PROBE_SECONDS,
-        share: float = m.DEFAULT_SHARE,
+        self, address: str, name: str, timeout_seconds: float, heartbeat_interval_seconds: float,
+        curve_keys: PeerKeys | None = None, serializer: Serializer | None = None,
+        store_probe_seconds: float = DEFAULT_PROBE_SECONDS, share: float = m.DEFAULT_SHARE,
     ) -> None:
-        self.address = address
+        self.address = address  # with standby schedulers, all of them (comma-separated)
+        self._connected_to = ""  # the one the socket is connected to now (I/O thread)
         # The stores the scheduler names (welcome, storeDirectory): where large objects go, and results come from;
         # those out of reach through the scheduler.
         self.relay = StoreRelay(self.send_message)
@@ -382,7 +377,8 @@ class ClientConnection:
             self._handshakes = HandshakeWatch(
                 socket, self.address, time.monotonic(), role="client", secured=self._curve_keys is not None
             )
-            socket.connect(self.address)
+            self._connected_to = self._core.addresses.current
+            socket.connect(self._connected_to)
             unsent = self._unsent
             self.relay.attach(socket, lambda message: unsent.send(socket, message), lambda: unsent.send_kept(socket))
             self._act(self._core.start(time.monotonic()))
@@ -488,6 +484,10 @@ class ClientConnection:
             elif isinstance(action, actions.Ended):
                 self._ended = action.error
                 self._welcomed.set()
+            elif isinstance(action, actions.Reconnect):
+                socket.disconnect(self._connected_to)
+                self._connected_to = action.address
+                socket.connect(action.address)
 
     def _resend(self, object_ids: list[bytes]) -> None:
         """The scheduler lost objects of ours with their store: stored again (named in a submission with no

@@ -27,9 +27,9 @@ from scaler.utility.monitor_address import default_monitor_address
 from scaler.utility.parent_watch import environment_exiting_with_this_process
 from scaler.utility.process_stop import stop_processes
 from scaler.utility.readiness import FAILED, REGISTERED, ReadinessPipe
+from scaler.utility.scheduler_addresses import join_scheduler_addresses, parse_scheduler_addresses
 from scaler.utility.setting_rules import POSITIVE_SECONDS
 from scaler.utility.tags import checked_tags
-from scaler.utility.zmq_config import zmq_address_text
 from scaler.worker.config import WorkerConfig
 
 logger = logging.getLogger(__name__)
@@ -378,7 +378,7 @@ def _config_from_legacy_keywords(address: Any, settings: dict[str, Any]) -> Work
         raise TypeError("Cluster() needs a WorkerConfig, or the scheduler's address as address=...")
     # A 1.9.x ZMQConfig (or ours) says where with to_address(); a string is the address itself.
     text = address.to_address() if hasattr(address, "to_address") else address
-    fields: dict[str, Any] = {"address": zmq_address_text(text)}
+    fields: dict[str, Any] = {"address": join_scheduler_addresses(parse_scheduler_addresses(text))}
     for keyword, value in settings.items():
         if value is not None:
             fields[_LEGACY_KEYWORDS[keyword]] = value

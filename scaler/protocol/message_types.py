@@ -136,6 +136,8 @@ class Refused:
     # The scheduler does not know the sender (never said hello, timed out, or the scheduler restarted):
     # a peer welcomed before says hello again; False: the hello itself was refused (PROTOCOL.md §21).
     unknown_peer: bool = False
+    # From a standby scheduler that does not serve now: try the next scheduler address (PROTOCOL.md, standby).
+    standby: bool = False
 
 
 @dataclasses.dataclass(slots=True)

@@ -126,6 +126,9 @@ struct Refused {
   # scheduler restarted): a peer that was welcomed before says hello again (PROTOCOL.md §21). False for a
   # refusal of the hello itself (another protocol version, a bad field): the peer cannot work with it.
   unknownPeer @1 :Bool;
+  # True from a standby scheduler (PROTOCOL.md §standby): it does not serve while the scheduler ranked before it
+  # does. The peer tries the next address of its list; one welcomed before rejoins there as after a restart.
+  standby @2 :Bool;
 }
 
 struct Heartbeat {

@@ -115,6 +115,9 @@ class PeerRegistry:
         # Task id prefixes are never reused within one scheduler process, so a task id names one client: every
         # prefix given out or taken back by a resuming client stays here.
         self._used_id_prefixes: set[int] = set()
+        # The routing identity of each client that left, by its prefix: that same client may come back under it
+        # (it moved to a standby scheduler that then stepped down), nobody else.
+        self._left_clients: dict[int, bytes] = {}
         # Prefixes of a previous run's clients, known from task ids workers re-announced after a restart: a new
         # client never gets one (its task ids would meet those results), the client that had it may take it back.
         self._reserved_id_prefixes: set[int] = set()
@@ -155,7 +158,7 @@ class PeerRegistry:
             if problem is not None:
                 return m.Refused(reason=problem), None
             if hello.id_prefix:
-                if hello.id_prefix in self._used_id_prefixes:
+                if hello.id_prefix in self._used_id_prefixes and self._left_clients.get(hello.id_prefix) != sender:
                     return m.Refused(reason=(
                         f"id prefix {hello.id_prefix:#x} is taken: this scheduler gave it to a client already, "
                         "so it cannot resume a client under it"
@@ -247,6 +250,7 @@ class PeerRegistry:
 
     def remove_client(self, client: ClientPeer, why: str, level: int = logging.INFO) -> None:
         del self.clients[client.identity]
+        self._left_clients[client.id_prefix] = client.identity
         logger.log(level, f"PeerRegistry: client {client.name} {why}")
 
     def remove_worker(self, worker: WorkerPeer, why: str, level: int = logging.INFO) -> None:
