@@ -70,9 +70,9 @@ from scaler.client.result_sinks import ResultSink
 from scaler.client.scheduler_requests import SchedulerRequests
 from scaler.errors import ConnectionFailedError, SchedulerLostError
 from scaler.protocol import messages as m
-from scaler.protocol.versions import UNNAMED_RELEASE
 from scaler.protocol.address_rotation import AddressRotation, silence_seconds
 from scaler.protocol.scheduler_session import HELLO_TWICE
+from scaler.protocol.versions import UNNAMED_RELEASE
 from scaler.utility.scheduler_addresses import parse_scheduler_addresses
 
 if TYPE_CHECKING:  # the fetch thread's module; the core only reads what it hands over
