@@ -70,6 +70,10 @@ def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
     start_for_workers(ids)
 
 
+def _is_xdist_controller(config: pytest.Config) -> bool:
+    return not hasattr(config, "workerinput") and config.pluginmanager.has_plugin("dsession")
+
+
 def _stop_shared_dask_sessions() -> None:
     module = sys.modules.get("tests.dask_suite.session")
     if module is None:
@@ -84,7 +88,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     """Every process the tests start gets the session's own temporary directory (tests/session_tmpdir.py).
 
     Under .ci/run, stop before the first test unless every `scaler` the tests import is the installed wheel."""
-    session_tmpdir.start()
+    if not _is_xdist_controller(session.config):  # its workers run the tests, each with a directory of its own
+        session_tmpdir.start()
     if not installed_scaler.install_required():
         return
     import scaler
