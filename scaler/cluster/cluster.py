@@ -16,7 +16,6 @@ import threading
 import time
 from typing import Any, Iterable, Sequence
 
-from scaler.cluster.display import cluster_html, cluster_text
 from scaler.cluster.settings import CLUSTER, CLUSTER_KEYWORDS
 from scaler.cluster.store_settings import StoreSettings, default_data_address
 from scaler.errors import ClusterStartError
@@ -137,11 +136,15 @@ class Cluster:
         return self._store.address.data_address if self._store is not None else ""
 
     def __repr__(self) -> str:
+        from scaler.cluster.display import cluster_text  # the display's imports (the monitor feed's codec) only here
+
         return cluster_text(*self._display_facts())
 
     def _repr_html_(self) -> str:
         """Jupyter's view: the workers started here and, from one look at the scheduler's monitor feed, the
         whole cluster's workers and tasks."""
+        from scaler.cluster.display import cluster_html  # the display's imports only here, not at every cluster start
+
         facts = self._display_facts()
         return cluster_html(*facts, default_monitor_address(facts[0]))
 
