@@ -1,5 +1,6 @@
-"""The native worker's rejoin rules (native/worker/src/scheduler_session.cpp, PROTOCOL.md §21), tested in C++ by
-native/worker/tests/scheduler_session_test.cpp: the executable the build makes next to the native worker."""
+"""The native worker's pure rules, tested in C++ by native/worker/tests/*_test.cpp: the executable the build makes
+next to the native worker. Its rejoin (src/scheduler_session.cpp, PROTOCOL.md §21) and which of several
+scheduler addresses it talks to (src/address_rotation.cpp, §23)."""
 
 from __future__ import annotations
 

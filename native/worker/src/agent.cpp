@@ -13,6 +13,7 @@
 #include <random>
 #include <stdexcept>
 
+#include "address_rotation.hpp"
 #include "logging.hpp"
 #include "process_stats.hpp"
 #include "scheduler_session.hpp"
@@ -74,7 +75,10 @@ class Agent {
         identity_("W|" + name_ + "|" + random_hex(8)),
         heartbeat_interval_(options.heartbeat_interval_seconds),
         hello_{name_, host_name(), static_cast<uint32_t>(getpid()), options.capacity, advertised_tags(options),
-               options.threads} {}
+               options.threads},
+        rotation_(options.addresses, silence_seconds(options.heartbeat_interval_seconds, options.death_timeout_seconds),
+                  monotonic_seconds()),
+        connected_to_(rotation_.current()) {}
 
   int run();
 
@@ -86,7 +90,10 @@ class Agent {
   bool send_frames(const Frames& frames, int flags);
   void on_frames(const std::vector<Bytes>& frames, double now);
   void on_welcome(const Welcome& welcome, double now);
-  void on_refused(const Refused& refused, double now);
+  void on_refused(const Refused& refused, double now, double heard_before);
+  void on_protocol_error(const ProtocolError& error);
+  // To the next scheduler address (silent, or a standby's, §23): hello there, rejoining if welcomed before (§21).
+  void move_to(const std::string& address, double now);
   std::string refusal_text(const Refused& refused) const;
   void apply_core();
   Heartbeat heartbeat();
@@ -104,6 +111,11 @@ class Agent {
   uint32_t latency_us_ = 0;
   Hello hello_;
   SchedulerSession session_;
+  // Which scheduler we talk to, of several (a standby's): the socket is connected to connected_to_.
+  AddressRotation rotation_;
+  std::string connected_to_;
+  // When a word (other than a standby's refusal) last came from a scheduler: the death timeout runs from it.
+  double last_heard_ = 0;
   // The latest store directory (welcome, then each storeDirectory): kept, though this worker uses no store.
   StoreDirectory store_directory_;
   std::optional<Leave> leave_;
@@ -164,6 +176,8 @@ Heartbeat Agent::heartbeat() {
 }
 
 void Agent::on_frames(const std::vector<Bytes>& frames, double now) {
+  double heard_before = last_heard_;
+  last_heard_ = now;
   Incoming message;
   try {
     message = decode(frames);
@@ -193,9 +207,9 @@ void Agent::on_frames(const std::vector<Bytes>& frames, double now) {
   } else if (auto disconnect = std::get_if<Disconnect>(&message)) {
     leave_ = Leave{"scheduler asked us to leave: " + disconnect->reason, 0, LogLevel::info};
   } else if (auto refused = std::get_if<Refused>(&message)) {
-    on_refused(*refused, now);
+    on_refused(*refused, now, heard_before);
   } else if (auto error = std::get_if<ProtocolError>(&message)) {
-    log(LogLevel::warning, who() + ": scheduler reports a protocol error: " + error->reason);
+    on_protocol_error(*error);
   } else if (auto directory = std::get_if<StoreDirectory>(&message)) {
     store_directory_ = std::move(*directory);
   } else if (auto unexpected = std::get_if<Unexpected>(&message)) {
@@ -211,6 +225,7 @@ void Agent::on_welcome(const Welcome& welcome, double now) {
   core_.set_limits(welcome.max_frame_bytes, welcome.max_control_frame_bytes);
   store_directory_ = welcome.store_directory;
   heartbeat_sent_at_ = -1;
+  rotation_.welcomed();
   bool first = !session_.ever_welcomed();
   if (session_.rejoining()) {
     // Results made but not sent yet are not re-announced (their tasks are answered): held, they go before it.
@@ -229,7 +244,7 @@ void Agent::on_welcome(const Welcome& welcome, double now) {
     log(LogLevel::info, who() + ": welcomed again; re-announced " + std::to_string(task_ids.size()) +
                             " tasks held, sent " + std::to_string(welcomed.held.size()) + " messages held before");
   } else if (first) {
-    log(LogLevel::info, who() + ": connected to the scheduler at " + options_.address + " (" +
+    log(LogLevel::info, who() + ": connected to the scheduler at " + connected_to_ + " (" +
                             (welcome.release.empty() ? std::string("an older release") : welcome.release) +
                             ", protocol version " + std::to_string(welcome.protocol_version) + ")");
   }
@@ -238,14 +253,20 @@ void Agent::on_welcome(const Welcome& welcome, double now) {
 // This worker's own versions too: an older scheduler's reason for another protocol version names only its own.
 std::string Agent::refusal_text(const Refused& refused) const {
   return "scheduler refused us (worker of " + std::string(kRelease) + ", protocol version " +
-         std::to_string(kProtocolVersion) + "; scheduler at " + options_.address + "): " + refused.reason;
+         std::to_string(kProtocolVersion) + "; scheduler at " + connected_to_ + "): " + refused.reason;
 }
 
-void Agent::on_refused(const Refused& refused, double now) {
+void Agent::on_refused(const Refused& refused, double now, double heard_before) {
+  if (refused.standby) {
+    // Not a word from a scheduler that serves: the death timeout runs on. The next address, soon.
+    last_heard_ = heard_before;
+    rotation_.refused(now);
+    return;
+  }
   switch (session_.on_refused(refused.unknown_peer, now)) {
     case Refusal::rejoin: {
       size_t kept = session_.held_count();
-      log(LogLevel::warning, who() + ": the scheduler at " + options_.address +
+      log(LogLevel::warning, who() + ": the scheduler at " + connected_to_ +
                                  " does not know us (it restarted?); saying hello again, tasks keep running" +
                                  (kept ? ", " + std::to_string(kept) + " results messages kept for it" : ""));
       Hello hello = hello_;
@@ -262,6 +283,39 @@ void Agent::on_refused(const Refused& refused, double now) {
       leave_ = Leave{refusal_text(refused), 1, LogLevel::error};
       break;
   }
+}
+
+void Agent::on_protocol_error(const ProtocolError& error) {
+  if (session_.still_registered(error.reason)) {  // back from a standby to a scheduler that kept us: leave, join
+    log(LogLevel::warning, who() + ": the scheduler at " + connected_to_ +
+                               " still has us from before; leaving it and saying hello again");
+    send_now(Disconnect{"rejoining"});
+    Hello hello = hello_;
+    hello.rejoining = true;
+    send_now(hello);
+    return;
+  }
+  log(LogLevel::warning, who() + ": scheduler reports a protocol error: " + error.reason);
+}
+
+void Agent::move_to(const std::string& address, double now) {
+  log(LogLevel::warning, who() + ": trying the scheduler at " + address);
+  zmq_disconnect(socket_, connected_to_.c_str());  // what is queued for the old one goes: results are kept (§21)
+  connected_to_ = address;
+  if (zmq_connect(socket_, address.c_str()) != 0) {
+    throw std::runtime_error("cannot connect to " + address + ": " + zmq_strerror(errno));
+  }
+  bool welcomed_before = session_.ever_welcomed();
+  if (welcomed_before && session_.lost(now)) {
+    size_t kept = session_.held_count();
+    log(LogLevel::warning, who() + ": the scheduler at " + address + " is the next to try; saying hello again, " +
+                               "tasks keep running" +
+                               (kept ? ", " + std::to_string(kept) + " results messages kept for it" : ""));
+  }
+  heartbeat_sent_at_ = -1;
+  Hello hello = hello_;
+  hello.rejoining = welcomed_before;
+  send_now(hello);
 }
 
 void Agent::apply_core() {
@@ -293,13 +347,15 @@ int Agent::run() {
     TaskRunner runner(options_.threads, wake[1]);
     runner_ = &runner;
     try {
-      if (zmq_connect(socket_, options_.address.c_str()) != 0) {
-        throw std::runtime_error("cannot connect to " + options_.address + ": " + zmq_strerror(errno));
+      if (zmq_connect(socket_, connected_to_.c_str()) != 0) {
+        throw std::runtime_error("cannot connect to " + connected_to_ + ": " + zmq_strerror(errno));
       }
-      log(LogLevel::info, who() + ": connecting to " + options_.address + " with capacity " +
+      log(LogLevel::info, who() + ": connecting to " + connected_to_ +
+                              (rotation_.several() ? " (first of " + options_.address + ")" : std::string()) +
+                              " with capacity " +
                               std::to_string(options_.capacity) + " and " + std::to_string(options_.threads) + " thread(s)");
       send_now(hello_);
-      double last_heard = monotonic_seconds();
+      last_heard_ = monotonic_seconds();
       double last_heartbeat = -INFINITY;
       while (!leave_) {
         double now = monotonic_seconds();
@@ -311,7 +367,6 @@ int Agent::run() {
         }
         now = monotonic_seconds();
         for (std::vector<Bytes> frames = receive_frames(socket_); !frames.empty() && !leave_; frames = receive_frames(socket_)) {
-          last_heard = now;
           on_frames(frames, now);
           apply_core();
         }
@@ -322,6 +377,9 @@ int Agent::run() {
         core_.on_tick(now);
         apply_core();
         if (leave_) break;
+        if (rotation_.several()) {
+          if (std::optional<std::string> next = rotation_.on_tick(now, last_heard_)) move_to(*next, now);
+        }
         if (session_.rejoining()) {
           if (session_.hello_due(now)) {
             Hello hello = hello_;
@@ -334,7 +392,7 @@ int Agent::run() {
           if (send_now(heartbeat(), ZMQ_DONTWAIT)) session_.heartbeat_sent();
           heartbeat_sent_at_ = now;
         }
-        if (now - last_heard > options_.death_timeout_seconds) {
+        if (now - last_heard_ > options_.death_timeout_seconds) {
           char seconds[32];
           std::snprintf(seconds, sizeof(seconds), "%g", options_.death_timeout_seconds);
           leave_ = session_.ever_welcomed() ? Leave{std::string("no word from the scheduler for ") + seconds +

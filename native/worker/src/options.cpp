@@ -3,6 +3,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "address_rotation.hpp"
+
 namespace scaler_native {
 
 namespace {
@@ -50,6 +52,8 @@ std::string usage() {
          "\n"
          "Run one native Scaler worker: it runs the native functions it was built with\n"
          "(PROTOCOL.md section 16) for clients that submit them with scaler.native(name).\n"
+         "The address is the scheduler's, or a comma-separated list of a scheduler and its\n"
+         "standbys in rank order (tcp://a:2345,tcp://b:2345): it serves the one that serves.\n"
          "\n"
          "options:\n"
          "  -h, --help                           show this help message and exit\n"
@@ -115,16 +119,15 @@ std::optional<Options> parse_options(const std::vector<std::string>& arguments, 
       } else if (!argument.empty() && argument[0] == '-') {
         throw std::invalid_argument("unrecognized option " + argument);
       } else if (have_address) {
-        throw std::invalid_argument("one address only, got '" + options.address + "' and '" + argument + "'");
+        throw std::invalid_argument("one address argument only, got '" + options.address + "' and '" + argument +
+                                    "' (several schedulers go in one, comma-separated: tcp://a:2345,tcp://b:2345)");
       } else {
         options.address = argument;
         have_address = true;
       }
     }
     if (!have_address) throw std::invalid_argument("the scheduler's address is required, e.g. tcp://127.0.0.1:2345");
-    if (options.address.rfind("tcp://", 0) != 0 && options.address.rfind("ipc://", 0) != 0) {
-      throw std::invalid_argument("address: expected tcp://HOST:PORT or ipc://PATH, got '" + options.address + "'");
-    }
+    options.addresses = parse_scheduler_addresses(options.address);
   } catch (const std::invalid_argument& problem) {
     error = problem.what();
     return std::nullopt;

@@ -62,6 +62,7 @@ struct Welcome {
 struct Refused {
   std::string reason;
   bool unknown_peer = false;  // the scheduler does not know us (it restarted?): rejoin (§21)
+  bool standby = false;       // a standby scheduler that does not serve now: try the next address (§23)
 };
 
 struct HeartbeatEcho {};

@@ -47,8 +47,13 @@ void SchedulerSession::hold(Frames&& frames) {
 
 Refusal SchedulerSession::on_refused(bool unknown_peer, double now) {
   if (!unknown_peer || !ever_welcomed_) return ever_welcomed_ && !rejoining_ ? Refusal::leave : Refusal::leave_failed;
-  if (rejoining_) return Refusal::ignore;
+  return lost(now) ? Refusal::rejoin : Refusal::ignore;
+}
+
+bool SchedulerSession::lost(double now) {
+  if (rejoining_) return false;
   rejoining_ = true;
+  left_registration_ = false;
   // What the scheduler may not have got goes first, in the order it was sent, then what is made from now on.
   for (auto& generation : generations_) {
     for (Frames& frames : generation) held_.push_back(std::move(frames));
@@ -59,7 +64,13 @@ Refusal SchedulerSession::on_refused(bool unknown_peer, double now) {
   trim_held();
   retry_seconds_ = kFirstHelloRetrySeconds;
   next_hello_ = now + retry_seconds_;
-  return Refusal::rejoin;
+  return true;
+}
+
+bool SchedulerSession::still_registered(const std::string& reason) {
+  if (!rejoining_ || left_registration_ || reason.find(kHelloTwice) == std::string::npos) return false;
+  left_registration_ = true;
+  return true;
 }
 
 bool SchedulerSession::hello_due(double now) {

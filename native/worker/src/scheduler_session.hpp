@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <deque>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "protocol.hpp"
@@ -29,6 +30,8 @@ constexpr double kLastHelloRetrySeconds = 2.0;
 constexpr size_t kMaxHeldMessages = 100000;
 // Bytes of results kept until an echo acknowledges them, at most: beyond, the oldest are let go.
 constexpr size_t kMaxUnacknowledgedBytes = size_t{64} << 20;
+// In the protocolError a scheduler answers a hello from a peer it has registered (PROTOCOL.md §3).
+constexpr const char* kHelloTwice = "hello sent twice";
 
 // What a `refused` means here.
 enum class Refusal {
@@ -59,6 +62,13 @@ class SchedulerSession {
   size_t held_count() const { return held_.size(); }
 
   Refusal on_refused(bool unknown_peer, double now);
+  // The scheduler does not know us, or we moved to another address (a standby's, §23): what it may not have got
+  // is held for the next, with what comes from now on. Whether to say hello now: not if we did already.
+  bool lost(double now);
+  // While rejoining, a protocolError saying our hello was sent twice: the scheduler we came back to still has us
+  // from before we moved away, and would refuse every hello. True (once per rejoin): leave it (`disconnect`)
+  // and say hello again (§23).
+  bool still_registered(const std::string& reason);
   // While rejoining: whether to say hello again now (no welcome came); the wait doubles each time.
   bool hello_due(double now);
   // When hello_due may next say yes (infinity unless rejoining).
@@ -87,6 +97,7 @@ class SchedulerSession {
   std::deque<Frames> held_;
   double retry_seconds_ = kFirstHelloRetrySeconds;
   double next_hello_ = 0;
+  bool left_registration_ = false;  // since the last lost(): see still_registered
 };
 
 }  // namespace scaler_native

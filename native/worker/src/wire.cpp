@@ -129,7 +129,8 @@ Incoming decode_message(::Message::Reader message, FrameTable& frames) {
       return welcome;
     }
     case ::Message::REFUSED:
-      return Refused{message.getRefused().getReason().cStr(), message.getRefused().getUnknownPeer()};
+      return Refused{message.getRefused().getReason().cStr(), message.getRefused().getUnknownPeer(),
+                     message.getRefused().getStandby()};
     case ::Message::HEARTBEAT_ECHO:
       return HeartbeatEcho{};
     case ::Message::SUBMIT_TASKS:

@@ -1,11 +1,13 @@
 // Unit tests of the native worker's SchedulerSession (src/scheduler_session.hpp), the pure rules of a rejoin
-// (PROTOCOL.md §21). Run by tests/unit/test_native_scheduler_session.py; exits non-zero on the first failure.
+// (PROTOCOL.md §21). Run by tests/unit/test_native_scheduler_session.py, with the other test files' cases
+// (check.hpp); exits non-zero if any check failed.
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "check.hpp"
 #include "scheduler_session.hpp"
 
 using scaler_native::Frames;
@@ -13,17 +15,6 @@ using scaler_native::Refusal;
 using scaler_native::SchedulerSession;
 
 namespace {
-
-int failures = 0;
-
-void check(bool condition, const char* what, int line) {
-  if (!condition) {
-    std::fprintf(stderr, "FAILED line %d: %s\n", line, what);
-    ++failures;
-  }
-}
-
-#define CHECK(condition) check((condition), #condition, __LINE__)
 
 Frames message(const std::string& name, size_t size = 0) { return Frames{name + std::string(size, '.')}; }
 
@@ -111,6 +102,30 @@ void the_messages_held_are_bounded_oldest_first() {
   CHECK((names(session.on_welcome().held) == std::vector<std::string>{"b", "c"}));
 }
 
+void a_move_to_the_next_address_holds_what_the_scheduler_left_may_not_have_got() {
+  SchedulerSession session = welcomed_session();
+  session.sent_results(message("unacknowledged"));
+  CHECK(session.lost(5.0));  // moved to a standby (§23): hello there, rejoining
+  CHECK(session.rejoining());
+  CHECK(!session.lost(5.0));  // moved again before a welcome: the hello is the agent's, nothing more to hold
+  CHECK(session.on_refused(true, 5.0) == Refusal::ignore);
+  session.hold(message("made-meanwhile"));
+  CHECK((names(session.on_welcome().held) == std::vector<std::string>{"unacknowledged", "made-meanwhile"}));
+}
+
+void a_scheduler_that_still_has_us_is_left_once_per_rejoin() {
+  const std::string twice = "a worker may not send Hello; this connection is registered already (hello sent twice)";
+  SchedulerSession session = welcomed_session();
+  CHECK(!session.still_registered(twice));  // not rejoining: a hello repeated while its welcome was on the way
+  session.lost(0);
+  CHECK(!session.still_registered("some other protocol error"));
+  CHECK(session.still_registered(twice));
+  CHECK(!session.still_registered(twice));  // once per rejoin: no disconnect loop
+  session.on_welcome();
+  session.lost(1.0);
+  CHECK(session.still_registered(twice));
+}
+
 }  // namespace
 
 int main() {
@@ -121,10 +136,13 @@ int main() {
            hellos_back_off_from_a_tenth_of_a_second_to_two,
            unacknowledged_results_are_bounded_in_bytes_oldest_generation_first,
            the_messages_held_are_bounded_oldest_first,
+           a_move_to_the_next_address_holds_what_the_scheduler_left_may_not_have_got,
+           a_scheduler_that_still_has_us_is_left_once_per_rejoin,
        }) {
     test();
   }
-  if (failures) return EXIT_FAILURE;
-  std::puts("scheduler_session_test: all passed");
+  scaler_native_test::address_rotation_tests();
+  if (scaler_native_test::failures) return EXIT_FAILURE;
+  std::puts("scaler_native_session_test: all passed");
   return EXIT_SUCCESS;
 }
