@@ -127,15 +127,21 @@ def agents_of(cluster_pid: int) -> set[int]:
     }
 
 
-def test_the_standby_takes_over_a_cut_off_scheduler_and_steps_down_when_the_cut_heals(standby_lab) -> None:
-    lab = standby_lab
-    lab.scheduler(lab.a, "first")
-    lab.scheduler(lab.b, "standby", "--standby-of", lab.first, "--standby-takeover-seconds", "1.5")
+def start_cluster(lab):
+    """Two workers and their store on the worker host, given both scheduler addresses; once both registered."""
     cluster = lab.spawn(
         lab.w, "cluster.log", sys.executable, "-m", "scaler.cli.cluster", "-n", "2", "--heartbeat-interval", "0.3",
         "--death-timeout-seconds", "60", "--no-borrowing", lab.addresses,
     )
     wait_for_line(lab.log("cluster"), "all 2 workers registered", cluster)
+    return cluster
+
+
+def test_the_standby_takes_over_a_cut_off_scheduler_and_steps_down_when_the_cut_heals(standby_lab) -> None:
+    lab = standby_lab
+    lab.scheduler(lab.a, "first")
+    lab.scheduler(lab.b, "standby", "--standby-of", lab.first, "--standby-takeover-seconds", "1.5")
+    cluster = start_cluster(lab)
     agents = agents_of(cluster.pid)
     assert len(agents) == 2
     healed = os.path.join(lab.directory, "healed")
@@ -179,11 +185,7 @@ def test_workers_cut_off_from_the_first_scheduler_alone_come_back_to_it_and_work
     lab = standby_lab
     lab.scheduler(lab.a, "first", "--worker-timeout-seconds", "30")
     lab.scheduler(lab.b, "standby", "--standby-of", lab.first, "--standby-takeover-seconds", "1.5")
-    cluster = lab.spawn(
-        lab.w, "cluster.log", sys.executable, "-m", "scaler.cli.cluster", "-n", "2", "--heartbeat-interval", "0.3",
-        "--death-timeout-seconds", "60", "--no-borrowing", lab.addresses,
-    )
-    wait_for_line(lab.log("cluster"), "all 2 workers registered", cluster)
+    cluster = start_cluster(lab)
     agents = agents_of(cluster.pid)
 
     route = ["blackhole", f"{lab.a.address}/32"]
