@@ -17,7 +17,7 @@ import pytest
 import zmq
 
 from tests.protocol import wire
-from tests.protocol.conftest import StartWorker
+from tests.protocol.conftest import StartWorker, played_scheduler
 from tests.protocol.dialects import Dialect
 from tests.protocol.fake_scheduler import REPLY_SECONDS, FakeScheduler, WorkerLink
 from tests.protocol.peers import PeerProcess
@@ -30,13 +30,7 @@ HELLO_TWICE = "a worker may not send Hello; this connection is registered alread
 @pytest.fixture
 def second() -> Iterator[FakeScheduler]:
     """The scheduler ranked second, played by the test too."""
-    context = zmq.Context()
-    played = FakeScheduler(context)
-    try:
-        yield played
-    finally:
-        played.close()
-        context.term()
+    yield from played_scheduler()
 
 
 def stand_by(link: WorkerLink) -> None:
