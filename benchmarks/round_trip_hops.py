@@ -13,21 +13,36 @@ The hops of one round trip, in order: the caller (submit, then wait), the client
 scheduler, the worker agent, the processor, and back through the agent, the scheduler and the client's
 I/O thread. Each process's zmq I/O thread is listed apart: every message between two processes wakes the
 sender's and the receiver's, besides the receiving thread itself.
+
+With --trace, the wall time of each hop instead (SCALER_HOP_TRACE in scaler/utility/zmq_util.py): each
+process logs when it received and sent each message, and a hop is the time between two of those, so a hop
+from one process to the next is zmq's (two I/O threads and the wake-up of the receiver) and a hop within a
+process is its own work. Each log line costs a write, a few microseconds per hop.
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
 import concurrent.futures
 import os
+import shutil
 import statistics
+import sys
+import tempfile
 import threading
 import time
+from pathlib import Path
 from typing import Callable
 
 import psutil
 
-from scaler import Client, SchedulerClusterCombo
+# The trace is switched on at import (zmq_util), in this process as in the cluster's, which inherit it.
+_TRACE_DIRECTORY = tempfile.mkdtemp(prefix="round-trip-trace-") if "--trace" in sys.argv else None
+if _TRACE_DIRECTORY:
+    os.environ["SCALER_HOP_TRACE"] = _TRACE_DIRECTORY
+
+from scaler import Client, SchedulerClusterCombo  # noqa: E402
 
 
 def noop(value: object) -> object:
@@ -129,9 +144,59 @@ def _scaler(count: int, runs: int) -> float:
             processes = {"scheduler": cluster.scheduler_pid, "worker agent": agent.pid}
             for number, processor in enumerate(agent.children()):
                 processes[f"processor {number}"] = processor.pid
+            if _TRACE_DIRECTORY:
+                return _trace(client, {pid: name for name, pid in processes.items()}, count)
             hops = _Hops(processes)
             results = [_measure(lambda index: client.submit(noop, index).result(), hops, count) for _ in range(runs)]
     return _report("scaler (1 worker)", results)
+
+
+# The messages of one round trip in order, as (process, sent or received), and the hops between them.
+_TRACED_PATH = [
+    ("client", "S"), ("scheduler", "R"), ("scheduler", "S"), ("worker agent", "R"), ("worker agent", "S"),
+    ("processor 0", "R"), ("processor 0", "S"), ("worker agent", "R"), ("worker agent", "S"), ("scheduler", "R"),
+    ("scheduler", "S"), ("client", "R"),
+]
+
+
+def _trace(client: Client, names: dict[int, str], count: int) -> float:
+    """Wall time per hop of `count` round trips, from the send and receive times each process logged."""
+    assert _TRACE_DIRECTORY is not None
+    names[os.getpid()] = "client"
+    calls = []
+    for index in range(count):
+        started = time.monotonic_ns()
+        client.submit(noop, index).result()
+        calls.append((started, time.monotonic_ns()))
+    events = []
+    for path in Path(_TRACE_DIRECTORY).glob("*.txt"):
+        name = names.get(int(path.stem))
+        for line in path.read_text().splitlines():
+            stamp, kind = line.split()
+            events.append((int(stamp), name, kind))
+    shutil.rmtree(_TRACE_DIRECTORY, ignore_errors=True)  # the cluster still logs its heartbeats: as good as done
+    events.sort()
+    stamps = [stamp for stamp, _, _ in events]
+    labels = ["caller: submit until its message leaves"]
+    for (before, _), (after, _) in zip(_TRACED_PATH, _TRACED_PATH[1:]):
+        labels.append(f"{before}: received until sent" if before == after else f"{before} -> {after} (zmq)")
+    labels += ["client: result received until result() returns"]
+    hops: list[list[float]] = [[] for _ in labels]
+    for started, ended in calls:
+        window = events[bisect.bisect_left(stamps, started):bisect.bisect_right(stamps, ended)]
+        if [(name, kind) for _, name, kind in window] != _TRACED_PATH:
+            continue  # a heartbeat or another message in between
+        points = [started, *(stamp for stamp, _, _ in window), ended]
+        for hop, (before, after) in zip(hops, zip(points, points[1:])):
+            hop.append((after - before) / 1000)
+    median_wall = statistics.median((ended - started) / 1000 for started, ended in calls)
+    print(f"\nscaler (1 worker), traced: round trip median {median_wall:.0f} us; "
+          f"{len(hops[0])} of {count} round trips had only their own messages")
+    print(f"  {'hop (wall, median us)':<64} {'us':>8}")
+    for label, values in zip(labels, hops):
+        if values:
+            print(f"  {label:<64} {statistics.median(values):>8.1f}")
+    return median_wall / 1e6
 
 
 def _process_pool(count: int, runs: int) -> float:
@@ -149,6 +214,7 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=2000, help="round trips per run (default 2000)")
     parser.add_argument("--runs", type=int, default=3, help="runs, the median of which is shown (default 3)")
     parser.add_argument("--no-pool", action="store_true", help="skip the ProcessPoolExecutor yardstick")
+    parser.add_argument("--trace", action="store_true", help="wall time per hop instead of CPU (see above)")
     arguments = parser.parse_args()
     print(f"load average before: {' '.join(f'{value:.2f}' for value in os.getloadavg())} on {os.cpu_count()} cores")
     scaler = _scaler(arguments.count, arguments.runs)

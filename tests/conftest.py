@@ -3,10 +3,13 @@ under .ci/run the check that the installed wheel, not the source tree, is what t
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import shutil
 import subprocess
 import sys
-from typing import Iterator
+import tempfile
+from typing import Any, Iterator
 
 import cloudpickle
 import psutil
@@ -34,6 +37,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         sys.stderr.write(f"\n{FORBID_SKIPS_VARIABLE}=1 and {len(_skipped)} tests skipped (they did not run):\n  "
                          + "\n  ".join(_skipped) + "\n")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    _stop_shared_dask_sessions()
     left = session_tmpdir.leftovers()
     session_tmpdir.finish()
     if left:
@@ -43,11 +47,49 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+# ------------------------------------------------------------------------- the xdist controller (README: -n)
+# Under pytest-xdist the tests run in worker processes; the controller starts dask's own test sessions
+# (tests/dask_suite/session.py) as soon as a worker's collection selects them, so that they run beside the
+# rest of the suite whichever worker reads their outcome.
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_setupnodes(config: pytest.Config, specs: Any) -> None:
+    """Before the workers start, so that they inherit it: where the controller will start the sessions."""
+    from tests.dask_suite.session import HANDOFF_VARIABLE
+
+    os.environ[HANDOFF_VARIABLE] = tempfile.mkdtemp(prefix="sds-")  # short: sockets are made under it
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
+    if node.config.option.collectonly or importlib.util.find_spec("dask") is None:
+        return  # test_dask_suite.py skips and says so
+    from tests.dask_suite.session import start_for_workers
+
+    start_for_workers(ids)
+
+
+def _is_xdist_controller(config: pytest.Config) -> bool:
+    return not hasattr(config, "workerinput") and config.pluginmanager.has_plugin("dsession")
+
+
+def _stop_shared_dask_sessions() -> None:
+    module = sys.modules.get("tests.dask_suite.session")
+    if module is None:
+        return
+    module.stop_sessions()
+    handoff = os.environ.pop(module.HANDOFF_VARIABLE, None)
+    if handoff is not None and not os.environ.get("PYTEST_XDIST_WORKER"):
+        shutil.rmtree(handoff, ignore_errors=True)
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Every process the tests start gets the session's own temporary directory (tests/session_tmpdir.py).
 
     Under .ci/run, stop before the first test unless every `scaler` the tests import is the installed wheel."""
-    session_tmpdir.start()
+    if not _is_xdist_controller(session.config):  # its workers run the tests, each with a directory of its own
+        session_tmpdir.start()
     if not installed_scaler.install_required():
         return
     import scaler

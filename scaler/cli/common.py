@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import Callable, Sequence
 
+from scaler.protocol.versions import INSTALLED
 from scaler.utility.command_logging import announce_ignored_options, start_logging
 from scaler.utility.command_parser import FILE_VALUES, parser_for
 from scaler.utility.logging_setup import DEFAULT_LOGGING_PATHS, logging_path_problem
@@ -23,7 +24,11 @@ def make_parser(prog: str, description: str, table: OptionTable) -> argparse.Arg
     """A parser with every option of `table`. The usage line is written out: the address is optional to argparse
     only so that `--logging-paths x.log ADDRESS` can be read (see parse_command_line)."""
     positionals = " ".join(option.name for option in table if option.form == POSITIONAL)
-    return parser_for(table, prog, description, usage=f"{prog} [options] {positionals}")
+    parser = parser_for(table, prog, description, usage=f"{prog} [options] {positionals}")
+    # Before an upgrade, the operator compares the protocol versions of the two releases (PROTOCOL.md §22).
+    parser.add_argument("--version", action="version", version=str(INSTALLED),
+                        help="print the release and the protocol version it speaks, and exit")
+    return parser
 
 
 def parse_command_line(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:

@@ -6,6 +6,7 @@ import argparse
 from typing import Sequence
 
 from scaler.cli.common import check_curve_keys, make_parser, parse_command_line, start_logging
+from scaler.protocol.versions import INSTALLED, Speaks
 from scaler.scheduler.config import SchedulerConfig
 from scaler.scheduler.settings import SCHEDULER
 from scaler.utility.curve import ServerKeys
@@ -17,7 +18,9 @@ def build_parser() -> argparse.ArgumentParser:
     return make_parser("scaler_scheduler", "Run a Scaler scheduler.", SCHEDULER)
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def main(argv: Sequence[str] | None = None, speaks: Speaks = INSTALLED) -> None:
+    """`speaks`: the release and protocol version the scheduler says it is; only a program calling this (a test
+    of an upgrade, playing another release) sets it: the command line has no option for it."""
     reporter = ReadinessReporter.from_environment()
     parser = build_parser()
     args = parse_command_line(parser, argv)
@@ -28,7 +31,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     # mistyped option is answered in the time Python takes to start, not after the whole scheduler's imports.
     from scaler.scheduler.server import run_scheduler
 
-    run_scheduler(config, exit_with_parent=exit_with_parent_pid(), reporter=reporter if reporter.active else None)
+    run_scheduler(
+        config, exit_with_parent=exit_with_parent_pid(), reporter=reporter if reporter.active else None, speaks=speaks
+    )
 
 
 if __name__ == "__main__":

@@ -36,9 +36,9 @@ from scaler.utility.blocking import client_nesting_depth, waiting_for_tasks
 from scaler.utility.curve import PeerKeys
 from scaler.utility.identifiers import random_object_id
 from scaler.utility.scheduler_address import scheduler_address
+from scaler.utility.scheduler_addresses import join_scheduler_addresses, parse_scheduler_addresses
 from scaler.utility.setting_rules import POSITIVE_SECONDS
 from scaler.utility.tags import NO_TAGS, checked_tags, wait_for_tags_ms
-from scaler.utility.zmq_config import zmq_address_text
 
 DEFAULT_TIMEOUT_SECONDS = 60.0
 DEFAULT_HEARTBEAT_INTERVAL_SECONDS = 2.0
@@ -79,7 +79,7 @@ class Client:
         stream_output: bool = False,
     ) -> None:
         # ValueError, here: no address to be found, or anything but tcp://, ipc:// or inproc://.
-        address = zmq_address_text(scheduler_address(address))
+        address = join_scheduler_addresses(parse_scheduler_addresses(scheduler_address(address)))
         if serializer is not None and not isinstance(serializer, Serializer):
             raise TypeError("serializer must be an instance of scaler.Serializer")
         for setting_name, value in (

@@ -60,7 +60,7 @@ from scaler.utility.fork_safety import fix_after_fork
 from scaler.utility.handshake_failures import HandshakeWatch
 from scaler.utility.host_key import this_host_key
 from scaler.utility.identifiers import TASK_COUNTER_BITS
-from scaler.utility.zmq_util import configure_socket, has_input, receive_frames
+from scaler.utility.zmq_util import POLL_IN, POLL_OUT, configure_socket, has_input, receive_frames
 
 logger = logging.getLogger(__name__)
 
@@ -79,17 +79,12 @@ class ClientConnection:
     """The calls the Client makes (queue tasks, objects and messages; wait for a reply) and the I/O thread."""
 
     def __init__(
-        self,
-        address: str,
-        name: str,
-        timeout_seconds: float,
-        heartbeat_interval_seconds: float,
-        curve_keys: PeerKeys | None = None,
-        serializer: Serializer | None = None,
-        store_probe_seconds: float = DEFAULT_PROBE_SECONDS,
-        share: float = m.DEFAULT_SHARE,
+        self, address: str, name: str, timeout_seconds: float, heartbeat_interval_seconds: float,
+        curve_keys: PeerKeys | None = None, serializer: Serializer | None = None,
+        store_probe_seconds: float = DEFAULT_PROBE_SECONDS, share: float = m.DEFAULT_SHARE,
     ) -> None:
-        self.address = address
+        self.address = address  # with standby schedulers, all of them (comma-separated)
+        self._connected_to = ""  # the one the socket is connected to now (I/O thread)
         # The stores the scheduler names (welcome, storeDirectory): where large objects go, and results come from;
         # those out of reach through the scheduler.
         self.relay = StoreRelay(self.send_message)
@@ -382,7 +377,8 @@ class ClientConnection:
             self._handshakes = HandshakeWatch(
                 socket, self.address, time.monotonic(), role="client", secured=self._curve_keys is not None
             )
-            socket.connect(self.address)
+            self._connected_to = self._core.addresses.current
+            socket.connect(self._connected_to)
             unsent = self._unsent
             self.relay.attach(socket, lambda message: unsent.send(socket, message), lambda: unsent.send_kept(socket))
             self._act(self._core.start(time.monotonic()))
@@ -413,10 +409,10 @@ class ClientConnection:
         monitor = self._handshakes.monitor_socket if self._handshakes is not None else None
         if monitor is not None:
             poller.register(monitor, zmq.POLLIN)
-        socket_events = zmq.POLLIN
+        socket_events = POLL_IN
         now = time.monotonic()
         while True:
-            wanted = zmq.POLLIN | (zmq.POLLOUT if self._unsent else 0)
+            wanted = POLL_IN | (POLL_OUT if self._unsent else 0)
             if wanted != socket_events:
                 poller.register(socket, wanted)
                 socket_events = wanted
@@ -431,7 +427,7 @@ class ClientConnection:
                 self._on_handshake(now)
             while fetched:
                 act(core.on_fetched(fetched.popleft(), now))
-            if events.get(socket, 0) & zmq.POLLIN or deferred:
+            if events.get(socket, 0) & POLL_IN or deferred:
                 # Messages read while an answer relayed from a store was awaited on this thread come first.
                 while deferred or has_input(socket):
                     if deferred:
@@ -488,6 +484,10 @@ class ClientConnection:
             elif isinstance(action, actions.Ended):
                 self._ended = action.error
                 self._welcomed.set()
+            elif isinstance(action, actions.Reconnect):
+                socket.disconnect(self._connected_to)
+                self._connected_to = action.address
+                socket.connect(action.address)
 
     def _resend(self, object_ids: list[bytes]) -> None:
         """The scheduler lost objects of ours with their store: stored again (named in a submission with no

@@ -85,6 +85,13 @@ class Send:
 
 
 @dataclasses.dataclass(slots=True)
+class Reconnect:
+    """Connect the socket to this scheduler address instead (the next of several: protocol/address_rotation.py)."""
+
+    address: str
+
+
+@dataclasses.dataclass(slots=True)
 class SendHeartbeat:
     """A heartbeat, dropped if zmq cannot take it now (one that waits behind others is worth nothing)."""
 
@@ -146,6 +153,7 @@ class Ended:
 
 
 Action = Union[
-    Send, SendHeartbeat, SweepStores, Fetch, Welcomed, DirectoryChanged, DeliverRelay, ResendObjects, ShowOutput, Ended
+    Send, SendHeartbeat, SweepStores, Fetch, Welcomed, DirectoryChanged, DeliverRelay, ResendObjects, ShowOutput, Ended,
+    Reconnect,
 ]
 Request = Union[GraphRequest, ForgetTasks, CancelPending, SchedulerRequest]

@@ -52,6 +52,7 @@ from scaler.client.connection_actions import (
     Fetch,
     ForgetTasks,
     GraphRequest,
+    Reconnect,
     ResendObjects,
     SchedulerRequest,
     Send,
@@ -69,6 +70,10 @@ from scaler.client.result_sinks import ResultSink
 from scaler.client.scheduler_requests import SchedulerRequests
 from scaler.errors import ConnectionFailedError, SchedulerLostError
 from scaler.protocol import messages as m
+from scaler.protocol.address_rotation import AddressRotation, silence_seconds
+from scaler.protocol.scheduler_session import HELLO_TWICE
+from scaler.protocol.versions import UNNAMED_RELEASE
+from scaler.utility.scheduler_addresses import parse_scheduler_addresses
 
 if TYPE_CHECKING:  # the fetch thread's module; the core only reads what it hands over
     from scaler.client.stored_results import FetchedResults
@@ -87,6 +92,10 @@ class ClientConnectionCore:
         self, address: str, hello: m.Hello, timeout_seconds: float, heartbeat_interval_seconds: float,
     ) -> None:
         self._address = address
+        # Which of several schedulers (a standby's) we talk to: the next one when it is silent or stands by.
+        self.addresses = AddressRotation(
+            parse_scheduler_addresses(address), silence_seconds(heartbeat_interval_seconds, timeout_seconds)
+        )
         self._hello = hello
         self._timeout_seconds = timeout_seconds
         self._heartbeat_interval = heartbeat_interval_seconds
@@ -181,6 +190,9 @@ class ClientConnectionCore:
         if self.is_over:
             return _NOTHING
         if isinstance(message, m.Refused):  # not a sign of life: a scheduler that refuses us does not know us
+            if message.standby:
+                self.addresses.refused(now)  # the next address, at the next tick
+                return _NOTHING
             return self.on_refused(refusal_kind(message.reason), message.reason, now)
         self._last_heard = now
         if isinstance(message, m.TaskResults):
@@ -208,6 +220,13 @@ class ClientConnectionCore:
                 f"the scheduler at {self._address} closed the connection: {message.reason}"
             ))
         if isinstance(message, m.ProtocolError):
+            if self._resuming and HELLO_TWICE in message.reason:
+                # A scheduler that still has us from before we moved away (to a standby and back): it refuses our
+                # hello, and leaving it would cancel our tasks there. Known gap (docs/failure_model.md): lost.
+                return self._end(EndKind.LOST, SchedulerLostError(
+                    f"the scheduler at {self.addresses.current} still has this client from before it moved to "
+                    "another scheduler address, and cannot take it back"
+                ))
             logger.warning(f"Client: the scheduler reports a protocol error: {message.reason}")
             return _NOTHING
         follow_up = self._requests.answer(message)
@@ -273,6 +292,9 @@ class ClientConnectionCore:
                 f"no word from the scheduler at {self._address} for {self._timeout_seconds:g}s; it is gone or stuck"
             ))
         out: list[Action] = []
+        moved_to = self.addresses.on_tick(now, self._last_heard)
+        if moved_to is not None:
+            out.extend(self._move(moved_to, now))
         if len(self._requests):
             for message in self._requests.expire(now):
                 self._outbox.append(message)
@@ -325,13 +347,14 @@ class ClientConnectionCore:
             ))
         self.welcomed = True
         self._was_welcomed = True
+        self.addresses.welcomed()
         self._id_prefix = welcome.id_prefix
         self._heartbeat_interval = welcome.heartbeat_interval_for(self._heartbeat_interval)
         self.limits = PayloadLimits(welcome.max_frame_bytes, welcome.max_control_frame_bytes)
         out: list[Action] = [Welcomed(welcome)]
         if self._resuming:
             self._resuming = False
-            self._send_again()
+            self._send_again(welcome)
         self._flush(out)
         return out
 
@@ -355,7 +378,22 @@ class ClientConnectionCore:
         self._hello_wait = min(self._hello_wait * 2, _MAX_HELLO_AGAIN_SECONDS)
         return [Send(dataclasses.replace(self._hello, id_prefix=self._id_prefix))]
 
-    def _send_again(self) -> None:
+    def _move(self, address: str, now: float) -> Sequence[Action]:
+        """To the next scheduler address (silent, or a standby): hello there; a client welcomed before resumes
+        there as after a restart (its outcomes wait, unfinished work is sent again once welcomed)."""
+        logger.warning(f"Client: trying the scheduler at {address}")
+        if not self._was_welcomed:
+            return [Reconnect(address), Send(self._hello)]
+        if not self._resuming:
+            self._resuming = True
+            self.welcomed = False
+            self._hello_wait = _FIRST_HELLO_AGAIN_SECONDS
+            logger.warning(f"Client: resuming at {address}; {len(self.pending)} tasks wait, up to "
+                           f"{self._timeout_seconds:g}s")
+        self._next_hello_at = now + self._hello_wait
+        return [Reconnect(address), Send(dataclasses.replace(self._hello, id_prefix=self._id_prefix))]
+
+    def _send_again(self, welcome: m.Welcome) -> None:
         """Welcomed back under our prefix: what is unfinished goes first, then what callers queued meanwhile."""
         self._resumes += 1
         queued_meanwhile = without_resent(self._outbox, self._records)
@@ -365,7 +403,8 @@ class ClientConnectionCore:
         again.extend(queued_meanwhile)
         self._outbox = collections.deque(again)
         logger.info(
-            f"Client: resumed with the scheduler at {self._address}: {len(self.pending)} tasks sent again"
+            f"Client: resumed with the scheduler at {self._address} ({welcome.release or UNNAMED_RELEASE}, protocol "
+            f"version {welcome.protocol_version}): {len(self.pending)} tasks sent again"
         )
 
     def _on_stored(self, message: m.TaskResults) -> Sequence[Action]:

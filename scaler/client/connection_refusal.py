@@ -16,6 +16,7 @@ from __future__ import annotations
 import enum
 
 from scaler.errors import ConnectionFailedError, SchedulerLostError
+from scaler.protocol.versions import refused_by_scheduler
 
 
 class RefusalKind(enum.Enum):
@@ -40,13 +41,18 @@ def refusal_error(kind: RefusalKind, reason: str, address: str, welcomed: bool) 
         return ConnectionFailedError(
             f"the scheduler at {address} rejected this client's CURVE keys; its handshake says: {reason}"
         )
+    if kind is RefusalKind.PROTOCOL_VERSION:
+        # Both sides' versions: the scheduler's reason names them, and ours is added for an older scheduler's.
+        refused = refused_by_scheduler("client", address, reason)
+        if welcomed:
+            return SchedulerLostError(
+                f"{refused}; the scheduler restarted as a release of another protocol version, which cannot take "
+                "this client back: start one of this client's protocol version there"
+            )
+        return ConnectionFailedError(f"{refused}; use a client of the scheduler's protocol version")
     if welcomed:
         return SchedulerLostError(
             f"the scheduler at {address} no longer knows this client (restarted, or dropped it after "
             f"--client-timeout-seconds of silence): {reason}"
-        )
-    if kind is RefusalKind.PROTOCOL_VERSION:
-        return ConnectionFailedError(
-            f"the scheduler at {address} refused this client: {reason}; use a client of the scheduler's release"
         )
     return ConnectionFailedError(f"the scheduler at {address} refused this client: {reason}")

@@ -16,7 +16,6 @@ import threading
 import time
 from typing import Any, Iterable, Sequence
 
-from scaler.cluster.display import cluster_html, cluster_text
 from scaler.cluster.settings import CLUSTER, CLUSTER_KEYWORDS
 from scaler.cluster.store_settings import StoreSettings, default_data_address
 from scaler.errors import ClusterStartError
@@ -27,9 +26,9 @@ from scaler.utility.monitor_address import default_monitor_address
 from scaler.utility.parent_watch import environment_exiting_with_this_process
 from scaler.utility.process_stop import stop_processes
 from scaler.utility.readiness import FAILED, REGISTERED, ReadinessPipe
+from scaler.utility.scheduler_addresses import join_scheduler_addresses, parse_scheduler_addresses
 from scaler.utility.setting_rules import POSITIVE_SECONDS
 from scaler.utility.tags import checked_tags
-from scaler.utility.zmq_config import zmq_address_text
 from scaler.worker.config import WorkerConfig
 
 logger = logging.getLogger(__name__)
@@ -137,11 +136,15 @@ class Cluster:
         return self._store.address.data_address if self._store is not None else ""
 
     def __repr__(self) -> str:
+        from scaler.cluster.display import cluster_text  # the display's imports (the monitor feed's codec) only here
+
         return cluster_text(*self._display_facts())
 
     def _repr_html_(self) -> str:
         """Jupyter's view: the workers started here and, from one look at the scheduler's monitor feed, the
         whole cluster's workers and tasks."""
+        from scaler.cluster.display import cluster_html  # the display's imports only here, not at every cluster start
+
         facts = self._display_facts()
         return cluster_html(*facts, default_monitor_address(facts[0]))
 
@@ -378,7 +381,7 @@ def _config_from_legacy_keywords(address: Any, settings: dict[str, Any]) -> Work
         raise TypeError("Cluster() needs a WorkerConfig, or the scheduler's address as address=...")
     # A 1.9.x ZMQConfig (or ours) says where with to_address(); a string is the address itself.
     text = address.to_address() if hasattr(address, "to_address") else address
-    fields: dict[str, Any] = {"address": zmq_address_text(text)}
+    fields: dict[str, Any] = {"address": join_scheduler_addresses(parse_scheduler_addresses(text))}
     for keyword, value in settings.items():
         if value is not None:
             fields[_LEGACY_KEYWORDS[keyword]] = value

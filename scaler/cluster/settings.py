@@ -23,7 +23,7 @@ from scaler.utility.ignored_settings import (
 from scaler.utility.option_table import OFF_SWITCH, Option, OptionTable, ignored_option
 from scaler.utility.setting_rules import BYTES_OR_OFF, POSITIVE_SECONDS, Rule
 from scaler.utility.shared_options import address_option, logging_options
-from scaler.utility.text_rules import ON_OR_OFF, NamesRule, one_of
+from scaler.utility.text_rules import ON_OR_OFF, SCHEDULER_ADDRESSES, NamesRule, one_of
 from scaler.worker.settings import WORKER_OPTIONS
 
 # More workers than this on one machine is a typo, not a plan.
@@ -69,7 +69,10 @@ CLUSTER = OptionTable(
         ignored_option(EVENT_LOOP, one_of(EVENT_LOOPS), "-el"),
     ),
     logging_options(),
-    (address_option("scheduler address, e.g. tcp://127.0.0.1:2345"),),
+    (address_option(
+        "scheduler address, e.g. tcp://127.0.0.1:2345; with standby schedulers all of them, comma-separated in rank "
+        "order, e.g. tcp://a:2345,tcp://b:2345", rule=SCHEDULER_ADDRESSES,
+    ),),
 )
 
 # The 1.9.x names of SchedulerClusterCombo's keywords for options of the cluster's table.

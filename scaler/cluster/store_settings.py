@@ -12,6 +12,7 @@ import dataclasses
 import socket
 
 from scaler.store.server_config import tcp_bind_address
+from scaler.utility.scheduler_addresses import first_scheduler_address
 from scaler.utility.zmq_config import ZMQType, parse_zmq_address
 
 _LOOPBACK = "tcp://127.0.0.1"
@@ -41,8 +42,9 @@ class StoreSettings:
 
 
 def default_data_address(scheduler_address: str) -> str:
-    """tcp://IP of the interface that routes to the scheduler (a free port is chosen at bind)."""
-    parsed = parse_zmq_address(scheduler_address)
+    """tcp://IP of the interface that routes to the scheduler (a free port is chosen at bind); with standby
+    schedulers, to the first of them."""
+    parsed = parse_zmq_address(first_scheduler_address(scheduler_address))
     if parsed.type is not ZMQType.tcp:
         return _LOOPBACK
     host = parsed.host.strip("[]")

@@ -12,8 +12,7 @@ import enum
 from typing import Iterable, Union
 
 from scaler.protocol.sharing import DEFAULT_SHARE
-
-PROTOCOL_VERSION = 1
+from scaler.protocol.versions import PROTOCOL_REVISION, PROTOCOL_VERSION, RELEASE
 
 # A payload this large travels as its own zmq frame: nobody copies it into or out of a Cap'n Proto message.
 LARGE_PAYLOAD_BYTES = 64 * 1024
@@ -75,6 +74,9 @@ class Hello:
     rejoining: bool = False
     # Clients only: the id prefix a client resuming after a scheduler restart asks to keep (0: a new client).
     id_prefix: int = 0
+    # The sender's release ("scaler 2.1.0") and revision of its protocol version (versions.py).
+    release: str = RELEASE
+    protocol_revision: int = PROTOCOL_REVISION
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -106,6 +108,9 @@ class Welcome:
     store_directory: StoreDirectory = dataclasses.field(default_factory=StoreDirectory)
     # Payloads this large go through a store (0: INLINE_LIMIT_BYTES).
     inline_limit_bytes: int = 0
+    # The scheduler's release and revision of its protocol version (versions.py).
+    release: str = RELEASE
+    protocol_revision: int = PROTOCOL_REVISION
 
     @property
     def inline_limit(self) -> int:
@@ -131,6 +136,8 @@ class Refused:
     # The scheduler does not know the sender (never said hello, timed out, or the scheduler restarted):
     # a peer welcomed before says hello again; False: the hello itself was refused (PROTOCOL.md §21).
     unknown_peer: bool = False
+    # From a standby scheduler that does not serve now: try the next scheduler address (PROTOCOL.md, standby).
+    standby: bool = False
 
 
 @dataclasses.dataclass(slots=True)

@@ -83,6 +83,10 @@ struct Hello {
   # at the address (a restart) names the id prefix it was given, to keep its task ids: the scheduler
   # accepts it unless that prefix is in use, or was ever given out, in this scheduler process (PROTOCOL.md §4).
   idPrefix @16 :UInt32;
+  # The sender's release, for people ("scaler 2.1.0"; empty from a peer before it was sent), and the revision
+  # of `protocolVersion` it implements (0 from such a peer): PROTOCOL.md, "Versions and rolling upgrades".
+  release @17 :Text;
+  protocolRevision @18 :UInt32;
 }
 
 struct Welcome {
@@ -98,6 +102,9 @@ struct Welcome {
   # Payloads (objects, arguments, results) of this many bytes or more go through a store when one is at
   # hand (§13); smaller ones stay on the control path. 0: the sender's default (LARGE_PAYLOAD_BYTES).
   inlineLimitBytes @7 :UInt64;
+  # The scheduler's release and revision of `protocolVersion`, as in Hello.
+  release @8 :Text;
+  protocolRevision @9 :UInt32;
 }
 
 # Scheduler to clients and workers: every registered store, and which one is the receiver's home (where it
@@ -119,6 +126,9 @@ struct Refused {
   # scheduler restarted): a peer that was welcomed before says hello again (PROTOCOL.md §21). False for a
   # refusal of the hello itself (another protocol version, a bad field): the peer cannot work with it.
   unknownPeer @1 :Bool;
+  # True from a standby scheduler (PROTOCOL.md §standby): it does not serve while the scheduler ranked before it
+  # does. The peer tries the next address of its list; one welcomed before rejoins there as after a restart.
+  standby @2 :Bool;
 }
 
 struct Heartbeat {

@@ -24,6 +24,7 @@ import enum
 import logging
 
 from scaler.protocol import messages as m
+from scaler.protocol.versions import Speaks
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +38,8 @@ MAX_KEPT_MESSAGES = 100_000
 MAX_UNACKNOWLEDGED_BYTES = 64 * 1024 * 1024
 
 Frames = list[m.Buffer]
+# In the protocolError a scheduler answers a hello from a peer it has registered (PROTOCOL.md §3).
+HELLO_TWICE = "hello sent twice"
 
 
 class SessionState(enum.Enum):
@@ -58,6 +61,7 @@ class SchedulerSession:
         self.held: list[Frames] = []
         self._retry_seconds = FIRST_HELLO_RETRY_SECONDS
         self._next_hello = 0.0
+        self._left_registration = False  # since the last lost(): see still_registered
 
     @property
     def rejoining(self) -> bool:
@@ -87,16 +91,21 @@ class SchedulerSession:
     def unacknowledged(self) -> int:
         return len(self._since_heartbeat) + sum(map(len, self._before_heartbeats))
 
-    def lost(self, now: float, who: str, address: str, keeping: str = "tasks keep running") -> bool:
-        """The scheduler does not know us: what it may not have got is held for the next, with what comes now.
-        Returns whether to say hello now: not if we did already (this answers what we sent before that hello)."""
+    def lost(
+        self, now: float, who: str, address: str, keeping: str = "tasks keep running",
+        why: str = "does not know us (it restarted?)",
+    ) -> bool:
+        """The scheduler does not know us (or we moved to another: `why`): what it may not have got is held for
+        the next, with what comes now. Returns whether to say hello now: not if we did already (this answers
+        what we sent before that hello)."""
         if self.rejoining:
             return False
         logger.warning(
-            f"{who}: the scheduler at {address} does not know us (it restarted?); saying hello again, {keeping}"
+            f"{who}: the scheduler at {address} {why}; saying hello again, {keeping}"
             + (f", {self.unacknowledged()} results messages kept for it" if self.unacknowledged() else "")
         )
         self.state = SessionState.REJOINING
+        self._left_registration = False
         for generation in self._before_heartbeats:
             self.held.extend(generation)
         self.held.extend(self._since_heartbeat)
@@ -107,6 +116,16 @@ class SchedulerSession:
         self._trim()
         self._retry_seconds = FIRST_HELLO_RETRY_SECONDS
         self._next_hello = now + self._retry_seconds
+        return True
+
+    def still_registered(self, reason: str) -> bool:
+        """While rejoining, a protocolError saying our hello was sent twice: the scheduler still has us from before
+        we moved away (to a standby scheduler and back) and never dropped us, so it would refuse every hello. The
+        peer leaves it (`disconnect`) and says hello again, once per rejoin: True then. (A hello repeated while
+        its welcome was on the way is answered after that welcome: the peer is no longer rejoining.)"""
+        if not self.rejoining or HELLO_TWICE not in reason or self._left_registration:
+            return False
+        self._left_registration = True
         return True
 
     def hold(self, frames: Frames) -> None:
@@ -125,22 +144,29 @@ class SchedulerSession:
         self._next_hello = now + self._retry_seconds
         return True
 
-    def welcomed(self, task_ids: list[int] | None, who: str) -> list[Frames]:
+    def welcomed(self, task_ids: list[int] | None, who: str, welcome: m.Welcome | None = None) -> list[Frames]:
         """Welcomed, holding these tasks (None: a store, which holds none): what to send now, in order. After a
         rejoin, what was held back, then the re-announcement of the tasks: the scheduler gives a rejoining
         worker work only once it re-announced, so it has the results the worker made before it hands out
         tasks (re-submitted ones among them) that those results complete; else nothing."""
         rejoined = self.rejoining
         self.state = SessionState.WELCOMED
+        # Which release welcomed us: after an upgrade, the log shows the new scheduler took the peer back.
+        scheduler = f" (scheduler: {_speaks(welcome)})" if welcome is not None else ""
         if task_ids is None:
             if rejoined:
-                logger.info(f"{who}: welcomed again; announcing every object it holds")
+                logger.info(f"{who}: welcomed again; announcing every object it holds{scheduler}")
             return []
         if not rejoined:
-            logger.info(f"{who}: connected to the scheduler")
+            logger.info(f"{who}: connected to the scheduler" + (f" ({_speaks(welcome)})" if welcome else ""))
             return []
         held, self.held = self.held, []
         logger.info(
             f"{who}: welcomed again; re-announced {len(task_ids)} tasks held, sent {len(held)} messages held before"
+            + scheduler
         )
         return [*held, m.encode(m.Reannounce(task_ids=task_ids))]
+
+
+def _speaks(welcome: m.Welcome) -> Speaks:
+    return Speaks(welcome.release, welcome.protocol_version, welcome.protocol_revision)

@@ -13,6 +13,7 @@ import dataclasses
 from scaler.scheduler.settings import SCHEDULER
 from scaler.utility.logging_setup import check_logging_level, check_logging_paths
 from scaler.utility.monitor_address import MONITOR_DIRECTORY, default_monitor_address
+from scaler.utility.scheduler_addresses import join_scheduler_addresses, parse_scheduler_addresses
 from scaler.utility.setting_rules import check_settings
 from scaler.utility.zmq_config import parse_zmq_address
 
@@ -39,6 +40,8 @@ class SchedulerConfig:
     max_message_size_bytes: int = SCHEDULER.field("max_message_size_bytes")
     max_control_frame_bytes: int = SCHEDULER.field("max_control_frame_bytes")
     bad_frame_log_seconds: float = SCHEDULER.field("bad_frame_log_seconds")
+    standby_of: str | None = SCHEDULER.field("standby_of")
+    standby_takeover_seconds: float = SCHEDULER.field("standby_takeover_seconds")
     curve_secret_key: str | None = SCHEDULER.field("curve_secret_key")
     curve_authorized_keys: str | None = SCHEDULER.field("curve_authorized_keys")
     logging_paths: tuple[str, ...] = SCHEDULER.field("logging_paths")
@@ -50,6 +53,10 @@ class SchedulerConfig:
             parse_zmq_address(self.address)
         if self.monitor_address is not None:
             parse_zmq_address(self.monitor_address)
+        if self.standby_of is not None:
+            self.standby_of = join_scheduler_addresses(parse_scheduler_addresses(self.standby_of))
+            if self.address and parse_zmq_address(self.address).to_address() in self.standby_of.split(","):
+                raise ValueError(f"--standby-of names this scheduler's own address {self.address}")
         check_settings(self)
         check_logging_level(self.logging_level)
         if self.logging_config_file is None:

@@ -15,13 +15,16 @@ import zmq
 
 from scaler.protocol import messages as m
 from scaler.protocol.monitor_messages import MonitorSnapshot
+from scaler.protocol.versions import INSTALLED, Speaks
 from scaler.scheduler.config import MONITOR_DIRECTORY, SchedulerConfig, default_monitor_address
 from scaler.scheduler.core.core_config import CoreConfig, first_id_prefix_at
 from scaler.scheduler.core.outgoing import Outgoing
 from scaler.scheduler.core.scheduler_core import SchedulerCore
+from scaler.scheduler.core.standby_core import Serve, StandbyAction, StandbyCore, StepDown
 from scaler.scheduler.metrics_server import MetricsServer, MetricsUnavailable, metrics_host
 from scaler.scheduler.monitor import MonitorPublisher
 from scaler.scheduler.outgoing_batch import OutgoingBatch
+from scaler.scheduler.standby import StandbyLink
 from scaler.utility.bad_frame_log import BadFrameLog, short_identity
 from scaler.utility.curve import ServerKeys, secure_server
 from scaler.utility.ipc_sockets import remove_stale_monitor_sockets
@@ -43,9 +46,10 @@ class SchedulerStartError(RuntimeError):
 
 
 class SchedulerServer:
-    def __init__(self, config: SchedulerConfig) -> None:
+    def __init__(self, config: SchedulerConfig, speaks: Speaks = INSTALLED) -> None:
         self._config = config
-        self._core = SchedulerCore(CoreConfig.from_settings(config, first_id_prefix_at(time.time())))
+        self._speaks = speaks
+        self._core = SchedulerCore(CoreConfig.from_settings(config, first_id_prefix_at(time.time()), speaks))
         self._stop = LoopStop()
         # While run() runs, stop() writes here, so that a poll in progress ends at once instead of at the next tick.
         self._process = psutil.Process()
@@ -55,6 +59,9 @@ class SchedulerServer:
         self._sent: dict[str, int] = {}
         self._bad_frame_log = BadFrameLog(config.bad_frame_log_seconds)
         self._batch = OutgoingBatch()
+        # What handles a peer's message: the core while serving; a refusal while standing by (--standby-of).
+        self._handler: Callable[[list[m.Buffer]], list[Outgoing]] = self._handle
+        self._standby: StandbyLink | None = None
 
     def _monitor_snapshot(self) -> MonitorSnapshot:
         """What the monitor feed publishes: the core's status plus this process's own usage and counters."""
@@ -90,6 +97,9 @@ class SchedulerServer:
             curve_keys = ServerKeys.resolve(config.curve_secret_key, config.curve_authorized_keys)
         except ValueError as error:
             raise SchedulerStartError(f"Scheduler: cannot start: {error}") from None
+        if curve_keys is not None and config.standby_of:
+            # Its probes would fail the first one's handshake unanswered: it would take over while that one serves.
+            raise SchedulerStartError("Scheduler: cannot start: --standby-of does not work with CURVE keys yet")
         self._stop.open()
         context = zmq.Context(io_threads=config.io_threads)
         socket = context.socket(zmq.ROUTER)
@@ -126,17 +136,27 @@ class SchedulerServer:
             monitor = MonitorPublisher(context, monitor_address)
             if monitor.is_bound:
                 logger.info(f"Scheduler: monitor address is {monitor_address}")
-            logger.info(f"Scheduler: listening on {config.address}")
+            logger.info(f"Scheduler: listening on {config.address} ({self._speaks})")
             if metrics is not None:
                 metrics.start()
                 logger.info(f"Scheduler: Prometheus metrics at {metrics.url}")
             if on_listening is not None:
                 on_listening()
+            if config.standby_of:
+                self._standby = StandbyLink(context, StandbyCore(
+                    tuple(config.standby_of.split(",")), config.standby_takeover_seconds,
+                    min(1.0, config.standby_takeover_seconds / 4), time.monotonic(),
+                ), config.heartbeat_interval_seconds)
+                self._handler = self._refuse_as_standby
+                logger.info(f"Scheduler: standing by for {config.standby_of}: serving once none of them serves "
+                            f"for {config.standby_takeover_seconds:g}s")
             removed = remove_stale_monitor_sockets(MONITOR_DIRECTORY)
             if removed:
                 logger.info(f"Scheduler: removed {len(removed)} monitor socket(s) left by schedulers that died")
             self._loop(socket, monitor, metrics, exit_with_parent)
         finally:
+            if self._standby is not None:
+                self._standby.close()
             if metrics is not None:
                 metrics.close()
             if monitor is not None:
@@ -153,15 +173,22 @@ class SchedulerServer:
         self, socket: zmq.Socket, monitor: MonitorPublisher, metrics: MetricsServer | None,
         exit_with_parent: int | None,
     ) -> None:
-        core = self._core
         poller = zmq.Poller()
         poller.register(socket, zmq.POLLIN)
         poller.register(self._stop.fileno(), zmq.POLLIN)
+        standby = self._standby
+        for probe_socket in standby.sockets if standby is not None else ():
+            poller.register(probe_socket, zmq.POLLIN)
         next_tick = time.monotonic() + _TICK_SECONDS
         next_monitor = 0.0
-        while not self._stop.requested and not core.should_exit:
+        while not self._stop.requested and not self._core.should_exit:  # a step-down replaces the core
             timeout_ms = max(0.0, (next_tick - time.monotonic()) * 1000)
-            poller.poll(int(timeout_ms))
+            events = poller.poll(int(timeout_ms))
+            if standby is not None:
+                for probe_socket, _ in events:
+                    if probe_socket in standby.sockets:
+                        self._on_standby(socket, standby.on_readable(probe_socket, time.monotonic()))
+            handle = self._handler
             # What one wake's messages answer goes out together, one client's results merged (outgoing_batch.py),
             # and at least every _MESSAGES_PER_SEND messages, so that no answer waits for a whole wake.
             batch = self._batch
@@ -170,7 +197,7 @@ class SchedulerServer:
             for _ in range(_MAX_MESSAGES_PER_WAKE):
                 if not has_input(socket):
                     break
-                batch.add(self._handle(receive_frames(socket)))
+                batch.add(handle(receive_frames(socket)))
                 if batch.handled >= _MESSAGES_PER_SEND:
                     self._send(socket, batch.take())
             if batch.handled:
@@ -178,10 +205,12 @@ class SchedulerServer:
             now = time.monotonic()
             if now >= next_tick:
                 try:
-                    self._send(socket, core.on_tick(now))
+                    self._send(socket, self._core.on_tick(now))
                 except Exception:
                     logger.exception("Scheduler: timer handling failed")
                 next_tick = now + _TICK_SECONDS
+                if standby is not None:
+                    self._on_standby(socket, standby.on_tick(now))
                 for line in self._bad_frame_log.on_tick(now):
                     logger.warning(line)
                 if now >= next_monitor or monitor.newcomer_waiting:
@@ -219,6 +248,31 @@ class SchedulerServer:
             logger.exception(f"Scheduler: failed to handle {name} from {short_identity(sender)}")
             return self._core.on_bad_frame(sender, f"scheduler could not handle {name}", drop_sender=False)
 
+    def _refuse_as_standby(self, frames: list[m.Buffer]) -> list[Outgoing]:
+        """Standing by: whatever a peer sends is answered by where to go instead, never by the core."""
+        assert self._standby is not None
+        serving = self._standby.core.serving_address
+        return [(bytes(frames[0]), m.Refused(
+            reason=f"standby scheduler: the scheduler at {serving} serves this cluster; try the next address",
+            standby=True,
+        ))]
+
+    def _on_standby(self, socket: zmq.Socket, actions: list[StandbyAction]) -> None:
+        for action in actions:
+            if isinstance(action, Serve):
+                logger.warning(f"Scheduler: no scheduler ranked before this one served for "
+                               f"{action.silent_seconds:.1f}s; taking over: serving peers now")
+                self._handler = self._handle
+            elif isinstance(action, StepDown):
+                # The earlier address wins: every peer here goes there and rejoins; this core's state goes with them.
+                core = self._core
+                peers = [*core.peers.clients, *core.peers.workers, *core.stores.stores]
+                logger.warning(f"Scheduler: the scheduler at {action.address} serves again; stepping down, sending "
+                               f"{len(peers)} peers there")
+                self._handler = self._refuse_as_standby
+                self._send(socket, [outgoing for identity in peers for outgoing in self._refuse_as_standby([identity])])
+                self._core = SchedulerCore(CoreConfig.from_settings(self._config, first_id_prefix_at(time.time())))
+
     def _log_bad_frame(self, sender: bytes, what: str) -> None:
         for line in self._bad_frame_log.on_dropped(sender, what, time.monotonic()):
             logger.warning(line)
@@ -250,10 +304,12 @@ def _warn_if_exposed(address: str) -> None:
 
 
 def run_scheduler(
-    config: SchedulerConfig, exit_with_parent: int | None = None, reporter: ReadinessReporter | None = None
+    config: SchedulerConfig, exit_with_parent: int | None = None, reporter: ReadinessReporter | None = None,
+    speaks: Speaks = INSTALLED,
 ) -> None:
-    """Run until SIGINT/SIGTERM or an accepted shutdown request; tell `reporter` (our parent) once we listen."""
-    server = SchedulerServer(config)
+    """Run until SIGINT/SIGTERM or an accepted shutdown request; tell `reporter` (our parent) once we listen.
+    `speaks`: the release and protocol it says it is (CoreConfig.speaks)."""
+    server = SchedulerServer(config, speaks)
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: server.stop())
     on_listening = None

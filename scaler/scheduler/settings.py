@@ -22,7 +22,7 @@ from scaler.utility.setting_rules import (
     Rule,
 )
 from scaler.utility.shared_options import address_option, logging_options, scheduler_curve_options
-from scaler.utility.text_rules import ADDRESS, ON_OR_OFF, one_of
+from scaler.utility.text_rules import ADDRESS, ON_OR_OFF, SCHEDULER_ADDRESSES, one_of
 
 SCHEDULER = OptionTable(
     "scheduler",
@@ -108,6 +108,17 @@ SCHEDULER = OptionTable(
             "serve Prometheus metrics at http://HOST:PORT/metrics, HOST being the host of the scheduler's address "
             "(127.0.0.1 for ipc); 0 (the default) serves none",
             doc="Needs prometheus_client (`pip install 'scaler[metrics]'`); docs/metrics.md lists the metrics.",
+        ),
+        Option(
+            "standby_of", None, SCHEDULER_ADDRESSES,
+            "run as a standby of the schedulers at these addresses (comma-separated, in rank order): serve only "
+            "while none of them serves", flags=("-so",),
+            doc="See docs/failure_model.md (standby schedulers): peers list every scheduler, e.g. "
+            "`scaler_cluster tcp://a:2345,tcp://b:2345`, and go to the one that serves.",
+        ),
+        Option(
+            "standby_takeover_seconds", 10.0, POSITIVE_SECONDS,
+            "with --standby-of: serve once no scheduler ranked before this one was heard serving for this long",
         ),
     ),
     scheduler_curve_options(),

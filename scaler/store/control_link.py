@@ -20,7 +20,9 @@ import psutil
 import zmq
 
 from scaler.protocol import messages as m
+from scaler.protocol.address_rotation import AddressRotation, silence_seconds
 from scaler.protocol.scheduler_session import LAST_HELLO_RETRY_SECONDS, SchedulerSession
+from scaler.protocol.versions import UNNAMED_RELEASE, refused_by_scheduler
 from scaler.protocol.zmq_messages import send_message
 from scaler.store.scheduler_link import (
     DeleteOrder,
@@ -35,6 +37,7 @@ from scaler.store.scheduler_link import (
 from scaler.store.store_records import StoreStatus
 from scaler.utility.curve import PeerKeys, secure_peer
 from scaler.utility.handshake_failures import HandshakeWatch
+from scaler.utility.scheduler_addresses import parse_scheduler_addresses
 from scaler.utility.zmq_util import configure_socket, receive_frames
 
 logger = logging.getLogger(__name__)
@@ -66,6 +69,9 @@ class ControlLink(SchedulerLink):
         self._held: list[tuple[bytes, int]] = []  # to announce at the next tick
         self._hello: m.Hello | None = None
         self._session = SchedulerSession()  # whether the scheduler knows us, and when to say hello again
+        # Which of several schedulers (a standby's) we talk to: the next one when it is silent or stands by.
+        self._addresses = AddressRotation(parse_scheduler_addresses(scheduler_address), silence_seconds(
+            heartbeat_interval_seconds, death_timeout_seconds))
 
     def start(self, context: zmq.Context, identity: StoreIdentity, now: float) -> list[zmq.Socket]:
         socket = self._socket = context.socket(zmq.DEALER)
@@ -76,7 +82,7 @@ class ControlLink(SchedulerLink):
         self._handshakes = HandshakeWatch(
             socket, self._scheduler_address, now, role="store", secured=self._keys is not None
         )
-        socket.connect(self._scheduler_address)
+        socket.connect(self._addresses.current)
         self._hello = m.Hello(
             role=m.Role.STORE, name=self._name, hostname=socket_module.gethostname(), pid=identity.pid,
             host_key=identity.host_key, data_address=identity.data_address, ipc_address=identity.ipc_address,
@@ -95,12 +101,15 @@ class ControlLink(SchedulerLink):
                 frames = receive_frames(socket, zmq.NOBLOCK)
             except zmq.Again:
                 break
-            self._last_heard = now
             try:
                 message = m.decode(frames)
             except m.ProtocolDecodeError as error:
                 logger.warning(f"Store: dropped an undecodable message from the scheduler: {error}")
                 continue
+            if isinstance(message, m.Refused) and message.standby:
+                self._addresses.refused(now)  # not a word from one that serves: the death timeout runs on
+                continue
+            self._last_heard = now
             events.extend(self._on_message(message, now))
         return events
 
@@ -112,11 +121,15 @@ class ControlLink(SchedulerLink):
                 return [RelayedRequest(message.peer, message.frames)]
             return [RelayedAnswer(message.store, message.request_id, message.frames, message.error)]
         if isinstance(message, m.Welcome):
-            self._session.welcomed(None, "Store")
+            self._session.welcomed(None, "Store", message)
+            self._addresses.welcomed()
             self._welcomed = True
             self._interval = message.heartbeat_interval_for(self._own_interval)
             self._next_heartbeat = min(self._next_heartbeat, now + self._interval)
-            logger.info(f"Store: registered with the scheduler at {self._scheduler_address}")
+            logger.info(
+                f"Store: registered with the scheduler at {self._scheduler_address} "
+                f"({message.release or UNNAMED_RELEASE}, protocol version {message.protocol_version})"
+            )
             return [Registered()]
         elif isinstance(message, m.Refused):
             if message.unknown_peer and (self._welcomed or self._session.rejoining):
@@ -126,17 +139,24 @@ class ControlLink(SchedulerLink):
                     self._held.clear()  # everything is announced again after the welcome
                     self._say_hello()
                 return []
-            return [StopStore(f"the scheduler at {self._scheduler_address} refused this store: {message.reason}")]
+            return [StopStore(refused_by_scheduler("store", self._scheduler_address, message.reason))]
         elif isinstance(message, m.Disconnect):
             return [StopStore(f"the scheduler asked the store to leave: {message.reason}")]
         elif isinstance(message, m.ProtocolError):
-            logger.warning(f"Store: the scheduler reports a protocol error: {message.reason}")
+            if self._session.still_registered(message.reason):  # back from a standby: leave, then join again
+                self._send(m.Disconnect(reason="rejoining"))
+                self._say_hello()
+            else:
+                logger.warning(f"Store: the scheduler reports a protocol error: {message.reason}")
         return []
 
     def on_tick(self, status: StoreStatus, now: float) -> list[LinkEvent]:
         if self._handshakes is not None:
             for problem in self._handshakes.poll(now):
                 logger.error(f"Store: {problem}")
+        moved_to = self._addresses.on_tick(now, self._last_heard)
+        if moved_to is not None:
+            self._move(moved_to, now)
         if now - self._last_heard > self._death_timeout:
             problem = self._handshakes.problem if self._handshakes is not None else ""
             return [StopStore(
@@ -159,6 +179,20 @@ class ControlLink(SchedulerLink):
             except zmq.Again:
                 pass  # no connection to queue it on (yet, or a handshake that fails): the death timeout decides
         return []
+
+    def _move(self, address: str, now: float) -> None:
+        """To the next scheduler address (silent, or a standby): hello there; once welcomed, announce every
+        object held, as after a restart (§21)."""
+        logger.warning(f"Store: trying the scheduler at {address}")
+        if self._socket is not None:
+            addresses = self._addresses.addresses
+            self._socket.disconnect(addresses[addresses.index(address) - 1])
+            self._socket.connect(address)
+        if self._welcomed or self._session.rejoining:
+            self._session.lost(now, "Store", address, keeping="keeping every object", why="is the next to try")
+            self._welcomed = False
+            self._held.clear()
+        self._say_hello()
 
     def _say_hello(self) -> None:
         if self._hello is not None:

@@ -11,7 +11,7 @@ import argparse
 from scaler.utility.option_table import OFF_SWITCH, Option, OptionTable
 from scaler.utility.setting_rules import BYTES_OR_OFF, POSITIVE_SECONDS, SECONDS_OR_OFF
 from scaler.utility.shared_options import logging_options, peer_curve_options
-from scaler.utility.text_rules import ADDRESS, EXISTING_DIRECTORY, ON_OR_OFF, TEXT, TextRule
+from scaler.utility.text_rules import EXISTING_DIRECTORY, ON_OR_OFF, SCHEDULER_ADDRESSES, TEXT, TextRule
 from scaler.utility.zmq_config import parse_zmq_address
 
 # Of this machine's memory, what a store keeps in memory by default before it spills to disk.
@@ -84,7 +84,8 @@ STORE = OptionTable(
             form=OFF_SWITCH,
         ),
         Option(
-            "scheduler_address", None, ADDRESS, "the scheduler to register with (tcp://HOST:PORT)",
+            "scheduler_address", None, SCHEDULER_ADDRESSES,
+            "the scheduler to register with (tcp://HOST:PORT); with standbys all of them, comma-separated",
             default_text="none, a standalone store",
         ),
         Option("name", "", TEXT, "shown in the scheduler's log and monitor"),

@@ -11,7 +11,9 @@ MONITOR_DIRECTORY = "/tmp"
 
 
 def default_monitor_address(address: str) -> str:
-    """tcp://127.0.0.1:2345 -> ipc:///tmp/127.0.0.1_2345_monitor, as the product documents show."""
+    """tcp://127.0.0.1:2345 -> ipc:///tmp/127.0.0.1_2345_monitor, as the product documents show (of a list of
+    schedulers, the first's)."""
+    address = address.split(",", 1)[0].strip()
     scheme, _, rest = address.partition("://")
     if scheme == "tcp":
         host, _, port = rest.rpartition(":")

@@ -12,14 +12,16 @@ from scaler.utility.text_rules import (
     EXISTING_DIRECTORY,
     EXISTING_FILE,
     LOGGING_PATHS,
+    TextRule,
     one_of,
 )
 
 
-def address_option(help_text: str, doc: str = "") -> Option:
-    """The address a command serves or joins. Optional to argparse only so that `--logging-paths x.log
-    ADDRESS` can be read (scaler/cli/common.py, parse_command_line), which then requires it."""
-    return Option("address", None, ADDRESS, help_text, form=POSITIONAL, doc=doc)
+def address_option(help_text: str, doc: str = "", rule: TextRule = ADDRESS) -> Option:
+    """The address a command serves or joins (SCHEDULER_ADDRESSES: a scheduler and its standbys). Optional to
+    argparse only so that `--logging-paths x.log ADDRESS` can be read (scaler/cli/common.py,
+    parse_command_line), which then requires it."""
+    return Option("address", None, rule, help_text, form=POSITIONAL, doc=doc)
 
 
 def logging_options(before_an_address: bool = True) -> tuple[Option, ...]:

@@ -14,6 +14,7 @@ import os
 from typing import Any, Callable, Iterable
 
 from scaler.utility.logging_setup import logging_path_problem
+from scaler.utility.scheduler_addresses import join_scheduler_addresses, parse_scheduler_addresses
 from scaler.utility.tags import checked_tags
 from scaler.utility.wording import with_article
 from scaler.utility.zmq_config import EXAMPLES, parse_zmq_address
@@ -152,6 +153,14 @@ def read_address(text: str) -> str:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
+def read_scheduler_addresses(text: str) -> str:
+    """One or more scheduler addresses, comma-separated (utility/scheduler_addresses.py), normalized."""
+    try:
+        return join_scheduler_addresses(parse_scheduler_addresses(text))
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def read_existing_file(text: str) -> str:
     if not os.path.isfile(text):
         raise argparse.ArgumentTypeError(f"no such file: {text!r}")
@@ -208,6 +217,9 @@ def read_word(what: str) -> Callable[[str], str]:
 
 
 ADDRESS = TextRule(f"a ZeroMQ address such as {EXAMPLES}", read_address)
+SCHEDULER_ADDRESSES = TextRule(
+    "one or more scheduler addresses, comma-separated, e.g. tcp://a:2345,tcp://b:2345", read_scheduler_addresses
+)
 TEXT = TextRule("a string")
 EXISTING_FILE = TextRule("a readable file", read_existing_file)
 EXISTING_DIRECTORY = TextRule("a directory", read_existing_directory)

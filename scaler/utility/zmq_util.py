@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Union
+import os
+import time
+from typing import Any, Callable, Union, cast
 
 import zmq
 
@@ -11,6 +13,16 @@ Frame = Union[bytes, memoryview]
 
 # Frames this large are sent and received without a copy (pyzmq's own copy threshold); smaller ones are copied.
 _ZERO_COPY_BYTES = 64 * 1024
+
+# The hot calls below go around pyzmq's conveniences, which cost as much as the calls themselves on a small
+# message: its constants are enums (each `|` or `&` runs Python code in the enum module, about 1 us), and the
+# Python wrapper of Socket.send (routing ids and groups of draft sockets, which we never use) doubles its cost.
+_EVENTS = int(zmq.EVENTS)
+POLL_IN = _POLLIN = int(zmq.POLLIN)  # for loops that test poll results: `events & zmq.POLLIN` runs enum code
+POLL_OUT = int(zmq.POLLOUT)
+_SNDMORE = int(zmq.SNDMORE)
+_send = cast(Callable[..., Any], zmq.backend.Socket.send)
+_get = cast(Callable[[zmq.Socket, int], int], zmq.backend.Socket.get)
 
 
 def configure_socket(socket: zmq.Socket, identity: bytes | None = None) -> None:
@@ -25,16 +37,23 @@ def configure_socket(socket: zmq.Socket, identity: bytes | None = None) -> None:
 
 def has_input(socket: zmq.Socket) -> bool:
     """True if a message can be received without blocking; cheaper than a poll."""
-    return bool(socket.getsockopt(zmq.EVENTS) & zmq.POLLIN)  # type: ignore[operator, arg-type]
+    return bool(_get(socket, _EVENTS) & _POLLIN)
+
+
+def wait_for_input(socket: zmq.Socket, timeout_ms: int) -> bool:
+    """Wait up to `timeout_ms` for a message to receive; True if one came. Socket.poll makes a Poller per call."""
+    return bool(zmq.zmq_poll([(socket, _POLLIN)], timeout_ms))
 
 
 def send_frames(socket: zmq.Socket, frames: list[Frame], flags: int = 0) -> None:
     """Send one message. Frame by frame rather than with send_multipart, which costs three times as much for
     the two small frames of most messages: small frames are copied (cheaper than zmq's zero-copy bookkeeping),
     large ones go out without a copy and zmq keeps them alive until sent."""
+    flags = int(flags)
+    more = flags | _SNDMORE
     last = len(frames) - 1
     for index, frame in enumerate(frames):
-        socket.send(frame, flags | zmq.SNDMORE if index < last else flags, copy=len(frame) < _ZERO_COPY_BYTES)
+        _send(socket, frame, more if index < last else flags, len(frame) < _ZERO_COPY_BYTES)
 
 
 def receive_frames(socket: zmq.Socket, flags: int = 0) -> list[Frame]:
@@ -46,3 +65,39 @@ def receive_frames(socket: zmq.Socket, flags: int = 0) -> list[Frame]:
         frames.append(frame.bytes if len(frame) < _ZERO_COPY_BYTES else frame.buffer)
         if not frame.more:
             return frames
+
+
+def _traced(directory: str) -> None:
+    """SCALER_HOP_TRACE=DIR (benchmarks/round_trip_hops.py --trace): each message sent or received is logged
+    in DIR/<pid>.txt as `monotonic-ns S|R`, as its send starts or its receive ends, which orders the hops of a
+    round trip across processes. Decided at import: when it is off, the functions above are left as they are."""
+    global send_frames, receive_frames
+    plain_send, plain_receive = send_frames, receive_frames
+    files: dict[int, Any] = {}
+
+    def log(kind: str) -> None:
+        pid = os.getpid()  # a forked child writes a file of its own
+        out = files.get(pid)
+        if out is None:
+            out = files[pid] = open(os.path.join(directory, f"{pid}.txt"), "a", buffering=1)
+        out.write(f"{time.monotonic_ns()} {kind}\n")
+
+    def traced_send(socket: zmq.Socket, frames: list[Frame], flags: int = 0) -> None:
+        log("S")  # before: a sender is often preempted by its own I/O thread as the send returns
+        plain_send(socket, frames, flags)
+
+    def traced_receive(socket: zmq.Socket, flags: int = 0) -> list[Frame]:
+        frames = plain_receive(socket, flags)
+        log("R")
+        return frames
+
+    send_frames, receive_frames = traced_send, traced_receive
+
+
+def _trace_if_asked() -> None:
+    directory = os.environ.get("SCALER_HOP_TRACE")
+    if directory:
+        _traced(directory)
+
+
+_trace_if_asked()

@@ -38,6 +38,7 @@ from scaler.worker.agent_actions import (
     AGENT_SIGNAL,
     Action,
     Exit,
+    Reconnect,
     Registered,
     SignalProcessor,
     StartProcessor,
@@ -99,6 +100,7 @@ class WorkerAgent:
         self._router: zmq.Socket | None = None
         self._scheduler: zmq.Socket | None = None
         self._handshakes: HandshakeWatch | None = None  # tells a refused key within a tick, not at the death timeout
+        self._connected_to = ""  # of the scheduler addresses, the one the socket is connected to
 
     def stop(self) -> None:
         self._stop.request()
@@ -136,7 +138,8 @@ class WorkerAgent:
             self._handshakes = HandshakeWatch(
                 scheduler, config.address, time.monotonic(), role="worker", secured=curve_keys is not None
             )
-            scheduler.connect(config.address)
+            self._connected_to = self._core.addresses.current
+            scheduler.connect(self._connected_to)
             self._carry_out(self._core.start(time.monotonic()))
             self._stop.open()
             try:
@@ -241,6 +244,11 @@ class WorkerAgent:
                 self._start_processor(action.identity)
             elif isinstance(action, StopProcessor):
                 self._stop_processor(action.identity)
+            elif isinstance(action, Reconnect):
+                assert self._scheduler is not None
+                self._scheduler.disconnect(self._connected_to)
+                self._connected_to = action.address
+                self._scheduler.connect(action.address)
             elif isinstance(action, Registered):
                 self._welcomed = True
                 self._reporter.report(REGISTERED, self._name)

@@ -80,6 +80,13 @@ class SignalProcessor(ProcessorAction):
 
 
 @dataclasses.dataclass(slots=True)
+class Reconnect:
+    """Connect the scheduler socket to this address instead (the next of several: protocol/address_rotation.py)."""
+
+    address: str
+
+
+@dataclasses.dataclass(slots=True)
 class Registered:
     """The scheduler welcomed us for the first time: tell whoever started us that we are ready."""
 
@@ -93,4 +100,4 @@ class Exit:
     level: int = logging.INFO
 
 
-Action = Union[ToScheduler, ToProcessor, StartProcessor, StopProcessor, SignalProcessor, Registered, Exit]
+Action = Union[ToScheduler, ToProcessor, StartProcessor, StopProcessor, SignalProcessor, Reconnect, Registered, Exit]

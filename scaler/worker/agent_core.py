@@ -28,14 +28,17 @@ from typing import Mapping
 
 import cloudpickle
 
-from scaler.errors import MemoryLimitError, TaskTimeoutError
 from scaler.protocol import messages as m
+from scaler.protocol.address_rotation import AddressRotation, silence_seconds
 from scaler.protocol.scheduler_session import SchedulerSession
+from scaler.protocol.versions import refused_by_scheduler
 from scaler.utility.host_key import this_host_key
+from scaler.utility.scheduler_addresses import parse_scheduler_addresses
 from scaler.utility.tags import PYTHON_TAG
 from scaler.worker.agent_actions import (
     Action,
     Exit,
+    Reconnect,
     Registered,
     RunningTasks,
     SignalProcessor,
@@ -44,6 +47,7 @@ from scaler.worker.agent_actions import (
 from scaler.worker.config import WorkerConfig
 from scaler.worker.processor_pool import ProcessorPool, ProcessorRecord
 from scaler.worker.result_split import SizeLimits, split_results
+from scaler.worker.task_limits import over_limits
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +77,9 @@ class WorkerAgentCore:
         self._pool = ProcessorPool(name, config.max_processors, self._out)
         self._welcomed = False
         self._session = SchedulerSession()
+        # Which scheduler we talk to, of several (a standby's): the shell connects where it says.
+        self.addresses = AddressRotation(parse_scheduler_addresses(config.address), silence_seconds(
+            config.heartbeat_interval_seconds, config.death_timeout_seconds))
         self._last_heard = 0.0
         self._last_heartbeat: float | None = None
         # Set again from Welcome, which may ask for more frequent heartbeats.
@@ -131,7 +138,7 @@ class WorkerAgentCore:
         return self._take()
 
     def on_scheduler_frames(self, frames: list[m.Buffer], now: float) -> list[Action]:
-        self._last_heard = now
+        heard_before, self._last_heard = self._last_heard, now
         try:
             # Submissions go on to a processor as they came, and it decodes them: only their ids are read here.
             message = m.decode_ids(frames)
@@ -188,9 +195,13 @@ class WorkerAgentCore:
         elif isinstance(message, m.Disconnect):
             self._out.append(Exit(f"scheduler asked us to leave: {message.reason}"))
         elif isinstance(message, m.Refused):
-            self._on_refused(message, now)
+            self._on_refused(message, now, heard_before)
         elif isinstance(message, m.ProtocolError):
-            logger.warning(f"Worker[{self._name}]: scheduler reports a protocol error: {message.reason}")
+            if self._session.still_registered(message.reason):  # back from a standby: leave, then join again
+                self._out.append(ToScheduler(m.encode(m.Disconnect(reason="rejoining"))))
+                self._out.append(ToScheduler(m.encode(dataclasses.replace(self._hello, rejoining=True))))
+            else:
+                logger.warning(f"Worker[{self._name}]: scheduler reports a protocol error: {message.reason}")
         return self._take()
 
     def on_processor_frames(self, identity: bytes, frames: list[m.Buffer], now: float) -> list[Action]:
@@ -253,13 +264,18 @@ class WorkerAgentCore:
         self._watch_running_tasks(now)
         self._stop_late_starts(now)
         self._refuse_late_starts()
-        self._enforce_limits(now, processor_rss or {})
+        for over in over_limits(self._config, list(self._pool.processors.values()), now, processor_rss or {}):
+            self._stop_processor(over.processor, now, m.FailureKind.RAISED, over.type_name, over.message,
+                                 over.error_type)
         self._ask_for_held_results(now)
         processor_count = len(self._pool.processors)
         self._pool.trim_spares(now)
         if len(self._pool.processors) < processor_count:
             self._report_unwritten_lost()
         config = self._config
+        moved_to = self.addresses.on_tick(now, self._last_heard)
+        if moved_to is not None:
+            self._move(moved_to, now)
         if now - self._last_heard > config.death_timeout_seconds:
             if not self._welcomed:
                 self._out.append(Exit(
@@ -297,23 +313,36 @@ class WorkerAgentCore:
     def _on_welcome(self, welcome: m.Welcome) -> None:
         self._heartbeat_interval = welcome.heartbeat_interval_for(self._config.heartbeat_interval_seconds)
         self._limits = SizeLimits(welcome.max_frame_bytes, welcome.max_control_frame_bytes)
-        for frames in self._session.welcomed(self._pool.outstanding_task_ids(), f"Worker[{self._name}]"):
+        for frames in self._session.welcomed(self._pool.outstanding_task_ids(), f"Worker[{self._name}]", welcome):
             self._to_scheduler(frames, results=True)  # a re-announcement, then what was held back (§21)
         self._heartbeat_sent_at = None
+        self.addresses.welcomed()
         if not self._welcomed:
             self._welcomed = True
             self._out.append(Registered())
 
-    def _on_refused(self, refused: m.Refused, now: float) -> None:
-        # Unknown to a scheduler that restarted: hello again. Else our hello was refused, which is final.
+    def _on_refused(self, refused: m.Refused, now: float, heard_before: float) -> None:
+        # Unknown to a scheduler that restarted: hello again. A standby: the next address (not a word from one that
+        # serves: the death timeout runs on). Else our hello was refused, which is final.
+        if refused.standby:
+            self._last_heard = heard_before
+            self.addresses.refused(now)
+            return
         if refused.unknown_peer and self._welcomed:
             if self._session.lost(now, f"Worker[{self._name}]", self._config.address):
                 self._out.append(ToScheduler(m.encode(dataclasses.replace(self._hello, rejoining=True))))
             return
         failed = not self._welcomed or self._session.rejoining
-        self._out.append(Exit(
-            f"scheduler refused us: {refused.reason}", failed, logging.ERROR if failed else logging.WARNING
-        ))
+        reason = refused_by_scheduler("worker", self._config.address, refused.reason)
+        self._out.append(Exit(reason, failed, logging.ERROR if failed else logging.WARNING))
+
+    def _move(self, address: str, now: float) -> None:
+        """To the next scheduler address (silent, or a standby): hello there, rejoining if welcomed before (§21)."""
+        logger.warning(f"Worker[{self._name}]: trying the scheduler at {address}")
+        self._out.append(Reconnect(address))
+        if self._welcomed:
+            self._session.lost(now, f"Worker[{self._name}]", address, why="is the next to try")
+        self._out.append(ToScheduler(m.encode(dataclasses.replace(self._hello, rejoining=self._welcomed))))
 
     def _running_task_of(self, processor: ProcessorRecord) -> int | None:
         """The task this processor runs, if it is one the scheduler gave us and it has not answered."""
@@ -432,36 +461,8 @@ class WorkerAgentCore:
             processor.held_results_asked_for = running
             self._out.append(SignalProcessor(processor.identity, processor.urgent_sent))
 
-    def _enforce_limits(self, now: float, processor_rss: Mapping[bytes, int]) -> None:
-        """Stop a processor whose task runs too long or whose memory grows too large, before the OS does."""
-        config = self._config
-        if config.task_timeout_seconds <= 0 and config.memory_limit_bytes <= 0:
-            return
-        for processor in list(self._pool.processors.values()):
-            if processor.watched_task_id not in processor.outstanding:
-                continue
-            if config.task_timeout_seconds > 0 and now - processor.watched_since > config.task_timeout_seconds:
-                self._stop_processor(
-                    processor, now, m.FailureKind.RAISED, "scaler.errors.TaskTimeoutError",
-                    f"the task ran longer than {config.task_timeout_seconds:g}s (--task-timeout-seconds) "
-                    "and was stopped", TaskTimeoutError,
-                )
-                continue
-            rss = processor_rss.get(processor.identity, 0)
-            if config.memory_limit_bytes > 0 and rss > config.memory_limit_bytes:
-                self._stop_processor(
-                    processor, now, m.FailureKind.RAISED, "scaler.errors.MemoryLimitError",
-                    f"its processor used {rss:,} bytes, over the worker's limit of {config.memory_limit_bytes:,} "
-                    "(--memory-limit-bytes), and was stopped", MemoryLimitError,
-                )
-
     def _stop_processor(
-        self,
-        processor: ProcessorRecord,
-        now: float,
-        kind: m.FailureKind,
-        type_name: str,
-        message: str,
+        self, processor: ProcessorRecord, now: float, kind: m.FailureKind, type_name: str, message: str,
         error_type: type[Exception] | None = None,
     ) -> None:
         """Stop (or bury) a processor: its running task ends with the given failure, the rest go back untried.

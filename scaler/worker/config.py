@@ -10,9 +10,9 @@ from __future__ import annotations
 import dataclasses
 
 from scaler.utility.logging_setup import check_logging_level, check_logging_paths
+from scaler.utility.scheduler_addresses import parse_scheduler_addresses
 from scaler.utility.setting_rules import check_settings
 from scaler.utility.tags import checked_tags
-from scaler.utility.zmq_config import parse_zmq_address
 from scaler.worker.settings import DEFAULT_INPUT_WAIT_SECONDS, WORKER
 
 __all__ = ["DEFAULT_INPUT_WAIT_SECONDS", "LIBRARY_LOGGING_LEVEL", "WorkerConfig"]
@@ -47,7 +47,7 @@ class WorkerConfig:
     def __post_init__(self) -> None:
         self.tags = checked_tags(self.tags, "worker tags")
         if self.address:  # empty only for the template that holds the defaults the command line shows
-            parse_zmq_address(self.address)
+            parse_scheduler_addresses(self.address)
         check_settings(self)
         check_logging_level(self.logging_level)
         if self.logging_config_file is None:

@@ -32,7 +32,7 @@ from scaler.store.peer_stores import Stores
 from scaler.utility.blocking import install_hooks, set_task_depth, set_task_priority
 from scaler.utility.malloc_tuning import give_back_freed_memory
 from scaler.utility.parent_watch import die_with_parent
-from scaler.utility.zmq_util import configure_socket, has_input, receive_frames
+from scaler.utility.zmq_util import configure_socket, has_input, receive_frames, wait_for_input
 from scaler.worker.agent_actions import AGENT_SIGNAL
 from scaler.worker.large_results import LargeResults
 from scaler.worker.output_capture import TaskOutputCapture
@@ -131,7 +131,7 @@ class Processor:
                 raise NestingLimitError(action.reason)
 
     def _wait_for_messages(self, seconds: float) -> None:
-        if self._socket.poll(max(1, int(seconds * 1000))):
+        if wait_for_input(self._socket, max(1, int(seconds * 1000))):
             return
         if os.getppid() != self._parent_pid:
             self._agent_gone = True
@@ -185,7 +185,7 @@ class Processor:
             if self._core.read_enough(self._running_task_slot.urgent_sent()):
                 return
             remaining = deadline - time.monotonic()
-            if remaining <= 0 or not self._socket.poll(max(1, int(remaining * 1000))):
+            if remaining <= 0 or not wait_for_input(self._socket, max(1, int(remaining * 1000))):
                 return  # the rest is read between tasks
 
     # ------------------------------------------------------------------------------------------ nesting
@@ -200,7 +200,7 @@ class Processor:
             deadline = time.monotonic() + AGENT_ANSWER_SECONDS
             while core.asking_to_wait:
                 remaining = deadline - time.monotonic()
-                if remaining <= 0 or not self._socket.poll(max(1, int(remaining * 1000))):
+                if remaining <= 0 or not wait_for_input(self._socket, max(1, int(remaining * 1000))):
                     self._carry_out(core.on_wait_unanswered())
                 self._carry_out(core.on_message(m.decode(receive_frames(self._socket)), time.monotonic()))
         finally:

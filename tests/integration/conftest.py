@@ -22,6 +22,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     start now and run while the rest of the suite does (test_dask_suite.py)."""
     if session.config.option.collectonly:
         return
+    if hasattr(session.config, "workerinput"):
+        return  # an xdist worker: the controller starts them (tests/conftest.py)
     if importlib.util.find_spec("dask") is None:
         return  # test_dask_suite.py skips and says so
     needed = {

@@ -132,9 +132,11 @@ def test_help_lists_every_option_with_its_default(script: str, options: list[str
     for option in options:
         assert option in blocks, f"{option} missing from {script} -h:\n{done.stdout}"
     # A switch whose absence is the default (--no-store, --hard-processor-suspend) states none; an option nobody
-    # needs to give (the CURVE keys, --tags, the logging config file, a config file) has none to state.
+    # needs to give (the CURVE keys, --tags, the logging config file, a config file, --standby-of for a scheduler that
+    # is no standby) has none to state.
     no_default = {"--help", "--no-store", "--no-borrowing", "--hard-processor-suspend", "--tags", "--curve-secret-key",
-                  "--curve-server-key", "--curve-authorized-keys", "--logging-config-file", "--config"}
+                  "--curve-server-key", "--curve-authorized-keys", "--logging-config-file", "--config", "--version",
+                  "--standby-of"}
     for option, text in blocks.items():
         if option not in no_default:
             assert "(default:" in text, f"{script} -h does not show the default of {option}: {text!r}"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import shlex
 import shutil
 import subprocess
+import tempfile
 import time
 import uuid
 from typing import Callable, Iterator
@@ -73,6 +74,9 @@ class Terminal:
 def terminal_environment(python_env: dict[str, str]) -> dict[str, str]:
     environment = dict(python_env)
     environment.pop("TMUX", None)  # a test run from inside tmux must still start its own server
+    # curses takes these over the terminal's own size; pytest-xdist sets them (24 x 80) in its workers.
+    environment.pop("LINES", None)
+    environment.pop("COLUMNS", None)
     environment["TERM"] = "xterm-256color"
     return environment
 
@@ -204,8 +208,16 @@ def test_top_quits_on_ctrl_c_while_showing_a_live_cluster(combo: SchedulerCluste
     assert not any(line.startswith("Total ") or "Traceback" in line or "KeyboardInterrupt" in line for line in screen)
 
 
-def test_top_waits_for_a_missing_scheduler_and_quits_on_ctrl_c(run_in_terminal, tmp_path) -> None:
-    address = f"ipc://{tmp_path}/nobody_monitor"
+@pytest.fixture
+def short_directory() -> Iterator[str]:
+    """Where nobody listens, by a path short enough that the line naming it fits the terminal's width (a
+    tmp_path is longer under pytest-xdist, and the line was cut)."""
+    with tempfile.TemporaryDirectory(prefix="top-") as directory:
+        yield directory
+
+
+def test_top_waits_for_a_missing_scheduler_and_quits_on_ctrl_c(run_in_terminal, short_directory: str) -> None:
+    address = f"ipc://{short_directory}/nobody_monitor"
     terminal = run_in_terminal(address)
     terminal.wait_for(lambda s: f"waiting for scheduler at {address} ..." in s, "the waiting line")
     terminal.keys("C-c", literal=False)
@@ -232,8 +244,8 @@ def test_top_at_the_schedulers_own_address_says_which_monitor_address_to_use(
     assert exit_code(terminal) == 0
 
 
-def test_top_says_when_nothing_answers_and_keeps_trying(run_in_terminal, tmp_path) -> None:
-    address = f"ipc://{tmp_path}/nobody_monitor"
+def test_top_says_when_nothing_answers_and_keeps_trying(run_in_terminal, short_directory: str) -> None:
+    address = f"ipc://{short_directory}/nobody_monitor"
     terminal = run_in_terminal(address)
     screen = terminal.wait_for(lambda s: f"nothing answers at {address} yet (still trying)" in screen_text(s),
                                "the line that nothing answers")

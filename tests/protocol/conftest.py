@@ -53,8 +53,8 @@ def dialect(implementation: WorkerImplementation) -> Dialect:
     return DIALECTS[implementation.dialect]
 
 
-@pytest.fixture
-def scheduler() -> Iterator[FakeScheduler]:
+def played_scheduler() -> Iterator[FakeScheduler]:
+    """A scheduler the test plays, closed with its own context afterwards (a fixture's body: `yield from`)."""
     context = zmq.Context()
     played = FakeScheduler(context)
     try:
@@ -62,6 +62,11 @@ def scheduler() -> Iterator[FakeScheduler]:
     finally:
         played.close()
         context.term()
+
+
+@pytest.fixture
+def scheduler() -> Iterator[FakeScheduler]:
+    yield from played_scheduler()
 
 
 StartWorker = Callable[..., PeerProcess]

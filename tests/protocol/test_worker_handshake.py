@@ -120,7 +120,8 @@ def test_refused_as_an_unknown_peer_after_welcome_rejoins_or_leaves(
 ) -> None:
     """§21: a scheduler that restarted answers refused{unknownPeer}. A worker that rejoins says hello{rejoining}
     again, and once welcomed re-announces the tasks it holds before it sends anything else, then their
-    results; one that does not rejoin (the native worker, for now) says goodbye and exits with status 0."""
+    results (the Python and native workers; test_worker_rejoin.py has the details); one that does not rejoin
+    says goodbye and exits with status 0."""
     process = start()
     link = scheduler.accept()
     link.welcome()

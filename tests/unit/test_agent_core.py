@@ -507,11 +507,15 @@ def test_a_disconnect_from_the_scheduler_ends_the_worker(agent: SimulatedAgent) 
 
 
 def test_a_refusal_ends_the_worker_as_failed_only_before_the_welcome(agent: SimulatedAgent) -> None:
+    def refused(reason: str) -> str:  # the line names the worker's own versions too (PROTOCOL.md §22)
+        return (f"scheduler refused us (worker of {m.RELEASE}, protocol version {m.PROTOCOL_VERSION}; scheduler at "
+                f"{agent.config.address}): {reason}")
+
     agent.from_scheduler(m.Refused(reason="unknown peer"))
-    assert agent.exits == [Exit("scheduler refused us: unknown peer", failed=False, level=logging.WARNING)]
+    assert agent.exits == [Exit(refused("unknown peer"), failed=False, level=logging.WARNING)]
     never_welcomed = SimulatedAgent()
     never_welcomed.from_scheduler(m.Refused(reason="version"))
-    assert never_welcomed.exits == [Exit("scheduler refused us: version", failed=True, level=logging.ERROR)]
+    assert never_welcomed.exits == [Exit(refused("version"), failed=True, level=logging.ERROR)]
 
 
 def test_silence_from_the_scheduler_ends_the_worker_after_the_death_timeout() -> None:

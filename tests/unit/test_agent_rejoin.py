@@ -122,8 +122,10 @@ def test_a_refusal_of_the_hello_again_is_final_and_failed() -> None:
     agent = make_agent()
     agent.from_scheduler(UNKNOWN)
     agent.from_scheduler(m.Refused(reason="protocol version 2 not supported, scheduler speaks 3"))
+    # The line names this worker's release and protocol version too: an older scheduler's reason names only its own.
     assert agent.exits == [Exit(
-        "scheduler refused us: protocol version 2 not supported, scheduler speaks 3", True, logging.ERROR
+        f"scheduler refused us (worker of {m.RELEASE}, protocol version {m.PROTOCOL_VERSION}; scheduler at "
+        f"{ADDRESS}): protocol version 2 not supported, scheduler speaks 3", True, logging.ERROR
     )]
 
 

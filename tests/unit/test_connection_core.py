@@ -66,7 +66,7 @@ def test_no_welcome_within_the_timeout_fails_what_is_queued_as_unreachable() -> 
 
 
 @pytest.mark.parametrize("reason, kind_text", [
-    ("protocol version 9 not supported, scheduler speaks 1", "use a client of the scheduler's release"),
+    ("protocol version 9 not supported, scheduler speaks 1", "use a client of the scheduler's protocol version"),
     ("a rule of its own", "refused this client: a rule of its own"),
 ])
 def test_a_refusal_before_the_welcome_is_a_failed_connection_that_says_why(reason: str, kind_text: str) -> None:

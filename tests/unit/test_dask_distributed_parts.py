@@ -31,6 +31,9 @@ class _Holder:
         state = self._keys.add_scattered(key, ObjectReference(name=key, object_id=key.encode(), size=1))
         return Future(key, self, state)  # type: ignore[arg-type]
 
+    def _maybe_async(self, fn: Any, *args: Any, **kwargs: Any) -> Any:  # a synchronous client's: a plain call
+        return fn(*args, **kwargs)
+
 
 def _argument(state: Any) -> Any:
     return ("value-of", state.key)

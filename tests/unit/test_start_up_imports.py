@@ -20,7 +20,9 @@ NOT_AT_START = {
     "scaler.worker.processor": [*RARE_IN_EVERY_PROCESS, "psutil", "scaler.worker.settings"],
     "scaler.worker.agent": RARE_IN_EVERY_PROCESS,
     "scaler.cli.store": RARE_IN_EVERY_PROCESS,
-    "scaler.cli.cluster": RARE_IN_EVERY_PROCESS,
+    # A cluster's process starts the others and watches them: the protocol's codec (which its display would bring
+    # for a notebook's view of the monitor feed) is no part of that.
+    "scaler.cli.cluster": [*RARE_IN_EVERY_PROCESS, "capnp", "scaler.cluster.display"],
     # The scheduler's server and the protocol's codec come once its command line is known good.
     "scaler.cli.scheduler": [*RARE_IN_EVERY_PROCESS, "scaler.scheduler.server", "capnp"],
 }

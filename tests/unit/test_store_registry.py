@@ -86,7 +86,8 @@ def test_a_worker_may_name_its_store_before_the_store_registers() -> None:
 @pytest.mark.parametrize("hello, reason", [
     (m.Hello(role=m.Role.STORE, name="s", data_address=""), "a store must name its data address"),
     (m.Hello(role=m.Role.STORE, name="s", data_address=A, protocol_version=7),
-     "protocol version 7 not supported, scheduler speaks 1"),
+     f"protocol version 7 not supported: the peer is {m.RELEASE}, protocol version 7, the scheduler is "
+     f"{m.RELEASE}, protocol version 1"),
 ])
 def test_a_store_hello_is_refused(hello: m.Hello, reason: str) -> None:
     cluster = SimulatedCluster()

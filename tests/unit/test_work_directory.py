@@ -3,14 +3,27 @@
 from __future__ import annotations
 
 import os
+import pathlib
+import tempfile
 import time
+from typing import Iterator
 
 import psutil
+import pytest
 
 from scaler.worker.work_directory import remove_abandoned_work_directories
 
 
-def test_only_directories_of_gone_owners_are_removed(tmp_path) -> None:
+@pytest.fixture
+def short_tmp() -> Iterator[pathlib.Path]:
+    """A directory whose sockets' paths fit a unix socket address (108 bytes): a tmp_path may not (it is
+    longer under pytest-xdist), and a socket that cannot be probed counts as listening, so nothing is removed."""
+    with tempfile.TemporaryDirectory(prefix="wd-") as directory:
+        yield pathlib.Path(directory)
+
+
+def test_only_directories_of_gone_owners_are_removed(short_tmp: pathlib.Path) -> None:
+    tmp_path = short_tmp
     me = psutil.Process()
     mine = tmp_path / f"scaler-worker-{me.pid}-{int(me.create_time())}-abcd1234"
     reused_pid = tmp_path / f"scaler-worker-{me.pid}-{int(me.create_time()) - 1000}-abcd1234"  # same pid, earlier

@@ -13,8 +13,10 @@
 #include <random>
 #include <stdexcept>
 
+#include "address_rotation.hpp"
 #include "logging.hpp"
 #include "process_stats.hpp"
+#include "scheduler_session.hpp"
 #include "task_runner.hpp"
 #include "wire.hpp"
 #include "worker_core.hpp"
@@ -71,13 +73,28 @@ class Agent {
       : options_(options),
         name_(options.name.empty() ? host_name() + "|" + std::to_string(getpid()) : options.name),
         identity_("W|" + name_ + "|" + random_hex(8)),
-        heartbeat_interval_(options.heartbeat_interval_seconds) {}
+        heartbeat_interval_(options.heartbeat_interval_seconds),
+        hello_{name_, host_name(), static_cast<uint32_t>(getpid()), options.capacity, advertised_tags(options),
+               options.threads},
+        rotation_(options.addresses, silence_seconds(options.heartbeat_interval_seconds, options.death_timeout_seconds),
+                  monotonic_seconds()),
+        connected_to_(rotation_.current()) {}
 
   int run();
 
  private:
-  void send(const Outgoing& message, int flags = 0);
+  // What the core makes: sent, or held while no scheduler knows us (§21); results are kept until acknowledged.
+  void send(const Outgoing& message);
+  // Hellos, heartbeats and the goodbye, which no session rule holds back. False: dropped (ZMQ_DONTWAIT).
+  bool send_now(const Outgoing& message, int flags = 0);
+  bool send_frames(const Frames& frames, int flags);
   void on_frames(const std::vector<Bytes>& frames, double now);
+  void on_welcome(const Welcome& welcome, double now);
+  void on_refused(const Refused& refused, double now, double heard_before);
+  void on_protocol_error(const ProtocolError& error);
+  // To the next scheduler address (silent, or a standby's, §23): hello there, rejoining if welcomed before (§21).
+  void move_to(const std::string& address, double now);
+  std::string refusal_text(const Refused& refused) const;
   void apply_core();
   Heartbeat heartbeat();
   std::string who() const { return "NativeWorker[" + name_ + "]"; }
@@ -92,7 +109,13 @@ class Agent {
   double heartbeat_interval_;
   double heartbeat_sent_at_ = -1;
   uint32_t latency_us_ = 0;
-  bool welcomed_ = false;
+  Hello hello_;
+  SchedulerSession session_;
+  // Which scheduler we talk to, of several (a standby's): the socket is connected to connected_to_.
+  AddressRotation rotation_;
+  std::string connected_to_;
+  // When a word (other than a standby's refusal) last came from a scheduler: the death timeout runs from it.
+  double last_heard_ = 0;
   // The latest store directory (welcome, then each storeDirectory): kept, though this worker uses no store.
   StoreDirectory store_directory_;
   std::optional<Leave> leave_;
@@ -117,15 +140,27 @@ std::vector<Bytes> receive_frames(void* socket) {
   return frames;
 }
 
-void Agent::send(const Outgoing& message, int flags) {
-  std::vector<Bytes> frames = encode(message);
+void Agent::send(const Outgoing& message) {
+  if (session_.rejoining()) {
+    session_.hold(encode(message));
+    return;
+  }
+  Frames frames = encode(message);
+  send_frames(frames, 0);
+  if (std::holds_alternative<TaskResults>(message)) session_.sent_results(std::move(frames));
+}
+
+bool Agent::send_now(const Outgoing& message, int flags) { return send_frames(encode(message), flags); }
+
+bool Agent::send_frames(const Frames& frames, int flags) {
   for (size_t i = 0; i < frames.size(); ++i) {
     int more = i + 1 < frames.size() ? ZMQ_SNDMORE : 0;
     if (zmq_send(socket_, frames[i].data(), frames[i].size(), flags | more) < 0) {
-      if (errno == EAGAIN && i == 0) return;  // a heartbeat with no usable connection: the next one will do
+      if (errno == EAGAIN && i == 0) return false;  // a heartbeat with no usable connection: the next one will do
       throw std::runtime_error(std::string("send failed: ") + zmq_strerror(errno));
     }
   }
+  return true;
 }
 
 Heartbeat Agent::heartbeat() {
@@ -141,6 +176,8 @@ Heartbeat Agent::heartbeat() {
 }
 
 void Agent::on_frames(const std::vector<Bytes>& frames, double now) {
+  double heard_before = last_heard_;
+  last_heard_ = now;
   Incoming message;
   try {
     message = decode(frames);
@@ -150,14 +187,7 @@ void Agent::on_frames(const std::vector<Bytes>& frames, double now) {
   }
   log(LogLevel::debug, who() + ": received " + member_name(message));
   if (auto welcome = std::get_if<Welcome>(&message)) {
-    double interval = options_.heartbeat_interval_seconds;
-    if (welcome->heartbeat_interval_ms) interval = std::min(interval, welcome->heartbeat_interval_ms / 1000.0);
-    if (welcome->peer_timeout_ms) interval = std::min(interval, welcome->peer_timeout_ms / 3000.0);
-    heartbeat_interval_ = interval;
-    core_.set_limits(welcome->max_frame_bytes, welcome->max_control_frame_bytes);
-    store_directory_ = welcome->store_directory;
-    if (!welcomed_) log(LogLevel::info, who() + ": connected to the scheduler at " + options_.address);
-    welcomed_ = true;
+    on_welcome(*welcome, now);
   } else if (auto submission = std::get_if<TaskSubmission>(&message)) {
     core_.on_submission(*submission, now);
   } else if (auto cancel = std::get_if<CancelTasks>(&message)) {
@@ -169,6 +199,7 @@ void Agent::on_frames(const std::vector<Bytes>& frames, double now) {
   } else if (auto deleted = std::get_if<DeleteObjects>(&message)) {
     core_.on_delete(*deleted);
   } else if (std::holds_alternative<HeartbeatEcho>(message)) {
+    session_.echoed();
     if (heartbeat_sent_at_ >= 0) {
       latency_us_ = static_cast<uint32_t>((now - heartbeat_sent_at_) * 1e6);
       heartbeat_sent_at_ = -1;
@@ -176,10 +207,9 @@ void Agent::on_frames(const std::vector<Bytes>& frames, double now) {
   } else if (auto disconnect = std::get_if<Disconnect>(&message)) {
     leave_ = Leave{"scheduler asked us to leave: " + disconnect->reason, 0, LogLevel::info};
   } else if (auto refused = std::get_if<Refused>(&message)) {
-    // Before the welcome it is why we cannot work at all; after it, a scheduler that no longer knows us.
-    leave_ = Leave{"scheduler refused us: " + refused->reason, welcomed_ ? 0 : 1, LogLevel::warning};
+    on_refused(*refused, now, heard_before);
   } else if (auto error = std::get_if<ProtocolError>(&message)) {
-    log(LogLevel::warning, who() + ": scheduler reports a protocol error: " + error->reason);
+    on_protocol_error(*error);
   } else if (auto directory = std::get_if<StoreDirectory>(&message)) {
     store_directory_ = std::move(*directory);
   } else if (auto unexpected = std::get_if<Unexpected>(&message)) {
@@ -187,9 +217,114 @@ void Agent::on_frames(const std::vector<Bytes>& frames, double now) {
   }
 }
 
+void Agent::on_welcome(const Welcome& welcome, double now) {
+  double interval = options_.heartbeat_interval_seconds;
+  if (welcome.heartbeat_interval_ms) interval = std::min(interval, welcome.heartbeat_interval_ms / 1000.0);
+  if (welcome.peer_timeout_ms) interval = std::min(interval, welcome.peer_timeout_ms / 3000.0);
+  heartbeat_interval_ = interval;
+  core_.set_limits(welcome.max_frame_bytes, welcome.max_control_frame_bytes);
+  store_directory_ = welcome.store_directory;
+  heartbeat_sent_at_ = -1;
+  rotation_.welcomed();
+  bool first = !session_.ever_welcomed();
+  if (session_.rejoining()) {
+    // Results made but not sent yet are not re-announced (their tasks are answered): held, they go before it.
+    core_.flush_results(now);
+    apply_core();
+  }
+  SchedulerSession::Welcomed welcomed = session_.on_welcome();
+  if (welcomed.rejoined) {
+    for (Frames& frames : welcomed.held) {
+      send_frames(frames, 0);
+      session_.sent_results(std::move(frames));  // acknowledged, like any result, by the next echo
+    }
+    // Not kept like them: should this scheduler go too, the next one gets a fresh re-announcement, last.
+    std::vector<uint64_t> task_ids = core_.held_task_ids();
+    send_frames(encode_reannounce(task_ids), 0);
+    log(LogLevel::info, who() + ": welcomed again; re-announced " + std::to_string(task_ids.size()) +
+                            " tasks held, sent " + std::to_string(welcomed.held.size()) + " messages held before");
+  } else if (first) {
+    log(LogLevel::info, who() + ": connected to the scheduler at " + connected_to_ + " (" +
+                            (welcome.release.empty() ? std::string("an older release") : welcome.release) +
+                            ", protocol version " + std::to_string(welcome.protocol_version) + ")");
+  }
+}
+
+// This worker's own versions too: an older scheduler's reason for another protocol version names only its own.
+std::string Agent::refusal_text(const Refused& refused) const {
+  return "scheduler refused us (worker of " + std::string(kRelease) + ", protocol version " +
+         std::to_string(kProtocolVersion) + "; scheduler at " + connected_to_ + "): " + refused.reason;
+}
+
+void Agent::on_refused(const Refused& refused, double now, double heard_before) {
+  if (refused.standby) {
+    // Not a word from a scheduler that serves: the death timeout runs on. The next address, soon.
+    last_heard_ = heard_before;
+    rotation_.refused(now);
+    return;
+  }
+  switch (session_.on_refused(refused.unknown_peer, now)) {
+    case Refusal::rejoin: {
+      size_t kept = session_.held_count();
+      log(LogLevel::warning, who() + ": the scheduler at " + connected_to_ +
+                                 " does not know us (it restarted?); saying hello again, tasks keep running" +
+                                 (kept ? ", " + std::to_string(kept) + " results messages kept for it" : ""));
+      Hello hello = hello_;
+      hello.rejoining = true;
+      send_now(hello);
+      break;
+    }
+    case Refusal::ignore:
+      break;
+    case Refusal::leave:  // after a welcome: a scheduler that no longer wants us
+      leave_ = Leave{refusal_text(refused), 0, LogLevel::warning};
+      break;
+    case Refusal::leave_failed:  // our hello refused: we cannot work with this scheduler at all
+      leave_ = Leave{refusal_text(refused), 1, LogLevel::error};
+      break;
+  }
+}
+
+void Agent::on_protocol_error(const ProtocolError& error) {
+  if (session_.still_registered(error.reason)) {  // back from a standby to a scheduler that kept us: leave, join
+    log(LogLevel::warning, who() + ": the scheduler at " + connected_to_ +
+                               " still has us from before; leaving it and saying hello again");
+    send_now(Disconnect{"rejoining"});
+    Hello hello = hello_;
+    hello.rejoining = true;
+    send_now(hello);
+    return;
+  }
+  log(LogLevel::warning, who() + ": scheduler reports a protocol error: " + error.reason);
+}
+
+void Agent::move_to(const std::string& address, double now) {
+  log(LogLevel::warning, who() + ": trying the scheduler at " + address);
+  zmq_disconnect(socket_, connected_to_.c_str());  // what is queued for the old one goes: results are kept (§21)
+  connected_to_ = address;
+  if (zmq_connect(socket_, address.c_str()) != 0) {
+    throw std::runtime_error("cannot connect to " + address + ": " + zmq_strerror(errno));
+  }
+  bool welcomed_before = session_.ever_welcomed();
+  if (welcomed_before && session_.lost(now)) {
+    size_t kept = session_.held_count();
+    log(LogLevel::warning, who() + ": the scheduler at " + address + " is the next to try; saying hello again, " +
+                               "tasks keep running" +
+                               (kept ? ", " + std::to_string(kept) + " results messages kept for it" : ""));
+  }
+  heartbeat_sent_at_ = -1;
+  Hello hello = hello_;
+  hello.rejoining = welcomed_before;
+  send_now(hello);
+}
+
 void Agent::apply_core() {
   for (uint64_t task_id : core_.take_stops()) runner_->stop(task_id);
-  for (Job& job : core_.take_jobs()) runner_->start(std::move(job));
+  for (Job& job : core_.take_jobs()) {
+    // Each run of a task, for whoever counts them (tests check that a held result is not run again).
+    if (log_enabled(LogLevel::debug)) log(LogLevel::debug, who() + ": running task " + std::to_string(job.task_id));
+    runner_->start(std::move(job));
+  }
   for (const Outgoing& message : core_.take_messages()) send(message);
 }
 
@@ -203,31 +338,35 @@ int Agent::run() {
   zmq_setsockopt(socket_, ZMQ_RCVHWM, &zero, sizeof(zero));
   zmq_setsockopt(socket_, ZMQ_LINGER, &zero, sizeof(zero));
   zmq_setsockopt(socket_, ZMQ_ROUTING_ID, identity_.data(), identity_.size());
+  // After a lost scheduler, reconnect attempts back off to the hellos' longest wait (§21).
+  int reconnect_max_ms = static_cast<int>(kLastHelloRetrySeconds * 1000);
+  zmq_setsockopt(socket_, ZMQ_RECONNECT_IVL_MAX, &reconnect_max_ms, sizeof(reconnect_max_ms));
   pid_t parent = getppid();
   int status = 0;
   {
     TaskRunner runner(options_.threads, wake[1]);
     runner_ = &runner;
     try {
-      if (zmq_connect(socket_, options_.address.c_str()) != 0) {
-        throw std::runtime_error("cannot connect to " + options_.address + ": " + zmq_strerror(errno));
+      if (zmq_connect(socket_, connected_to_.c_str()) != 0) {
+        throw std::runtime_error("cannot connect to " + connected_to_ + ": " + zmq_strerror(errno));
       }
-      log(LogLevel::info, who() + ": connecting to " + options_.address + " with capacity " +
+      log(LogLevel::info, who() + ": connecting to " + connected_to_ +
+                              (rotation_.several() ? " (first of " + options_.address + ")" : std::string()) +
+                              " with capacity " +
                               std::to_string(options_.capacity) + " and " + std::to_string(options_.threads) + " thread(s)");
-      send(Hello{name_, host_name(), static_cast<uint32_t>(getpid()), options_.capacity, advertised_tags(options_),
-                 options_.threads});
-      double last_heard = monotonic_seconds();
+      send_now(hello_);
+      last_heard_ = monotonic_seconds();
       double last_heartbeat = -INFINITY;
       while (!leave_) {
         double now = monotonic_seconds();
-        double wait = std::min({kLoopTickSeconds, last_heartbeat + heartbeat_interval_ - now, core_.next_deadline(now) - now});
+        double wait = std::min({kLoopTickSeconds, last_heartbeat + heartbeat_interval_ - now,
+                                core_.next_deadline(now) - now, session_.next_hello() - now});
         zmq_pollitem_t items[] = {{socket_, 0, ZMQ_POLLIN, 0}, {nullptr, wake[0], ZMQ_POLLIN, 0}};
         if (zmq_poll(items, 2, static_cast<long>(std::max(0.0, std::ceil(wait * 1000)))) < 0 && errno != EINTR) {
           throw std::runtime_error(std::string("poll failed: ") + zmq_strerror(errno));
         }
         now = monotonic_seconds();
         for (std::vector<Bytes> frames = receive_frames(socket_); !frames.empty() && !leave_; frames = receive_frames(socket_)) {
-          last_heard = now;
           on_frames(frames, now);
           apply_core();
         }
@@ -238,16 +377,25 @@ int Agent::run() {
         core_.on_tick(now);
         apply_core();
         if (leave_) break;
-        if (now - last_heartbeat >= heartbeat_interval_) {
+        if (rotation_.several()) {
+          if (std::optional<std::string> next = rotation_.on_tick(now, last_heard_)) move_to(*next, now);
+        }
+        if (session_.rejoining()) {
+          if (session_.hello_due(now)) {
+            Hello hello = hello_;
+            hello.rejoining = true;
+            send_now(hello, ZMQ_DONTWAIT);
+          }
+        } else if (now - last_heartbeat >= heartbeat_interval_) {
           last_heartbeat = now;
           // Never blocks: with no usable connection, zmq would wait for one and the death timeout could not fire.
-          send(heartbeat(), ZMQ_DONTWAIT);
+          if (send_now(heartbeat(), ZMQ_DONTWAIT)) session_.heartbeat_sent();
           heartbeat_sent_at_ = now;
         }
-        if (now - last_heard > options_.death_timeout_seconds) {
+        if (now - last_heard_ > options_.death_timeout_seconds) {
           char seconds[32];
           std::snprintf(seconds, sizeof(seconds), "%g", options_.death_timeout_seconds);
-          leave_ = welcomed_ ? Leave{std::string("no word from the scheduler for ") + seconds +
+          leave_ = session_.ever_welcomed() ? Leave{std::string("no word from the scheduler for ") + seconds +
                                          "s, exiting (--death-timeout-seconds; the scheduler was at " + options_.address + ")",
                                      0, LogLevel::warning}
                              : Leave{"no scheduler answered at " + options_.address + " within " + seconds +
@@ -266,7 +414,7 @@ int Agent::run() {
       status = 1;
     }
     try {
-      send(Disconnect{"worker exiting"}, ZMQ_DONTWAIT);
+      send_now(Disconnect{"worker exiting"}, ZMQ_DONTWAIT);
     } catch (const std::exception&) {
     }
     runner_ = nullptr;

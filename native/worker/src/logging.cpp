@@ -23,8 +23,10 @@ const char* level_name(LogLevel level) {
 
 void set_log_level(LogLevel level) { threshold = level; }
 
+bool log_enabled(LogLevel level) { return static_cast<int>(level) >= static_cast<int>(threshold); }
+
 void log(LogLevel level, const std::string& message) {
-  if (static_cast<int>(level) < static_cast<int>(threshold)) return;
+  if (!log_enabled(level)) return;
   std::time_t now = std::time(nullptr);
   std::tm utc{};
   gmtime_r(&now, &utc);

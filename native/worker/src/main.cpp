@@ -7,6 +7,7 @@
 #include "agent.hpp"
 #include "logging.hpp"
 #include "options.hpp"
+#include "protocol.hpp"
 
 namespace {
 
@@ -16,6 +17,12 @@ void on_signal(int) { scaler_native::stop_requested = 1; }
 
 int main(int argc, char** argv) {
   std::vector<std::string> arguments(argv + 1, argv + argc);
+  for (const std::string& argument : arguments) {
+    if (argument == "--version") {  // as the Python commands print it: what an operator compares before an upgrade
+      std::printf("%s, protocol version %u\n", scaler_native::kRelease, scaler_native::kProtocolVersion);
+      return 0;
+    }
+  }
   std::string error;
   std::optional<scaler_native::Options> options = scaler_native::parse_options(arguments, error);
   if (!options) {

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "address_rotation.hpp"
+
 namespace scaler_native {
 
 namespace {
@@ -50,15 +52,19 @@ std::string usage() {
          "\n"
          "Run one native Scaler worker: it runs the native functions it was built with\n"
          "(PROTOCOL.md section 16) for clients that submit them with scaler.native(name).\n"
+         "The address is the scheduler's, or a comma-separated list of a scheduler and its\n"
+         "standbys in rank order (tcp://a:2345,tcp://b:2345): it serves the one that serves.\n"
          "\n"
          "options:\n"
          "  -h, --help                           show this help message and exit\n"
+         "  --version                            print the release and the protocol version it speaks, and exit\n"
          "  --worker-name NAME, -wn NAME         name shown in logs and the monitor (default: <hostname>|<pid>)\n"
          "  --per-worker-task-queue-size N, -wtqs N\n"
          "                                       tasks this worker accepts at once, queued plus running (default: 1000)\n"
          "  --threads N, -t N                    tasks run at the same time (default: 1)\n"
          "  --heartbeat-interval S, -hi S        seconds between heartbeats; the scheduler may ask for more (default: 2)\n"
-         "  --death-timeout-seconds S, -ds S     exit after this long without a word from the scheduler (default: 300)\n"
+         "  --death-timeout-seconds S, -ds S     exit after this long without a word from the scheduler (default: 300);\n"
+         "                                       until then tasks run on, and a restarted scheduler is rejoined\n"
          "  --logging-level LEVEL, -ll LEVEL     DEBUG, INFO, WARNING, ERROR or CRITICAL (default: INFO)\n"
          "  --exit-with-parent                   exit when the process that started this one exits\n"
          "  --tags TAGS                          comma-separated capabilities besides 'native', e.g. gpu,fast\n";
@@ -113,16 +119,15 @@ std::optional<Options> parse_options(const std::vector<std::string>& arguments, 
       } else if (!argument.empty() && argument[0] == '-') {
         throw std::invalid_argument("unrecognized option " + argument);
       } else if (have_address) {
-        throw std::invalid_argument("one address only, got '" + options.address + "' and '" + argument + "'");
+        throw std::invalid_argument("one address argument only, got '" + options.address + "' and '" + argument +
+                                    "' (several schedulers go in one, comma-separated: tcp://a:2345,tcp://b:2345)");
       } else {
         options.address = argument;
         have_address = true;
       }
     }
     if (!have_address) throw std::invalid_argument("the scheduler's address is required, e.g. tcp://127.0.0.1:2345");
-    if (options.address.rfind("tcp://", 0) != 0 && options.address.rfind("ipc://", 0) != 0) {
-      throw std::invalid_argument("address: expected tcp://HOST:PORT or ipc://PATH, got '" + options.address + "'");
-    }
+    options.addresses = parse_scheduler_addresses(options.address);
   } catch (const std::invalid_argument& problem) {
     error = problem.what();
     return std::nullopt;

@@ -11,7 +11,8 @@ namespace scaler_native {
 enum class LogLevel { debug = 10, info = 20, warning = 30, error = 40 };
 
 struct Options {
-  std::string address;
+  std::string address;                 // as given: one scheduler, or several comma-separated in rank order (§23)
+  std::vector<std::string> addresses;  // each of them, in that order
   std::string name;  // empty: <hostname>|<pid>
   uint32_t capacity = 1000;
   uint32_t threads = 1;

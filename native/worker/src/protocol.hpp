@@ -11,6 +11,13 @@
 namespace scaler_native {
 
 constexpr uint32_t kProtocolVersion = 1;
+// The revision of kProtocolVersion this worker implements, and its release (PROTOCOL.md, "Versions and rolling
+// upgrades"): CMakeLists.txt reads the release from scaler/about.py next to the schema it builds against.
+constexpr uint32_t kProtocolRevision = 1;
+#ifndef SCALER_RELEASE
+#define SCALER_RELEASE "scaler (release unknown)"
+#endif
+constexpr const char* kRelease = SCALER_RELEASE;
 // Payloads this large travel as their own frame (PROTOCOL.md §1).
 constexpr size_t kLargePayloadBytes = 64 * 1024;
 
@@ -44,6 +51,7 @@ struct StoreDirectory {
 
 struct Welcome {
   uint32_t protocol_version = 0;
+  std::string release;  // the scheduler's; empty from one before releases were sent
   uint32_t heartbeat_interval_ms = 0;
   uint32_t peer_timeout_ms = 0;
   uint64_t max_frame_bytes = 0;          // 0: no limit
@@ -53,6 +61,8 @@ struct Welcome {
 
 struct Refused {
   std::string reason;
+  bool unknown_peer = false;  // the scheduler does not know us (it restarted?): rejoin (§21)
+  bool standby = false;       // a standby scheduler that does not serve now: try the next address (§23)
 };
 
 struct HeartbeatEcho {};
@@ -123,6 +133,7 @@ struct Hello {
   uint32_t capacity = 0;
   std::vector<std::string> tags;  // sorted, without repeats
   uint32_t concurrency = 1;       // tasks run at once: its threads
+  bool rejoining = false;         // welcomed before by a scheduler at this address, which went away (§21)
 };
 
 struct Heartbeat {

@@ -120,6 +120,7 @@ Incoming decode_message(::Message::Reader message, FrameTable& frames) {
       auto reader = message.getWelcome();
       Welcome welcome;
       welcome.protocol_version = reader.getProtocolVersion();
+      welcome.release = reader.getRelease().cStr();
       welcome.heartbeat_interval_ms = reader.getHeartbeatIntervalMs();
       welcome.peer_timeout_ms = reader.getPeerTimeoutMs();
       welcome.max_frame_bytes = reader.getMaxFrameBytes();
@@ -128,7 +129,8 @@ Incoming decode_message(::Message::Reader message, FrameTable& frames) {
       return welcome;
     }
     case ::Message::REFUSED:
-      return Refused{message.getRefused().getReason().cStr()};
+      return Refused{message.getRefused().getReason().cStr(), message.getRefused().getUnknownPeer(),
+                     message.getRefused().getStandby()};
     case ::Message::HEARTBEAT_ECHO:
       return HeartbeatEcho{};
     case ::Message::SUBMIT_TASKS:
@@ -271,12 +273,15 @@ std::vector<Bytes> encode(const Outgoing& message) {
   if (auto hello = std::get_if<Hello>(&message)) {
     auto out = root.initHello();
     out.setProtocolVersion(kProtocolVersion);
+    out.setProtocolRevision(kProtocolRevision);
+    out.setRelease(kRelease);
     out.setRole(::Role::WORKER);
     out.setName(hello->name);
     out.setHostname(hello->hostname);
     out.setPid(hello->pid);
     out.setCapacity(hello->capacity);
     out.setConcurrency(hello->concurrency);
+    out.setRejoining(hello->rejoining);
     auto tags = out.initTags(static_cast<unsigned>(hello->tags.size()));
     for (size_t i = 0; i < hello->tags.size(); ++i) tags.set(static_cast<unsigned>(i), hello->tags[i]);
   } else if (auto heartbeat = std::get_if<Heartbeat>(&message)) {
@@ -297,6 +302,12 @@ std::vector<Bytes> encode(const Outgoing& message) {
     root.initDisconnect().setReason(disconnect->reason);
   }
   return finish(builder, std::move(payload_frames));
+}
+
+std::vector<Bytes> encode_reannounce(const std::vector<uint64_t>& task_ids) {
+  capnp::MallocMessageBuilder builder;
+  set_ids(builder.initRoot<::Message>().initReannounce(), task_ids);
+  return finish(builder, {});
 }
 
 const char* member_name(const Incoming& message) {

@@ -134,6 +134,13 @@ std::vector<uint64_t> WorkerCore::take_stops() { return std::exchange(stops_, {}
 
 uint32_t WorkerCore::held_tasks() const { return static_cast<uint32_t>(kept_ids_.size() + handed_ids_.size()); }
 
+std::vector<uint64_t> WorkerCore::held_task_ids() const {
+  std::vector<uint64_t> task_ids(kept_ids_.begin(), kept_ids_.end());
+  task_ids.insert(task_ids.end(), handed_ids_.begin(), handed_ids_.end());
+  std::sort(task_ids.begin(), task_ids.end());
+  return task_ids;
+}
+
 double WorkerCore::next_deadline(double now) const {
   double deadline = std::numeric_limits<double>::infinity();
   if (!batch_.empty()) deadline = last_flush_ + kFlushEverySeconds;

@@ -41,8 +41,13 @@ class WorkerCore {
   std::vector<Job> take_jobs();   // hand these to the runner, in this order
   std::vector<uint64_t> take_stops();
 
+  // Sends the results made so far now: after a rejoin they go before the re-announcement (PROTOCOL.md §21).
+  void flush_results(double now) { flush(now); }
+
   // Tasks received and not yet answered, running ones included (the heartbeat's queuedTasks).
   uint32_t held_tasks() const;
+  // Their ids, in increasing order: what a rejoining worker re-announces.
+  std::vector<uint64_t> held_task_ids() const;
   // When on_tick should next run: results to send, completions to collect, or a suspect's answer overdue.
   double next_deadline(double now) const;
 

@@ -10,6 +10,7 @@ import dataclasses
 from typing import Any
 
 from scaler.protocol import messages as m
+from scaler.protocol.versions import INSTALLED, Speaks
 from scaler.scheduler.settings import SCHEDULER
 
 
@@ -46,16 +47,22 @@ class CoreConfig:
     # from the start time, so that a restarted scheduler's new clients never get a prefix of the old one's,
     # which its clients keep when they resume (and workers' results of the old tasks still carry).
     first_id_prefix: int = 1
+    # The release and protocol version this scheduler says it speaks in every welcome, and checks hellos
+    # against: the installed ones. No option sets it (an operator has no reason to misstate it); a test of
+    # an upgrade makes a scheduler of another release by running one with another value (tests/integration/
+    # test_rolling_upgrade.py), as a newer release's scheduler would be.
+    speaks: Speaks = INSTALLED
 
     @classmethod
-    def from_settings(cls, settings: Any, first_id_prefix: int = 1) -> CoreConfig:
+    def from_settings(cls, settings: Any, first_id_prefix: int = 1, speaks: Speaks = INSTALLED) -> CoreConfig:
         """From anything holding the scheduler's options as attributes (a SchedulerConfig): every field named
         as an option takes its value; the frame limit is the one the shell enforces."""
         shared = {
             field.name: getattr(settings, field.name) for field in dataclasses.fields(cls) if field.name in SCHEDULER
         }
         return cls(
-            **shared, max_frame_bytes=frame_limit(settings.max_message_size_bytes), first_id_prefix=first_id_prefix
+            **shared, max_frame_bytes=frame_limit(settings.max_message_size_bytes), first_id_prefix=first_id_prefix,
+            speaks=speaks,
         )
 
 

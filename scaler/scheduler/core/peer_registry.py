@@ -13,6 +13,7 @@ import math
 
 from scaler.protocol import messages as m
 from scaler.protocol.sharing import share_problem
+from scaler.protocol.versions import UNNAMED_RELEASE, Speaks, mismatch_reason
 from scaler.scheduler.core.core_config import CoreConfig
 from scaler.scheduler.core.prefetch import WorkerPace
 
@@ -85,12 +86,20 @@ def _wire_milliseconds(seconds: float) -> int:
     return min(max(int(seconds * 1000), 1), _MAX_WIRE_MILLISECONDS)
 
 
-def version_refusal(hello: m.Hello) -> m.Refused | None:
-    if hello.protocol_version != m.PROTOCOL_VERSION:
-        return m.Refused(
-            reason=f"protocol version {hello.protocol_version} not supported, scheduler speaks {m.PROTOCOL_VERSION}"
-        )
-    return None
+def speaks_of(hello: m.Hello) -> Speaks:
+    return Speaks(hello.release, hello.protocol_version, hello.protocol_revision)
+
+
+def version_refusal(hello: m.Hello, scheduler: Speaks) -> m.Refused | None:
+    """The refusal of a peer of another protocol version, naming both sides (logged here: the operator of the
+    scheduler learns which release came, as the refused peer does), or None: it speaks ours."""
+    peer = speaks_of(hello)
+    if peer.works_with(scheduler):
+        return None
+    reason = mismatch_reason(peer, scheduler)
+    role = hello.role.name.lower() if isinstance(hello.role, m.Role) else "peer"
+    logger.warning(f"PeerRegistry: refused {role} {hello.name or '(unnamed)'} of {hello.hostname or '?'}: {reason}")
+    return m.Refused(reason=reason)
 
 
 class PeerRegistry:
@@ -106,6 +115,9 @@ class PeerRegistry:
         # Task id prefixes are never reused within one scheduler process, so a task id names one client: every
         # prefix given out or taken back by a resuming client stays here.
         self._used_id_prefixes: set[int] = set()
+        # The routing identity of each client that left, by its prefix: that same client may come back under it
+        # (it moved to a standby scheduler that then stepped down), nobody else.
+        self._left_clients: dict[int, bytes] = {}
         # Prefixes of a previous run's clients, known from task ids workers re-announced after a restart: a new
         # client never gets one (its task ids would meet those results), the client that had it may take it back.
         self._reserved_id_prefixes: set[int] = set()
@@ -118,6 +130,9 @@ class PeerRegistry:
         """The welcome of a peer of this role, before anything particular to it is filled in."""
         config = self._config
         return m.Welcome(
+            protocol_version=config.speaks.protocol_version,
+            release=config.speaks.release,
+            protocol_revision=config.speaks.protocol_revision,
             heartbeat_interval_ms=_wire_milliseconds(config.heartbeat_interval_seconds),
             peer_timeout_ms=_wire_milliseconds(
                 config.client_timeout_seconds if role == m.Role.CLIENT else config.worker_timeout_seconds
@@ -133,7 +148,7 @@ class PeerRegistry:
         A hello from a registered identity never reaches here: message_rules.py answers it. Neither does a
         store's: store_registry.py takes those, once `version_refusal` has passed them.
         """
-        refusal = version_refusal(hello)
+        refusal = version_refusal(hello, self._config.speaks)
         if refusal is not None:
             return refusal, None
         config = self._config
@@ -143,7 +158,7 @@ class PeerRegistry:
             if problem is not None:
                 return m.Refused(reason=problem), None
             if hello.id_prefix:
-                if hello.id_prefix in self._used_id_prefixes:
+                if hello.id_prefix in self._used_id_prefixes and self._left_clients.get(hello.id_prefix) != sender:
                     return m.Refused(reason=(
                         f"id prefix {hello.id_prefix:#x} is taken: this scheduler gave it to a client already, "
                         "so it cannot resume a client under it"
@@ -160,7 +175,7 @@ class PeerRegistry:
                 share=hello.share,
             )
             welcome.id_prefix = prefix
-            logger.info(f"PeerRegistry: client {hello.name} {how}")
+            logger.info(f"PeerRegistry: client {hello.name} {how}{self._other_release(hello)}")
             return welcome, None
         capacity = hello.capacity
         if config.per_worker_queue_size > 0:
@@ -175,8 +190,16 @@ class PeerRegistry:
             awaiting_reannounce=hello.rejoining, draining=hello.rejoining,
         )
         tags = f", tags {','.join(sorted(worker.tags))}" if worker.tags else ""
-        logger.info(f"PeerRegistry: worker {hello.name} connected, capacity {capacity}{tags}")
+        logger.info(
+            f"PeerRegistry: worker {hello.name} connected, capacity {capacity}{tags}{self._other_release(hello)}"
+        )
         return welcome, worker
+
+    def _other_release(self, hello: m.Hello) -> str:
+        """For the log: the peer's release when it is not this scheduler's (a cluster in the middle of an upgrade)."""
+        if hello.release == self._config.speaks.release:
+            return ""
+        return f" ({hello.release or UNNAMED_RELEASE})"
 
     def reserve_id_prefix(self, prefix: int) -> None:
         """Keep `prefix` from new clients: a client of the previous scheduler had it (a re-announced task id
@@ -227,6 +250,7 @@ class PeerRegistry:
 
     def remove_client(self, client: ClientPeer, why: str, level: int = logging.INFO) -> None:
         del self.clients[client.identity]
+        self._left_clients[client.id_prefix] = client.identity
         logger.log(level, f"PeerRegistry: client {client.name} {why}")
 
     def remove_worker(self, worker: WorkerPeer, why: str, level: int = logging.INFO) -> None:

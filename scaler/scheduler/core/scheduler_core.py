@@ -344,7 +344,7 @@ class SchedulerCore:
     # ------------------------------------------------------------------------------------------ stores
 
     def _on_store_hello(self, sender: bytes, hello: m.Hello, now: float, out: list[Outgoing]) -> None:
-        refusal = version_refusal(hello)
+        refusal = version_refusal(hello, self._config.speaks)
         if refusal is None:
             reason = self.stores.on_hello(sender, hello, now)
             if reason is not None:

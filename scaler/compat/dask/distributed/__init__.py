@@ -4,7 +4,8 @@
     from scaler.compat.dask.distributed import Client, LocalCluster, wait, as_completed
 
 Offered: Client, LocalCluster, Future, wait (ALL_COMPLETED, FIRST_COMPLETED, FIRST_EXCEPTION), as_completed,
-fire_and_forget, get_client, worker_client, secede, rejoin, default_client, futures_of, progress.
+fire_and_forget, get_client, worker_client, secede, rejoin, default_client, futures_of, progress, and the
+exceptions a future raises, CancelledError and TimeoutError (the same classes as dask.distributed's).
 While a Client made with set_as_default=True is open, dask's own `compute` and `persist` run on its cluster.
 See client.py for what behaves differently from dask.distributed, and why.
 
@@ -14,6 +15,9 @@ shared state); get_worker, Worker, Nanny, Scheduler, SSHCluster, SpecCluster and
 own servers); performance_report and get_task_stream (dask's dashboard and task-stream plugin);
 Client.run and upload_file (Scaler does not address single workers: they raise NotImplementedError).
 """
+
+from builtins import TimeoutError  # dask.distributed's is the builtin too: importable from here, as from there
+from concurrent.futures import CancelledError
 
 from scaler.compat.dask.distributed.arguments import futures_in as futures_of
 from scaler.compat.dask.distributed.as_completed import as_completed
@@ -32,7 +36,8 @@ from scaler.compat.dask.distributed.worker_context import (
 )
 
 __all__ = [
-    "ALL_COMPLETED", "FIRST_COMPLETED", "FIRST_EXCEPTION", "Client", "Future", "LocalCluster", "as_completed",
-    "default_client", "fire_and_forget", "futures_of", "get_client", "progress", "rejoin", "secede", "wait",
-    "worker_client",
+    "ALL_COMPLETED", "FIRST_COMPLETED", "FIRST_EXCEPTION", "CancelledError", "Client", "Future", "LocalCluster",
+    "TimeoutError", "as_completed", "default_client", "fire_and_forget", "futures_of", "get_client", "progress",
+    "rejoin", "secede", "wait", "worker_client",
 ]
+

@@ -4,12 +4,15 @@ The native client resolves a kept future (or an ObjectReference) on the cluster 
 argument. A future at the top level goes as it is. Futures inside lists, tuples, sets or dicts are taken
 out, each replaced by a numbered slot, and go as extra top-level arguments of `fill_slots`, which puts
 their values back into the structure on the worker and calls the function: their values never pass
-through the client.
+through the client. A namedtuple holding futures is made again there from its constructor's arguments.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import functools
+import inspect
 from typing import Any, Callable
 
 from scaler.compat.dask.distributed.future import Future, KeyState
@@ -39,6 +42,31 @@ class _Slot:
         return _Slot, (self.index,)
 
 
+class _Rebuilt:
+    """A namedtuple that held futures: made again on the worker from its constructor's arguments, filled."""
+
+    __slots__ = ("kind", "args", "kwargs")
+
+    def __init__(self, kind: type, args: tuple, kwargs: dict[str, Any]) -> None:
+        self.kind, self.args, self.kwargs = kind, args, kwargs
+
+    def __reduce__(self) -> tuple:
+        return _Rebuilt, (self.kind, self.args, self.kwargs)
+
+
+def _is_namedtuple(item: Any) -> bool:
+    return isinstance(item, tuple) and type(item) is not tuple and hasattr(type(item), "_fields")
+
+
+def _constructor_arguments(item: tuple) -> tuple[tuple, dict[str, Any]]:
+    """What a namedtuple (also one with its own __new__) is made from again, as pickle would."""
+    new_args_ex = getattr(item, "__getnewargs_ex__", None)
+    if new_args_ex is not None:
+        args, kwargs = new_args_ex()
+        return tuple(args), dict(kwargs)
+    return tuple(item.__getnewargs__()), {}  # type: ignore[attr-defined]  # every namedtuple class defines it
+
+
 def fill_slots(fn: Callable[..., Any], args: tuple, kwargs: dict[str, Any], *values: Any) -> Any:
     """On the worker: call `fn` with each slot of `args` and `kwargs` replaced by its value."""
     return fn(*_filled(args, values), **_filled(kwargs, values))
@@ -52,6 +80,8 @@ def _filled(template: Any, values: tuple) -> Any:
         return {key: _filled(item, values) for key, item in template.items()}
     if kind in _CONTAINERS:
         return kind(_filled(item, values) for item in template)
+    if kind is _Rebuilt:
+        return template.kind(*_filled(template.args, values), **_filled(template.kwargs, values))
     return template
 
 
@@ -61,7 +91,9 @@ def prepare_call(
 ) -> PreparedCall:
     """The native call for `fn(*args, **kwargs)`; `argument_of` gives what stands for a future's key: by default
     its kept native future (or, scattered, its object's reference), which the native client resolves on the
-    cluster as a top-level argument."""
+    cluster as a top-level argument. A coroutine function runs to its end on the worker, as in dask."""
+    if _is_coroutine_function(fn):
+        fn, args = run_coroutine, (fn, *args)
     dependencies: list[KeyState] = []
     nested = False
     direct_args: list[Any] = []
@@ -96,6 +128,9 @@ def prepare_call(
             return {key: replace(value) for key, value in item.items()}
         if kind in _CONTAINERS:
             return kind(replace(value) for value in item)
+        if _is_namedtuple(item) and _holds_future(item):
+            args, kwargs = _constructor_arguments(item)
+            return _Rebuilt(kind, replace(args), replace(kwargs))
         return item
 
     template_args = tuple(replace(argument) for argument in args)
@@ -103,11 +138,22 @@ def prepare_call(
     return PreparedCall(fill_slots, (fn, template_args, template_kwargs, *values), {}, dependencies)
 
 
+def run_coroutine(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """On the worker: the value of the coroutine `fn(*args, **kwargs)`, run in an event loop of its own."""
+    return asyncio.run(fn(*args, **kwargs))
+
+
+def _is_coroutine_function(fn: Any) -> bool:
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return inspect.iscoroutinefunction(fn)
+
+
 def _holds_future(item: Any) -> bool:
     kind = type(item)
     if kind is dict:
         return any(_holds_future(value) for value in item.values())
-    if kind in _CONTAINERS:
+    if kind in _CONTAINERS or _is_namedtuple(item):
         return any(_holds_future(value) for value in item)
     return isinstance(item, Future)
 
@@ -128,7 +174,7 @@ def _collect(item: Any, found: dict[int, Future]) -> None:
     if kind is dict:
         for value in item.values():
             _collect(value, found)
-    elif kind in _CONTAINERS:
+    elif kind in _CONTAINERS or _is_namedtuple(item):
         for value in item:
             _collect(value, found)
     elif hasattr(item, "__dask_graph__"):

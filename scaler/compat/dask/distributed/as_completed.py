@@ -116,7 +116,7 @@ class as_completed:  # noqa: N801 - dask's name
         if not self.with_results:
             return future
         try:
-            result = future.result()
+            result = future._result()
         except Exception as error:
             if self.raise_errors:
                 raise

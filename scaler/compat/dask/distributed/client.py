@@ -216,6 +216,8 @@ class Client:
             state = self._keys.get(key)
             if state is None:
                 prepared = prepare_call(func, args, kwargs)
+                if any(dependency.cancelled for dependency in prepared.dependencies):
+                    return Future(key, self, KeyState.cancelled_before_start(key))  # nothing to run it on
 
                 # Kept on the cluster, so that the future may be another task's argument there.
                 def launch() -> ScalerFuture:
@@ -299,13 +301,20 @@ class Client:
         """A scattered object's value, read back from the cluster (the client does not keep a copy)."""
         return self.native.submit(identity, state.reference).result()
 
-    def cancel(self, futures: Any, asynchronous: Any = None, force: bool = False) -> None:
+    def cancel(self, futures: Any, asynchronous: Any = None, force: bool = False) -> Any:
         """Cancel these futures' tasks; a task already running finishes unless `force`."""
+        return self._maybe_async(self._cancel, futures, force)
+
+    def _cancel(self, futures: Any, force: bool = False) -> None:
+        """As in dask, the keys are forgotten, finished or not: their futures are cancelled, their kept results
+        dropped, and the same call submitted again runs anew."""
         from scaler.compat.dask.distributed.arguments import futures_in
 
         states = [future._state for future in futures_in(futures)]
         for state in states:
             state.retries_left = 0
+            state.cancelled = True
+            self._keys.forget(state)
         # Not a scattered object (nothing runs), nor a literal of a computed graph (a plain, finished future).
         cancel_without_waiting([state.native for state in states if isinstance(state.native, ScalerFuture)], force)
 
@@ -341,7 +350,13 @@ class Client:
     def get(self, dsk: Any, keys: Any, workers: Any = None, allow_other_workers: Any = None, resources: Any = None,
             sync: bool = True, asynchronous: Any = None, direct: Any = None, retries: Any = None, priority: int = 0,
             fifo_timeout: Any = None, actors: Any = None, **kwargs: Any) -> Any:
-        """dask's scheduler function on this cluster: `dask.compute(x, scheduler=client.get)`."""
+        """dask's scheduler function on this cluster: `dask.compute(x, scheduler=client.get)`. With `sync=False`,
+        Futures of `keys` (in their shape) instead of their values."""
+        if not sync:
+            return _shaped(keys, self._graph_futures(dsk, flat_keys(keys), priority))
+        return self._maybe_async(self._get, dsk, keys, priority)
+
+    def _get(self, dsk: Any, keys: Any, priority: int) -> Any:
         natives, used = submit_graph(self.native, dsk, flat_keys(keys), keep=False, priority=priority or None)
         for state in used:
             self._keys.hold(state)
@@ -413,6 +428,13 @@ class Client:
                         release()
                 futures[key] = Future(key, self, state)
         return futures
+
+def _shaped(keys: Any, futures: dict[Hashable, Future]) -> Any:
+    """`keys` with each key replaced by its Future (a list of keys gives a list, as dask.distributed's get)."""
+    if isinstance(keys, list):
+        return [_shaped(item, futures) for item in keys]
+    return futures[keys]
+
 
 def _client_around(native: NativeClient) -> Client:
     return Client(native, set_as_default=False)

@@ -46,7 +46,10 @@ class KeyState:
     need the key; at 0 the client releases it.
     """
 
-    __slots__ = ("key", "native", "reference", "outcome", "holders", "retries_left", "resubmit", "lock", "__weakref__")
+    __slots__ = (
+        "key", "native", "reference", "outcome", "holders", "retries_left", "resubmit", "lock", "cancelled",
+        "__weakref__",
+    )
 
     def __init__(self, key: Hashable, native: ScalerFuture | None, reference: ObjectReference | None = None) -> None:
         self.key = key
@@ -57,10 +60,21 @@ class KeyState:
         self.retries_left = 0
         self.resubmit: Callable[[], ScalerFuture] | None = None
         self.lock = threading.Lock()
+        # Client.cancel was called: the key is forgotten, as in dask, even if its task had already ended.
+        self.cancelled = False
         if native is None:
             self.outcome.set_result(None)
 
+    @classmethod
+    def cancelled_before_start(cls, key: Hashable) -> KeyState:
+        """A key whose task takes a cancelled key: it never runs, and its futures are cancelled, as in dask."""
+        state = cls(key, None)
+        state.cancelled = True
+        return state
+
     def status(self) -> str:
+        if self.cancelled:
+            return CANCELLED
         if not self.outcome.done():
             return PENDING
         native = self.native
@@ -106,36 +120,48 @@ class Future:
         return LOST if self._released else self._state.status()
 
     def done(self) -> bool:
-        return self._state.outcome.done()
+        return self._state.cancelled or self._state.outcome.done()
 
     def cancelled(self) -> bool:
         return self.status == CANCELLED
 
     def result(self, timeout: Any = None) -> Any:
-        """The task's value; raises its exception, CancelledError if canceled, TimeoutError after `timeout`."""
+        """The task's value; raises its exception, CancelledError if canceled, TimeoutError after `timeout`.
+        With an asynchronous client, inside its event loop, an awaitable of it (as are exception and traceback)."""
+        return self._client._maybe_async(self._result, timeout)
+
+    def _result(self, timeout: Any = None) -> Any:
         self._settled(timeout)
         native = self._state.native
         if native is None:
             return self._client._fetch_scattered(self._state)
         return native.result()
 
-    def exception(self, timeout: Any = None) -> BaseException | None:
+    def exception(self, timeout: Any = None) -> Any:
+        return self._client._maybe_async(self._exception, timeout)
+
+    def _exception(self, timeout: Any = None) -> BaseException | None:
         self._settled(timeout)
         native = self._state.native
         return None if native is None else native.exception()
 
     def _settled(self, timeout: Any) -> None:
         outcome = self._state.outcome
-        if not outcome.done():
+        if not outcome.done() and not self._state.cancelled:
             with waiting_for_tasks():  # inside a task, its worker runs other tasks meanwhile
                 outcome.result(seconds(timeout))
+        if self._state.cancelled:
+            raise concurrent.futures.CancelledError(f"the key {self._key!r} was cancelled")
 
     def traceback(self, timeout: Any = None) -> Any:
-        error = self.exception(timeout)
+        return self._client._maybe_async(self._traceback, timeout)
+
+    def _traceback(self, timeout: Any = None) -> Any:
+        error = self._exception(timeout)
         return None if error is None else error.__traceback__
 
     def cancel(self, force: bool = False) -> None:
-        self._client.cancel([self], force=force)
+        self._client._cancel([self], force=force)  # does not block: no awaitable needed, even asynchronously
 
     def add_done_callback(self, fn: Callable[[Future], Any]) -> None:
         """Call `fn(self)` once the key's computation has ended (at once if it has)."""
@@ -154,7 +180,7 @@ class Future:
 
     def __await__(self) -> Generator[Any, None, Any]:
         yield from settled_in_loop(self._state.outcome).__await__()
-        return self.result()
+        return self._result()
 
     def __dask_tokenize__(self) -> Hashable:
         # A pure call that takes this future is named after its key, not after the future object.

@@ -37,7 +37,7 @@ def _packed(item: Any, skip_errors: bool) -> Any:
     if isinstance(item, Future):
         if skip_errors and item.status == ERROR:
             return _SKIPPED
-        return item.result()
+        return item._result()
     if isinstance(item, dict):
         values = {key: _packed(value, skip_errors) for key, value in item.items()}
         return type(item)((key, value) for key, value in values.items() if value is not _SKIPPED)

@@ -53,6 +53,17 @@ class KeyTable:
         if still_open and release is not None:
             release()
 
+    def forget(self, state: KeyState) -> None:
+        """A cancelled key: out of the table (the same key submitted again runs anew), its kept result released
+        once its task has ended, while Futures may still name it."""
+        with self.lock:
+            if self._states.get(state.key) is state:
+                del self._states[state.key]
+            still_open = self._open
+        release = getattr(state.native, "release", None)
+        if still_open and release is not None:
+            state.outcome.add_done_callback(lambda _: release())
+
     def let_go_all(self, states: list[KeyState]) -> None:
         for state in states:
             self.let_go(state)

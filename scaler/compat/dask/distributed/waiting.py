@@ -28,6 +28,11 @@ def wait(fs: Any, timeout: Any = None, return_when: str = ALL_COMPLETED) -> Any:
     With an asynchronous client, inside its event loop, an awaitable instead."""
     if return_when not in (ALL_COMPLETED, FIRST_COMPLETED, FIRST_EXCEPTION):
         raise ValueError(f"return_when must be ALL_COMPLETED, FIRST_COMPLETED or FIRST_EXCEPTION, got {return_when!r}")
+    if not (timeout is None or isinstance(timeout, (int, float, str))):
+        raise TypeError(
+            f"wait's timeout must be seconds or a duration such as '10 ms', got {type(timeout).__name__}: to wait "
+            "for several futures, pass them as one list, wait([x, y])"
+        )
     futures = futures_in(fs)
     timeout = seconds(timeout)
     if any(future.client.asynchronous for future in futures):

@@ -1,0 +1,58 @@
+"""Scheduler conformance: releases and protocol versions in the handshake (PROTOCOL.md §4 and "Versions and
+rolling upgrades"). The tests play clients and workers from DEALER sockets."""
+
+from __future__ import annotations
+
+import os
+from typing import Callable
+
+from tests.protocol import wire
+from tests.protocol.conftest import SchedulerUnderTest
+from tests.protocol.played_peer import PlayedPeer
+
+StartScheduler = Callable[..., SchedulerUnderTest]
+NEWER_RELEASE = "scaler 99.0.0"
+
+
+def hello(peer: PlayedPeer, role: str, **fields: object) -> wire.Received:
+    values: dict[str, object] = dict(protocolVersion=wire.PROTOCOL_VERSION, role=role, name=f"played {role}",
+                                     hostname="test", pid=os.getpid(), capacity=4 if role == "worker" else 0)
+    values.update(fields)
+    peer.send("hello", **values)
+    return peer.receive()
+
+
+def test_the_welcome_names_the_schedulers_release_and_revision(scheduler_under_test: StartScheduler) -> None:
+    welcome = scheduler_under_test().peer("client").register("client")
+    assert welcome.get("protocolVersion") == wire.PROTOCOL_VERSION
+    assert welcome.get("release", "").strip() and welcome.get("protocolRevision", 0) >= 1
+
+
+def test_peers_of_the_same_protocol_version_are_welcomed_whatever_their_release_and_revision(
+    scheduler_under_test: StartScheduler,
+) -> None:
+    """A newer release (a higher revision), and one from before releases were sent (neither field)."""
+    scheduler = scheduler_under_test()
+    for role in ("client", "worker"):
+        newer = hello(scheduler.peer(f"newer-{role}"), role, release=NEWER_RELEASE, protocolRevision=99)
+        older = hello(scheduler.peer(f"older-{role}"), role)
+        assert (newer.member, older.member) == ("welcome", "welcome"), (newer.fields, older.fields)
+
+
+def test_another_protocol_version_is_refused_naming_both_versions_and_releases(
+    scheduler_under_test: StartScheduler,
+) -> None:
+    """§4: final (not unknownPeer), not registered, and the reason says which versions met: the peer's (its
+    release as its hello named it) and the scheduler's (as its welcome names it). The scheduler logs it."""
+    scheduler = scheduler_under_test()
+    ours = scheduler.peer("client").register("client").get("release")
+    for role in ("client", "worker"):
+        peer = scheduler.peer(f"v2-{role}")
+        refused = hello(peer, role, protocolVersion=wire.PROTOCOL_VERSION + 1, release=NEWER_RELEASE)
+        assert refused.member == "refused" and not refused.get("unknownPeer", False)
+        reason = refused.get("reason", "")
+        assert reason.startswith(f"protocol version {wire.PROTOCOL_VERSION + 1}"), reason
+        for named in (NEWER_RELEASE, ours, f"protocol version {wire.PROTOCOL_VERSION}"):
+            assert named in reason, (named, reason)
+        peer.assert_unknown()
+        assert reason in scheduler.process.log()
