@@ -6,7 +6,8 @@ A parent sends a 200-byte message to a forked child, which sends it back; the me
 ping-pongs (two messages), per transport, alternated over `--runs`. A zmq message between processes wakes
 the sender's zmq I/O thread, the receiver's, then the receiver; a socketpair's wakes the receiver only.
 A round trip `submit(...).result()` crosses six zmq links (round_trip_hops.py --trace shows each), so this
-is what a link without I/O threads (the agent and its processors, say) would save per message. Linux only.
+is what a link without I/O threads saves per message; "FrameStream" is the socketpair with the framing the
+worker agent and its processors use (scaler/utility/frame_stream.py). Linux only.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Callable
 
 import zmq
 
+from scaler.utility.frame_stream import FrameStream
 from scaler.utility.zmq_util import receive_frames, send_frames
 
 _MESSAGE = b"x" * 200
@@ -83,6 +85,32 @@ def _socketpair(count: int) -> list[float]:
     return samples
 
 
+def _stream_echo(descriptor: int, count: int) -> None:
+    peer = FrameStream(socket.socket(fileno=descriptor))
+    for _ in range(count):
+        peer.send_all(peer.receive())
+
+
+def _frame_stream(count: int) -> list[float]:
+    """The socketpair as the worker agent and its processors use it (scaler/utility/frame_stream.py)."""
+    mine, theirs = socket.socketpair()
+    child = multiprocessing.get_context("fork").Process(target=_stream_echo, args=(theirs.fileno(), count))
+    child.start()
+    theirs.close()
+    stream = FrameStream(mine)
+    samples = []
+    try:
+        for _ in range(count):
+            started = time.perf_counter()
+            stream.send_all([_MESSAGE[:24], _MESSAGE[24:]])
+            stream.receive()
+            samples.append(time.perf_counter() - started)
+    finally:
+        child.join(timeout=30)
+        stream.close()
+    return samples
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--count", type=int, default=3000, help="ping-pongs per transport and run (default 3000)")
@@ -97,6 +125,7 @@ def main() -> None:
         "zmq ipc://": lambda: _zmq(f"ipc://{os.path.join(directory, 'ping.sock')}", count),
         "zmq tcp:// (loopback)": lambda: _zmq(f"tcp://127.0.0.1:{port}", count),
         "Unix socketpair": lambda: _socketpair(count),
+        "FrameStream (socketpair)": lambda: _frame_stream(count),
     }
     print(f"load average before: {' '.join(f'{value:.2f}' for value in os.getloadavg())} on {os.cpu_count()} cores")
     medians: dict[str, list[float]] = {name: [] for name in transports}

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import time
 from typing import Any, Callable, Union, cast
 
 import zmq
+
+from scaler.utility import hop_trace
 
 # A frame going out or coming in: bytes, or a zero-copy view of a received frame (the protocol's Buffer).
 Frame = Union[bytes, memoryview]
@@ -67,20 +67,11 @@ def receive_frames(socket: zmq.Socket, flags: int = 0) -> list[Frame]:
             return frames
 
 
-def _traced(directory: str) -> None:
-    """SCALER_HOP_TRACE=DIR (benchmarks/round_trip_hops.py --trace): each message sent or received is logged
-    in DIR/<pid>.txt as `monotonic-ns S|R`, as its send starts or its receive ends, which orders the hops of a
-    round trip across processes. Decided at import: when it is off, the functions above are left as they are."""
+def _traced(log: Callable[[str], None]) -> None:
+    """With SCALER_HOP_TRACE set (hop_trace.py), each message sent or received is logged. Decided at import: when
+    it is off, the functions above are left as they are."""
     global send_frames, receive_frames
     plain_send, plain_receive = send_frames, receive_frames
-    files: dict[int, Any] = {}
-
-    def log(kind: str) -> None:
-        pid = os.getpid()  # a forked child writes a file of its own
-        out = files.get(pid)
-        if out is None:
-            out = files[pid] = open(os.path.join(directory, f"{pid}.txt"), "a", buffering=1)
-        out.write(f"{time.monotonic_ns()} {kind}\n")
 
     def traced_send(socket: zmq.Socket, frames: list[Frame], flags: int = 0) -> None:
         log("S")  # before: a sender is often preempted by its own I/O thread as the send returns
@@ -94,10 +85,5 @@ def _traced(directory: str) -> None:
     send_frames, receive_frames = traced_send, traced_receive
 
 
-def _trace_if_asked() -> None:
-    directory = os.environ.get("SCALER_HOP_TRACE")
-    if directory:
-        _traced(directory)
-
-
-_trace_if_asked()
+if hop_trace.log is not None:
+    _traced(hop_trace.log)

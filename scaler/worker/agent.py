@@ -1,9 +1,10 @@
 """The worker agent process: the I/O shell around the agent core (agent_core.py), which decides everything.
 
-The shell holds the DEALER to the scheduler and the private ROUTER its processors connect to, starts
-and stops the processor processes, maps their running-task slots, measures CPU and memory, and runs the
-loop: each message and each processor exit goes to the core as an event, a tick goes every 0.1 s, and
-the shell carries out whatever the core answers, in order.
+The shell holds the DEALER to the scheduler and a socketpair with each processor (frame_stream.py: no zmq
+I/O threads on that link), starts and stops the processor processes, maps their running-task slots,
+measures CPU and memory, and runs the loop: each message and each processor exit goes to the core as an
+event, a tick goes every 0.1 s, and the shell carries out whatever the core answers, in order. A
+processor's link never blocks the loop: what it does not take at once is written when it is writable.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from scaler.protocol import messages as m
 from scaler.protocol.scheduler_session import LAST_HELLO_RETRY_SECONDS
 from scaler.protocol.zmq_messages import send_message
 from scaler.utility.curve import PeerKeys, secure_peer
+from scaler.utility.frame_stream import FrameStream
 from scaler.utility.handshake_failures import HandshakeWatch
 from scaler.utility.loop_stop import LoopStop
 from scaler.utility.malloc_tuning import with_freed_memory_kept
@@ -33,7 +35,7 @@ from scaler.utility.parent_watch import parent_is_gone
 from scaler.utility.process_stop import stop_process
 from scaler.utility.readiness import FAILED, REGISTERED, ReadinessReporter
 from scaler.utility.scheduler_address import TASK_SCHEDULER_ENVIRONMENT_VARIABLE
-from scaler.utility.zmq_util import configure_socket, has_input, receive_frames, send_frames
+from scaler.utility.zmq_util import POLL_IN, POLL_OUT, configure_socket, has_input, receive_frames, send_frames
 from scaler.worker.agent_actions import (
     AGENT_SIGNAL,
     Action,
@@ -49,11 +51,7 @@ from scaler.worker.agent_actions import (
 from scaler.worker.agent_core import WorkerAgentCore
 from scaler.worker.config import WorkerConfig
 from scaler.worker.running_task_slot import NO_TASK, RunningTaskSlot, create_slot
-from scaler.worker.work_directory import (
-    PROCESSOR_SOCKET_NAME,
-    make_work_directory,
-    remove_abandoned_work_directories,
-)
+from scaler.worker.work_directory import make_work_directory, remove_abandoned_work_directories
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +77,9 @@ class ProcessorProcess:
     psutil_process: psutil.Process
     slot: RunningTaskSlot
     slot_path: str
+    link: FrameStream
+    # Whether the loop's poller waits for the link to be writable (it has frames the socket did not take yet).
+    polled_for_output: bool = False
 
 
 class WorkerAgent:
@@ -91,13 +92,15 @@ class WorkerAgent:
         self._identity = f"W|{self._name}|{uuid.uuid4().hex[:8]}".encode()
         self._core = WorkerAgentCore(config, self._name, socket_module.gethostname(), os.getpid(), self)
         self._processes: dict[bytes, ProcessorProcess] = {}
+        # The processors' links by file descriptor, as the poller reports them; a link that reached its end leaves.
+        self._links: dict[int, bytes] = {}
+        self._poller = zmq.Poller()
+        self._next_tick = 0.0
         # A SIGTERM ends the loop's wait at once, not at its next tick (the scheduler's and store's loops do the same).
         self._stop = LoopStop()
         self._process = psutil.Process()
         self._process.cpu_percent()
         self._work_dir = ""
-        self._processor_address = ""
-        self._router: zmq.Socket | None = None
         self._scheduler: zmq.Socket | None = None
         self._handshakes: HandshakeWatch | None = None  # tells a refused key within a tick, not at the death timeout
         self._connected_to = ""  # of the scheduler addresses, the one the socket is connected to
@@ -118,14 +121,13 @@ class WorkerAgent:
         self._work_dir = make_work_directory()
         context = zmq.Context(io_threads=config.io_threads)
         scheduler = self._scheduler = context.socket(zmq.DEALER)
-        router = self._router = context.socket(zmq.ROUTER)
         configure_socket(scheduler, self._identity)
+        self._poller.register(scheduler, POLL_IN)  # ahead of the processors' links: its messages are read first
         # A send that must not be dropped still waits for a usable connection, but no longer than the death
         # timeout: with a handshake that keeps failing (a CURVE mismatch) there may never be one.
         scheduler.setsockopt(zmq.SNDTIMEO, max(1, int(config.death_timeout_seconds * 1000)))
         # After a lost scheduler, reconnect attempts back off as the hellos do (protocol/scheduler_session.py).
         scheduler.setsockopt(zmq.RECONNECT_IVL_MAX, int(LAST_HELLO_RETRY_SECONDS * 1000))
-        configure_socket(router)
         try:
             try:
                 curve_keys = PeerKeys.resolve(config.curve_server_key, config.curve_secret_key)
@@ -133,8 +135,6 @@ class WorkerAgent:
                     secure_peer(scheduler, curve_keys)
             except ValueError as error:
                 raise WorkerExit(f"cannot start: {error}", failed=True, level=logging.ERROR) from None
-            self._processor_address = f"ipc://{os.path.join(self._work_dir, PROCESSOR_SOCKET_NAME)}"
-            router.bind(self._processor_address)
             self._handshakes = HandshakeWatch(
                 scheduler, config.address, time.monotonic(), role="worker", secured=curve_keys is not None
             )
@@ -143,7 +143,7 @@ class WorkerAgent:
             self._carry_out(self._core.start(time.monotonic()))
             self._stop.open()
             try:
-                self._loop(scheduler, router, exit_with_parent)
+                self._loop(scheduler, exit_with_parent)
             finally:
                 self._stop.close()
         except WorkerExit as reason:
@@ -166,7 +166,6 @@ class WorkerAgent:
                 self._stop_processor(identity)
             if self._handshakes is not None:
                 self._handshakes.close()
-            router.close(linger=0)
             scheduler.close(linger=100)
             context.term()
             shutil.rmtree(self._work_dir, ignore_errors=True)
@@ -174,27 +173,25 @@ class WorkerAgent:
 
     # ------------------------------------------------------------------------------------------ loop
 
-    def _loop(self, scheduler: zmq.Socket, router: zmq.Socket, exit_with_parent: int | None) -> None:
+    def _loop(self, scheduler: zmq.Socket, exit_with_parent: int | None) -> None:
         core = self._core
-        poller = zmq.Poller()
-        poller.register(scheduler, zmq.POLLIN)
-        poller.register(router, zmq.POLLIN)
-        poller.register(self._stop.fileno(), zmq.POLLIN)
-        next_tick = 0.0
+        poller = self._poller
+        poller.register(self._stop.fileno(), POLL_IN)
         while not self._stop.requested:
-            events = dict(poller.poll(int(_TICK_SECONDS * 1000)))
+            events = poller.poll(int(_TICK_SECONDS * 1000))
             now = time.monotonic()
-            if scheduler in events:
-                while has_input(scheduler):
-                    self._carry_out(core.on_scheduler_frames(receive_frames(scheduler), now))
-            if router in events:
-                while has_input(router):
-                    frames = receive_frames(router)
-                    self._carry_out(core.on_processor_frames(bytes(frames[0]), frames[1:], now))
+            for source, flags in events:
+                if source is scheduler:
+                    while has_input(scheduler):
+                        self._carry_out(core.on_scheduler_frames(receive_frames(scheduler), now))
+                else:
+                    identity = self._links.get(source)  # type: ignore[call-overload]
+                    if identity is not None:
+                        self._serve_link(identity, flags, now)
             now = time.monotonic()
-            if now < next_tick:
+            if now < self._next_tick:
                 continue
-            next_tick = now + _TICK_SECONDS
+            self._next_tick = now + _TICK_SECONDS
             if self._handshakes is not None:
                 for problem in self._handshakes.poll(now):
                     logger.error(f"Worker[{self._name}]: {problem}")
@@ -208,11 +205,38 @@ class WorkerAgent:
             if parent_is_gone(exit_with_parent):
                 raise WorkerExit("parent process is gone, exiting")
 
+    def _serve_link(self, identity: bytes, flags: int, now: float) -> None:
+        """A processor's link is readable, writable, or at its end (which polls as readable)."""
+        link = self._processes[identity].link
+        if flags & POLL_OUT:
+            link.flush()
+            self._poll_link(self._processes[identity])
+        for frames in link.receive_available():
+            self._carry_out(self._core.on_processor_frames(identity, frames, now))
+        if link.closed and link.fileno() in self._links:
+            # The processor exited (or closed its end): the tick tells the core now, with its exit code, rather
+            # than at its next turn. A process its task started may hold the link open: then the tick finds it.
+            self._forget_link(link)
+            self._next_tick = 0.0
+
+    def _poll_link(self, process: ProcessorProcess) -> None:
+        """Poll for a link's writability exactly while it has frames waiting."""
+        wants = process.link.wants_to_write
+        if wants != process.polled_for_output and process.link.fileno() in self._links:
+            process.polled_for_output = wants
+            self._poller.modify(process.link.fileno(), POLL_IN | POLL_OUT if wants else POLL_IN)
+
+    def _forget_link(self, link: FrameStream) -> None:
+        if self._links.pop(link.fileno(), None) is not None:
+            self._poller.unregister(link.fileno())
+
     def _carry_out(self, actions: list[Action]) -> None:
         for action in actions:
             if isinstance(action, ToProcessor):
-                assert self._router is not None
-                send_frames(self._router, [action.identity, *action.frames])
+                process = self._processes[action.identity]
+                process.link.send(action.frames)
+                if process.link.wants_to_write != process.polled_for_output:
+                    self._poll_link(process)
             elif isinstance(action, ToScheduler):
                 assert self._scheduler is not None
                 if action.may_drop:
@@ -267,20 +291,35 @@ class WorkerAgent:
     def _start_processor(self, identity: bytes) -> None:
         slot_path = os.path.join(self._work_dir, f"running_task_{identity.decode()}")
         create_slot(slot_path)
-        process = subprocess.Popen(
-            [sys.executable, "-m", "scaler.worker.processor", self._processor_address, identity.decode(), slot_path,
-             str(os.getpid()), repr(self._config.input_wait_seconds)],
-            stdin=subprocess.DEVNULL,
-            # A Client() made by a task finds the scheduler the task came from (scaler/utility/scheduler_address.py).
-            env={**with_freed_memory_kept(os.environ), TASK_SCHEDULER_ENVIRONMENT_VARIABLE: self._config.address},
-        )
+        ours, theirs = socket_module.socketpair()
+        try:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "scaler.worker.processor", str(theirs.fileno()), identity.decode(), slot_path,
+                 str(os.getpid()), repr(self._config.input_wait_seconds)],
+                stdin=subprocess.DEVNULL,
+                pass_fds=(theirs.fileno(),),
+                # A Client() made by a task finds the scheduler the task came from (utility/scheduler_address.py).
+                env={**with_freed_memory_kept(os.environ), TASK_SCHEDULER_ENVIRONMENT_VARIABLE: self._config.address},
+            )
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()  # the processor's now: its exit is the end of our stream
         psutil_process = psutil.Process(process.pid)
         psutil_process.cpu_percent()
-        self._processes[identity] = ProcessorProcess(process, psutil_process, RunningTaskSlot(slot_path), slot_path)
+        link = FrameStream(ours)
+        self._processes[identity] = ProcessorProcess(
+            process, psutil_process, RunningTaskSlot(slot_path), slot_path, link
+        )
+        self._links[link.fileno()] = identity
+        self._poller.register(link.fileno(), POLL_IN)
 
     def _stop_processor(self, identity: bytes) -> None:
         process = self._processes.pop(identity)
         stop_process(process.process, _PROCESSOR_STOP_SECONDS)
+        self._forget_link(process.link)
+        process.link.close()
         process.slot.close()
         try:
             os.unlink(process.slot_path)

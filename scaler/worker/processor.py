@@ -1,12 +1,12 @@
 """The processor's shell: a child process of a worker agent that runs the functions, one task at a time.
 
-It speaks the same messages as the scheduler link (TaskSubmission in, TaskResults out) over a DEALER
-socket to its agent, after a Hello that says it is ready. Every decision (which task runs next, what a
-cancel or release does, when results go out, suspects, nested waits, the agent's signal) is the core's
-(processor_core.py); this file reads the socket, carries out the core's actions, and runs the user's
-functions: their arguments from the store, profiling, warnings. Before it starts a task it writes the
-task id into a small shared file, so that if the function crashes the process, the agent knows which
-task to blame (running_task_slot.py).
+It speaks the same messages as the scheduler link (TaskSubmission in, TaskResults out) over the end of a
+socketpair its agent made for it (utility/frame_stream.py), after a Hello that says it is ready. Every
+decision (which task runs next, what a cancel or release does, when results go out, suspects, nested
+waits, the agent's signal) is the core's (processor_core.py); this file reads the link, carries out the
+core's actions, and runs the user's functions: their arguments from the store, profiling, warnings.
+Before it starts a task it writes the task id into a small shared file, so that if the function crashes
+the process, the agent knows which task to blame (running_task_slot.py).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import logging
 import os
 import pickle
 import signal
+import socket
 import sys
 import time
 import traceback
@@ -22,17 +23,15 @@ from functools import partial
 from typing import Any, Callable
 
 import cloudpickle
-import zmq
 
 from scaler.errors import NestingLimitError
 from scaler.protocol import messages as m
 from scaler.protocol.serializer import DefaultSerializer, Serializer, loads
-from scaler.protocol.zmq_messages import send_message
 from scaler.store.peer_stores import Stores
 from scaler.utility.blocking import install_hooks, set_task_depth, set_task_priority
+from scaler.utility.frame_stream import FrameStream
 from scaler.utility.malloc_tuning import give_back_freed_memory
 from scaler.utility.parent_watch import die_with_parent
-from scaler.utility.zmq_util import configure_socket, has_input, receive_frames, wait_for_input
 from scaler.worker.agent_actions import AGENT_SIGNAL
 from scaler.worker.large_results import LargeResults
 from scaler.worker.output_capture import TaskOutputCapture
@@ -64,8 +63,8 @@ _SIGNALLED_MESSAGE_SECONDS = 0.5
 
 
 class Processor:
-    def __init__(self, socket: zmq.Socket, running_task_slot: RunningTaskSlot, input_wait_seconds: float) -> None:
-        self._socket = socket
+    def __init__(self, link: FrameStream, running_task_slot: RunningTaskSlot, input_wait_seconds: float) -> None:
+        self._link = link
         self._running_task_slot = running_task_slot
         self._core = ProcessorCore()
         self._stores = Stores(_STORE_TIMEOUT_SECONDS)
@@ -92,7 +91,7 @@ class Processor:
         # Restart interrupted system calls in extension code; Python's own waits (sleep, select) still
         # return to run the handler and then carry on (PEP 475).
         signal.siginterrupt(AGENT_SIGNAL, False)
-        send_message(self._socket, m.Hello(role=m.Role.WORKER, pid=os.getpid()))
+        self._link.send_all(m.encode(m.Hello(role=m.Role.WORKER, pid=os.getpid())))
         while not core.stopping:
             self._drain()
             if core.stopping:
@@ -110,7 +109,7 @@ class Processor:
             if isinstance(action, RunTask):
                 self._run(action.task)
             elif isinstance(action, ToAgent):
-                send_message(self._socket, action.message)
+                self._link.send_all(m.encode(action.message))
             elif isinstance(action, WaitForMessages):
                 self._wait_for_messages(action.seconds)
             elif isinstance(action, KeepObjects):
@@ -131,18 +130,18 @@ class Processor:
                 raise NestingLimitError(action.reason)
 
     def _wait_for_messages(self, seconds: float) -> None:
-        if wait_for_input(self._socket, max(1, int(seconds * 1000))):
+        if self._link.wait_for_input(seconds):
             return
-        if os.getppid() != self._parent_pid:
+        if self._link.closed or os.getppid() != self._parent_pid:
             self._agent_gone = True
             return
         self._carry_out(self._core.on_tick(time.monotonic()))
 
     def _drain(self) -> None:
-        socket = self._socket
+        link = self._link
         core = self._core
-        while has_input(socket):
-            self._carry_out(core.on_message(m.decode(receive_frames(socket)), time.monotonic()))
+        while link.has_input():
+            self._carry_out(core.on_message(m.decode(link.receive()), time.monotonic()))
             if core.stopping:
                 return
 
@@ -185,7 +184,7 @@ class Processor:
             if self._core.read_enough(self._running_task_slot.urgent_sent()):
                 return
             remaining = deadline - time.monotonic()
-            if remaining <= 0 or not wait_for_input(self._socket, max(1, int(remaining * 1000))):
+            if remaining <= 0 or not self._link.wait_for_input(remaining):
                 return  # the rest is read between tasks
 
     # ------------------------------------------------------------------------------------------ nesting
@@ -200,9 +199,9 @@ class Processor:
             deadline = time.monotonic() + AGENT_ANSWER_SECONDS
             while core.asking_to_wait:
                 remaining = deadline - time.monotonic()
-                if remaining <= 0 or not wait_for_input(self._socket, max(1, int(remaining * 1000))):
+                if remaining <= 0 or not self._link.wait_for_input(remaining):
                     self._carry_out(core.on_wait_unanswered())
-                self._carry_out(core.on_message(m.decode(receive_frames(self._socket)), time.monotonic()))
+                self._carry_out(core.on_message(m.decode(self._link.receive()), time.monotonic()))
         finally:
             if could_read and core.task_code_starts():
                 self._answer_signals()
@@ -304,7 +303,7 @@ class Processor:
         core = self._core
         could_read = core.task_code_ends()
         try:
-            send_message(self._socket, output)
+            self._link.send_all(m.encode(output))
         finally:
             if could_read and core.task_code_starts():
                 self._answer_signals()
@@ -366,24 +365,24 @@ class Processor:
 
 
 def main() -> None:
-    address, identity, running_task_path, parent_pid_text, input_wait_text = sys.argv[1:6]
+    # The identity names this processor to its agent in logs only: the link is its own.
+    link_descriptor, _identity, running_task_path, parent_pid_text, input_wait_text = sys.argv[1:6]
     parent_pid = int(parent_pid_text)
     die_with_parent()
+    # Not for the programs a task runs: one holding it would hide our exit from the agent.
+    link_socket = socket.socket(fileno=int(link_descriptor))
+    link_socket.set_inheritable(False)
     if os.getppid() != parent_pid:
         return
     # Ctrl-C in a terminal reaches the whole process group; the agent decides when we stop.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    context = zmq.Context(io_threads=1)
-    socket = context.socket(zmq.DEALER)
-    configure_socket(socket, identity.encode())
-    socket.connect(address)
+    link = FrameStream(link_socket)
     slot = RunningTaskSlot(running_task_path)
     try:
-        Processor(socket, slot, float(input_wait_text)).run(parent_pid)
+        Processor(link, slot, float(input_wait_text)).run(parent_pid)
     finally:
         slot.close()
-        socket.close(linger=1000)
-        context.term()
+        link.close()
 
 
 if __name__ == "__main__":

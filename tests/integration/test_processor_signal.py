@@ -6,18 +6,18 @@ from __future__ import annotations
 
 import os
 import pathlib
+import socket
 import subprocess
 import sys
 import time
 from typing import Iterator
 
 import pytest
-import zmq
 
 from scaler.protocol import messages as m
 from scaler.protocol.serializer import DefaultSerializer
+from scaler.utility.frame_stream import FrameStream
 from scaler.utility.identifiers import content_object_id
-from scaler.utility.zmq_util import configure_socket, receive_frames, send_frames
 from scaler.worker.agent_actions import AGENT_SIGNAL
 from scaler.worker.running_task_slot import RunningTaskSlot, create_slot
 from tests.integration.waiting import wait_until
@@ -39,31 +39,27 @@ def gated(gate: str, started: str) -> str:
 
 
 class PlayedAgent:
-    """The agent's side of one processor: its ROUTER socket, the processor's slot and process."""
+    """The agent's side of one processor: its end of their socketpair, the processor's slot and process."""
 
     def __init__(self, directory: pathlib.Path) -> None:
-        self.context = zmq.Context()
-        self.router = self.context.socket(zmq.ROUTER)
-        configure_socket(self.router)
-        address = f"ipc://{directory / 'processors'}"
-        self.router.bind(address)
+        ours, theirs = socket.socketpair()
+        self.link = FrameStream(ours)
         slot_path = str(directory / "slot")
         create_slot(slot_path)
         self.slot = RunningTaskSlot(slot_path)
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "scaler.worker.processor", address, IDENTITY.decode(), slot_path,
-             str(os.getpid()), "5"],
-            stdin=subprocess.DEVNULL,
-        )
+        with theirs:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "scaler.worker.processor", str(theirs.fileno()), IDENTITY.decode(), slot_path,
+                 str(os.getpid()), "5"],
+                stdin=subprocess.DEVNULL, pass_fds=(theirs.fileno(),),
+            )
 
     def receive(self, timeout: float) -> m.Message:
-        assert self.router.poll(int(timeout * 1000)), f"nothing from the processor within {timeout:g}s"
-        identity, *frames = receive_frames(self.router)
-        assert bytes(identity) == IDENTITY
-        return m.decode(frames)
+        assert self.link.wait_for_input(timeout), f"nothing from the processor within {timeout:g}s"
+        return m.decode(self.link.receive())
 
     def send(self, message: m.Message) -> None:
-        send_frames(self.router, [IDENTITY, *m.encode(message)])
+        self.link.send_all(m.encode(message))
 
     def close(self) -> None:
         try:
@@ -76,8 +72,7 @@ class PlayedAgent:
                     self.process.wait()
         finally:
             self.slot.close()
-            self.router.close(linger=0)
-            self.context.term()
+            self.link.close()
 
 
 @pytest.fixture
