@@ -14,10 +14,11 @@ scheduler, the worker agent, the processor, and back through the agent, the sche
 I/O thread. Each process's zmq I/O thread is listed apart: every message between two processes wakes the
 sender's and the receiver's, besides the receiving thread itself.
 
-With --trace, the wall time of each hop instead (SCALER_HOP_TRACE in scaler/utility/zmq_util.py): each
+With --trace, the wall time of each hop instead (SCALER_HOP_TRACE, scaler/utility/hop_trace.py): each
 process logs when it received and sent each message, and a hop is the time between two of those, so a hop
-from one process to the next is zmq's (two I/O threads and the wake-up of the receiver) and a hop within a
-process is its own work. Each log line costs a write, a few microseconds per hop.
+from one process to the next is the link's (zmq: two I/O threads and the wake-up of the receiver; the
+agent's socketpair with its processor: the wake-up only) and a hop within a process is its own work.
+Each log line costs a write, a few microseconds per hop.
 """
 
 from __future__ import annotations
@@ -179,7 +180,8 @@ def _trace(client: Client, names: dict[int, str], count: int) -> float:
     stamps = [stamp for stamp, _, _ in events]
     labels = ["caller: submit until its message leaves"]
     for (before, _), (after, _) in zip(_TRACED_PATH, _TRACED_PATH[1:]):
-        labels.append(f"{before}: received until sent" if before == after else f"{before} -> {after} (zmq)")
+        link = "socketpair" if "processor" in before + after else "zmq"  # utility/frame_stream.py
+        labels.append(f"{before}: received until sent" if before == after else f"{before} -> {after} ({link})")
     labels += ["client: result received until result() returns"]
     hops: list[list[float]] = [[] for _ in labels]
     for started, ended in calls:

@@ -1,10 +1,10 @@
-"""A worker agent's private directory (its processors' socket, their running-task slots), and who owns one.
+"""A worker agent's private directory (its processors' running-task slots), and who owns one.
 
 The agent removes its directory when it exits; one killed with SIGKILL cannot. So the directory's name
 says whose it is (`scaler-worker-PID-STARTTIME-random`), and every agent that starts removes the ones
 whose owner is gone. The start time tells a dead owner from a new process that got the same pid.
 Directories of earlier versions (no owner in the name) are stale when nobody listens on their socket.
-The directory is made by mkdtemp (mode 0700), so no other user can connect to the processors.
+The directory is made by mkdtemp (mode 0700), so no other user can touch the slots.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ _PREFIX = "scaler-worker-"
 # Owned (PID-STARTTIME-random), or made by earlier versions without the owner in the name: such a one
 # is stale when nobody listens on its socket.
 _WORK_DIRECTORY_NAME = re.compile(rf"^{_PREFIX}(?:(\d+)-(\d+)-|[a-z0-9_]{{8}}$)")
+# The processors' socket in directories of earlier versions (processors talk over a socketpair now).
 PROCESSOR_SOCKET_NAME = "processors.sock"
 # An unnamed directory younger than this may belong to an agent that has not bound its socket yet.
 _UNNAMED_GRACE_SECONDS = 60.0
