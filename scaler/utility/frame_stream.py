@@ -273,9 +273,6 @@ class FrameStream:
             if hop_trace.log is not None:
                 hop_trace.log("R")
 
-    # ------------------------------------------------------------------------------------------ both
-
-
     def _cannot_write(self) -> None:
         """The peer reads no more; what it sent before may still be read."""
         self._unwritable = True

@@ -365,7 +365,7 @@ class Processor:
 
 
 def main() -> None:
-    # The identity names this processor to its agent in logs only: the link is its own.
+    # The identity is there for `ps` to show: the link is this processor's own.
     link_descriptor, _identity, running_task_path, parent_pid_text, input_wait_text = sys.argv[1:6]
     parent_pid = int(parent_pid_text)
     die_with_parent()
