@@ -27,6 +27,7 @@ from tests.integration.client_poison import (  # noqa: E402
     make_poison,
     objects_in_store,
     poison_this_process,
+    results_delivered,
     size_of,
     store_fetches,
 )
@@ -117,6 +118,22 @@ def test_persist_keeps_chunks_on_the_cluster(client: Client, monkeypatch: pytest
     np.testing.assert_array_equal(again[:5].compute(), np.arange(5) * 2 + 1)  # computing a chunk brings it here
     # Persisting again names the same keys: their first futures stand, as in dask
     assert {f._state for f in futures_of(client.persist(x))} == {f._state for f in futures_of(persisted)}
+
+
+@linux_only
+def test_small_persisted_chunks_stay_on_the_cluster(client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    delivered = results_delivered(monkeypatch)
+    fetches = store_fetches(client.native, monkeypatch)
+    x = da.arange(10_000, chunks=1_000) * 2  # 8 kB chunks: a plain result this small rides in its result message
+    persisted = x.persist()
+    wait(persisted, timeout=WAIT_SECONDS)
+    assert delivered == []  # no chunk came to the client
+    assert persisted.sum().compute() == 2 * sum(range(10_000))  # read where they are
+    assert fetches == []
+    futures = {future.key: future for future in futures_of(persisted)}
+    first = futures[persisted.__dask_keys__()[0]]
+    np.testing.assert_array_equal(first.result(WAIT_SECONDS), np.arange(1_000) * 2)  # fetched when asked for
+    assert len(fetches) == 1
 
 
 @linux_only
