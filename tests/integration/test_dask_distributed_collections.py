@@ -147,6 +147,39 @@ def test_persisted_values_never_reach_the_client(client: Client, monkeypatch: py
         persisted[0].compute()  # the poison holds: what the lines above would have caught
 
 
+@linux_only
+def test_futures_inside_graphs_never_pass_through_the_client(client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    poison_this_process(monkeypatch)  # a value that reached this process would raise here
+    a = client.submit(make_poison, MB, 1)
+    b = client.submit(make_poison, MB, 2)
+    assert client.get({"y": (size_of, a, b)}, "y") == 2 * MB  # a task's arguments
+    assert client.get({"v": [a, (b, 1)], "y": (lambda v: size_of(v[0], v[1][0]), "v")}, "y") == 2 * MB  # nested
+    assert dask.compute(dask.delayed(size_of)(a, b))[0] == 2 * MB  # dask's compute on the active client
+    both = dask.delayed(lambda d: size_of(d["a"], *d["rest"]))({"a": a, "rest": [b]})
+    assert both.compute() == 2 * MB
+    assert client.compute(both).result(WAIT_SECONDS) == 2 * MB
+    (kept,) = dask.persist(dask.delayed(lambda v: v)(a))  # a persisted result made of a future, read later
+    assert dask.delayed(size_of)(kept, b).compute() == 2 * MB
+    with pytest.raises(AssertionError, match="unpickled in the client"):
+        a.result(WAIT_SECONDS)  # the poison holds: what the lines above would have caught
+
+
+@linux_only
+def test_persisted_collection_as_a_task_argument(client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    x = da.arange(10, chunks=5).persist()
+
+    def total(array: Any) -> int:
+        assert isinstance(array, da.Array)
+        return int(array.sum().compute())
+
+    assert client.submit(total, x).result(WAIT_SECONDS) == 45
+    assert client.submit(total, x + 1).result(WAIT_SECONDS) == 55  # a graph on top of the persisted chunks
+    assert client.submit(lambda arrays: total(arrays[0]), [x]).result(WAIT_SECONDS) == 45
+    poison_this_process(monkeypatch)
+    parts = dask.persist(*[dask.delayed(make_poison)(MB, fill) for fill in (1, 2)])
+    assert client.submit(lambda values: sum(size_of(part.compute()) for part in values), parts).result() == 2 * MB
+
+
 def make_partition(index: int, rows: int) -> Any:
     import pandas as pd
 
