@@ -164,6 +164,12 @@ def test_futures_inside_graphs_never_pass_through_the_client(client: Client, mon
         a.result(WAIT_SECONDS)  # the poison holds: what the lines above would have caught
 
 
+def test_a_graph_of_a_future_alone_leaves_it_kept(client: Client) -> None:
+    x = client.submit(list, (1, 2))  # not a scalar: kept in a store, read from there by result()
+    assert client.compute(dask.delayed(x)).result(WAIT_SECONDS) == [1, 2]  # the graph's key is the future's
+    assert x.result(WAIT_SECONDS) == [1, 2]  # still kept: computing it again did not release it
+
+
 @linux_only
 def test_persisted_collection_as_a_task_argument(client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
     x = da.arange(10, chunks=5).persist()

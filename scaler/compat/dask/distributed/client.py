@@ -427,9 +427,9 @@ class Client:
                 state = self._keys.get(key)
                 if state is None:
                     state = self._keys.track(key, native, used)
-                else:  # the key's first result stands, as in dask; this one is not needed on the cluster
-                    release = getattr(native, "release", None)
-                    if release is not None:
+                elif native is not state.native:  # the key's first result stands, as in dask; this one is not
+                    release = getattr(native, "release", None)  # needed on the cluster (the first one may be
+                    if release is not None:  # the very future the graph held for this key: kept, of course)
                         release()
                 futures[key] = Future(key, self, state)
         return futures
