@@ -100,14 +100,14 @@ class CallSites:
 
     def signature(
         self, function_id: bytes, width: int, keywords: tuple[str, ...], depth: int, profiling: bool,
-        tags: Tags = NO_TAGS, priority: int = 0, keep: bool = False,
+        tags: Tags = NO_TAGS, priority: int = 0, keep: bool = False, keep_in_stores: bool = False,
     ) -> TaskSignature:
         """One TaskSignature object per distinct signature, so that grouping compares identities.
 
         `tags` are the caller's, sorted and without repeats (scaler.utility.tags.checked_tags); the tasks also
         require the tag of the workers that can run their function at all: "native" for a native stand-in
         (scaler.native), "python" for any other function. So a mixed cluster needs no tags from its users."""
-        key = (function_id, width, keywords, depth, profiling, tags, priority, keep)
+        key = (function_id, width, keywords, depth, profiling, tags, priority, keep, keep_in_stores)
         signature = self._signatures.get(key)
         if signature is None:
             runs_on = NATIVE_TAG if function_id in self._native_function_ids else PYTHON_TAG
@@ -118,7 +118,7 @@ class CallSites:
                 function_id=function_id, args_per_task=width, keywords=keywords, serializer_id=self.serializer_id,
                 nesting_depth=depth, profiling=profiling, required_tags=tags,
                 wait_for_tags_ms=self._wait_for_tags_ms if tags else 0, priority=priority, keep_results=keep,
-                stream_output=self._stream_output,
+                stream_output=self._stream_output, keep_in_stores=keep_in_stores,
             )
         return signature
 

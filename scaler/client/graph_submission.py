@@ -121,8 +121,9 @@ def _submit(
             raise SerializationError(f"the task at key {call.key!r}: {error}") from error.__cause__
         task_priority = key_priorities.get(call.key, priority) if key_priorities else priority
         kept = keep and call.key in wanted
+        # Persisted data: the wanted tasks' results stay in stores, small ones too, until the client asks.
         signature = call_sites.signature(
-            function_id, len(call.arguments), (), depth, profiling, tags, task_priority, kept
+            function_id, len(call.arguments), (), depth, profiling, tags, task_priority, kept, keep_in_stores=kept
         )
         if signature is not current_signature:
             # The calls of a group share a function and a width: checking the first checks them all.

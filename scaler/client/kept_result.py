@@ -1,8 +1,10 @@
 """A result kept on the cluster for this client (`submit(..., keep=True)`), and how the client lets go of it.
 
 The scheduler keeps the outcome of a task submitted with keepResults until the client deletes it (PROTOCOL.md
-§7, "Kept results"). A small result also comes to the client inside its taskResults, as any result does; a
-large one stays in the store that holds it, and the client is told only its object id, size and holder:
+§7, "Kept results"). A small result comes to the client inside its taskResults, as any result does, but
+persisted data's (`persist_graph`: TaskGroup.keepInStores), which the Python worker puts into its store
+whatever its size but a scalar (PROTOCOL.md, "Kept results stay in stores"). A result in a store stays
+there, and the client is told only its object id, size and holder:
 `fetch` reads it from there each time it is asked for, so the client never holds it between calls. The
 client deletes the object once, when the future is released or collected; a release that comes before the
 outcome is carried out when it arrives.

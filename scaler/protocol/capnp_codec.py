@@ -165,6 +165,8 @@ def _encode_submission(builder, message: TaskSubmission, frames: list[Buffer]) -
             slot.streamOutput = True
         if group.keep_results:
             slot.keepResults = True
+        if group.keep_in_stores:
+            slot.keepInStores = True
     if message.quiet_task_ids:
         submission.quietTaskIds = message.quiet_task_ids
 
@@ -398,6 +400,7 @@ def _decode_group(group, frames: _FrameTable) -> TaskGroup:
         priority=get(_GROUP["priority"]),
         stream_output=get(_GROUP["streamOutput"]),
         keep_results=get(_GROUP["keepResults"]),
+        keep_in_stores=get(_GROUP["keepInStores"]),
     )
 
 

@@ -209,6 +209,8 @@ class TaskGroup:
     stream_output: bool = False
     # The results stay on the cluster, owned by the client, until it deletes them (PROTOCOL.md §7, "Kept results").
     keep_results: bool = False
+    # With keep_results: results stay in the workers' stores whatever their size (persisted data); see the schema.
+    keep_in_stores: bool = False
 
 
 @dataclasses.dataclass(slots=True)

@@ -206,6 +206,10 @@ struct TaskGroup {
   # small one under the id keptResultId(taskId)), so that later groups of the client may name the task in
   # refTaskIds after it finished. A failure is kept too, for the same later dependents. Workers ignore it.
   keepResults @18 :Bool;
+  # With keepResults: the results stay in the workers' stores whatever their size, so that the client gets only
+  # where each is and reads it if it asks (persisted data), instead of small ones inline (PROTOCOL.md, "Kept
+  # results stay in stores"). The scheduler copies it into the groups it sends workers; a worker may ignore it.
+  keepInStores @19 :Bool;
 }
 
 struct TaskSubmission {

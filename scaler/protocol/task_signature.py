@@ -36,6 +36,8 @@ class TaskSignature:
     stream_output: bool = False
     # The results stay on the cluster until the client deletes them (TaskGroup.keepResults).
     keep_results: bool = False
+    # Kept results stay in the workers' stores whatever their size (TaskGroup.keepInStores).
+    keep_in_stores: bool = False
 
     @classmethod
     def of_group(cls, group: TaskGroup) -> TaskSignature:
@@ -51,6 +53,7 @@ class TaskSignature:
             priority=group.priority,
             stream_output=group.stream_output,
             keep_results=group.keep_results,
+            keep_in_stores=group.keep_in_stores,
         )
 
     def new_group(self, report_start: bool = False) -> TaskGroup:
@@ -70,4 +73,5 @@ class TaskSignature:
             priority=self.priority,
             stream_output=self.stream_output,
             keep_results=self.keep_results,
+            keep_in_stores=self.keep_in_stores,
         )

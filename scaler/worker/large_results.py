@@ -5,6 +5,13 @@ A result under the store's inline limit travels inline in TaskResults, as it alw
 stays in the processor for the dependents placed here, and its bytes are written into the store only when
 another process is to read it (own_results.py). When the store fails, results go inline from then on
 (those reported already are made again when their readers report them lost).
+
+A result of persisted data (its group has keepInStores: `persist_graph`, dask's persist) goes to the store
+whatever its size: it stays on the cluster for later tasks, and its client reads it only if it asks
+(`result()`), so that the client never holds a persisted collection's chunks. Scalars (NEVER_LARGE_TYPES: a
+payload no larger than the ids of the message that carries it) still ride inline. Every other result,
+`submit(..., keep=True)`'s too, keeps the inline fast path: a store's write and read per small result would
+double the round trip of `submit(f, x).result()` and make a gather of many small results several times slower.
 """
 
 from __future__ import annotations
@@ -29,14 +36,14 @@ class LargeResults:
         self.own = OwnResults()
         self._store_failed = False
 
-    def place(self, task_id: int, result: Any, serializer: Serializer) -> m.Buffer | m.StoredResult:
-        """The payload to send inline, or the report of the result as stored. Raises if it cannot be serialized
-        at all."""
+    def place(self, task_id: int, result: Any, serializer: Serializer, kept: bool = False) -> m.Buffer | m.StoredResult:
+        """The payload to send inline, or the report of the result as stored (always, when `kept` in stores, but
+        for a scalar, and the store works). Raises if it cannot be serialized at all."""
         stores = self._stores
         if self._store_failed or not stores.home or type(result) in stored_payload.NEVER_LARGE_TYPES:
             return serializer.serialize(result)
         try:
-            sized = stored_payload.prepare_if_large(result, serializer, stores.inline_limit)
+            sized = stored_payload.prepare_if_large(result, serializer, 0 if kept else stores.inline_limit)
         except Exception:  # not picklable with out-of-band buffers: the serializer's own way says why
             return serializer.serialize(result)
         if not isinstance(sized, stored_payload.PreparedPayload):

@@ -292,7 +292,7 @@ class Processor:
         if group.profiling:
             self._profile = self._profiler.finish(task_id)
         try:
-            return self._results.place(task_id, result, serializer)
+            return self._results.place(task_id, result, serializer, group.keep_in_stores)
         except Exception as error:
             return self._failure(task_id, m.FailureKind.SERIALIZATION, error,
                                  f"result of {self._function_name(group)} could not be serialized")

@@ -41,6 +41,9 @@ CHOSEN = [
     "test_aliases_2", "test_async_compute", "test_sync_compute", "test_compute_nested_containers",
     "test_persist_get_sync", "test_persist_get", "test_retries_dask_array", "test_serialize_collections_of_futures",
     "test_get_mix_futures_and_SubgraphCallable_dask_dataframe", "test_threaded_get_within_distributed",
+    # futures inside a graph's task arguments; a persisted collection's graph holds its Futures, and goes into tasks
+    "test_submit_then_get_with_Future", "test_async_compute_with_scatter", "test_persist", "test_persist_async",
+    "test_serialize_collections",
 ]
 
 EXCLUDED = {
@@ -72,8 +75,10 @@ EXCLUDED = {
     "dask.config read inside the task); a Scaler worker is a process of its own": [
         "test_map_retries", "test_retry",
     ],
-    "a persisted collection's graph holds Scaler object references, not Future objects (issue 27 point 4)": [
-        "test_persist", "test_persist_async",
+    "differs by design: a persisted collection passed to submit is taken apart like a list of futures, so its "
+    "chunks are the task's inputs and stay until it ends, where distributed lets the task fail once the "
+    "collection is deleted (the test's FutureCancelledError)": [
+        "test_worker_clients_do_not_claim_ownership_of_serialize_futures",
     ],
     "KNOWN GAPS of ours, not fixed yet (each fails against scaler.compat.dask.distributed): "
     "retries= of compute/persist/get and dask.annotate(retries=) are not applied": [
@@ -94,11 +99,6 @@ EXCLUDED = {
     ],
     "KNOWN GAPS: a task's warnings come back as UserWarning, not their own class; distributed.warn not offered": [
         "test_warn_manual", "test_warn_remote",
-    ],
-    "KNOWN GAPS: futures inside a graph's task arguments, and persisted collections passed into a task, are not "
-    "resolved on the cluster": [
-        "test_submit_then_get_with_Future", "test_async_compute_with_scatter",
-        "test_serialize_collections", "test_worker_clients_do_not_claim_ownership_of_serialize_futures",
     ],
     "KNOWN GAPS: too slow for the test's 20 s: a tree of 52 tasks each waiting on tasks it submits (get_client "
     "inside tasks) takes about 70 s on a loaded 2-core machine (a waiting task's worker starts a processor "

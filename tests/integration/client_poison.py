@@ -3,8 +3,8 @@
 `poison_this_process(monkeypatch)` marks the test process: from then on, unpickling a `ClientPoison` here
 raises, while workers (other processes) unpickle it as usual. A test whose large values are poisons and still
 passes never had them in the client. `store_fetches` counts the client's reads from stores (the real reads
-still run); `objects_in_store` counts the objects of the client's home store (the one its workers use when
-they run on this host).
+still run); `results_delivered` the sizes of the results that came inside result messages; `objects_in_store`
+counts the objects of the client's home store (the one its workers use when they run on this host).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import os
 import pytest
 
 from scaler.client.client import Client
+from scaler.client.future import ScalerFuture
 from scaler.store.store_client import StoreAddress, StoreClient
 
 MB = 1 << 20
@@ -61,6 +62,20 @@ def store_fetches(native: Client, monkeypatch: pytest.MonkeyPatch) -> list[bytes
 
     monkeypatch.setattr(stores, "fetch", counted)
     return fetched
+
+
+def results_delivered(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sizes of the results this process receives inside result messages from now on, for any client (a spy
+    on the real ScalerFuture.deliver, which still runs). A result left in a store is not delivered so."""
+    sizes: list[int] = []
+    real_deliver = ScalerFuture.deliver
+
+    def counted(future: ScalerFuture, task_id: int, payload) -> None:  # noqa: ANN001
+        sizes.append(len(memoryview(payload)))
+        real_deliver(future, task_id, payload)
+
+    monkeypatch.setattr(ScalerFuture, "deliver", counted)
+    return sizes
 
 
 def objects_in_store(native: Client) -> int:

@@ -27,6 +27,7 @@ from tests.integration.client_poison import (  # noqa: E402
     make_poison,
     objects_in_store,
     poison_this_process,
+    results_delivered,
     size_of,
     store_fetches,
 )
@@ -120,6 +121,22 @@ def test_persist_keeps_chunks_on_the_cluster(client: Client, monkeypatch: pytest
 
 
 @linux_only
+def test_small_persisted_chunks_stay_on_the_cluster(client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    delivered = results_delivered(monkeypatch)
+    fetches = store_fetches(client.native, monkeypatch)
+    x = da.arange(10_000, chunks=1_000) * 2  # 8 kB chunks: a plain result this small rides in its result message
+    persisted = x.persist()
+    wait(persisted, timeout=WAIT_SECONDS)
+    assert delivered == []  # no chunk came to the client
+    assert persisted.sum().compute() == 2 * sum(range(10_000))  # read where they are
+    assert fetches == []
+    futures = {future.key: future for future in futures_of(persisted)}
+    first = futures[persisted.__dask_keys__()[0]]
+    np.testing.assert_array_equal(first.result(WAIT_SECONDS), np.arange(1_000) * 2)  # fetched when asked for
+    assert len(fetches) == 1
+
+
+@linux_only
 def test_persisted_values_never_reach_the_client(client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
     poison_this_process(monkeypatch)  # a value that reached this process would raise here
     persisted = dask.persist(*[dask.delayed(make_poison)(MB, fill) for fill in (1, 2, 3)])
@@ -128,6 +145,45 @@ def test_persisted_values_never_reach_the_client(client: Client, monkeypatch: py
     assert dask.compute(*[dask.delayed(size_of)(part) for part in persisted]) == (MB, MB, MB)
     with pytest.raises(AssertionError, match="unpickled in the client"):
         persisted[0].compute()  # the poison holds: what the lines above would have caught
+
+
+@linux_only
+def test_futures_inside_graphs_never_pass_through_the_client(client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    poison_this_process(monkeypatch)  # a value that reached this process would raise here
+    a = client.submit(make_poison, MB, 1)
+    b = client.submit(make_poison, MB, 2)
+    assert client.get({"y": (size_of, a, b)}, "y") == 2 * MB  # a task's arguments
+    assert client.get({"v": [a, (b, 1)], "y": (lambda v: size_of(v[0], v[1][0]), "v")}, "y") == 2 * MB  # nested
+    assert dask.compute(dask.delayed(size_of)(a, b))[0] == 2 * MB  # dask's compute on the active client
+    both = dask.delayed(lambda d: size_of(d["a"], *d["rest"]))({"a": a, "rest": [b]})
+    assert both.compute() == 2 * MB
+    assert client.compute(both).result(WAIT_SECONDS) == 2 * MB
+    (kept,) = dask.persist(dask.delayed(lambda v: v)(a))  # a persisted result made of a future, read later
+    assert dask.delayed(size_of)(kept, b).compute() == 2 * MB
+    with pytest.raises(AssertionError, match="unpickled in the client"):
+        a.result(WAIT_SECONDS)  # the poison holds: what the lines above would have caught
+
+
+def test_a_graph_of_a_future_alone_leaves_it_kept(client: Client) -> None:
+    x = client.submit(list, (1, 2))  # not a scalar: kept in a store, read from there by result()
+    assert client.compute(dask.delayed(x)).result(WAIT_SECONDS) == [1, 2]  # the graph's key is the future's
+    assert x.result(WAIT_SECONDS) == [1, 2]  # still kept: computing it again did not release it
+
+
+@linux_only
+def test_persisted_collection_as_a_task_argument(client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    x = da.arange(10, chunks=5).persist()
+
+    def total(array: Any) -> int:
+        assert isinstance(array, da.Array)
+        return int(array.sum().compute())
+
+    assert client.submit(total, x).result(WAIT_SECONDS) == 45
+    assert client.submit(total, x + 1).result(WAIT_SECONDS) == 55  # a graph on top of the persisted chunks
+    assert client.submit(lambda arrays: total(arrays[0]), [x]).result(WAIT_SECONDS) == 45
+    poison_this_process(monkeypatch)
+    parts = dask.persist(*[dask.delayed(make_poison)(MB, fill) for fill in (1, 2)])
+    assert client.submit(lambda values: sum(size_of(part.compute()) for part in values), parts).result() == 2 * MB
 
 
 def make_partition(index: int, rows: int) -> Any:

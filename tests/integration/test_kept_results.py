@@ -25,6 +25,7 @@ from tests.integration.client_poison import (
     ClientPoison,
     make_poison,
     objects_in_store,
+    results_delivered,
     size_of,
     store_fetches,
 )
@@ -71,6 +72,18 @@ def client(combo: SchedulerClusterCombo) -> Iterator[Client]:
 def fetches(client: Client, monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
     """The object ids this client reads from stores (a spy on the real Stores.fetch, which still runs)."""
     return store_fetches(client, monkeypatch)
+
+
+def test_persisted_small_results_stay_in_stores_and_kept_submits_ride_inline(
+    client: Client, fetches: list, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    delivered = results_delivered(monkeypatch)
+    persisted = client.persist_graph({"a": (make_poison, 1000), "b": (size_of, "a")}, ["a", "b"])
+    assert client.submit(size_of, persisted["a"]).result(WAIT_SECONDS) == 1000  # read on the cluster
+    assert persisted["b"].result(WAIT_SECONDS) == 1000  # a scalar: inline, as ever
+    assert len(delivered) == 2 and max(delivered) < 100 and fetches == []  # two scalars; the 1 kB value never came
+    small = client.submit(bytes, 1000, keep=True)  # kept, not persisted: the inline fast path
+    assert small.result(WAIT_SECONDS) == bytes(1000) and max(delivered) > 1000 and fetches == []
 
 
 def test_a_large_kept_result_is_used_by_later_tasks_on_the_cluster_only(client: Client, fetches: list) -> None:

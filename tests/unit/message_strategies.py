@@ -133,6 +133,7 @@ def task_groups(
         wait_for_tags_ms=draw(SMALL_U32) if required_tags else 0,
         priority=draw(st.one_of(st.just(0), st.integers(-3, 3), I32)),
         stream_output=draw(st.booleans()),
+        keep_in_stores=draw(st.booleans()),
     )
 
 

@@ -4,12 +4,14 @@ resources as tags, and which client is dask's scheduler."""
 from __future__ import annotations
 
 import concurrent.futures
+import pickle
 from typing import Any
 
 import pytest
 
 dask = pytest.importorskip("dask")
 
+from scaler.client.graph_errors import GraphError  # noqa: E402
 from scaler.client.object_reference import ObjectReference  # noqa: E402
 from scaler.compat.dask.distributed import default, durations  # noqa: E402
 from scaler.compat.dask.distributed.arguments import fill_slots, futures_in, prepare_call  # noqa: E402
@@ -75,6 +77,39 @@ def test_futures_in_structures_and_collections() -> None:
     assert futures_in([x, {"a": (y, x)}, 3]) == [x, y]
     persisted = dask.delayed(sum)([1])  # any collection: its graph's Future values count
     assert futures_in(persisted) == []
+
+
+def test_futures_inside_a_graph_are_keys_outside_it() -> None:
+    from dask._task_spec import Task, TaskRef
+
+    from scaler.compat.dask.translation import run_nodes, translate
+
+    holder = _Holder()
+    x, y = holder.scattered("x"), holder.scattered("y")
+    stand_ins = {"x": ("x-value",), "y": ("y-value",)}  # what the client's keys give: here plain literals
+    graph = {"a": (_add, x, [y, 2]), "b": Task("b", _add, TaskRef("a"), k=x)}
+    translation = translate(graph, ["b"], outside=stand_ins.get)
+    assert translation.graph["x"] == ("x-value",) and translation.graph["y"] == ("y-value",)
+    assert not any({"x", "y"} & set(members) for members in translation.fused.values())  # never fused
+    task_a, task_b = translation.graph["a"], translation.graph["b"]
+    assert task_a[0] is run_nodes and set(task_a[2:]) == {"x", "y"}  # references to them, as to any task
+    assert task_b[0] is run_nodes and set(task_b[2:]) == {"a", "x"}
+    pickle.dumps(translation.graph)  # no Future travels (a Future of this test's holder could not be pickled)
+    assert run_nodes(task_a[1], *[{"x": 1, "y": 10}[key] for key in task_a[2:]]) == ((1, [10, 2]), {})
+    with pytest.raises(GraphError, match="not in the graph"):
+        translate(graph, ["b"], outside=lambda key: None)
+
+
+def test_a_collection_of_futures_is_made_again_on_the_worker() -> None:
+    from dask.delayed import Delayed
+
+    holder = _Holder()
+    x = holder.scattered("x")
+    persisted = Delayed("x", {"x": x})
+    call = prepare_call(_add, (persisted,), {}, _argument)
+    assert call.fn is fill_slots and call.args[3:] == (("value-of", "x"),)
+    (rebuilt,), _ = fill_slots(*call.args)  # what the worker runs
+    assert isinstance(rebuilt, Delayed) and rebuilt.compute(scheduler="sync") == ("value-of", "x")
 
 
 def test_released_key_leaves_the_table_once_no_future_holds_it() -> None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 from collections.abc import Hashable, Mapping
-from typing import Any
+from typing import Any, Callable
 
 from dask._task_spec import Alias, DataNode, GraphNode, Task, TaskRef, convert_legacy_task
 from dask.utils import ensure_dict
@@ -104,6 +104,12 @@ class _Needed:
     dependencies: dict[Hashable, tuple] = dataclasses.field(default_factory=dict)
     plain: set[Hashable] = dataclasses.field(default_factory=set)  # values `(func, *keys or literals)`
     nodes: dict[Hashable, GraphNode] = dataclasses.field(default_factory=dict)  # task-spec form, where made
+    # What a key outside the graph stands for (a future's key), else None; see `translate`.
+    outside: Callable[[Hashable], Any] | None = None
+    # Keys from outside the graph: never fused into their dependents (a task reading an object must stay whole).
+    outside_keys: set[Hashable] = dataclasses.field(default_factory=set)
+    # Keys whose value stands for a future's (see `translate`): references to them become plain TaskRefs.
+    future_keys: frozenset[Hashable] = frozenset()
 
     def node(self, key: Hashable) -> GraphNode:
         node = self.nodes.get(key)
@@ -122,8 +128,18 @@ def graph_of(dsk: Any) -> dict[Hashable, Any]:
     return ensure_dict(dsk)
 
 
-def translate(dsk: Any, keys: list[Hashable], fuse: bool = True) -> Translation:
-    """Translate the part of a dask graph that `keys` need; raises before anything runs if it cannot run."""
+def translate(
+    dsk: Any, keys: list[Hashable], fuse: bool = True, outside: Callable[[Hashable], Any] | None = None,
+    future_keys: frozenset[Hashable] = frozenset(),
+) -> Translation:
+    """Translate the part of a dask graph that `keys` need; raises before anything runs if it cannot run.
+
+    A task may depend on a key that is not in the graph: a future's, which dask made a reference when the
+    future stood among a task's arguments (it is a TaskRef). `outside(key)` gives the value that stands for it
+    in the translated graph (a kept future, or a task reading an object), or None if it knows no such key;
+    a persisted collection's KeptRef is found without it (kept_refs.py). A future object (a TaskRef subclass)
+    left among a task's arguments, referring to an outside key or to one of `future_keys`, is replaced by a
+    plain TaskRef of its key before the task travels: only its key matters on the worker."""
     source = graph_of(dsk)
     requested: list[Hashable] = []
     requested_set: set[Hashable] = set()
@@ -137,7 +153,7 @@ def translate(dsk: Any, keys: list[Hashable], fuse: bool = True) -> Translation:
         if key not in requested_set:
             requested_set.add(key)
             requested.append(key)
-    needed = _collect(source, requested)
+    needed = _collect(source, requested, outside, future_keys)
     graph = needed.values
     if fuse:
         groups = _fusion_groups(needed, requested_set)
@@ -154,9 +170,12 @@ def translate(dsk: Any, keys: list[Hashable], fuse: bool = True) -> Translation:
     )
 
 
-def _collect(source: dict[Hashable, Any], requested: list[Hashable]) -> _Needed:
+def _collect(
+    source: dict[Hashable, Any], requested: list[Hashable], outside: Callable[[Hashable], Any] | None = None,
+    future_keys: frozenset[Hashable] = frozenset(),
+) -> _Needed:
     """Walk back from the requested keys, translating each node they need once."""
-    needed = _Needed(source=source)
+    needed = _Needed(source=source, outside=outside, future_keys=future_keys)
     values, dependencies_of, plain = needed.values, needed.dependencies, needed.plain
     stack = list(requested)
     while stack:
@@ -173,14 +192,27 @@ def _collect(source: dict[Hashable, Any], requested: list[Hashable]) -> _Needed:
                 stack.extend(dependencies)
                 continue
         node = needed.node(key)
+        if type(node) is Alias and node.target == key:  # type: ignore[attr-defined]
+            # dask's form of `{key: future}`: the future's own key, standing for its value
+            values[key] = _outside_value(needed, key, key)
+            dependencies_of[key] = ()
+            needed.outside_keys.add(key)
+            continue
         dependencies = tuple(node.dependencies)
+        references: dict[Hashable, TaskRef] | None = None
         for dependency in dependencies:
             if dependency not in source:
-                kept = kept_future_of(dependency)  # a persisted collection's chunk (kept_refs.py)
-                if kept is None:
-                    raise GraphError(f"{key!r} depends on {dependency!r}, which is not in the graph")
-                values[dependency] = kept
-                dependencies_of[dependency] = ()
+                if dependency not in values:
+                    values[dependency] = _outside_value(needed, key, dependency)
+                    dependencies_of[dependency] = ()
+                    needed.outside_keys.add(dependency)
+            elif dependency not in future_keys:
+                continue
+            if references is None:
+                references = {}
+            references[dependency] = TaskRef(dependency)
+        if references and type(node) is not Alias:  # an alias travels as its target key, never as a node
+            node = needed.nodes[key] = node.substitute(references)  # type: ignore[arg-type]  # Hashable keys
         value = _translate_node(node, source)
         values[key] = value
         dependencies_of[key] = dependencies
@@ -188,6 +220,15 @@ def _collect(source: dict[Hashable, Any], requested: list[Hashable]) -> _Needed:
             plain.add(key)
         stack.extend(dependencies)
     return needed
+
+
+def _outside_value(needed: _Needed, key: Hashable, dependency: Hashable) -> Any:
+    value = needed.outside(dependency) if needed.outside is not None else None
+    if value is None:
+        value = kept_future_of(dependency)  # a persisted collection's chunk (kept_refs.py)
+    if value is None:
+        raise GraphError(f"{key!r} depends on {dependency!r}, which is not in the graph")
+    return value
 
 
 def _plain_legacy_dependencies(task: tuple, source: dict) -> tuple | None:
@@ -240,6 +281,8 @@ def _plain_arguments(arguments: tuple, source: Mapping) -> list[Any] | None:
         kind = type(argument)
         if kind is TaskRef or kind is Alias:
             plain.append(argument.key if kind is TaskRef else argument.target)
+        elif isinstance(argument, TaskRef):  # a future (a TaskRef subclass): its key, as for any reference
+            plain.append(argument.key)
         elif kind is list or kind is tuple or isinstance(argument, (GraphNode, TaskRef)):
             return None  # containers may hold references; plan_graph would also look inside them
         elif _is_key(argument, source):
@@ -284,7 +327,7 @@ def _fusion_groups(needed: _Needed, requested: set[Hashable]) -> dict[Hashable, 
     absorbed_into: dict[Hashable, Hashable] = {}
     leaves_of: dict[Hashable, list[Hashable]] = {}
     for key, users in dependents.items():
-        if len(users) != 1 or key in requested or not is_task(values[key]):
+        if len(users) != 1 or key in requested or key in needed.outside_keys or not is_task(values[key]):
             continue
         user = users[0]
         if not is_task(values[user]):

@@ -5,6 +5,11 @@ argument. A future at the top level goes as it is. Futures inside lists, tuples,
 out, each replaced by a numbered slot, and go as extra top-level arguments of `fill_slots`, which puts
 their values back into the structure on the worker and calls the function: their values never pass
 through the client. A namedtuple holding futures is made again there from its constructor's arguments.
+
+A dask collection whose graph holds futures (a persisted collection) is taken apart the same way: each
+future of its graph becomes a slot, and the worker makes the collection again (its `__dask_postpersist__`)
+from a graph holding the values instead, so the task can compute with it there. Its futures are held until
+the task ends, as any argument's.
 """
 
 from __future__ import annotations
@@ -54,6 +59,54 @@ class _Rebuilt:
         return _Rebuilt, (self.kind, self.args, self.kwargs)
 
 
+class _RebuiltCollection:
+    """A dask collection that held futures, now a slot in their place (`shell`): made again on the worker with
+    the values filled in. Its graph is only a few references per chunk, whatever the data's size."""
+
+    __slots__ = ("shell",)
+
+    def __init__(self, shell: Any) -> None:
+        self.shell = shell
+
+    def __reduce__(self) -> tuple:
+        return _RebuiltCollection, (self.shell,)
+
+    def filled(self, values: tuple) -> Any:
+        return _rebuilt(self.shell, lambda item: values[item.index] if type(item) is _Slot else None)
+
+
+def _rebuilt(collection: Any, value_of: Callable[[Any], Any]) -> Any:
+    """The collection again, each graph value that `value_of` maps (to something else than None) replaced."""
+    from dask._task_spec import DataNode
+
+    graph = dict(collection.__dask_graph__())
+    for key, value in graph.items():
+        replacement = value_of(value.value if isinstance(value, DataNode) else value)
+        if replacement is not None:
+            graph[key] = DataNode(key, replacement)
+    rebuild, rebuild_args = collection.__dask_postpersist__()
+    return rebuild(graph, *rebuild_args)
+
+
+def _is_collection(item: Any) -> bool:
+    from dask import is_dask_collection
+
+    return is_dask_collection(item)
+
+
+def _graph_futures(item: Any) -> dict[Any, Future]:
+    """The futures among a dask collection's graph values, by key."""
+    from dask._task_spec import DataNode
+
+    found: dict[Any, Future] = {}
+    for key, value in dict(item.__dask_graph__()).items():
+        if isinstance(value, DataNode):
+            value = value.value
+        if isinstance(value, Future):
+            found[key] = value
+    return found
+
+
 def _is_namedtuple(item: Any) -> bool:
     return isinstance(item, tuple) and type(item) is not tuple and hasattr(type(item), "_fields")
 
@@ -82,6 +135,8 @@ def _filled(template: Any, values: tuple) -> Any:
         return kind(_filled(item, values) for item in template)
     if kind is _Rebuilt:
         return template.kind(*_filled(template.args, values), **_filled(template.kwargs, values))
+    if kind is _RebuiltCollection:
+        return template.filled(values)  # type: ignore[attr-defined]
     return template
 
 
@@ -131,6 +186,9 @@ def prepare_call(
         if _is_namedtuple(item) and _holds_future(item):
             args, kwargs = _constructor_arguments(item)
             return _Rebuilt(kind, replace(args), replace(kwargs))
+        if _is_collection(item) and _graph_futures(item):
+            shell = _rebuilt(item, lambda value: replace(value) if isinstance(value, Future) else None)
+            return _RebuiltCollection(shell)
         return item
 
     template_args = tuple(replace(argument) for argument in args)
@@ -155,7 +213,9 @@ def _holds_future(item: Any) -> bool:
         return any(_holds_future(value) for value in item.values())
     if kind in _CONTAINERS or _is_namedtuple(item):
         return any(_holds_future(value) for value in item)
-    return isinstance(item, Future)
+    if isinstance(item, Future):
+        return True
+    return hasattr(item, "__dask_graph__") and _is_collection(item) and bool(_graph_futures(item))
 
 
 def futures_in(item: Any) -> list[Future]:
@@ -180,12 +240,8 @@ def _collect(item: Any, found: dict[int, Future]) -> None:
     elif hasattr(item, "__dask_graph__"):
         from dask._task_spec import DataNode
 
-        from scaler.compat.dask.distributed.persisted import FutureRef
-
         for value in dict(item.__dask_graph__()).values():
             if isinstance(value, DataNode):
                 value = value.value
-            elif isinstance(value, FutureRef):
-                value = value.dask_future
             if isinstance(value, Future):
                 found.setdefault(id(value), value)

@@ -36,7 +36,7 @@ from scaler.cluster.combo import SchedulerClusterCombo
 from scaler.compat.dask.distributed.arguments import prepare_call
 from scaler.compat.dask.distributed.default import forget, make_default
 from scaler.compat.dask.distributed.durations import seconds
-from scaler.compat.dask.distributed.future import Future, KeyState
+from scaler.compat.dask.distributed.future import Future, KeyState, register_client
 from scaler.compat.dask.distributed.gathering import gathered
 from scaler.compat.dask.distributed.graph_runs import flat_keys, identity, nested_results, submit_graph
 from scaler.compat.dask.distributed.key_table import KeyTable, settle
@@ -63,6 +63,7 @@ class Client:
             raise NotImplementedError("scheduler_file: give the scheduler's address instead")
         self.asynchronous = asynchronous
         self.id = f"Client-{uuid.uuid4()}"
+        register_client(self)  # its Futures, pickled and back, are Futures of it again (future.py)
         self.status = NEWLY_CREATED
         self._address = address
         self._timeout = seconds(timeout)
@@ -357,7 +358,9 @@ class Client:
         return self._maybe_async(self._get, dsk, keys, priority)
 
     def _get(self, dsk: Any, keys: Any, priority: int) -> Any:
-        natives, used = submit_graph(self.native, dsk, flat_keys(keys), keep=False, priority=priority or None)
+        natives, used = submit_graph(
+            self.native, dsk, flat_keys(keys), keep=False, lookup=self._keys.get, priority=priority or None
+        )
         for state in used:
             self._keys.hold(state)
         try:
@@ -414,7 +417,9 @@ class Client:
 
     def _graph_futures(self, expr: Any, names: list[Hashable], priority: int) -> dict[Hashable, Future]:
         """Run the graph for `names`, their results kept on the cluster; a Future per name."""
-        natives, used = submit_graph(self.native, expr, names, keep=True, priority=priority or None)
+        natives, used = submit_graph(
+            self.native, expr, names, keep=True, lookup=self._keys.get, priority=priority or None
+        )
         futures: dict[Hashable, Future] = {}
         with self._keys.lock:
             self._check_running()
@@ -422,9 +427,9 @@ class Client:
                 state = self._keys.get(key)
                 if state is None:
                     state = self._keys.track(key, native, used)
-                else:  # the key's first result stands, as in dask; this one is not needed on the cluster
-                    release = getattr(native, "release", None)
-                    if release is not None:
+                elif native is not state.native:  # the key's first result stands, as in dask; this one is not
+                    release = getattr(native, "release", None)  # needed on the cluster (the first one may be
+                    if release is not None:  # the very future the graph held for this key: kept, of course)
                         release()
                 futures[key] = Future(key, self, state)
         return futures

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import concurrent.futures
 import threading
+import weakref
 from typing import TYPE_CHECKING, Any, Callable, Generator, Hashable
+
+from dask._task_spec import TaskRef
 
 from scaler.client.future import ScalerFuture, settled_in_loop
 from scaler.client.object_reference import ObjectReference
@@ -90,26 +93,26 @@ class KeyState:
         return self.reference if self.native is None else self.native
 
 
-class Future:
+class Future(TaskRef):
     """A remotely running computation, as `dask.distributed.Future`.
 
     `result()`, `exception()`, `done()`, `cancel()`, `status`, `key`, `add_done_callback(fn)` (`fn` gets
     this Future), `release()`, and `await future` in a coroutine. Pass it to `Client.submit`/`map` as an
     argument, also inside lists, tuples, sets and dicts: the task receives its value, resolved on the cluster.
+
+    As dask.distributed's, it is a dask `TaskRef` to its key: inside a dask graph (`delayed(f)(future)`, a task
+    `(f, future)`, a persisted collection's values) dask reads it as a dependency on a key outside the graph,
+    which the client resolves on the cluster (graph_runs.py). Futures of one key are equal, as there.
     """
 
     def __init__(self, key: Hashable, client: Client | None = None, state: KeyState | None = None) -> None:
         from scaler.compat.dask.distributed.default import default_client
 
+        TaskRef.__init__(self, key)  # type: ignore[arg-type]  # dask's Key is narrower than what dask accepts
         self._client = client if client is not None else default_client()
-        self._key = key
         self._released = False
         self._state = state if state is not None else self._client._keys.state_of(key)
         self._client._keys.hold(self._state)
-
-    @property
-    def key(self) -> Hashable:
-        return self._key
 
     @property
     def client(self) -> Client:
@@ -151,7 +154,7 @@ class Future:
             with waiting_for_tasks():  # inside a task, its worker runs other tasks meanwhile
                 outcome.result(seconds(timeout))
         if self._state.cancelled:
-            raise concurrent.futures.CancelledError(f"the key {self._key!r} was cancelled")
+            raise concurrent.futures.CancelledError(f"the key {self.key!r} was cancelled")
 
     def traceback(self, timeout: Any = None) -> Any:
         return self._client._maybe_async(self._traceback, timeout)
@@ -184,13 +187,54 @@ class Future:
 
     def __dask_tokenize__(self) -> Hashable:
         # A pure call that takes this future is named after its key, not after the future object.
-        return ("scaler-future", self._key)
+        return ("scaler-future", self.key)
 
     def __reduce__(self) -> tuple:
-        raise TypeError(
-            "a Future travels to a task only as an argument of submit or map (also inside lists, tuples, sets "
-            "and dicts), where it stands for its value"
+        # Pickled inside an object that no call looks into (scatter's data, a closure): the key travels, and
+        # only the process of its client makes a Future of it again (see `unpickled_future`).
+        return unpickled_future, (self._client.id, self.key)
+
+    def __repr__(self) -> str:
+        return f"<Future: {self.status}, key: {self.key}>"
+
+
+# The open clients of this process by id, for `unpickled_future`.
+_clients_by_id: weakref.WeakValueDictionary[str, Client] = weakref.WeakValueDictionary()
+
+
+def register_client(client: Client) -> None:
+    _clients_by_id[client.id] = client
+
+
+def unpickled_future(client_id: str, key: Hashable) -> TaskRef:
+    """A Future's key unpickled: a Future again in the process of its client while the key is held there (data
+    scattered and gathered back, say); elsewhere a FutureElsewhere, which dask still reads as a reference."""
+    client = _clients_by_id.get(client_id)
+    if client is not None:
+        state = client._keys.get(key)
+        if state is not None:
+            return Future(key, client, state)
+    return FutureElsewhere(client_id, key)
+
+
+class FutureElsewhere(TaskRef):
+    """A Future that reached a process other than its client's inside a pickled object: only its key, which
+    travels back as the Future. Its value is not here: pass the Future as an argument of submit or map (also
+    inside lists, tuples, sets, dicts and dask collections) for the task to receive its value."""
+
+    def __init__(self, client_id: str, key: Hashable) -> None:
+        super().__init__(key)  # type: ignore[arg-type]  # as Future's
+        self.client_id = client_id
+
+    def __reduce__(self) -> tuple:
+        return unpickled_future, (self.client_id, self.key)
+
+    def __getattr__(self, name: str) -> Any:
+        raise AttributeError(
+            f"{name!r}: the Future of key {self.key!r} reached this process inside a pickled object, without its "
+            "value; pass the Future as an argument of submit or map (also inside lists, tuples, sets, dicts and "
+            "dask collections), where it stands for its value"
         )
 
     def __repr__(self) -> str:
-        return f"<Future: {self.status}, key: {self._key}>"
+        return f"<Future elsewhere: key: {self.key}>"
