@@ -69,12 +69,42 @@ def test_a_resuming_client_is_refused_what_a_new_one_is(fields: dict, reason: st
     assert reason in refused.reason and cluster.core.client_count == 0
 
 
-def test_hello_twice_stays_a_protocol_error_for_a_resumed_client() -> None:
+@pytest.mark.parametrize("prefix", [0, OLD_PREFIX + 1])
+def test_hello_twice_stays_a_protocol_error_unless_it_names_the_clients_own_prefix(prefix: int) -> None:
     cluster = SimulatedCluster()
     client = resume(cluster, b"resumed", OLD_PREFIX)
-    cluster.send(client.identity, m.Hello(role=m.Role.CLIENT, id_prefix=OLD_PREFIX))
+    cluster.send(client.identity, m.Hello(role=m.Role.CLIENT, id_prefix=prefix))
     assert isinstance(client.inbox[-1], m.ProtocolError) and "hello sent twice" in client.inbox[-1].reason
-    assert cluster.core.client_count == 1
+    assert cluster.core.client_count == 1 and client.prefix == OLD_PREFIX
+
+
+def test_a_client_back_at_a_scheduler_that_still_has_it_goes_on_and_each_task_runs_once_more_at_most() -> None:
+    """It moved to another address (this scheduler silent to it) and came back before its timeout: welcomed again
+    under its prefix, it sends again every task without an outcome. Those still here stay where they are; one
+    whose outcome went out while it was away (lost) runs again; one finished after it came back is not run again."""
+    cluster = SimulatedCluster()
+    worker = cluster.add_worker(capacity=10)
+    client = cluster.add_client(b"mover")
+    ids = cluster.submit(client, 6)
+    assert list(worker.pending) == ids
+    cluster.complete(worker, task_ids=ids[:2])  # outcomes sent while it was away: lost to it
+    client.inbox.clear()
+    client.outcomes.clear()
+    cluster.send(client.identity, m.Hello(role=m.Role.CLIENT, name="mover", id_prefix=client.prefix))
+    (welcome,) = client.received(m.Welcome)
+    assert welcome.id_prefix == client.prefix and cluster.core.client_count == 1
+    cluster.complete(worker, task_ids=ids[2:3])  # after it came back: its outcome reaches it
+    received_before = list(worker.received_task_ids)
+    cluster.submit(client, 0, task_ids=ids[:2] + ids[3:], send_object=True)  # what had no outcome, sent again
+    assert not client.failures()
+    assert worker.received_task_ids[len(received_before):] == ids[:2]  # only the lost ones run again
+    cluster.run_to_completion()
+    assert {task_id: [outcome for outcome, _ in client.outcomes[task_id]] for task_id in ids} == {
+        task_id: ["ok"] for task_id in ids
+    }
+    # Sent once more after that, a task id is in use again like any other.
+    cluster.submit(client, 0, task_ids=ids[:1], send_object=False)
+    assert client.failures() == []  # finished: the id is free again
 
 
 def test_schedulers_started_seconds_apart_give_new_clients_different_prefixes() -> None:

@@ -96,6 +96,8 @@ class SchedulerCore:
         self._placement = Placement(config, self.tasks, self.objects, self.peers.workers, self.counters)
         self.prefetch = Prefetch(config.worker_queue_seconds)
         handlers: dict[type, _Handler] = {
+            m.Hello: lambda client, hello, now, out: out.append((client.identity, self.peers.hello_again(
+                client, hello, now, self.stores.directory_for(client.host_key)))),
             m.Heartbeat: self._on_heartbeat,
             m.Disconnect: self._on_disconnect,
             m.TaskSubmission: self._on_submission,
@@ -225,7 +227,6 @@ class SchedulerCore:
         )
 
     # ------------------------------------------------------------------------------------------ views
-
     @property
     def worker_count(self) -> int:
         return len(self.peers.workers)
@@ -426,14 +427,11 @@ class SchedulerCore:
         out.append((client.identity, m.ClearResponse(canceled_tasks=canceled)))
         self._placement.dispatch(out)
 
-    def _on_delete_objects(
-        self, client: ClientPeer, request: m.DeleteObjects, now: float, out: list[Outgoing]
-    ) -> None:
+    def _on_delete_objects(self, client: ClientPeer, request: m.DeleteObjects, now: float, out: list[Outgoing]) -> None:
         self.objects.delete(client, request.object_ids, self.tasks.records, self.peers.workers.values(), out)
 
-    def _on_objects_lost(
-        self, peer: ClientPeer | WorkerPeer | StorePeer, message: m.ObjectsLost, now: float, out: list[Outgoing]
-    ) -> None:
+    def _on_objects_lost(self, peer: ClientPeer | WorkerPeer | StorePeer, message: m.ObjectsLost, now: float,
+                         out: list[Outgoing]) -> None:
         """A reader could not get these objects from their holders; a client asked to send some again cannot;
         a store no longer has them (as if it had left, for these objects only)."""
         router = ResultRouter()
