@@ -79,6 +79,7 @@ class SchedulerServer:
             waiting_for_tags=status.waiting_for_tags,
             stores=status.stores,
             bytes_relayed=status.bytes_relayed,
+            standing_by=self._standby is not None and not self._standby.core.serving,
         )
 
     def stop(self) -> None:
