@@ -1,8 +1,11 @@
 """A client that says hello again to a restarted scheduler, naming the id prefix it had (PROTOCOL.md §4,
 "Resuming after a restart"): taken back unless this scheduler process ever gave it out; everything a new
-client is refused for is refused to a resuming one too."""
+client is refused for is refused to a resuming one too. And a client or a store that says hello again to a
+scheduler that still has it (it moved to another scheduler address and came back, §23)."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 from core_harness import SimClient, SimulatedCluster, payload_for
@@ -120,3 +123,31 @@ def test_a_reserved_prefix_goes_to_no_new_client_but_its_own_client_takes_it_bac
     assert cluster.add_client().prefix == OLD_PREFIX + 1
     resumed = resume(cluster, b"resumed", OLD_PREFIX)
     assert resumed.prefix == OLD_PREFIX
+
+
+def test_a_store_back_at_a_scheduler_that_still_has_it_keeps_its_objects_and_deletes_what_was_freed_meanwhile() -> None:
+    """It moved to another scheduler address and came back before it was dropped: welcomed again in place, it
+    announces what it holds; a result it holds stays there (not made again), and an object freed while it was
+    away (the delete sent to it then was lost) is deleted now."""
+    cluster = SimulatedCluster()
+    holder = "tcp://store-a:1"
+    store = cluster.add_store(holder)
+    worker = cluster.add_worker(store=holder, host_key="host-a")
+    client = cluster.add_client(host_key="host-a")
+    kept, freed = cluster.submit(client, 2)
+    results = cluster.complete_stored(worker, [kept, freed], holder)
+    cluster.send(client.identity, m.DeleteObjects(object_ids=[results[freed]]))  # its delete to the store: lost
+    runs = list(worker.received_task_ids)
+    store.inbox.clear()
+    again = m.Hello(role=m.Role.STORE, name="store-0", host_key="host-a", data_address=holder,
+                    ipc_address="ipc:///stores/store-0", capacity_bytes=1 << 30)
+    cluster.send(store.identity, again)
+    assert isinstance(store.inbox[-1], m.Welcome), store.inbox
+    cluster.send(store.identity, m.ObjectsHeld(object_ids=list(results.values()), sizes=[1 << 20, 1 << 20]))
+    assert store.received(m.DeleteObjects) == [m.DeleteObjects(object_ids=[results[freed]])]
+    assert cluster.core.objects.stored[results[kept]].holders == {holder}
+    cluster.tick(1.0)
+    assert worker.received_task_ids == runs, "a result the store held was made again"
+    # Naming another data address, its hello is a breach as before.
+    cluster.send(store.identity, dataclasses.replace(again, data_address="tcp://store-b:1"))
+    assert isinstance(store.inbox[-1], m.ProtocolError) and "hello sent twice" in store.inbox[-1].reason

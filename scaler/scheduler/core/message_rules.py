@@ -20,10 +20,10 @@ _ANY = _BOTH | _STORES
 
 # Message type -> the roles that may send it once registered. A type missing here is one the scheduler
 # never receives (it sends it, or it belongs inside a worker). Hello opens a registration: a registered
-# peer may send it only as a client coming back under its own id prefix (peer_registry.hello_again); any
-# other is a breach ("hello sent twice", which workers and stores act on).
+# peer may send it only as a client or a store coming back to this scheduler (hello_again.py); any other
+# is a breach ("hello sent twice", which workers act on).
 SENDERS: dict[type, frozenset[m.Role]] = {
-    m.Hello: _CLIENTS,
+    m.Hello: _CLIENTS | _STORES,
     m.Heartbeat: _ANY,
     m.Disconnect: _ANY,
     m.TaskSubmission: _CLIENTS,

@@ -8,6 +8,7 @@ This module checks who may send what (message_rules.py) and hands each message t
 core it concerns:
 
     peer_registry.py   who is connected: hello and welcome, heartbeats, timeouts, draining
+    hello_again.py     a client or store back at this scheduler while it still has them
     store_registry.py  the stores (data plane), and the directory of them that peers are told
     task_intake.py     a client's submitTasks: checks, and where each accepted task goes
     task_table.py      every unfinished task, where it is, and how it ends (results, failures, requeues)
@@ -41,6 +42,7 @@ from typing import Any, Callable
 from scaler.protocol import messages as m
 from scaler.scheduler.core import cancellation, crash_blame
 from scaler.scheduler.core.core_config import CoreConfig
+from scaler.scheduler.core.hello_again import hello_again
 from scaler.scheduler.core.invariants import check_invariants
 from scaler.scheduler.core.message_rules import SENDERS, violation
 from scaler.scheduler.core.object_lifetime.lineage import Lineage
@@ -96,8 +98,8 @@ class SchedulerCore:
         self._placement = Placement(config, self.tasks, self.objects, self.peers.workers, self.counters)
         self.prefetch = Prefetch(config.worker_queue_seconds)
         handlers: dict[type, _Handler] = {
-            m.Hello: lambda client, hello, now, out: out.append((client.identity, self.peers.hello_again(
-                client, hello, now, self.stores.directory_for(client.host_key)))),
+            m.Hello: lambda peer, hello, now, out: out.append(
+                (peer.identity, hello_again(self.peers, self.stores, peer, hello, now))),
             m.Heartbeat: self._on_heartbeat,
             m.Disconnect: self._on_disconnect,
             m.TaskSubmission: self._on_submission,
