@@ -1,9 +1,9 @@
-"""A client that leaves a first scheduler that is alive but silent to it, and comes back before that scheduler
-dropped it: its session goes on there, and every future completes once (docs/failure_model.md, "Standby
-schedulers"). The first scheduler is made silent with SIGSTOP, shorter than its client timeout and than the
-standby's takeover time: the client tries the standby (which stands by, and says so), goes back and forth, and
-is back at the first one when it answers again. The cut of a network link between them is the same case to the
-client; test_standby_partition.py does such cuts for workers."""
+"""A client or a store that leaves a first scheduler that is alive but silent to it, and comes back before that
+scheduler dropped it: the session goes on there, a client's futures complete once and a store keeps its objects
+(docs/failure_model.md, "Standby schedulers"). The first scheduler is made silent with SIGSTOP, shorter than its
+client timeout and than the standby's takeover time: the peer tries the standby (which stands by, and says so),
+goes back and forth, and is back at the first one when it answers again. The cut of a network link between them
+is the same case to the peer; test_standby_partition.py does such cuts for workers."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import textwrap
 
 import pytest
 
+from scaler import Client
 from scaler.cluster.combo import free_local_address
 from tests.conftest import console_script
 from tests.integration.spawned import WAIT_SECONDS, Spawner, start_scheduler
@@ -82,3 +83,34 @@ def test_a_client_back_at_a_first_scheduler_that_still_has_it_gets_every_result_
     assert sorted(set(ran)) == list(range(40))
     # Measured, not asserted: tasks whose outcome the first scheduler sent while the client was away run again.
     print(f"tasks run again: {len(ran) - 40}")
+
+
+def test_a_store_back_at_a_first_scheduler_that_still_has_it_keeps_its_objects_there(spawn: Spawner, tmp_path) -> None:
+    """The cluster (worker and store) lists both schedulers and moves while the first is silent; back there, the
+    store is welcomed again in place: the scheduler loses none of the objects it holds (it lost them all, and asked
+    their clients again, when the store had to leave and join again)."""
+    first, second = free_local_address(), free_local_address()
+    first_scheduler = start_scheduler(spawn, first, *TIMINGS, name="first")
+    start_scheduler(spawn, second, *TIMINGS, "--standby-of", first, "--standby-takeover-seconds", "60",
+                    name="standby")
+    cluster = spawn("cluster", [
+        console_script("scaler_cluster"), "-n", "1", "--heartbeat-interval", "0.3", "--no-borrowing",
+        "--death-timeout-seconds", "60", f"{first},{second}",
+    ])
+    cluster.wait_for_log("all 1 workers registered")
+    with Client(address=first, timeout_seconds=60, heartbeat_interval_seconds=0.3) as client:
+        stored = client.send_object(b"y" * 1_000_000)  # into the store (over the inline limit)
+        assert client.submit(len, stored).result(timeout=WAIT_SECONDS) == 1_000_000
+        os.kill(first_scheduler.pid, signal.SIGSTOP)
+        try:
+            cluster.wait_for_log(f"Store: trying the scheduler at {second}")
+            to_first, to_second = f"Store: trying the scheduler at {first}", f"Store: trying the scheduler at {second}"
+            wait_until(lambda: (log := cluster.log()).rfind(to_first) > log.find(to_second),
+                       "the store back at the first address", WAIT_SECONDS)
+        finally:
+            os.kill(first_scheduler.pid, signal.SIGCONT)
+        cluster.wait_for_log("announcing every object it holds")  # welcomed back, it says what it holds
+        assert client.submit(len, stored).result(timeout=WAIT_SECONDS) == 1_000_000
+        log = first_scheduler.log()
+        assert "objects lost" not in log and "came back" in log, log
+        assert not [line for line in log.splitlines() if "StoreRegistry: store" in line and "disconnected" in line]
