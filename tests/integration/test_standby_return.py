@@ -85,7 +85,7 @@ def test_a_client_back_at_a_first_scheduler_that_still_has_it_gets_every_result_
     print(f"tasks run again: {len(ran) - 40}")
 
 
-def test_a_store_back_at_a_first_scheduler_that_still_has_it_keeps_its_objects_there(spawn: Spawner, tmp_path) -> None:
+def test_a_store_back_at_a_first_scheduler_that_still_has_it_keeps_its_objects_there(spawn: Spawner) -> None:
     """The cluster (worker and store) lists both schedulers and moves while the first is silent; back there, the
     store is welcomed again in place: the scheduler loses none of the objects it holds (it lost them all, and asked
     their clients again, when the store had to leave and join again)."""

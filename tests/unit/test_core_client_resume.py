@@ -101,6 +101,7 @@ def test_a_client_back_at_a_scheduler_that_still_has_it_goes_on_and_each_task_ru
     cluster.submit(client, 0, task_ids=ids[:2] + ids[3:], send_object=True)  # what had no outcome, sent again
     assert not client.failures()
     assert worker.received_task_ids[len(received_before):] == ids[:2]  # only the lost ones run again
+    assert cluster.core.counters["tasks_submitted"] == len(ids) + 2  # those run again count once more
     cluster.run_to_completion()
     assert {task_id: [outcome for outcome, _ in client.outcomes[task_id]] for task_id in ids} == {
         task_id: ["ok"] for task_id in ids

@@ -93,6 +93,8 @@ class TaskIntake:
             for index, task_id in enumerate(group.task_ids):
                 if resumed and task_id in resumed:
                     resumed.discard(task_id)  # unfinished here still, or its outcome is on the way to it
+                    accepted -= 1
+                    self._counters["tasks_submitted"] -= 1  # counted when it first came
                     continue
                 record = TaskRecord(
                     task_id=task_id, client=client, signature=signature, args=args[index * width:(index + 1) * width],
