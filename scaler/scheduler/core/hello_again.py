@@ -19,7 +19,7 @@ import logging
 
 from scaler.protocol import messages as m
 from scaler.scheduler.core.message_rules import violation
-from scaler.scheduler.core.peer_registry import ClientPeer, PeerRegistry, version_refusal
+from scaler.scheduler.core.peer_registry import ClientPeer, PeerRegistry
 from scaler.scheduler.core.store_registry import StorePeer, StoreRegistry
 
 logger = logging.getLogger(__name__)
@@ -31,7 +31,7 @@ def hello_again(
     """The answer to a registered client's or store's hello."""
     if isinstance(peer, ClientPeer):
         return peers.hello_again(peer, hello, now, stores.directory_for(peer.host_key))
-    if hello.data_address != peer.data_address or version_refusal(hello, peers.config.speaks) is not None:
+    if hello.data_address != peer.data_address or peers.refuses_version(hello):
         return m.ProtocolError(reason=violation(m.Role.STORE, m.Hello))
     peer.last_seen = now
     logger.info(f"StoreRegistry: store {peer.name} at {peer.data_address} came back (it had moved to another "

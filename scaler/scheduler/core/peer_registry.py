@@ -110,7 +110,7 @@ class PeerRegistry:
     """Clients and workers by routing identity. An identity is in at most one of the two tables."""
 
     def __init__(self, config: CoreConfig) -> None:
-        self.config = config
+        self._config = config
         self.clients: dict[bytes, ClientPeer] = {}
         self.workers: dict[bytes, WorkerPeer] = {}
         # Stand-ins for clients of a scheduler before this one, owning the tasks workers re-announced for them
@@ -132,7 +132,7 @@ class PeerRegistry:
 
     def welcome(self, role: m.Role) -> m.Welcome:
         """The welcome of a peer of this role, before anything particular to it is filled in."""
-        config = self.config
+        config = self._config
         return m.Welcome(
             protocol_version=config.speaks.protocol_version,
             release=config.speaks.release,
@@ -149,13 +149,13 @@ class PeerRegistry:
     def on_hello(self, sender: bytes, hello: m.Hello, now: float) -> tuple[m.Message, WorkerPeer | None]:
         """Register an unknown client or worker: the reply (welcome or refused), and the worker if one joined.
 
-        A hello from a registered identity never reaches here: message_rules.py answers it. Neither does a
+        A hello from a registered identity never reaches here: hello_again.py answers it. Neither does a
         store's: store_registry.py takes those, once `version_refusal` has passed them.
         """
-        refusal = version_refusal(hello, self.config.speaks)
+        refusal = version_refusal(hello, self._config.speaks)
         if refusal is not None:
             return refusal, None
-        config = self.config
+        config = self._config
         welcome = self.welcome(hello.role)
         if hello.role == m.Role.CLIENT:
             problem = share_problem(hello.share)
@@ -207,7 +207,7 @@ class PeerRegistry:
         session goes on, welcomed again. It may have missed outcomes sent meanwhile, and sends again what has
         none: its tasks unfinished here stay as they are (`resumed_ids`); those finished meanwhile run again.
         Any other hello is a breach, answered as before."""
-        if not hello.id_prefix or hello.id_prefix != client.id_prefix or version_refusal(hello, self.config.speaks):
+        if not hello.id_prefix or hello.id_prefix != client.id_prefix or self.refuses_version(hello):
             return m.ProtocolError(reason=violation(m.Role.CLIENT, m.Hello))
         client.resumed_ids = set(client.task_ids)
         client.last_seen = now
@@ -220,9 +220,12 @@ class PeerRegistry:
         )
         return welcome
 
+    def refuses_version(self, hello: m.Hello) -> bool:
+        return version_refusal(hello, self._config.speaks) is not None
+
     def _other_release(self, hello: m.Hello) -> str:
         """For the log: the peer's release when it is not this scheduler's (a cluster in the middle of an upgrade)."""
-        if hello.release == self.config.speaks.release:
+        if hello.release == self._config.speaks.release:
             return ""
         return f" ({hello.release or UNNAMED_RELEASE})"
 
@@ -266,11 +269,11 @@ class PeerRegistry:
         return newly, draining, unknown
 
     def silent_workers(self, now: float) -> list[WorkerPeer]:
-        deadline = now - self.config.worker_timeout_seconds
+        deadline = now - self._config.worker_timeout_seconds
         return [worker for worker in self.workers.values() if worker.last_seen < deadline]
 
     def silent_clients(self, now: float) -> list[ClientPeer]:
-        deadline = now - self.config.client_timeout_seconds
+        deadline = now - self._config.client_timeout_seconds
         return [client for client in self.clients.values() if client.last_seen < deadline]
 
     def remove_client(self, client: ClientPeer, why: str, level: int = logging.INFO) -> None:
