@@ -221,8 +221,9 @@ class ClientConnectionCore:
             ))
         if isinstance(message, m.ProtocolError):
             if self._resuming and HELLO_TWICE in message.reason:
-                # A scheduler that still has us from before we moved away (to a standby and back): it refuses our
-                # hello, and leaving it would cancel our tasks there. Known gap (docs/failure_model.md): lost.
+                # A scheduler of an earlier release that still has us from before we moved away (to a standby and
+                # back): it refuses our hello, and leaving it would cancel our tasks there: lost. One of this release
+                # welcomes us again instead, and our session goes on there (PROTOCOL.md §4).
                 return self._end(EndKind.LOST, SchedulerLostError(
                     f"the scheduler at {self.addresses.current} still has this client from before it moved to "
                     "another scheduler address, and cannot take it back"

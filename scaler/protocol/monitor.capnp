@@ -23,6 +23,9 @@ struct MonitorSnapshot {
   waitingForTags @10 :List(TagsWait);
   stores @11 :List(StoreStatus);   # the object stores, one per host normally (PROTOCOL.md §17)
   bytesRelayed @12 :UInt64;        # payload bytes the scheduler forwarded for peers that cannot reach a store
+  # A standby scheduler that does not serve (scaler_scheduler --standby-of): it holds no peers. A view given
+  # several monitor addresses shows the feed of the one that serves. Added in feed version 1 without a bump.
+  standingBy @13 :Bool;
 }
 
 struct TagsWait {

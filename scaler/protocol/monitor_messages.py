@@ -135,6 +135,7 @@ class MonitorSnapshot:
     waiting_for_tags: list[TagsWait] = dataclasses.field(default_factory=list)
     stores: list[StoreStatus] = dataclasses.field(default_factory=list)
     bytes_relayed: int = 0
+    standing_by: bool = False  # a standby scheduler that does not serve
     feed_version: int = FEED_VERSION
 
 
@@ -264,6 +265,7 @@ def encode_snapshot(snapshot: MonitorSnapshot) -> bytes:
     for slot, store in zip(builder.init("stores", len(snapshot.stores)), snapshot.stores):
         _write_row(slot, store, _STORE_FIELDS)
     builder.bytesRelayed = _count(snapshot.bytes_relayed)
+    builder.standingBy = snapshot.standing_by
     return builder.to_bytes()
 
 
@@ -306,4 +308,5 @@ def _read_snapshot(reader: Any) -> MonitorSnapshot:
         ],
         stores=[StoreStatus(**_read_row(store, _STORE_FIELDS)) for store in reader.stores],
         bytes_relayed=reader.bytesRelayed,
+        standing_by=reader.standingBy,
     )

@@ -79,6 +79,7 @@ class SchedulerServer:
             waiting_for_tags=status.waiting_for_tags,
             stores=status.stores,
             bytes_relayed=status.bytes_relayed,
+            standing_by=self._standby is not None and not self._standby.core.serving,
         )
 
     def stop(self) -> None:
@@ -97,9 +98,6 @@ class SchedulerServer:
             curve_keys = ServerKeys.resolve(config.curve_secret_key, config.curve_authorized_keys)
         except ValueError as error:
             raise SchedulerStartError(f"Scheduler: cannot start: {error}") from None
-        if curve_keys is not None and config.standby_of:
-            # Its probes would fail the first one's handshake unanswered: it would take over while that one serves.
-            raise SchedulerStartError("Scheduler: cannot start: --standby-of does not work with CURVE keys yet")
         self._stop.open()
         context = zmq.Context(io_threads=config.io_threads)
         socket = context.socket(zmq.ROUTER)
@@ -146,7 +144,7 @@ class SchedulerServer:
                 self._standby = StandbyLink(context, StandbyCore(
                     tuple(config.standby_of.split(",")), config.standby_takeover_seconds,
                     min(1.0, config.standby_takeover_seconds / 4), time.monotonic(),
-                ), config.heartbeat_interval_seconds)
+                ), config.heartbeat_interval_seconds, curve_keys)
                 self._handler = self._refuse_as_standby
                 logger.info(f"Scheduler: standing by for {config.standby_of}: serving once none of them serves "
                             f"for {config.standby_takeover_seconds:g}s")

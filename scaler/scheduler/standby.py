@@ -16,6 +16,7 @@ import zmq
 from scaler.protocol import messages as m
 from scaler.protocol.zmq_messages import send_message
 from scaler.scheduler.core.standby_core import Probe, StandbyAction, StandbyCore
+from scaler.utility.curve import ServerKeys, secure_probe
 from scaler.utility.zmq_util import has_input, receive_frames
 
 logger = logging.getLogger(__name__)
@@ -24,7 +25,9 @@ _PROBES_KEPT = 2  # at most this many probes wait on one connection
 
 
 class StandbyLink:
-    def __init__(self, context: zmq.Context, core: StandbyCore, heartbeat_interval_seconds: float) -> None:
+    def __init__(
+        self, context: zmq.Context, core: StandbyCore, heartbeat_interval_seconds: float, keys: ServerKeys | None,
+    ) -> None:
         self.core = core
         self._by_socket: dict[zmq.Socket, str] = {}
         identity = f"standby|{uuid.uuid4().hex[:8]}".encode()
@@ -39,6 +42,8 @@ class StandbyLink:
             # first probe after the partition heals reaches the scheduler there.
             socket.setsockopt(zmq.HEARTBEAT_IVL, max(1, int(heartbeat_interval_seconds * 1000)))
             socket.setsockopt(zmq.HEARTBEAT_TIMEOUT, max(1, int(heartbeat_interval_seconds * 3000)))
+            if keys is not None:  # a CURVE cluster's schedulers share one key pair: probe with it
+                secure_probe(socket, keys)
             socket.connect(address)
             self._by_socket[socket] = address
 

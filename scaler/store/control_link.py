@@ -67,6 +67,9 @@ class ControlLink(SchedulerLink):
         self._next_heartbeat = 0.0
         self._process = psutil.Process()
         self._held: list[tuple[bytes, int]] = []  # to announce at the next tick
+        # Lost while no scheduler knew us: told once welcomed, since one that kept us (we came back to it) still
+        # takes us for their holder; one that does not know them ignores them.
+        self._lost_meanwhile: list[bytes] = []
         self._hello: m.Hello | None = None
         self._session = SchedulerSession()  # whether the scheduler knows us, and when to say hello again
         # Which of several schedulers (a standby's) we talk to: the next one when it is silent or stands by.
@@ -206,6 +209,7 @@ class ControlLink(SchedulerLink):
     def objects_lost(self, object_ids: tuple[bytes, ...]) -> None:
         logger.warning(f"Store: lost {len(object_ids)} objects; telling the scheduler")
         if not self._welcomed:
+            self._lost_meanwhile.extend(object_ids)
             return
         # Copies announced as held before they were lost must reach the scheduler first.
         self._send_held()
@@ -218,6 +222,10 @@ class ControlLink(SchedulerLink):
             self._send(m.ObjectsHeld(
                 object_ids=[object_id for object_id, _ in chunk], sizes=[size for _, size in chunk]
             ))
+        if self._lost_meanwhile:
+            lost, self._lost_meanwhile = self._lost_meanwhile, []
+            for start in range(0, len(lost), _HELD_PER_MESSAGE):
+                self._send(m.ObjectsLost(object_ids=lost[start: start + _HELD_PER_MESSAGE]))
 
     def _send(self, message: m.Message) -> None:
         if self._socket is None:

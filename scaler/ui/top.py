@@ -15,7 +15,7 @@ from types import FrameType
 
 import zmq
 
-from scaler.protocol.monitor_feed import MonitorSubscriber
+from scaler.protocol.monitor_feed import MonitorFeeds
 from scaler.protocol.monitor_messages import MonitorSnapshot
 from scaler.scheduler.config import default_monitor_address
 from scaler.ui.top_screen import DEFAULT_SORT, SORT_SHORTCUTS, Screen, render, visible_part
@@ -42,27 +42,30 @@ def not_a_monitor_hint(address: str) -> str:
 
 
 def run_top(address: str) -> int:
-    """Show the monitor feed at `address` until q, Ctrl-C or SIGTERM; returns the exit code (0)."""
+    """Show the monitor feed at `address` until q, Ctrl-C or SIGTERM; returns the exit code (0). Several monitor
+    addresses (a scheduler's and its standbys', comma-separated): the feed of the one that serves."""
 
     def stop_on_signal(signum: int, frame: FrameType | None) -> None:
         raise _Stop()
 
     watches: list[HandshakeWatch] = []
 
-    def watch(socket: zmq.Socket) -> None:
+    def watch(socket: zmq.Socket, feed_address: str) -> None:
         # Within seconds, say why nothing shows: nothing answers there, or it is no monitor feed.
         watches.append(HandshakeWatch(
-            socket, address, time.monotonic(), peer="a scheduler's monitor feed", role="scaler_top",
-            silence_seconds=DEFAULT_SILENCE_SECONDS, not_the_peer_hint=not_a_monitor_hint(address), peer_is_plain=True,
+            socket, feed_address, time.monotonic(), peer="a scheduler's monitor feed", role="scaler_top",
+            silence_seconds=DEFAULT_SILENCE_SECONDS, not_the_peer_hint=not_a_monitor_hint(feed_address),
+            peer_is_plain=True,
         ))
 
     previous_handler = signal.signal(signal.SIGTERM, stop_on_signal)
     try:
-        with MonitorSubscriber(address, before_connect=watch) as subscriber:
+        with MonitorFeeds(address, before_connect=watch) as subscriber:
             try:
-                curses.wrapper(_main_loop, subscriber, watches[0])
+                curses.wrapper(_main_loop, subscriber, watches)
             finally:
-                watches[0].close()
+                for connection in watches:
+                    connection.close()
     except (KeyboardInterrupt, _Stop):
         pass  # curses.wrapper has restored the terminal already
     finally:
@@ -70,7 +73,7 @@ def run_top(address: str) -> int:
     return 0
 
 
-def _main_loop(window: curses.window, subscriber: MonitorSubscriber, connection: HandshakeWatch) -> None:
+def _main_loop(window: curses.window, subscriber: MonitorFeeds, connections: list[HandshakeWatch]) -> None:
     try:
         curses.curs_set(0)
     except curses.error:
@@ -96,10 +99,11 @@ def _main_loop(window: curses.window, subscriber: MonitorSubscriber, connection:
             snapshot = newest
             dirty = True
         now = time.monotonic()
-        if connection.poll(now):
+        if [connection for connection in connections if connection.poll(now)]:  # each one polled
             dirty = True
         if dirty or now - last_drawn >= _REDRAW_SECONDS:
-            scroll = _draw(window, snapshot, sort_by, subscriber, connection.problem, scroll)
+            problem = " ".join(connection.problem for connection in connections if connection.problem)
+            scroll = _draw(window, snapshot, sort_by, subscriber, problem, scroll)
             last_drawn = now
             dirty = False
 
@@ -116,7 +120,7 @@ def _scrolled(scroll: int, key: int, height: int) -> int:
 
 
 def _draw(
-    window: curses.window, snapshot: MonitorSnapshot | None, sort_by: str, subscriber: MonitorSubscriber, problem: str,
+    window: curses.window, snapshot: MonitorSnapshot | None, sort_by: str, subscriber: MonitorFeeds, problem: str,
     scroll: int,
 ) -> int:
     """Draw the screen scrolled by `scroll` lines; returns the offset actually shown."""

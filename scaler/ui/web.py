@@ -20,7 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
-from scaler.protocol.monitor_feed import MonitorSubscriber
+from scaler.protocol.monitor_feed import MonitorFeeds
 from scaler.ui.history import MonitorHistory
 
 logger = logging.getLogger(__name__)
@@ -77,7 +77,7 @@ class WebMonitor:
         self._host = host
         self._stopping = threading.Event()
         self._stopped = False
-        self._subscriber = MonitorSubscriber(address)
+        self._subscriber = MonitorFeeds(address)  # several: the serving scheduler's feed
         try:
             self._server = _Server((host, port), _Handler, self)
         except OSError:
@@ -128,6 +128,7 @@ class WebMonitor:
         while not self._stopping.is_set():
             snapshot = self._subscriber.receive(_FEED_WAIT_SECONDS)
             if snapshot is not None:
+                self.state.address = self._subscriber.address  # the one shown, of several
                 self.state.add(snapshot)
 
 

@@ -3,7 +3,8 @@
 Keys are the certificate files `zmq.auth.create_certificates` writes (`scaler_keygen` makes them):
 NAME.key holds a public key, NAME.key_secret holds the pair.
 
-- The scheduler needs its own secret key file and a directory of the public keys it accepts.
+- The scheduler needs its own secret key file and a directory of the public keys it accepts. A standby
+  scheduler and the one it stands by for share one key pair (each accepts it, and the standby probes with it).
 - A client or a worker needs the scheduler's public key file and its own secret key file.
 
 Each can come from an option/argument or from the environment variables below.
@@ -109,10 +110,26 @@ def secure_server(context: zmq.Context, socket: zmq.Socket, keys: ServerKeys) ->
     if secret is None:
         authenticator.stop()
         raise ValueError(f"{keys.secret_key_file} holds no secret key (use the .key_secret file)")
+    # Its own key is accepted too: the schedulers of a cluster share one key pair (their peers know one server
+    # key), and a standby probes the scheduler ranked before it with that pair (secure_probe).
+    authenticator.certs.setdefault("*", {})[public] = True
     socket.curve_secretkey = secret
     socket.curve_publickey = public
     socket.curve_server = True
     return authenticator
+
+
+def secure_probe(socket: zmq.Socket, keys: ServerKeys) -> None:
+    """Make `socket` a CURVE client of another scheduler of the cluster (a standby's probe): it holds the same key
+    pair, which every scheduler accepts (secure_server)."""
+    import zmq.auth
+
+    public, secret = zmq.auth.load_certificate(keys.secret_key_file)
+    if secret is None:
+        raise ValueError(f"{keys.secret_key_file} holds no secret key (use the .key_secret file)")
+    socket.curve_serverkey = public
+    socket.curve_publickey = public
+    socket.curve_secretkey = secret
 
 
 def secure_peer(socket: zmq.Socket, keys: PeerKeys) -> None:

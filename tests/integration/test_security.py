@@ -16,6 +16,7 @@ from scaler.protocol import messages as m
 from scaler.utility import curve
 from scaler.utility.process_stop import stop_process
 from tests.conftest import console_script
+from tests.integration.spawned import Spawner, start_scheduler
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -109,6 +110,37 @@ def test_a_client_passed_into_a_task_reconnects_to_a_cluster_secured_by_options_
     finally:
         for process in (workers, scheduler):
             stop_process(process, grace_seconds=30)
+
+
+def test_a_standby_with_the_clusters_keys_stands_by_for_a_curve_scheduler_then_takes_over(
+    keys: dict[str, str], spawn: Spawner,
+) -> None:
+    """Both schedulers hold the cluster's key pair (peers know one server key): the standby's probes get through
+    the first one's CURVE handshake, so it stands by while that one serves, and serves once it is gone."""
+    first, second = free_local_address(), free_local_address()
+    secured = ["--curve-secret-key", keys["scheduler_secret"], "--curve-authorized-keys", keys["authorized"],
+               "--heartbeat-interval-seconds", "0.3", "--worker-timeout-seconds", "5", "--client-timeout-seconds", "5"]
+    first_scheduler = start_scheduler(spawn, first, *secured, name="first")
+    standby = start_scheduler(
+        spawn, second, *secured, "--standby-of", first, "--standby-takeover-seconds", "1", name="standby"
+    )
+    workers = spawn("cluster", [
+        console_script("scaler_cluster"), "-n", "1", "--heartbeat-interval", "0.3", "--no-borrowing",
+        "--curve-server-key", keys["scheduler_public"], "--curve-secret-key",
+        os.path.join(keys["dir"], "worker.key_secret"), f"{first},{second}",
+    ])
+    workers.wait_for_log("all 1 workers registered")
+    with Client(
+        address=f"{first},{second}", timeout_seconds=60, heartbeat_interval_seconds=0.3,
+        curve_server_key=keys["scheduler_public"], curve_secret_key=os.path.join(keys["dir"], "client.key_secret"),
+    ) as client:
+        assert client.submit(pow, 2, 8).result(timeout=60) == 256
+        time.sleep(2)  # past the takeover time: the first one answers the probes, so the standby stands by
+        assert "taking over" not in standby.log(), standby.log()
+        first_scheduler.process.kill()
+        first_scheduler.process.wait(timeout=60)
+        standby.wait_for_log("taking over")
+        assert client.submit(pow, 3, 4).result(timeout=60) == 81
 
 
 def test_a_plain_socket_gets_no_answer_from_a_curve_scheduler(keys: dict[str, str]) -> None:

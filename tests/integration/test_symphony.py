@@ -17,10 +17,11 @@ from typing import Callable, Iterator
 import pytest
 
 from scaler import Client
+from scaler.cluster.combo import free_local_address
 from scaler.ui.feed import MonitorSubscriber
 from tests.conftest import REPO_ROOT, child_python_environment, console_script
 from tests.integration.scheduler_process import SchedulerProcess, wait_for_snapshot
-from tests.integration.spawned import Spawned
+from tests.integration.spawned import Spawned, Spawner, start_scheduler
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -32,13 +33,13 @@ WORKER_STOP_SECONDS = 30.0
 
 
 class SymphonyWorkerProcess(Spawned):
-    def __init__(self, scheduler: SchedulerProcess, directory: str, base_concurrency: int, slots: int) -> None:
+    def __init__(self, address: str, directory: str, base_concurrency: int, slots: int) -> None:
         environment = child_python_environment()
         environment["PYTHONPATH"] = os.pathsep.join([DOUBLE, environment["PYTHONPATH"]])
         environment["SOAMAPI_DOUBLE_SERVICES"] = f"ScalerService={SERVICE}"
         environment["SOAMAPI_DOUBLE_SLOTS"] = str(slots)
         super().__init__(
-            [console_script("scaler_symphony_cluster"), scheduler.address, "ScalerService",
+            [console_script("scaler_symphony_cluster"), address, "ScalerService",
              "--base-concurrency", str(base_concurrency), "--worker-name", "symphony-test"],
             os.path.join(directory, "symphony_worker.log"), environment,
         )
@@ -55,7 +56,7 @@ def symphony_cluster(tmp_path) -> Iterator[Cluster]:
     def start(base_concurrency: int, slots: int) -> Client:
         scheduler = SchedulerProcess(str(tmp_path))
         started.append(scheduler)
-        worker = SymphonyWorkerProcess(scheduler, str(tmp_path), base_concurrency, slots)
+        worker = SymphonyWorkerProcess(scheduler.address, str(tmp_path), base_concurrency, slots)
         started.append(worker)
         with MonitorSubscriber(scheduler.monitor_address) as monitor:
             wait_for_snapshot(
@@ -179,3 +180,21 @@ def test_a_cancel_stops_a_task_still_queued_and_is_refused_for_one_running_in_sy
     open(gate, "w").close()
     assert running.result(timeout=WAIT_SECONDS) == "opened"
     assert client.submit(pow, 2, 10).result(timeout=WAIT_SECONDS) == 1024
+
+
+def test_given_a_standby_first_the_worker_moves_on_to_the_scheduler_that_serves(spawn: Spawner, tmp_path) -> None:
+    """The scheduler addresses as every peer takes them, a standby's among them: refused there, it moves on."""
+    first, second = free_local_address(), free_local_address()
+    start_scheduler(spawn, first, "--monitor-address", f"ipc://{tmp_path}/first", name="first")
+    start_scheduler(spawn, second, "--standby-of", first, name="standby")
+    worker = SymphonyWorkerProcess(f"{second},{first}", str(tmp_path), base_concurrency=2, slots=2)
+    try:
+        with MonitorSubscriber(f"ipc://{tmp_path}/first") as monitor:
+            wait_for_snapshot(
+                monitor, lambda s: [w.name for w in s.workers] == ["symphony-test"], WAIT_SECONDS,
+                f"the Symphony worker registered at the first scheduler; its log:\n{worker.log()}",
+            )
+        with Client(address=first, timeout_seconds=60) as client:
+            assert client.submit(describe, 3, unit="tasks", scale=2).result(timeout=WAIT_SECONDS) == "6 tasks"
+    finally:
+        assert worker.stop(WORKER_STOP_SECONDS) == 0, worker.log()

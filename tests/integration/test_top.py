@@ -17,10 +17,12 @@ from typing import Callable, Iterator
 import pytest
 
 from scaler import Client, SchedulerClusterCombo
+from scaler.cluster.combo import free_local_address
 from scaler.scheduler.config import default_monitor_address
 from scaler.store.store_client import StoreAddress, StoreClient
 from tests.conftest import console_script
 from tests.integration.client_backlog import BACKLOG, TwoClients
+from tests.integration.spawned import Spawner, start_scheduler
 
 TMUX = shutil.which("tmux")
 
@@ -323,5 +325,21 @@ def test_top_scrolls_what_does_not_fit_the_terminal(combo: SchedulerClusterCombo
     terminal.wait_for(lambda s: s[-1].startswith("-- lines 1-9 of "), "the top again")
     terminal.keys("PageDown", literal=False)
     terminal.wait_for(lambda s: s[-1].startswith("-- lines 9-"), "one page down")
+    terminal.keys("q")
+    assert exit_code(terminal) == 0
+
+
+def test_top_given_a_standby_and_the_scheduler_it_stands_by_for_shows_the_serving_ones_feed(
+    combo: SchedulerClusterCombo, run_in_terminal, spawn: Spawner, short_directory: str
+) -> None:
+    """The monitor addresses of both, the standby's first: its feed (no workers, standing by) is passed over."""
+    standby_monitor = f"ipc://{short_directory}/standby_monitor"
+    start_scheduler(spawn, free_local_address(), "--standby-of", combo.get_address(), "--monitor-address",
+                    standby_monitor, name="standby")
+    terminal = run_in_terminal(f"{standby_monitor},{default_monitor_address(combo.get_address())}")
+    terminal.wait_for(lambda s: "Total 2 worker(s)" in s, "the serving scheduler's two workers")
+    for _ in range(10):  # and it stays there, while both publish
+        time.sleep(0.2)
+        assert "Total 2 worker(s)" in terminal.screen(), "\n".join(terminal.screen())
     terminal.keys("q")
     assert exit_code(terminal) == 0

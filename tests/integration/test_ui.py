@@ -8,6 +8,7 @@ refresh the one in the docs.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import selectors
@@ -16,17 +17,20 @@ import signal
 import subprocess
 import threading
 import time
+import urllib.request
 import uuid
 from typing import Any, Callable, Iterator
 
 import pytest
 
 from scaler import Client, SchedulerClusterCombo
+from scaler.cluster.combo import free_local_address
 from scaler.protocol.monitor_messages import ClientStatus, MonitorSnapshot, TaskCounts, WorkerStatus
 from scaler.scheduler.config import default_monitor_address
 from scaler.store.store_client import StoreAddress, StoreClient
 from tests.conftest import console_script
 from tests.integration.client_backlog import BACKLOG, TwoClients
+from tests.integration.spawned import Spawner, start_scheduler
 
 CHROMIUM = shutil.which("chromium")
 CHROMEDRIVER = shutil.which("chromedriver")
@@ -347,3 +351,18 @@ def test_page_shows_a_drained_worker_as_draining(combo: SchedulerClusterCombo, u
         assert client.drain_workers([drained]).draining == (drained,)
     wait_until(lambda: worker_table(browser)[drained]["state"] == "draining", "the drained worker shown draining")
     assert worker_table(browser)[kept]["state"] == ""
+
+
+def test_given_a_standby_and_the_scheduler_it_stands_by_for_the_page_shows_the_serving_ones_feed(
+    combo: SchedulerClusterCombo, python_env: dict[str, str], spawn: Spawner, tmp_path, browser: Any
+) -> None:
+    """The monitor addresses of both, the standby's first: its feed (no workers, standing by) is passed over."""
+    standby_monitor = f"ipc://{tmp_path}/standby_monitor"
+    start_scheduler(spawn, free_local_address(), "--standby-of", combo.get_address(), "--monitor-address",
+                    standby_monitor, name="standby")
+    serving = default_monitor_address(combo.get_address())
+    with serving_ui(f"{standby_monitor},{serving}", python_env) as url:
+        browser.get(url)
+        wait_until(lambda: len(worker_rows(browser)) == 2, "the serving scheduler's two workers")
+        with urllib.request.urlopen(url + "api/state", timeout=10) as response:
+            assert json.loads(response.read())["feed"]["address"] == serving

@@ -63,6 +63,37 @@ def test_hello_twice_is_a_protocol_error_and_the_first_registration_stays(schedu
     peer.assert_registered()
 
 
+def test_a_clients_hello_naming_its_own_prefix_is_welcomed_again_and_its_session_goes_on(
+    scheduler_under_test: StartScheduler,
+) -> None:
+    """§23, "Back at a scheduler that still has it": the client moved away and came back before it was dropped."""
+    scheduler = scheduler_under_test()
+    peer = scheduler.peer("back")
+    prefix = peer.register("client").get("idPrefix")
+    peer.send("hello", protocolVersion=wire.PROTOCOL_VERSION, role="client", name="back", idPrefix=prefix)
+    again = peer.expect("welcome")
+    assert again.get("idPrefix") == prefix
+    peer.assert_registered()
+
+
+def test_a_stores_hello_naming_its_own_data_address_is_welcomed_again_and_it_stays_registered(
+    scheduler_under_test: StartScheduler,
+) -> None:
+    """§23, "Back at a scheduler that still has it": a store is welcomed again in place; another address is a breach."""
+    scheduler = scheduler_under_test()
+    peer = scheduler.peer("store-back")
+    fields = dict(protocolVersion=wire.PROTOCOL_VERSION, role="store", name="store-back", hostKey="host",
+                  dataAddress="tcp://127.0.0.1:1", ipcAddress="ipc:///tmp/store-back", capacityBytes=1 << 20)
+    peer.send("hello", **fields)
+    peer.expect("welcome")
+    peer.send("hello", **fields)
+    peer.expect("welcome")
+    peer.assert_registered()
+    peer.send("hello", **{**fields, "dataAddress": "tcp://127.0.0.1:2"})
+    assert "hello sent twice" in peer.expect("protocolError").get("reason", "")
+    peer.assert_registered()
+
+
 def test_a_message_before_hello_is_refused(scheduler_under_test: StartScheduler) -> None:
     scheduler = scheduler_under_test()
     peer = scheduler.peer("stranger")

@@ -156,7 +156,8 @@ def test_a_worker_back_at_a_scheduler_that_still_has_it_leaves_it_once_and_joins
     assert agent.received(m.Reannounce)
 
 
-def test_a_client_back_at_a_scheduler_that_still_has_it_ends_lost_instead_of_waiting_for_ever() -> None:
+def test_a_client_back_at_an_older_scheduler_that_still_has_it_ends_lost_instead_of_waiting_for_ever() -> None:
+    """A scheduler of this release welcomes it again (test_core_client_resume.py); one before refused its hello."""
     core = ClientConnectionCore(f"{A},{B}", m.Hello(role=m.Role.CLIENT), 60.0, 1.0)
     core.start(0.0)
     core.on_message(m.Welcome(id_prefix=7), 0.1)

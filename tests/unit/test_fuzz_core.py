@@ -429,6 +429,11 @@ class SchedulerCoreFuzz(RuleBasedStateMachine):
         was_client, was_worker = sender in core.peers.clients, sender in core.peers.workers
         was_store = sender in core.stores.stores
         address_taken = isinstance(message, m.Hello) and message.data_address in core.stores.by_address
+        # A registered client or store that says hello naming its own prefix or data address comes back (§23).
+        comes_back = isinstance(message, m.Hello) and message.protocol_version == m.PROTOCOL_VERSION and (
+            (was_client and 0 != message.id_prefix == core.peers.clients[sender].id_prefix)
+            or (was_store and message.data_address == core.stores.stores[sender].data_address)
+        )
         before = core_snapshot(core)
         good_state = {
             task_id: (record.worker.identity if record.worker else None, record.waiting_on > 0)
@@ -450,7 +455,9 @@ class SchedulerCoreFuzz(RuleBasedStateMachine):
             assert core_snapshot(core) == before, "a message that should be dropped changed the scheduler"
 
         if isinstance(message, m.Hello):
-            if was_client or was_worker or was_store:
+            if comes_back:
+                assert [type(reply) for reply in to_sender] == [m.Welcome] and len(out) == 1, out
+            elif was_client or was_worker or was_store:
                 ignored_with(m.ProtocolError)
             elif message.protocol_version != m.PROTOCOL_VERSION:
                 ignored_with(m.Refused)

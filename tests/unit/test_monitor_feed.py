@@ -9,6 +9,7 @@ import os
 import time
 
 import pytest
+import zmq
 from core_harness import SimulatedCluster
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -375,3 +376,39 @@ def test_a_worker_drained_in_the_core_shows_draining_through_the_feed_on_scaler_
     ]
     rows = [line for line in render(decoded, "worker", "ipc:///monitor", 0.0).lines if line.startswith("worker-")]
     assert [row.split()[0] for row in rows if "draining" in row] == ["worker-0"]
+
+
+def test_feeds_of_a_scheduler_and_its_standby_show_the_serving_ones_and_follow_a_takeover(tmp_path) -> None:
+    """Listed first, the standby's feed is passed over while it stands by; once the serving one falls silent and
+    the standby serves, its feed is shown."""
+    from scaler.protocol.monitor_feed import MonitorFeeds
+
+    context = zmq.Context()
+    standby_address, first_address = f"ipc://{tmp_path}/standby", f"ipc://{tmp_path}/first"
+    standby, first = MonitorPublisher(context, standby_address), MonitorPublisher(context, first_address)
+    standing_by, serving = MonitorSnapshot(standing_by=True), MonitorSnapshot(object_count=7)
+    try:
+        with MonitorFeeds(f"{standby_address},{first_address}", fresh_seconds=0.5) as feeds:
+            shown = None
+            deadline = time.monotonic() + 10
+            while shown is None or shown.object_count != 7:
+                assert time.monotonic() < deadline, "never showed the serving scheduler's feed"
+                standby.publish(standing_by)
+                first.publish(serving)
+                shown = feeds.receive(0.05)
+            for _ in range(20):  # from then on, the first one's only (before, the standby's was all there was)
+                standby.publish(standing_by)
+                first.publish(serving)
+                shown = feeds.receive(0.05)
+                assert shown is None or shown.object_count == 7, "showed the standby's feed while the first served"
+            assert feeds.address == first_address
+            took_over = MonitorSnapshot(object_count=9)
+            while shown is None or shown.object_count != 9:  # the first is gone: only the standby publishes
+                assert time.monotonic() < deadline, "never followed the standby once it served"
+                standby.publish(took_over)
+                shown = feeds.receive(0.05)
+            assert feeds.address == standby_address
+    finally:
+        standby.close()
+        first.close()
+        context.term()

@@ -9,7 +9,7 @@ from scaler.utility.ignored_settings import EVENT_LOOP, EVENT_LOOPS
 from scaler.utility.option_table import POSITIONAL, Option, OptionTable, ignored_option
 from scaler.utility.setting_rules import AT_LEAST_ONE, POSITIVE_SECONDS, TASK_SLOTS
 from scaler.utility.shared_options import address_option, logging_options, peer_curve_options
-from scaler.utility.text_rules import TEXT, TextRule, one_of, read_word
+from scaler.utility.text_rules import SCHEDULER_ADDRESSES, TEXT, TextRule, one_of, read_word
 
 # Read from the environment, not the command line, where every user of the machine could see it.
 PASSWORD_ENVIRONMENT_VARIABLE = "SCALER_SYMPHONY_PASSWORD"
@@ -56,7 +56,10 @@ SYMPHONY_CLUSTER = OptionTable(
     ),
     logging_options(),
     (
-        address_option("scheduler address, e.g. tcp://127.0.0.1:2345"),
+        address_option(
+            "scheduler address, e.g. tcp://127.0.0.1:2345; with standby schedulers all of them, comma-separated in "
+            "rank order, e.g. tcp://a:2345,tcp://b:2345", rule=SCHEDULER_ADDRESSES,
+        ),
         Option(
             "service", None, TextRule("a Symphony application name", read_word("an application name")),
             "the Symphony application whose service runs the tasks, e.g. ScalerService", form=POSITIONAL,

@@ -29,12 +29,13 @@ from scaler.protocol import messages as m
 from scaler.protocol.zmq_messages import send_message
 from scaler.utility.curve import PeerKeys, secure_peer
 from scaler.utility.loop_stop import LoopStop
+from scaler.utility.scheduler_addresses import parse_scheduler_addresses
 from scaler.utility.setting_rules import AT_LEAST_ONE, POSITIVE_SECONDS, TASK_SLOTS, check_settings, setting
-from scaler.utility.zmq_config import parse_zmq_address
 from scaler.utility.zmq_util import configure_socket, has_input, receive_frames, send_frames
 from scaler.worker.agent_actions import (
     Action,
     Exit,
+    Reconnect,
     Registered,
     SignalProcessor,
     StartProcessor,
@@ -68,7 +69,7 @@ class SymphonyWorkerConfig:
     session_type: str | None = None  # a session type of the application's profile; None: its default
 
     def __post_init__(self) -> None:
-        parse_zmq_address(self.address)
+        parse_scheduler_addresses(self.address)  # one, or a scheduler and its standbys in rank order
         if not self.service:
             raise ValueError("the Symphony service (application) name is empty")
         check_settings(self)
@@ -103,6 +104,7 @@ class SymphonyWorker:
         self._processor_identity = b""
         self._session: SymphonySession | None = None
         self._scheduler: zmq.Socket | None = None
+        self._connected_to = ""  # which of the scheduler addresses (the core moves between them)
         # Symphony's answers, from the SDK's threads; the loop hands them to the processor.
         self._outcomes: queue.SimpleQueue[tuple[str, bytes | None, BaseException | None]] = queue.SimpleQueue()
         self._broken: BaseException | None = None
@@ -154,7 +156,8 @@ class SymphonyWorker:
                 f"SymphonyWorker[{self._name}]: Symphony session {self._session.session_id} of {config.service} open, "
                 f"base concurrency {config.base_concurrency}"
             )
-            scheduler.connect(config.address)
+            self._connected_to = self._core.addresses.current
+            scheduler.connect(self._connected_to)
             self._carry_out(self._core.start(time.monotonic()), time.monotonic())
             self._loop(scheduler)
         except WorkerExit as reason:
@@ -231,8 +234,13 @@ class SymphonyWorker:
                 self._processor_identity = action.identity
                 hello = m.Hello(role=m.Role.WORKER, pid=os.getpid())
                 pending.extend(self._core.on_processor_frames(action.identity, m.encode(hello), now))
+            elif isinstance(action, Reconnect):
+                assert self._scheduler is not None
+                self._scheduler.disconnect(self._connected_to)
+                self._connected_to = action.address
+                self._scheduler.connect(action.address)
             elif isinstance(action, Registered):
-                logger.info(f"SymphonyWorker[{self._name}]: connected to the scheduler at {self._config.address}")
+                logger.info(f"SymphonyWorker[{self._name}]: connected to the scheduler at {self._connected_to}")
             elif isinstance(action, Exit):
                 raise WorkerExit(action.reason, action.failed, action.level)
             elif isinstance(action, (SignalProcessor, StopProcessor)):

@@ -19,10 +19,11 @@ _STORES = frozenset({m.Role.STORE})
 _ANY = _BOTH | _STORES
 
 # Message type -> the roles that may send it once registered. A type missing here is one the scheduler
-# never receives (it sends it, or it belongs inside a worker). Hello opens a registration, so no
-# registered role may send it.
+# never receives (it sends it, or it belongs inside a worker). Hello opens a registration: a registered
+# peer may send it only as a client or a store coming back to this scheduler (hello_again.py); any other
+# is a breach ("hello sent twice", which workers act on).
 SENDERS: dict[type, frozenset[m.Role]] = {
-    m.Hello: frozenset(),
+    m.Hello: _CLIENTS | _STORES,
     m.Heartbeat: _ANY,
     m.Disconnect: _ANY,
     m.TaskSubmission: _CLIENTS,
@@ -53,7 +54,7 @@ def violation(role: m.Role, message_type: type) -> str:
     allowed = SENDERS.get(message_type)
     if allowed is None:
         why = "the scheduler never receives it"
-    elif not allowed:
+    elif message_type is m.Hello:
         why = "this connection is registered already (hello sent twice)"
     else:
         why = "only " + " and ".join(_PLURAL[sender] for sender in sorted(allowed)) + " do"

@@ -15,6 +15,7 @@ from scaler.protocol import messages as m
 from scaler.protocol.sharing import share_problem
 from scaler.protocol.versions import UNNAMED_RELEASE, Speaks, mismatch_reason
 from scaler.scheduler.core.core_config import CoreConfig
+from scaler.scheduler.core.message_rules import violation
 from scaler.scheduler.core.prefetch import WorkerPace
 
 logger = logging.getLogger(__name__)
@@ -40,6 +41,9 @@ class ClientPeer:
     # Kept by the ready queues (task_table.py): its tasks queued in the scheduler, and those with a worker.
     tasks_queued: int = 0
     tasks_running: int = 0
+    # Its unfinished tasks when it last came back to this scheduler that still had it (`hello_again`): what it
+    # sends again of those is the same task, kept where it is (task_intake.py), each at most once.
+    resumed_ids: set[int] = dataclasses.field(default_factory=set)
 
 
 @dataclasses.dataclass(eq=False, slots=True)
@@ -145,7 +149,7 @@ class PeerRegistry:
     def on_hello(self, sender: bytes, hello: m.Hello, now: float) -> tuple[m.Message, WorkerPeer | None]:
         """Register an unknown client or worker: the reply (welcome or refused), and the worker if one joined.
 
-        A hello from a registered identity never reaches here: message_rules.py answers it. Neither does a
+        A hello from a registered identity never reaches here: hello_again.py answers it. Neither does a
         store's: store_registry.py takes those, once `version_refusal` has passed them.
         """
         refusal = version_refusal(hello, self._config.speaks)
@@ -194,6 +198,30 @@ class PeerRegistry:
             f"PeerRegistry: worker {hello.name} connected, capacity {capacity}{tags}{self._other_release(hello)}"
         )
         return welcome, worker
+
+    def hello_again(
+        self, client: ClientPeer, hello: m.Hello, now: float, directory: m.StoreDirectory
+    ) -> m.Welcome | m.ProtocolError:
+        """A hello from a client this scheduler has registered. Naming the client's own id prefix, it comes back
+        after it moved to another scheduler address (this one was silent to it for a while, but kept it): its
+        session goes on, welcomed again. It may have missed outcomes sent meanwhile, and sends again what has
+        none: its tasks unfinished here stay as they are (`resumed_ids`); those finished meanwhile run again.
+        Any other hello is a breach, answered as before."""
+        if not hello.id_prefix or hello.id_prefix != client.id_prefix or self.refuses_version(hello):
+            return m.ProtocolError(reason=violation(m.Role.CLIENT, m.Hello))
+        client.resumed_ids = set(client.task_ids)
+        client.last_seen = now
+        welcome = self.welcome(m.Role.CLIENT)
+        welcome.id_prefix = client.id_prefix
+        welcome.store_directory = directory
+        logger.info(
+            f"PeerRegistry: client {client.name} came back (it had moved to another scheduler address); its session "
+            f"goes on with {len(client.task_ids)} unfinished tasks"
+        )
+        return welcome
+
+    def refuses_version(self, hello: m.Hello) -> bool:
+        return version_refusal(hello, self._config.speaks) is not None
 
     def _other_release(self, hello: m.Hello) -> str:
         """For the log: the peer's release when it is not this scheduler's (a cluster in the middle of an upgrade)."""

@@ -8,6 +8,7 @@ This module checks who may send what (message_rules.py) and hands each message t
 core it concerns:
 
     peer_registry.py   who is connected: hello and welcome, heartbeats, timeouts, draining
+    hello_again.py     a client or store back at this scheduler while it still has them
     store_registry.py  the stores (data plane), and the directory of them that peers are told
     task_intake.py     a client's submitTasks: checks, and where each accepted task goes
     task_table.py      every unfinished task, where it is, and how it ends (results, failures, requeues)
@@ -41,6 +42,7 @@ from typing import Any, Callable
 from scaler.protocol import messages as m
 from scaler.scheduler.core import cancellation, crash_blame
 from scaler.scheduler.core.core_config import CoreConfig
+from scaler.scheduler.core.hello_again import hello_again
 from scaler.scheduler.core.invariants import check_invariants
 from scaler.scheduler.core.message_rules import SENDERS, violation
 from scaler.scheduler.core.object_lifetime.lineage import Lineage
@@ -96,6 +98,8 @@ class SchedulerCore:
         self._placement = Placement(config, self.tasks, self.objects, self.peers.workers, self.counters)
         self.prefetch = Prefetch(config.worker_queue_seconds)
         handlers: dict[type, _Handler] = {
+            m.Hello: lambda peer, hello, now, out: out.append(
+                (peer.identity, hello_again(self.peers, self.stores, peer, hello, now))),
             m.Heartbeat: self._on_heartbeat,
             m.Disconnect: self._on_disconnect,
             m.TaskSubmission: self._on_submission,
@@ -225,7 +229,6 @@ class SchedulerCore:
         )
 
     # ------------------------------------------------------------------------------------------ views
-
     @property
     def worker_count(self) -> int:
         return len(self.peers.workers)
@@ -426,14 +429,11 @@ class SchedulerCore:
         out.append((client.identity, m.ClearResponse(canceled_tasks=canceled)))
         self._placement.dispatch(out)
 
-    def _on_delete_objects(
-        self, client: ClientPeer, request: m.DeleteObjects, now: float, out: list[Outgoing]
-    ) -> None:
+    def _on_delete_objects(self, client: ClientPeer, request: m.DeleteObjects, now: float, out: list[Outgoing]) -> None:
         self.objects.delete(client, request.object_ids, self.tasks.records, self.peers.workers.values(), out)
 
-    def _on_objects_lost(
-        self, peer: ClientPeer | WorkerPeer | StorePeer, message: m.ObjectsLost, now: float, out: list[Outgoing]
-    ) -> None:
+    def _on_objects_lost(self, peer: ClientPeer | WorkerPeer | StorePeer, message: m.ObjectsLost, now: float,
+                         out: list[Outgoing]) -> None:
         """A reader could not get these objects from their holders; a client asked to send some again cannot;
         a store no longer has them (as if it had left, for these objects only)."""
         router = ResultRouter()

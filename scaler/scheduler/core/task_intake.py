@@ -88,7 +88,14 @@ class TaskIntake:
             args = group.args
             refs_by_row = references_by_row(group) if group.ref_task_ids else {}
             objects_by_row = slots_by_row(group.object_arg_indices, group.args_per_task)
+            # Sent again by a client that came back to us (peer_registry.hello_again): the task it had here.
+            resumed = client.resumed_ids
             for index, task_id in enumerate(group.task_ids):
+                if resumed and task_id in resumed:
+                    resumed.discard(task_id)  # unfinished here still, or its outcome is on the way to it
+                    accepted -= 1
+                    self._counters["tasks_submitted"] -= 1  # counted when it first came
+                    continue
                 record = TaskRecord(
                     task_id=task_id, client=client, signature=signature, args=args[index * width:(index + 1) * width],
                     priority=priority, ready_since=now,
@@ -159,7 +166,9 @@ class TaskIntake:
         for task_id in group.task_ids:
             if task_id >> TASK_COUNTER_BITS != client.id_prefix:
                 return f"task id {task_id:#x} does not carry this client's prefix {client.id_prefix:#x}"
-            if task_id in records and (rejoin is None or records[task_id].signature is not REANNOUNCED):
+            if task_id in records and (rejoin is None or records[task_id].signature is not REANNOUNCED) and (
+                task_id not in client.resumed_ids
+            ):
                 return f"task id {task_id:#x} is already in use"
         for tag in group.required_tags:
             if not tag:
