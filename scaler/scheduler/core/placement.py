@@ -9,7 +9,8 @@ Balancing asks a worker that holds far more than its alike peers to hand back th
 
 At hundreds of workers the cost per task is the cost per message, so two things keep messages few: a
 worker that already holds tasks is topped up only with a batch at least as large as what it holds (up to
-TOP_UP_BATCH; served_count), and a queue whose capable workers were all full is looked at again only for
+TOP_UP_BATCH; served_count), an idle worker is given a batch of a function's tasks once they are known to be
+tiny (function_pace.py), and a queue whose capable workers were all full is looked at again only for
 the worker whose results freed slots (dispatch_freed), not by a scan of every full worker.
 
 Placement follows data: a task whose arguments include stored objects goes, among the workers with
@@ -27,6 +28,7 @@ import math
 
 from scaler.protocol import messages as m
 from scaler.scheduler.core.core_config import CoreConfig
+from scaler.scheduler.core.function_pace import FunctionPace
 from scaler.scheduler.core.object_lifetime.object_table import ObjectTable
 from scaler.scheduler.core.outgoing import Outgoing
 from scaler.scheduler.core.peer_registry import WorkerPeer
@@ -64,9 +66,10 @@ def water_fill(loads: list[int], room: list[int], count: int) -> list[int]:
     return shares
 
 
-def served_count(loads: list[int], room: list[int], count: int) -> int:
+def served_count(loads: list[int], room: list[int], count: int, batch: int = 1) -> int:
     """How many of the least loaded workers (loads ascending) share `count` tasks: as many as can each be given at
-    least as many tasks as it already holds, up to `TOP_UP_BATCH` and its room (an idle worker: one or more).
+    least as many tasks as it already holds, up to `TOP_UP_BATCH`, or `batch` if more (function_pace.py: tasks
+    known to be tiny), within its room (an idle worker: one or more, or `batch`).
 
     A worker holding tasks will not run the next ones before those; topping it up with fewer costs a message
     (here and back) for every few tasks, which at hundreds of workers is most of the scheduler's work.
@@ -76,9 +79,19 @@ def served_count(loads: list[int], room: list[int], count: int) -> int:
     for index, load in enumerate(loads):
         total += load
         level = (total + count) / (index + 1)
-        if index and level - load < max(1, min(load, TOP_UP_BATCH, room[index])):
+        if index and level - load < max(1, min(max(min(load, TOP_UP_BATCH), batch), room[index])):
             return index
     return len(loads)
+
+
+def holding_count(room: list[int], count: int) -> int:
+    """How many of the first workers it takes for their room to hold `count` tasks (all of them if none do)."""
+    total = 0
+    for index, free in enumerate(room):
+        total += free
+        if total >= count:
+            return index + 1
+    return len(room)
 
 
 def _assigned_count(worker: WorkerPeer) -> int:
@@ -105,6 +118,8 @@ class Placement:
         self._objects = objects
         self._workers = workers
         self._counters = counters
+        # How long each function's tasks run: idle workers get batches of tiny ones.
+        self.pace = FunctionPace()
         self._next_balance = 0.0
         # Per worker tag set (balance() looks at each set of alike workers on its own).
         self._imbalanced_checks: dict[frozenset[str], int] = {}
@@ -200,9 +215,15 @@ class Placement:
                 loads = [len(w.assigned) for w in available]
                 room = [w.free for w in available]
                 served = served_count(loads, room, queue.waiting)
-                shares = water_fill(loads[:served], room[:served], queue.waiting)
-                # One take for the round, so that the clients' turns (ready_queue.py) are shared over all of it.
-                records = tasks.take(queue, sum(shares))
+                # One take for the round, so that the clients' turns (ready_queue.py) are shared over all of it:
+                # as many as the water filling of the served workers places.
+                records = tasks.take(queue, min(queue.waiting, sum(room[:served])))
+                if served > 1:
+                    least = self.pace.batch(records)
+                    if least > 1:  # tiny tasks: fewer workers, larger messages (function_pace.py)
+                        fewer = served_count(loads, room, len(records), least)
+                        served = min(served, max(fewer, holding_count(room, len(records))))
+                shares = water_fill(loads[:served], room[:served], len(records))
                 start = 0
                 for worker, share in zip(available, shares):
                     if share and start < len(records):

@@ -20,7 +20,7 @@ core it concerns:
     ready_queue.py     the ready tasks of one set of required worker tags, and which client's turn it is
     client_lane.py     one client's ready tasks in a queue, by priority
     tag_waits.py       when tasks that may wait only so long for a worker with their tags are due
-    placement.py       which worker gets which task, and balancing between workers
+    placement.py       which worker gets which task, balancing (function_pace.py: batches of tiny tasks)
     prefetch.py        how many tasks each worker holds: as many as keep it busy, measured
     result_router.py   one results message per client per event
     relay.py           data messages passed between a peer and a store it cannot reach (the relay fallback)
@@ -75,10 +75,9 @@ class SchedulerCore:
     def __init__(self, config: CoreConfig) -> None:
         self._config = config
         self.should_exit = False
-        # Events since start, by name: tasks_<outcome>, tasks_dropped (their client left, timed out or cleared
-        # them), tasks_submitted, tasks_rescheduled, balance_requests,
-        # stores_left (disconnected), stores_lost (timed out, or dropped after a malformed message),
-        # bytes_relayed (payload bytes forwarded for peers that cannot reach a store: the relay fallback).
+        # Events since start, by name: tasks_<outcome>, tasks_dropped (their client left, timed out or cleared them),
+        # tasks_submitted, tasks_rescheduled, balance_requests, stores_left (disconnected), stores_lost (timed out,
+        # or dropped after a malformed message), bytes_relayed (payload bytes forwarded by the relay fallback).
         self.counters: collections.Counter[str] = collections.Counter()
         self.peers = PeerRegistry(config)
         self.stores = StoreRegistry()
@@ -476,6 +475,7 @@ class SchedulerCore:
         router = ResultRouter()
         if self.rejoin.active(now):
             results = self.rejoin.sift(worker, results, now, router, out)
+        self._placement.pace.note(results, self.tasks.records)
         self.tasks.take_results(worker, results, router)
         router.flush(out)
         self.prefetch.on_results(worker, results, now, out)
