@@ -164,3 +164,33 @@ def test_long_tasks_spread_over_idle_workers_though_another_function_was_tiny() 
         cluster.complete(worker, task_seconds=10.0)
     cluster.submit(client, CHUNK, function_payload=slow)
     assert [len(worker.pending) for worker in workers] == [2] * 500
+
+
+def test_tiny_tasks_are_batched_only_onto_idle_workers_never_behind_a_running_task() -> None:
+    """joblib's own test_parallel_unordered_generator_returns_fastest_first caught it: with every worker holding a
+    task, a batch of tiny tasks went to the first of them, which ran a slow one, and waited for it there."""
+    cluster = SimulatedCluster(check_invariants=False)
+    client = cluster.add_client()
+    workers = [cluster.add_worker(capacity=1000) for _ in range(3)]
+    _measured(cluster, client, workers, 2e-6)
+    [running] = cluster.submit(client, 1, function_payload=b"cloudpickled function: time.sleep(30)")
+    [busy] = [worker for worker in workers if running in worker.pending]
+    for worker in workers:
+        worker.inbox.clear()
+    cluster.submit(client, 50)
+    assert not _batches(busy), "tiny tasks were queued behind the running one, with idle workers around"
+    assert sorted(len(worker.pending) for worker in workers) == [0, 1, 50], "not one batch to an idle worker"
+
+
+def test_a_slow_task_held_by_each_worker_keeps_tiny_tasks_spread() -> None:
+    """With every worker holding one task (ties in the order of the loads), tiny tasks go out by water filling:
+    a batch for the first of them would wait behind whatever it runs."""
+    cluster = SimulatedCluster(check_invariants=False)
+    client = cluster.add_client()
+    workers = [cluster.add_worker(capacity=1000) for _ in range(3)]
+    _measured(cluster, client, workers, 2e-6)
+    for _ in workers:
+        cluster.submit(client, 1, function_payload=b"cloudpickled function: time.sleep(30)")
+    assert [len(worker.pending) for worker in workers] == [1, 1, 1]
+    cluster.submit(client, 60)
+    assert [len(worker.pending) for worker in workers] == [21, 21, 21]

@@ -136,6 +136,14 @@ class ClientLane:
         self.head = self.levels[self.priorities[0]] if self.priorities else None
         self.waiting = sum(len(level) for level in self.levels.values())
 
+    def next_record(self) -> TaskRecord | None:
+        """The unfinished task take() would give first, or None (for function_pace.py's look ahead)."""
+        for key in sorted(self.priorities):  # usually one level
+            for record in self.levels[key]:
+                if not record.canceled:
+                    return record
+        return None
+
     def oldest_ready(self) -> float | None:
         """The earliest `ready_since` of its unfinished tasks, or None if it has none.
 

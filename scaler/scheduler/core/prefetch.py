@@ -207,6 +207,18 @@ class Prefetch:
             if len(worker.assigned) > worker.depth:
                 self._take_back(worker, steady, now, out)
 
+    def for_function(self, worker: WorkerPeer, seconds: float | None) -> int:
+        """The most tasks `worker` should hold when the next ones take `seconds` each (their function's pace,
+        function_pace.py; None: never measured, held as by a worker that just joined). The capacity with
+        prefetch off, while tasks are nested, and for a worker that does not measure."""
+        if self.unlimited or worker.pace.measured is False:
+            return worker.capacity
+        if seconds is None:
+            return depth_for(0.0, worker.capacity, self._horizon, worker.concurrency)
+        if seconds <= 0.0:
+            return worker.capacity
+        return depth_for(seconds / worker.concurrency, worker.capacity, self._horizon, worker.concurrency)
+
     def _depth(self, worker: WorkerPeer, seconds_per_task: float) -> int:
         if worker.pace.measured is False:
             return worker.capacity

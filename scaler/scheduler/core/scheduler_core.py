@@ -92,8 +92,8 @@ class SchedulerCore:
         self.rejoin = Rejoin(config, self.peers, self.stores, self.tasks, self.objects, self.counters)
         self._intake = TaskIntake(config, self.tasks, self.graph, self.objects, self.tag_waits, self.counters)
         self._intake.rejoin = self.rejoin
-        self._placement = Placement(config, self.tasks, self.objects, self.peers.workers, self.counters)
         self.prefetch = Prefetch(config.worker_queue_seconds)
+        self._placement = Placement(config, self.tasks, self.objects, self.peers.workers, self.counters, self.prefetch)
         handlers: dict[type, _Handler] = {
             m.Heartbeat: self._on_heartbeat,
             m.Disconnect: self._on_disconnect,
