@@ -25,6 +25,9 @@ The depth that serves both is measured per worker:
   capacity). Until a worker's pace is known it holds `FIRST_DEPTH` (a flood of 10 ms tasks never lands
   1000 deep on a worker that just joined); its first results message, whatever it holds, is a sample, and
   the depth follows each sample at once (no slow start: that was for guesses from outside).
+- **Per function.** A worker's pace is that of the tasks it ran: after no-op tasks it would take its whole
+  capacity of a new function's 10 ms tasks. Dispatch also bounds each worker by the pace of the functions it
+  hands out next (function_pace.py, `for_function`): a function never measured is held `FIRST_DEPTH` deep.
 - **A stall.** A worker that held tasks and sent no result for a while is running a long task: the
   time since is a lower bound of that task's duration, and its depth shrinks to match, on a tick.
 - **Taking back.** A worker that holds well beyond its depth (the tasks changed from tiny to slow, or a
