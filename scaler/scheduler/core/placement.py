@@ -239,6 +239,13 @@ class Placement:
                 return
         self._saturated.discard(queue.tags)
 
+    def room(self, queue: ReadyQueue, worker: WorkerPeer) -> int:
+        """How many of the queue's next tasks `worker` may take now, as dispatch counts them (for the invariants)."""
+        if self._prefetch.unlimited:
+            return worker.free
+        depth = self._prefetch.for_function(worker, self.pace.slowest_ahead(queue))
+        return min(worker.free, depth - len(worker.assigned))
+
     def _room_for_next(
         self, queue: ReadyQueue, available: list[WorkerPeer], room: list[int]
     ) -> tuple[list[WorkerPeer], list[int]]:

@@ -258,7 +258,7 @@ class SchedulerCore:
         """Raise CoreInvariantError if the core's parts disagree with each other. For tests: it walks the
         whole state, so nothing in the scheduler calls it."""
         check_invariants(self._config, self.peers, self.stores, self.tasks, self.graph, self.objects, self.lineage,
-                         self.should_exit, self.rejoin.held)
+                         self.should_exit, self.rejoin.held, self._placement.room)
 
     # ------------------------------------------------------------------------------------------ peers
 
