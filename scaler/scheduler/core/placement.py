@@ -252,6 +252,9 @@ class Placement:
         """The workers that may take more of what the queue gives next, and how many each: within its depth for
         the pace of those tasks' functions (function_pace.py), not only for the pace of what it ran before."""
         seconds = self.pace.slowest_ahead(queue)
+        largest = self._config.per_worker_queue_size  # no worker's capacity is above it, when it is set
+        if seconds is not None and largest > 0 and seconds * largest <= self._prefetch.horizon:
+            return available, room  # tiny tasks: every worker may hold its capacity (no walk of 500 workers)
         for_function = self._prefetch.for_function
         kept: list[WorkerPeer] = []
         kept_room: list[int] = []

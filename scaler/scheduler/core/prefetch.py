@@ -128,6 +128,11 @@ class Prefetch:
         self.taken_back = 0
 
     @property
+    def horizon(self) -> float:
+        """Seconds of queued work a worker holds beyond its running tasks (0: prefetch is off)."""
+        return self._horizon
+
+    @property
     def unlimited(self) -> bool:
         """Whether every worker holds its capacity now: prefetch is off, or tasks come from inside tasks."""
         return self._horizon <= 0.0 or self._nested_until > -math.inf
