@@ -94,6 +94,7 @@ class SchedulerCore:
         self._intake.rejoin = self.rejoin
         self.prefetch = Prefetch(config.worker_queue_seconds)
         self._placement = Placement(config, self.tasks, self.objects, self.peers.workers, self.counters, self.prefetch)
+        self.room = self._placement.room  # how many of a queue's next tasks a worker may take now (tests, invariants)
         handlers: dict[type, _Handler] = {
             m.Heartbeat: self._on_heartbeat,
             m.Disconnect: self._on_disconnect,
@@ -255,10 +256,9 @@ class SchedulerCore:
         )
 
     def check_invariants(self) -> None:
-        """Raise CoreInvariantError if the core's parts disagree with each other. For tests: it walks the
-        whole state, so nothing in the scheduler calls it."""
+        """Raise CoreInvariantError if the core's parts disagree (for tests: it walks the whole state)."""
         check_invariants(self._config, self.peers, self.stores, self.tasks, self.graph, self.objects, self.lineage,
-                         self.should_exit, self.rejoin.held, self._placement.room)
+                         self.should_exit, self.rejoin.held, self.room)
 
     # ------------------------------------------------------------------------------------------ peers
 
