@@ -2,14 +2,15 @@
 
     sudo python benchmarks/scale.py [--workers 10,100,500] [--clients 1,10,50] [--hosts 10] [--tasks 100000]
                                     [--latency-seconds 5] [--kill 100] [--worker-timeout 60] [--json PATH]
-                                    [--worker-queue-seconds S]
+                                    [--worker-queue-seconds S] [--idle-seconds 5]
 
 For each number of workers W, on a fresh scheduler in a network namespace of its own, with the workers
 spread over `--hosts` host namespaces (several native workers each, all on one bridge; the clients and
 the monitor in the root namespace):
 
 1. join storm: all W native workers started at once; seconds until the scheduler registered the last one
-   (its log), and whether any worker was dropped or exited meanwhile or afterwards;
+   (its log), and whether any worker was dropped or exited meanwhile or afterwards; then the scheduler's CPU
+   for `--idle-seconds` with no task (what W workers cost per second: their heartbeats);
 2. for each number of clients C: a `map` of `--tasks` native no-op tasks (`echo`) split over C client
    processes started together: tasks/s, the scheduler's CPU per task (utime+stime of its pid over the
    run, /proc) and its RSS;
@@ -90,6 +91,7 @@ class Cell:
         self.worker_pids: list[int] = []
         self.address = ""
         self.monitor_address = f"ipc://{directory}/monitor"
+        self.idle_percent = 0.0
 
     def start_scheduler(self) -> None:
         if not self.args.one_host:
@@ -147,6 +149,15 @@ class Cell:
             "spawn_seconds": spawned, "join_scheduler_cpu_seconds": cpu_seconds(self.scheduler.pid) - cpu_before,
         }
 
+    def idle(self, seconds: float) -> dict:
+        """The scheduler's CPU with every worker connected and no task, in % of a core over `seconds`: what W workers
+        cost per second (their heartbeats), whatever runs. Per task it shows as much as the map lasts."""
+        assert self.scheduler is not None
+        before = cpu_seconds(self.scheduler.pid)
+        time.sleep(seconds)
+        self.idle_percent = (cpu_seconds(self.scheduler.pid) - before) / seconds * 100
+        return {"idle_scheduler_cpu_percent": self.idle_percent}
+
     def dropped_workers(self) -> dict:
         log = self.scheduler_log()
         return {
@@ -198,6 +209,8 @@ class Cell:
             "tasks": tasks, "all_correct": all(report["correct"] for report in reports),
             "tasks_per_second": tasks / wall,
             "scheduler_us_per_task": cpu / tasks * 1e6, "scheduler_rss_mb": rss, "scheduler_peak_rss_mb": peak,
+            # What the tasks cost beyond what the connected workers cost per second anyway (a slow map pays more of it).
+            "scheduler_us_per_task_beyond_idle": (cpu - self.idle_percent / 100 * wall) / tasks * 1e6,
         }
 
     def latency(self, client_count: int) -> dict:
@@ -277,7 +290,7 @@ def run_workers(args: argparse.Namespace, worker_count: int) -> list[dict]:
         try:
             cell.start_scheduler()
             assert cell.scheduler is not None
-            first: dict[str, Any] = {"workers": worker_count, **cell.join_storm()}
+            first: dict[str, Any] = {"workers": worker_count, **cell.join_storm(), **cell.idle(args.idle_seconds)}
             print(f"W={worker_count}: {json.dumps(first)}", flush=True)
             rows = []
             for client_count in args.clients:
@@ -306,7 +319,9 @@ def run_workers(args: argparse.Namespace, worker_count: int) -> list[dict]:
 COLUMNS = [
     ("workers", "W", "{}"), ("clients", "C", "{}"),
     ("join_seconds", "join storm s", "{:.1f}"), ("workers_timed_out", "dropped", "{}"),
+    ("idle_scheduler_cpu_percent", "idle sched CPU %", "{:.1f}"),
     ("tasks_per_second", "map tasks/s", "{:,.0f}"), ("scheduler_us_per_task", "sched CPU µs/task", "{:.1f}"),
+    ("scheduler_us_per_task_beyond_idle", "beyond idle µs/task", "{:.1f}"),
     ("scheduler_peak_rss_mb", "sched peak RSS MB", "{:.0f}"),
     ("probe_p50_ms", "probe p50 ms", "{:.2f}"), ("probe_p90_ms", "p90 ms", "{:.2f}"),
     ("probe_p99_ms", "p99 ms", "{:.2f}"),
@@ -335,6 +350,8 @@ def main() -> None:
     parser.add_argument("--hosts", type=int, default=10, help="simulated hosts the workers are spread over")
     parser.add_argument("--tasks", type=int, default=100_000, help="tasks of the map (split over the clients)")
     parser.add_argument("--latency-seconds", type=float, default=5.0, help="how long the probe measures")
+    parser.add_argument("--idle-seconds", type=float, default=5.0,
+                        help="after the join storm: the scheduler's CPU measured this long with no task")
     parser.add_argument("--flood-chunk", type=int, default=10_000, help="tasks of each flooding client's maps")
     parser.add_argument("--kill", type=int, default=100, help="workers SIGKILLed at once (at most a fifth of W)")
     parser.add_argument("--kill-map-seconds", type=float, default=5.0,

@@ -12,7 +12,7 @@ import pytest
 from scaler.protocol import messages as m
 from scaler.scheduler.core.peer_registry import WorkerPeer
 from scaler.scheduler.core.placement import TOP_UP_BATCH, served_count, water_fill
-from tests.unit.core_harness import SimulatedCluster, SimWorker
+from tests.unit.core_harness import SimClient, SimulatedCluster, SimWorker
 
 CHUNK = 1000
 
@@ -122,3 +122,75 @@ def test_a_slot_freed_after_a_cancel_emptied_the_queue_takes_the_next_task_at_on
     cluster.complete(worker)
     (later,) = cluster.submit(client, 1)
     assert worker.received_task_ids == [running, later]
+
+
+def _measured(cluster: SimulatedCluster, client: SimClient, workers: list[SimWorker], task_seconds: float) -> None:
+    """One task of the function on one worker, answered with its run time: the function's pace is known."""
+    cluster.submit(client, 1)
+    for worker in workers:
+        if worker.pending:
+            cluster.complete(worker, task_seconds=task_seconds)
+
+
+def test_idle_workers_get_tiny_tasks_in_batches_once_their_function_is_measured() -> None:
+    """A chunk of no-op tasks over 500 idle workers was 500 messages of 2 tasks (and 500 back): most of the
+    scheduler's work at hundreds of workers. Known to take 2 µs each, they go out in a few large messages."""
+    cluster = SimulatedCluster(check_invariants=False)
+    client = cluster.add_client()
+    workers = [cluster.add_worker(capacity=1000) for _ in range(500)]
+    _measured(cluster, client, workers, 2e-6)
+    for worker in workers:
+        worker.inbox.clear()
+    cluster.submit(client, CHUNK)
+    batches = [batch for worker in workers for batch in _batches(worker)]
+    assert sum(batches) == CHUNK
+    assert len(batches) <= 4, f"{len(batches)} submissions for one chunk of tiny tasks"
+    cluster.run_to_completion()
+    assert len(client.successes()) == CHUNK + 1
+
+
+def test_long_tasks_spread_over_idle_workers_though_another_function_was_tiny() -> None:
+    """The pace is the function's: workers that ran no-op tasks still share a chunk of a new, unmeasured function
+    evenly, and of a function measured as slow."""
+    cluster = SimulatedCluster(check_invariants=False)
+    client = cluster.add_client()
+    workers = [cluster.add_worker(capacity=1000) for _ in range(500)]
+    _measured(cluster, client, workers, 2e-6)
+    cluster.run_to_completion()
+    slow = b"cloudpickled function: time.sleep(10)"
+    cluster.submit(client, CHUNK, function_payload=slow)
+    assert [len(worker.pending) for worker in workers] == [2] * 500
+    for worker in workers:  # measured now: 10 s each
+        cluster.complete(worker, task_seconds=10.0)
+    cluster.submit(client, CHUNK, function_payload=slow)
+    assert [len(worker.pending) for worker in workers] == [2] * 500
+
+
+def test_tiny_tasks_are_batched_only_onto_idle_workers_never_behind_a_running_task() -> None:
+    """joblib's own test_parallel_unordered_generator_returns_fastest_first caught it: with every worker holding a
+    task, a batch of tiny tasks went to the first of them, which ran a slow one, and waited for it there."""
+    cluster = SimulatedCluster(check_invariants=False)
+    client = cluster.add_client()
+    workers = [cluster.add_worker(capacity=1000) for _ in range(3)]
+    _measured(cluster, client, workers, 2e-6)
+    [running] = cluster.submit(client, 1, function_payload=b"cloudpickled function: time.sleep(30)")
+    [busy] = [worker for worker in workers if running in worker.pending]
+    for worker in workers:
+        worker.inbox.clear()
+    cluster.submit(client, 50)
+    assert not _batches(busy), "tiny tasks were queued behind the running one, with idle workers around"
+    assert sorted(len(worker.pending) for worker in workers) == [0, 1, 50], "not one batch to an idle worker"
+
+
+def test_a_slow_task_held_by_each_worker_keeps_tiny_tasks_spread() -> None:
+    """With every worker holding one task (ties in the order of the loads), tiny tasks go out by water filling:
+    a batch for the first of them would wait behind whatever it runs."""
+    cluster = SimulatedCluster(check_invariants=False)
+    client = cluster.add_client()
+    workers = [cluster.add_worker(capacity=1000) for _ in range(3)]
+    _measured(cluster, client, workers, 2e-6)
+    for _ in workers:
+        cluster.submit(client, 1, function_payload=b"cloudpickled function: time.sleep(30)")
+    assert [len(worker.pending) for worker in workers] == [1, 1, 1]
+    cluster.submit(client, 60)
+    assert [len(worker.pending) for worker in workers] == [21, 21, 21]

@@ -118,6 +118,26 @@ def test_no_op_tasks_still_get_the_whole_queue() -> None:
     cluster.core.check_invariants()
 
 
+def test_after_no_op_tasks_a_new_functions_slow_tasks_are_held_only_as_deep_as_their_own_pace_needs() -> None:
+    """test_worker_queue_depth once caught a worker holding 347 of a flood's 10 ms tasks: a worker's pace is that of
+    the tasks it ran, and after no-op tasks it was allowed its whole capacity of a new function's tasks until two
+    samples of those came back. The function's own pace (function_pace.py) bounds that: a function never measured is
+    held as by a worker that just joined, and once measured as its pace needs."""
+    cluster = prefetching(check_invariants=False)
+    workers = [cluster.add_worker(capacity=1000) for _ in range(2)]
+    client = cluster.add_client()
+    cluster.submit(client, 4000)
+    for worker in workers:
+        run(cluster, worker, 25e-6, 1.0)
+    assert [peer(cluster, worker).depth for worker in workers] == [1000, 1000]
+    assert cluster.core.unassigned_count == 0
+    cluster.submit(client, 700, function_payload=b"cloudpickled function: sleep_ms(10)")
+    assert [len(worker.pending) for worker in workers] == [FIRST_DEPTH, FIRST_DEPTH], "not 350 each"
+    most = max(run(cluster, worker, 0.010, 0.5) for worker in workers)
+    assert most <= depth_for(0.010, 1000, 0.05) == 6
+    cluster.core.check_invariants()
+
+
 def test_the_option_at_zero_fills_every_worker_up_to_its_capacity() -> None:
     cluster = prefetching(check_invariants=False, worker_queue_seconds=0.0)
     worker = cluster.add_worker(capacity=1000)

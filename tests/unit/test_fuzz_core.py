@@ -614,8 +614,9 @@ class SchedulerCoreFuzz(RuleBasedStateMachine):
     def no_task_waits_beside_a_free_worker_that_may_run_it(self) -> None:
         for queue in self.core.tasks.queues.values():
             if queue.waiting:
+                # Room as dispatch counts it: free slots, within the worker's depth for the next tasks' function.
                 free = [w.name for w in self.core.workers()
-                        if w.free > 0 and not w.draining and w.tags.issuperset(queue.tags)]
+                        if self.core.room(queue, w) > 0 and not w.draining and w.tags.issuperset(queue.tags)]
                 assert not free, f"{queue.waiting} tasks requiring {queue.tags} wait while {free} have room"
         waiting_for_tags = self.core.status(self.cluster.now).waiting_for_tags
         for wait in waiting_for_tags:

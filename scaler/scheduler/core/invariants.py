@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import collections
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from scaler.scheduler.core.client_summary import ClientSummary
 from scaler.scheduler.core.core_config import CoreConfig
 from scaler.scheduler.core.object_lifetime.lineage import Lineage
 from scaler.scheduler.core.object_lifetime.object_table import ObjectTable
-from scaler.scheduler.core.peer_registry import ClientPeer, PeerRegistry
+from scaler.scheduler.core.peer_registry import ClientPeer, PeerRegistry, WorkerPeer
 from scaler.scheduler.core.ready_queue import ReadyQueue
 from scaler.scheduler.core.store_registry import StoreRegistry
 from scaler.scheduler.core.task_graph import TaskGraph
@@ -140,8 +140,10 @@ def _require(condition: object, message: str, *values: object) -> None:
 def check_invariants(
     config: CoreConfig, peers: PeerRegistry, stores: StoreRegistry, tasks: TaskTable, graph: TaskGraph,
     objects: ObjectTable, lineage: Lineage, should_exit: bool, held_back: Mapping[int, object] | None = None,
+    room_for: Callable[[ReadyQueue, WorkerPeer], int] | None = None,
 ) -> None:
-    """Raise CoreInvariantError unless tasks, peers, the queue, graph edges and objects agree."""
+    """Raise CoreInvariantError unless tasks, peers, the queue, graph edges and objects agree. `room_for` is how many
+    of a queue's next tasks a worker may take (placement.py: its free slots, within its depth for their functions)."""
     records, clients, workers, stored = tasks.records, peers.clients, peers.workers, objects.stored
     _require(not clients.keys() & workers.keys(), "an identity is both a client and a worker")
     _check_stores(stores, clients.keys() | workers.keys())
@@ -170,9 +172,10 @@ def check_invariants(
         for queue in tasks.queues.values():
             if queue.waiting:
                 for identity, worker in workers.items():
-                    _require(worker.draining or worker.free == 0 or not worker.tags.issuperset(queue.tags),
+                    room = room_for(queue, worker) if room_for is not None else worker.free
+                    _require(worker.draining or room <= 0 or not worker.tags.issuperset(queue.tags),
                              "%d tasks requiring %s wait while worker %r has %d free slots", queue.waiting,
-                             sorted(queue.tags), identity, worker.free)
+                             sorted(queue.tags), identity, room)
     _require(len(live_queue) == tasks.waiting,
              "the queues hold %d live tasks, their count says %d", len(live_queue), tasks.waiting)
     for tags, queue in tasks.queues.items():

@@ -9,7 +9,8 @@ Balancing asks a worker that holds far more than its alike peers to hand back th
 
 At hundreds of workers the cost per task is the cost per message, so two things keep messages few: a
 worker that already holds tasks is topped up only with a batch at least as large as what it holds (up to
-TOP_UP_BATCH; served_count), and a queue whose capable workers were all full is looked at again only for
+TOP_UP_BATCH; served_count), an idle worker is given a batch of a function's tasks once they are known to be
+tiny (function_pace.py), and a queue whose capable workers were all full is looked at again only for
 the worker whose results freed slots (dispatch_freed), not by a scan of every full worker.
 
 Placement follows data: a task whose arguments include stored objects goes, among the workers with
@@ -27,9 +28,11 @@ import math
 
 from scaler.protocol import messages as m
 from scaler.scheduler.core.core_config import CoreConfig
+from scaler.scheduler.core.function_pace import FunctionPace
 from scaler.scheduler.core.object_lifetime.object_table import ObjectTable
 from scaler.scheduler.core.outgoing import Outgoing
 from scaler.scheduler.core.peer_registry import WorkerPeer
+from scaler.scheduler.core.prefetch import Prefetch
 from scaler.scheduler.core.ready_queue import ReadyQueue, Tags
 from scaler.scheduler.core.task_record import TaskRecord
 from scaler.scheduler.core.task_table import TaskTable
@@ -64,9 +67,10 @@ def water_fill(loads: list[int], room: list[int], count: int) -> list[int]:
     return shares
 
 
-def served_count(loads: list[int], room: list[int], count: int) -> int:
+def served_count(loads: list[int], room: list[int], count: int, batch: int = 1) -> int:
     """How many of the least loaded workers (loads ascending) share `count` tasks: as many as can each be given at
-    least as many tasks as it already holds, up to `TOP_UP_BATCH` and its room (an idle worker: one or more).
+    least as many tasks as it already holds, up to `TOP_UP_BATCH`, or `batch` if more (function_pace.py: tasks
+    known to be tiny), within its room (an idle worker: one or more, or `batch`).
 
     A worker holding tasks will not run the next ones before those; topping it up with fewer costs a message
     (here and back) for every few tasks, which at hundreds of workers is most of the scheduler's work.
@@ -76,9 +80,19 @@ def served_count(loads: list[int], room: list[int], count: int) -> int:
     for index, load in enumerate(loads):
         total += load
         level = (total + count) / (index + 1)
-        if index and level - load < max(1, min(load, TOP_UP_BATCH, room[index])):
+        if index and level - load < max(1, min(max(min(load, TOP_UP_BATCH), batch), room[index])):
             return index
     return len(loads)
+
+
+def holding_count(room: list[int], count: int) -> int:
+    """How many of the first workers it takes for their room to hold `count` tasks (all of them if none do)."""
+    total = 0
+    for index, free in enumerate(room):
+        total += free
+        if total >= count:
+            return index + 1
+    return len(room)
 
 
 def _assigned_count(worker: WorkerPeer) -> int:
@@ -99,12 +113,16 @@ class Placement:
         objects: ObjectTable,
         workers: dict[bytes, WorkerPeer],
         counters: collections.Counter[str],
+        prefetch: Prefetch,
     ) -> None:
         self._config = config
+        self._prefetch = prefetch
         self._tasks = tasks
         self._objects = objects
         self._workers = workers
         self._counters = counters
+        # How long each function's tasks run: idle workers get batches of tiny ones.
+        self.pace = FunctionPace()
         self._next_balance = 0.0
         # Per worker tag set (balance() looks at each set of alike workers on its own).
         self._imbalanced_checks: dict[frozenset[str], int] = {}
@@ -185,24 +203,31 @@ class Placement:
             candidates = self.capable(queue.tags)
         while queue.waiting > 0:
             available = sorted((w for w in candidates if w.free > 0 and not w.draining), key=_assigned_count)
+            room = [w.free for w in available]
+            if available and not self._prefetch.unlimited:
+                available, room = self._room_for_next(queue, available, room)
             if not available:
                 self._saturated.add(queue.tags)
                 return
             handed = 0
             if self._objects.in_stores:
                 # Data decides among all of them (_follow_data); the count is what they can take.
-                shares = water_fill([len(w.assigned) for w in available], [w.free for w in available], queue.waiting)
+                shares = water_fill([len(w.assigned) for w in available], room, queue.waiting)
                 records = tasks.take(queue, sum(shares))
-                for worker, batch in self._follow_data(available, records):
+                for worker, batch in self._follow_data(available, room, records):
                     handed += len(batch)
                     out.append((worker.identity, self._submission_for(worker, batch)))
             else:
                 loads = [len(w.assigned) for w in available]
-                room = [w.free for w in available]
                 served = served_count(loads, room, queue.waiting)
-                shares = water_fill(loads[:served], room[:served], queue.waiting)
-                # One take for the round, so that the clients' turns (ready_queue.py) are shared over all of it.
-                records = tasks.take(queue, sum(shares))
+                # One take for the round, so that the clients' turns (ready_queue.py) are shared over all of it:
+                # as many as the water filling of the served workers places.
+                records = tasks.take(queue, min(queue.waiting, sum(room[:served])))
+                if served > 1 and loads[0] == 0:
+                    least = self.pace.batch(records)
+                    if least > 1:  # tiny tasks: fewer workers, larger messages (function_pace.py)
+                        served = min(served, self._batched_count(loads, room, len(records), least))
+                shares = water_fill(loads[:served], room[:served], len(records))
                 start = 0
                 for worker, share in zip(available, shares):
                     if share and start < len(records):
@@ -214,6 +239,44 @@ class Placement:
                 return
         self._saturated.discard(queue.tags)
 
+    def room(self, queue: ReadyQueue, worker: WorkerPeer) -> int:
+        """How many of the queue's next tasks `worker` may take now, as dispatch counts them (for the invariants)."""
+        if self._prefetch.unlimited:
+            return worker.free
+        depth = self._prefetch.for_function(worker, self.pace.slowest_ahead(queue))
+        return min(worker.free, depth - len(worker.assigned))
+
+    def _room_for_next(
+        self, queue: ReadyQueue, available: list[WorkerPeer], room: list[int]
+    ) -> tuple[list[WorkerPeer], list[int]]:
+        """The workers that may take more of what the queue gives next, and how many each: within its depth for
+        the pace of those tasks' functions (function_pace.py), not only for the pace of what it ran before."""
+        seconds = self.pace.slowest_ahead(queue)
+        largest = self._config.per_worker_queue_size  # no worker's capacity is above it, when it is set
+        if seconds is not None and largest > 0 and seconds * largest <= self._prefetch.horizon:
+            return available, room  # tiny tasks: every worker may hold its capacity (no walk of 500 workers)
+        for_function = self._prefetch.for_function
+        kept: list[WorkerPeer] = []
+        kept_room: list[int] = []
+        for worker, free in zip(available, room):
+            free = min(free, for_function(worker, seconds) - len(worker.assigned))
+            if free > 0:
+                kept.append(worker)
+                kept_room.append(free)
+        return kept, kept_room
+
+    @staticmethod
+    def _batched_count(loads: list[int], room: list[int], count: int, least: int) -> int:
+        """How many of the first workers share `count` tiny tasks given at least `least` each: only idle ones
+        (a batch queued behind a running slow task would wait for it), as few as hold them; all of them (water
+        filling) when the idle workers cannot hold them all."""
+        idle = 0
+        while idle < len(loads) and loads[idle] == 0:
+            idle += 1
+        fewer = served_count(loads[:idle], room[:idle], count, least)
+        needed = max(fewer, holding_count(room[:idle], count))
+        return needed if sum(room[:needed]) >= count else len(loads)
+
     def waiting_for_tags(self) -> dict[Tags, int]:
         """Queued tasks that no connected worker may run, by their required tags (for the monitor)."""
         return {
@@ -221,12 +284,14 @@ class Placement:
             if queue.waiting and not self.capable(queue.tags)
         }
 
-    def _follow_data(self, available: list[WorkerPeer], records: list[TaskRecord]) -> list[tuple[WorkerPeer, list]]:
-        """Spread `records` (no more than the free slots of `available`) over the workers: each task with
+    def _follow_data(
+        self, available: list[WorkerPeer], free: list[int], records: list[TaskRecord]
+    ) -> list[tuple[WorkerPeer, list]]:
+        """Spread `records` (no more than the `free` slots of `available`) over the workers: each task with
         stored inputs to a worker whose store holds most of their bytes when locality allows, else to the
         least loaded worker; the tasks without stored inputs water-filled after them."""
         batches: dict[int, list[TaskRecord]] = {index: [] for index in range(len(available))}
-        room = [worker.free for worker in available]
+        room = list(free)
         loads = [len(worker.assigned) for worker in available]
         by_store: dict[str, list[int]] = {}
         for index, worker in enumerate(available):

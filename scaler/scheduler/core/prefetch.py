@@ -25,6 +25,9 @@ The depth that serves both is measured per worker:
   capacity). Until a worker's pace is known it holds `FIRST_DEPTH` (a flood of 10 ms tasks never lands
   1000 deep on a worker that just joined); its first results message, whatever it holds, is a sample, and
   the depth follows each sample at once (no slow start: that was for guesses from outside).
+- **Per function.** A worker's pace is that of the tasks it ran: after no-op tasks it would take its whole
+  capacity of a new function's 10 ms tasks. Dispatch also bounds each worker by the pace of the functions it
+  hands out next (function_pace.py, `for_function`): a function never measured is held `FIRST_DEPTH` deep.
 - **A stall.** A worker that held tasks and sent no result for a while is running a long task: the
   time since is a lower bound of that task's duration, and its depth shrinks to match, on a tick.
 - **Taking back.** A worker that holds well beyond its depth (the tasks changed from tiny to slow, or a
@@ -125,6 +128,11 @@ class Prefetch:
         self.taken_back = 0
 
     @property
+    def horizon(self) -> float:
+        """Seconds of queued work a worker holds beyond its running tasks (0: prefetch is off)."""
+        return self._horizon
+
+    @property
     def unlimited(self) -> bool:
         """Whether every worker holds its capacity now: prefetch is off, or tasks come from inside tasks."""
         return self._horizon <= 0.0 or self._nested_until > -math.inf
@@ -206,6 +214,18 @@ class Prefetch:
                     steady = silent
             if len(worker.assigned) > worker.depth:
                 self._take_back(worker, steady, now, out)
+
+    def for_function(self, worker: WorkerPeer, seconds: float | None) -> int:
+        """The most tasks `worker` should hold when the next ones take `seconds` each (their function's pace,
+        function_pace.py; None: never measured, held as by a worker that just joined). The capacity with
+        prefetch off, while tasks are nested, and for a worker that does not measure."""
+        if self.unlimited or worker.pace.measured is False:
+            return worker.capacity
+        if seconds is None:
+            return depth_for(0.0, worker.capacity, self._horizon, worker.concurrency)
+        if seconds <= 0.0:
+            return worker.capacity
+        return depth_for(seconds / worker.concurrency, worker.capacity, self._horizon, worker.concurrency)
 
     def _depth(self, worker: WorkerPeer, seconds_per_task: float) -> int:
         if worker.pace.measured is False:

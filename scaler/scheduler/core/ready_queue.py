@@ -133,6 +133,17 @@ class ReadyQueue:
         self.waiting -= len(taken)
         return taken
 
+    def next_records(self) -> list[TaskRecord]:
+        """The task each lane with a turn would give first: what the next take() starts with (one per client)."""
+        heads = []
+        for turn in self.turns:
+            lane = turn[3]
+            if lane.waiting:
+                record = lane.next_record()
+                if record is not None:
+                    heads.append(record)
+        return heads
+
     def _take_in_bulk(self, count: int, taken: list[TaskRecord]) -> int:
         """Many slots and several lanes at the top depth: each lane gives at once the tasks whose start
         (virtual time) is below the level that about `count` tasks reach, as one turn at a time would have,

@@ -21,7 +21,7 @@ core it concerns:
     ready_queue.py     the ready tasks of one set of required worker tags, and which client's turn it is
     client_lane.py     one client's ready tasks in a queue, by priority
     tag_waits.py       when tasks that may wait only so long for a worker with their tags are due
-    placement.py       which worker gets which task, and balancing between workers
+    placement.py       which worker gets which task, balancing (function_pace.py: batches of tiny tasks)
     prefetch.py        how many tasks each worker holds: as many as keep it busy, measured
     result_router.py   one results message per client per event
     relay.py           data messages passed between a peer and a store it cannot reach (the relay fallback)
@@ -77,10 +77,9 @@ class SchedulerCore:
     def __init__(self, config: CoreConfig) -> None:
         self._config = config
         self.should_exit = False
-        # Events since start, by name: tasks_<outcome>, tasks_dropped (their client left, timed out or cleared
-        # them), tasks_submitted, tasks_rescheduled, balance_requests,
-        # stores_left (disconnected), stores_lost (timed out, or dropped after a malformed message),
-        # bytes_relayed (payload bytes forwarded for peers that cannot reach a store: the relay fallback).
+        # Events since start, by name: tasks_<outcome>, tasks_dropped (their client left, timed out or cleared them),
+        # tasks_submitted, tasks_rescheduled, balance_requests, stores_left (disconnected), stores_lost (timed out,
+        # or dropped after a malformed message), bytes_relayed (payload bytes forwarded by the relay fallback).
         self.counters: collections.Counter[str] = collections.Counter()
         self.peers = PeerRegistry(config)
         self.stores = StoreRegistry()
@@ -95,8 +94,9 @@ class SchedulerCore:
         self.rejoin = Rejoin(config, self.peers, self.stores, self.tasks, self.objects, self.counters)
         self._intake = TaskIntake(config, self.tasks, self.graph, self.objects, self.tag_waits, self.counters)
         self._intake.rejoin = self.rejoin
-        self._placement = Placement(config, self.tasks, self.objects, self.peers.workers, self.counters)
         self.prefetch = Prefetch(config.worker_queue_seconds)
+        self._placement = Placement(config, self.tasks, self.objects, self.peers.workers, self.counters, self.prefetch)
+        self.room = self._placement.room  # how many of a queue's next tasks a worker may take now (tests, invariants)
         handlers: dict[type, _Handler] = {
             m.Hello: lambda peer, hello, now, out: out.append(
                 (peer.identity, hello_again(self.peers, self.stores, peer, hello, now))),
@@ -259,10 +259,9 @@ class SchedulerCore:
         )
 
     def check_invariants(self) -> None:
-        """Raise CoreInvariantError if the core's parts disagree with each other. For tests: it walks the
-        whole state, so nothing in the scheduler calls it."""
+        """Raise CoreInvariantError if the core's parts disagree (for tests: it walks the whole state)."""
         check_invariants(self._config, self.peers, self.stores, self.tasks, self.graph, self.objects, self.lineage,
-                         self.should_exit, self.rejoin.held)
+                         self.should_exit, self.rejoin.held, self.room)
 
     # ------------------------------------------------------------------------------------------ peers
 
@@ -476,6 +475,7 @@ class SchedulerCore:
         router = ResultRouter()
         if self.rejoin.active(now):
             results = self.rejoin.sift(worker, results, now, router, out)
+        self._placement.pace.note(results, self.tasks.records)
         self.tasks.take_results(worker, results, router)
         router.flush(out)
         self.prefetch.on_results(worker, results, now, out)
