@@ -53,6 +53,16 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 # rest of the suite whichever worker reads their outcome.
 
 
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`--dist loadfile` (the default in pyproject.toml) runs the files of tests/alone_first.py first, alone."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from tests.alone_first import AloneFirstScheduling
+
+    return AloneFirstScheduling(config, log)
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_setupnodes(config: pytest.Config, specs: Any) -> None:
     """Before the workers start, so that they inherit it: where the controller will start the sessions."""
