@@ -9,7 +9,7 @@ tests/conftest.py makes this the scheduler of `--dist loadfile`, the README's de
 
 from __future__ import annotations
 
-from typing import Any, Collection
+from typing import Any, Callable, Collection
 
 from xdist.scheduler import LoadFileScheduling
 
@@ -28,7 +28,22 @@ class AloneFirstScheduling(LoadFileScheduling):
 
     The worker that runs an alone file gets the next unit with it: an xdist worker runs a test only once it knows
     the one after (or is told to stop), so a file of one test given alone would wait forever.
+
+    What else would run beside an alone file from the controller (dask's own test sessions) waits for it too:
+    `when_alone_done`.
     """
+
+    def __init__(self, config: Any, log: Any = None) -> None:
+        super().__init__(config, log)
+        self._after_alone: list[Callable[[], None]] = []
+        self._alone_done = False
+
+    def when_alone_done(self, action: Callable[[], None], node_ids: Collection[str]) -> None:
+        """Call `action` once the alone files among `node_ids` (a worker's collection) have run; at once if none."""
+        if self._alone_done or not any(is_alone(node_id.split("::", 1)[0]) for node_id in node_ids):
+            action()
+        else:
+            self._after_alone.append(action)
 
     def _alone_running(self) -> bool:
         return any(
@@ -56,6 +71,11 @@ class AloneFirstScheduling(LoadFileScheduling):
         was_alone = self._alone_running()
         super().mark_test_complete(node, item_index, duration)
         if was_alone and not self._alone_running():
+            if not any(is_alone(scope) for scope in self.workqueue):
+                self._alone_done = True
+                actions, self._after_alone = self._after_alone, []
+                for action in actions:
+                    action()
             for other in self.nodes:
                 if other is not node:
                     self._reschedule(other)

@@ -81,6 +81,22 @@ def test_everything_runs_once_and_the_workers_are_told_to_stop() -> None:
     assert scheduler.tests_finished and all(node.shutting_down for node in nodes)
 
 
+def test_what_the_controller_would_run_beside_waits_for_the_alone_file() -> None:
+    scheduler, (first, _) = started(COLLECTION)
+    calls: list[str] = []
+    scheduler.when_alone_done(lambda: calls.append("dask sessions"), COLLECTION)
+    assert calls == []
+    alone = first.sent[0]
+    scheduler.mark_test_complete(first, alone)  # type: ignore[arg-type]
+    assert calls == ["dask sessions"]
+    scheduler.when_alone_done(lambda: calls.append("late"), COLLECTION)
+    assert calls == ["dask sessions", "late"], "once the alone files ran, at once"
+
+    without, _ = started([nodeid for nodeid in COLLECTION if not nodeid.startswith(ALONE_FILE)])
+    without.when_alone_done(lambda: calls.append("none alone"), COLLECTION[:2])
+    assert calls[-1] == "none alone"
+
+
 def test_without_an_alone_file_it_is_loadfile() -> None:
     collection = [nodeid for nodeid in COLLECTION if not nodeid.startswith(ALONE_FILE)]
     _, (first, second) = started(collection)
