@@ -53,6 +53,21 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 # rest of the suite whichever worker reads their outcome.
 
 
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`--dist loadfile` (the default in pyproject.toml) runs the files of tests/alone_first.py first, alone."""
+    global _scheduler
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from tests.alone_first import AloneFirstScheduling
+
+    _scheduler = AloneFirstScheduling(config, log)
+    return _scheduler
+
+
+_scheduler: Any = None
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_setupnodes(config: pytest.Config, specs: Any) -> None:
     """Before the workers start, so that they inherit it: where the controller will start the sessions."""
@@ -67,7 +82,10 @@ def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
         return  # test_dask_suite.py skips and says so
     from tests.dask_suite.session import start_for_workers
 
-    start_for_workers(ids)
+    if _scheduler is None:
+        start_for_workers(ids)
+    else:  # not beside joblib's suite, which runs alone first: they would take its time
+        _scheduler.when_alone_done(lambda: start_for_workers(ids), ids)
 
 
 def _is_xdist_controller(config: pytest.Config) -> bool:

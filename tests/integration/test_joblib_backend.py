@@ -176,6 +176,17 @@ def test_auto_batch_size_puts_many_tiny_calls_in_one_task(chosen: Client) -> Non
     assert 0 < backend.tasks_submitted < count // 5
 
 
+def test_a_reused_backend_starts_each_call_with_batches_of_one_call(chosen: Client) -> None:
+    """As joblib's process backends do: the batch size a call of tiny calls grew to is not the next call's, whose
+    calls may be slow (a batch of 512 of them would run on one worker while the others idle)."""
+    backend = ScalerBackend()
+    with parallel_config(backend=backend):
+        assert Parallel(n_jobs=2)(delayed(abs)(-i) for i in range(5000)) == list(range(5000))
+        before = backend.tasks_submitted
+        assert Parallel(n_jobs=2)(delayed(abs)(-i) for i in range(6)) == list(range(6))
+    assert backend.tasks_submitted - before == 6, "each of the six calls is a task of its own"
+
+
 def test_exceptions_keep_their_type(chosen: Client) -> None:
     with parallel_config(backend="scaler"):
         with pytest.raises(CustomError, match="bad value 7"):

@@ -4,6 +4,7 @@ same address (PROTOCOL.md §21, docs/failure_model.md): the same processes, re-a
 from __future__ import annotations
 
 import functools
+import pathlib
 import re
 import signal
 import sys
@@ -35,19 +36,26 @@ SCHEDULER_OPTIONS = [
     "--logging-level", "INFO",
 ]
 
-# A client of the first scheduler that dies with it: 8 tasks of 4 s in flight (each worker runs one when the
-# scheduler is killed, right after the first ended, and still runs it when the next one answers, 2 s later:
-# with prefetch a worker holds little more than it runs, so short tasks would all be done by then), and an
-# object in the store.
+# A client of the first scheduler that dies with it: 8 tasks in flight, each of which says it started and then
+# holds its worker until the test opens the gate (so the workers still hold them when the next scheduler answers,
+# however long the restart takes on a loaded machine), and an object in the store.
 OLD_CLIENT = textwrap.dedent("""
-    import sys, time
+    import os, sys, time
     from scaler import Client
+
+    def hold(gate, index):
+        open(os.path.join(gate, f"started-{index}"), "w").close()
+        deadline = time.monotonic() + 150
+        while not os.path.exists(os.path.join(gate, "open")):
+            if time.monotonic() > deadline:
+                raise TimeoutError("the test never opened the gate")
+            time.sleep(0.05)
+        return index
 
     client = Client(address=sys.argv[1], timeout_seconds=300)
     reference = client.send_object(b"x" * (4 << 20))
     assert client.submit(len, reference).result(timeout=60) == 4 << 20
-    futures = [client.submit(time.sleep, 4) for _ in range(8)]
-    futures[0].result(timeout=60)
+    futures = [client.submit(hold, sys.argv[2], index) for index in range(8)]
     print("in flight", flush=True)
     time.sleep(300)
 """)
@@ -60,7 +68,13 @@ def agents_of(cluster_pid: int) -> set[int]:
     }
 
 
-def test_workers_and_their_store_outlive_a_sigkilled_scheduler_and_serve_the_next(spawn: Spawner) -> None:
+def started_tasks(gate: pathlib.Path) -> int:
+    return sum(1 for path in gate.iterdir() if path.name.startswith("started-"))
+
+
+def test_workers_and_their_store_outlive_a_sigkilled_scheduler_and_serve_the_next(
+    spawn: Spawner, tmp_path: pathlib.Path
+) -> None:
     address = free_local_address()
     scheduler = start_scheduler(spawn, address, *SCHEDULER_OPTIONS)
     cluster = spawn("cluster", [
@@ -74,8 +88,12 @@ def test_workers_and_their_store_outlive_a_sigkilled_scheduler_and_serve_the_nex
     (store,) = store_processes(cluster.pid)
     assert len(agents) == 2
 
-    old_client = spawn("old-client", [sys.executable, "-c", OLD_CLIENT, address])
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    old_client = spawn("old-client", [sys.executable, "-c", OLD_CLIENT, address, str(gate)])
     old_client.wait_for_log("in flight")
+    # Killed once both workers run one of them: each then holds a task until the gate opens.
+    wait_until(lambda: started_tasks(gate) >= 2, "both workers started a task of the old client")
     with StoreClient(StoreAddress(entry.data_address, entry.ipc_address, entry.host_key)) as store_client:
         objects_before = store_client.status().object_count
     assert objects_before >= 1, "the object is in the store (copied: --no-borrowing)"
@@ -87,8 +105,8 @@ def test_workers_and_their_store_outlive_a_sigkilled_scheduler_and_serve_the_nex
     restarted = start_scheduler(spawn, address, *SCHEDULER_OPTIONS, name="scheduler-again")
 
     wait_until(lambda: len(re.findall(REANNOUNCED, cluster.log())) == 2, "both workers rejoined")
-    held = sum(int(count) for count in re.findall(REANNOUNCED, cluster.log()))
-    assert held > 0, "the workers held no task when the scheduler died: nothing was proven"
+    held = [int(count) for count in re.findall(REANNOUNCED, cluster.log())]
+    assert all(count > 0 for count in held), f"each worker re-announced the tasks it held: {held}"
     wait_until(lambda: directory_of(address).stores == [entry], "the store registered with the new scheduler")
     restarted.wait_for_log("re-announced")
     assert "refused us" not in cluster.log()
@@ -97,6 +115,7 @@ def test_workers_and_their_store_outlive_a_sigkilled_scheduler_and_serve_the_nex
     with StoreClient(StoreAddress(entry.data_address, entry.ipc_address, entry.host_key)) as store_client:
         assert store_client.status().object_count >= objects_before, "the store kept its objects"
 
+    (gate / "open").touch()  # the old client's tasks end; the workers are free for the new client's
     with Client(address=address, timeout_seconds=30) as client:
         assert client.map(abs, [(-value,) for value in range(20)]) == list(range(20))
         assert client.submit(pow, 2, 10).result(timeout=WAIT_SECONDS) == 1024

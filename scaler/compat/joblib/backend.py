@@ -211,7 +211,10 @@ class ScalerBackend(AutoBatchingMixin, ParallelBackendBase):
         cancel_without_waiting(futures, force=True)
 
     def terminate(self) -> None:
+        """The end of a call (joblib's own process backends do the same): the batch size this call's calls grew to
+        is not the next call's, whose calls may be slower (a batch of hundreds of them would run on one worker)."""
         self.stop_call()
+        self.reset_batch_stats()
 
     def _after_fork_in_child(self) -> None:
         """In a forked child, the next call starts from nothing: the parent's futures stay the parent's."""
