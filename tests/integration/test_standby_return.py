@@ -17,7 +17,7 @@ import pytest
 from scaler import Client
 from scaler.cluster.combo import free_local_address
 from tests.conftest import console_script
-from tests.integration.spawned import WAIT_SECONDS, Spawner, start_scheduler
+from tests.integration.spawned import WAIT_SECONDS, Spawned, Spawner, start_scheduler
 from tests.integration.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(120)
@@ -48,6 +48,19 @@ CLIENT = textwrap.dedent("""
 """)
 
 
+def silent_until_back(scheduler: Spawned, peer: Spawned, prefix: str, first: str, second: str) -> None:
+    """Stop the first scheduler (SIGSTOP: alive, but silent) until `peer` (its log lines start with `prefix`) has
+    moved to the second address and, refused there by the standby, come back to the first; then let it go on."""
+    to_first, to_second = f"{prefix}trying the scheduler at {first}", f"{prefix}trying the scheduler at {second}"
+    os.kill(scheduler.pid, signal.SIGSTOP)
+    try:
+        peer.wait_for_log(to_second)
+        wait_until(lambda: (log := peer.log()).rfind(to_first) > log.find(to_second),
+                   f"{prefix or 'the client: '}back at the first address", WAIT_SECONDS)
+    finally:
+        os.kill(scheduler.pid, signal.SIGCONT)
+
+
 def test_a_client_back_at_a_first_scheduler_that_still_has_it_gets_every_result_once(spawn: Spawner, tmp_path) -> None:
     first, second = free_local_address(), free_local_address()
     first_scheduler = start_scheduler(spawn, first, *TIMINGS, name="first")
@@ -64,15 +77,7 @@ def test_a_client_back_at_a_first_scheduler_that_still_has_it_gets_every_result_
     client = spawn("client", [sys.executable, "-c", CLIENT, f"{first},{second}", str(go), str(runs)])
     client.wait_for_log("in flight")
 
-    os.kill(first_scheduler.pid, signal.SIGSTOP)
-    try:
-        client.wait_for_log(f"trying the scheduler at {second}")
-        # Back at the first address, after the standby's refusal: the first one is still silent there.
-        to_first, to_second = f"trying the scheduler at {first}", f"trying the scheduler at {second}"
-        wait_until(lambda: (log := client.log()).rfind(to_first) > log.find(to_second),
-                   "the client back at the first address", WAIT_SECONDS)
-    finally:
-        os.kill(first_scheduler.pid, signal.SIGCONT)
+    silent_until_back(first_scheduler, client, "", first, second)
     go.touch()
     log = client.wait_for_log("all correct")
     assert client.wait_exit() == 0, log
@@ -101,14 +106,7 @@ def test_a_store_back_at_a_first_scheduler_that_still_has_it_keeps_its_objects_t
     with Client(address=first, timeout_seconds=60, heartbeat_interval_seconds=0.3) as client:
         stored = client.send_object(b"y" * 1_000_000)  # into the store (over the inline limit)
         assert client.submit(len, stored).result(timeout=WAIT_SECONDS) == 1_000_000
-        os.kill(first_scheduler.pid, signal.SIGSTOP)
-        try:
-            cluster.wait_for_log(f"Store: trying the scheduler at {second}")
-            to_first, to_second = f"Store: trying the scheduler at {first}", f"Store: trying the scheduler at {second}"
-            wait_until(lambda: (log := cluster.log()).rfind(to_first) > log.find(to_second),
-                       "the store back at the first address", WAIT_SECONDS)
-        finally:
-            os.kill(first_scheduler.pid, signal.SIGCONT)
+        silent_until_back(first_scheduler, cluster, "Store: ", first, second)
         cluster.wait_for_log("announcing every object it holds")  # welcomed back, it says what it holds
         assert client.submit(len, stored).result(timeout=WAIT_SECONDS) == 1_000_000
         log = first_scheduler.log()
