@@ -15,10 +15,8 @@ from scaler.native_tasks import NeutralSerializer, native
 from scaler.ui.feed import MonitorSubscriber
 from tests.integration.scheduler_process import wait_for_snapshot
 from tests.integration.spawned import Spawned, Spawner
-from tests.integration.test_native_worker_rejoin import runs
-from tests.integration.test_scheduler_restart_clients import CompletionCount
+from tests.integration.test_native_worker_rejoin import long_and_short_tasks, runs
 from tests.integration.test_standby_scheduler import start_pair
-from tests.integration.waiting import wait_until
 from tests.native_worker import BUILD_TIMEOUT_SECONDS, native_worker_executable
 
 pytestmark = pytest.mark.timeout(120 + BUILD_TIMEOUT_SECONDS)
@@ -58,13 +56,9 @@ def test_native_workers_serve_the_first_scheduler_then_the_standby_that_takes_ov
     with Client(
         address=addresses, serializer=NeutralSerializer(), timeout_seconds=60, heartbeat_interval_seconds=0.3
     ) as client:
-        long_futures = [client.submit(native("sleep_ms"), LONG_MS + index) for index in range(2)]
-        wait_until(lambda: len(runs(workers)) == 2, "the long tasks started", timeout=WAIT_SECONDS)
-        durations = [20 + index / 1000 for index in range(SHORT_TASKS)]  # sleep_ms returns it: distinct results
-        futures = [client.submit(native("sleep_ms"), duration) for duration in durations]
-        completions = CompletionCount([*futures, *long_futures])
-        wait_until(lambda: sum(future.done() for future in futures) >= SHORT_TASKS // 8, "some short tasks done",
-                   timeout=WAIT_SECONDS)
+        long_futures, futures, durations, completions = long_and_short_tasks(
+            client, workers, LONG_MS, SHORT_TASKS, 20, WAIT_SECONDS
+        )
 
         os.kill(first_scheduler.pid, signal.SIGKILL)
         first_scheduler.wait_exit()

@@ -7,7 +7,6 @@ after, every future completes once with its own result, and no task whose result
 from __future__ import annotations
 
 import collections
-import concurrent.futures
 import os
 import re
 import signal
@@ -16,6 +15,7 @@ import time
 import pytest
 
 from scaler import Client
+from scaler.client.future import ScalerFuture
 from scaler.cluster.combo import free_local_address
 from scaler.native_tasks import NeutralSerializer, native
 from tests.integration.spawned import Spawned, Spawner, start_scheduler
@@ -51,6 +51,22 @@ def runs(workers: list[Spawned]) -> collections.Counter[int]:
     return collections.Counter(int(task_id) for worker in workers for task_id in RAN.findall(worker.log()))
 
 
+def long_and_short_tasks(
+    client: Client, workers: list[Spawned], long_ms: int, short_tasks: int, short_ms: int, timeout: float
+) -> tuple[list[ScalerFuture], list[ScalerFuture], list[float], CompletionCount]:
+    """Two long native sleeps (`long_ms`, `long_ms + 1`) running, then `short_tasks` short ones of distinct durations
+    (sleep_ms returns its argument) of which an eighth are done: the long ones, the short ones, their durations, and
+    the count of each future's completions."""
+    long_futures = [client.submit(native("sleep_ms"), long_ms + index) for index in range(2)]
+    wait_until(lambda: len(runs(workers)) == 2, "the long tasks started", timeout=timeout)
+    durations = [short_ms + index / 1000 for index in range(short_tasks)]
+    futures = [client.submit(native("sleep_ms"), duration) for duration in durations]
+    completions = CompletionCount([*futures, *long_futures])
+    wait_until(lambda: sum(future.done() for future in futures) >= short_tasks // 8, "some short tasks done",
+               timeout=timeout)
+    return long_futures, futures, durations, completions
+
+
 def test_native_workers_outlive_a_sigkilled_scheduler_and_nothing_held_runs_again(spawn: Spawner) -> None:
     address = free_local_address()
     scheduler = start_scheduler(spawn, address, *SCHEDULER_OPTIONS)
@@ -60,14 +76,9 @@ def test_native_workers_outlive_a_sigkilled_scheduler_and_nothing_held_runs_agai
         address=address, serializer=NeutralSerializer(), timeout_seconds=30, heartbeat_interval_seconds=0.5
     ) as client:
         # One thread of the two runs a long task through the restart, the other short ones, some during the outage.
-        long_futures = [client.submit(native("sleep_ms"), LONG_MS + index) for index in range(2)]
-        wait_until(lambda: len(runs(workers)) == 2, "the long tasks started", timeout=RESULT_SECONDS)
-        durations = [30 + index / 1000 for index in range(SHORT_TASKS)]  # sleep_ms returns it: distinct results
-        futures = [client.submit(native("sleep_ms"), duration) for duration in durations]
-        every: list[concurrent.futures.Future] = [*futures, *long_futures]
-        completions = CompletionCount(every)
-        wait_until(lambda: sum(future.done() for future in futures) >= SHORT_TASKS // 8, "some short tasks done",
-                   timeout=RESULT_SECONDS)
+        long_futures, futures, durations, completions = long_and_short_tasks(
+            client, workers, LONG_MS, SHORT_TASKS, 30, RESULT_SECONDS
+        )
         done_before = sum(future.done() for future in futures)
         assert done_before < SHORT_TASKS and not any(future.done() for future in long_futures)
 
