@@ -341,3 +341,42 @@ def test_a_worker_reporting_nonsense_run_times_neither_crashes_the_core_nor_chan
 
 def test_the_depth_for_a_vanishing_pace_is_the_capacity() -> None:
     assert depth_for(5e-324, capacity=7, horizon_seconds=0.05) == 7
+
+
+def test_after_a_restart_a_worker_is_still_held_as_deep_as_its_tasks_pace_needs() -> None:
+    """One path to test_worker_queue_depth's "a worker held 274 tasks of 10 ms": once any peer has said hello as after
+    a restart, results are sifted for a grace period (rejoin.py), and the sifted message lost its run time. A worker
+    whose first results came so counted as one that does not measure, and took its whole share of a flood (350)."""
+    cluster = prefetching(check_invariants=False)
+    back = cluster.add_worker(capacity=1000, rejoining=True)
+    cluster.send(back.identity, m.Reannounce(task_ids=[]))
+    workers = [back, cluster.add_worker(capacity=1000)]
+    client = cluster.add_client()
+    cluster.submit(client, 10)
+    for worker in workers:
+        run(cluster, worker, 25e-6, 0.01)
+    cluster.submit(client, 700, function_payload=b"cloudpickled function: sleep_ms(10)")
+    most = max(run(cluster, worker, 0.010, 0.5) for worker in workers)
+    assert most <= depth_for(0.010, 1000, 0.05) == 6, "not its whole share"
+    assert [peer(cluster, worker).pace.measured for worker in workers] == [True, True]
+    cluster.core.check_invariants()
+
+
+def test_a_worker_that_does_not_measure_is_held_to_the_pace_others_measured_of_a_function() -> None:
+    # Its own pace is unknown, but the function's is not: a worker taken for one that does not measure (a results
+    # message without its run time) must not take its whole share of a flood of 10 ms tasks for that.
+    cluster = prefetching(check_invariants=False)
+    silent, measuring = cluster.add_worker(capacity=1000), cluster.add_worker(capacity=1000)
+    client = cluster.add_client()
+    cluster.submit(client, 8)
+    cluster.complete(silent, limit=1)  # no run time: it does not measure
+    assert peer(cluster, silent).pace.measured is False
+    cluster.complete(silent)
+    cluster.complete(measuring, task_seconds=0.010)
+    cluster.submit(client, 700)
+    for _ in range(10):
+        cluster.now += 0.010
+        cluster.complete(silent, limit=1)
+        cluster.complete(measuring, limit=1, task_seconds=0.010)
+    assert len(silent.pending) <= depth_for(0.010, 1000, 0.05) == 6, "not its whole share"
+    cluster.core.check_invariants()

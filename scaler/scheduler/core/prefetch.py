@@ -17,7 +17,8 @@ The depth that serves both is measured per worker:
   reason to shrink a queue), a faster one halfway at each sample.
 - **A worker that does not measure** (a peer older than the field, or one that runs tasks elsewhere) sends
   no run time: it holds its whole capacity, as with prefetch off. A guess from outside would be the
-  collapse above; full queues cost only what they cost before.
+  collapse above; full queues cost only what they cost before. Of a function other workers measured, it
+  holds what that pace needs (`for_function`).
 - **The depth.** The running task plus `--worker-queue-seconds` (0.05 s by default) of queued work: what
   covers a results batch (the processor sends at most every 5 ms), the way back, the scheduler's turn and
   the way out again, with room for a loaded machine. No-op tasks get the capacity (1000 by default, as
@@ -49,6 +50,7 @@ many tasks, and the pace is the running time per task over that many.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
@@ -58,6 +60,8 @@ from scaler.scheduler.core.outgoing import Outgoing
 
 if TYPE_CHECKING:  # peer_registry.py imports this module for WorkerPace
     from scaler.scheduler.core.peer_registry import ClientPeer, WorkerPeer
+
+logger = logging.getLogger(__name__)
 
 # What a worker holds before its pace is known (it grows by doubling from here).
 FIRST_DEPTH = 4
@@ -149,6 +153,9 @@ class Prefetch:
         if not ran:
             if pace.measured is None and finished_count(results):
                 pace.measured = False  # a peer that does not measure: its capacity, until it says otherwise
+                # Once per worker, so that a queue deeper than its tasks' pace needs explains itself in the log.
+                logger.info(f"worker {worker.name}: its first results say no run time; it may hold its whole "
+                               f"capacity ({worker.capacity}) of tasks never measured elsewhere")
                 if not self.unlimited:
                     worker.depth = worker.capacity
             return
@@ -188,6 +195,8 @@ class Prefetch:
             return
         self._nested_clients[client.identity] = client
         if not self.unlimited:
+            logger.info(f"tasks from inside tasks (client {client.name}): every worker may hold its whole capacity "
+                           "until they are done")
             for worker in workers:
                 worker.depth = worker.capacity
         self._nested_until = now + NESTED_GRACE_SECONDS
@@ -218,10 +227,14 @@ class Prefetch:
     def for_function(self, worker: WorkerPeer, seconds: float | None) -> int:
         """The most tasks `worker` should hold when the next ones take `seconds` each (their function's pace,
         function_pace.py; None: never measured, held as by a worker that just joined). The capacity with
-        prefetch off, while tasks are nested, and for a worker that does not measure."""
-        if self.unlimited or worker.pace.measured is False:
+        prefetch off and while tasks are nested. A worker that does not measure holds its capacity of a function
+        never measured, and is held to the pace other workers measured of one that was: that pace is no guess
+        from outside, and a worker wrongly taken for one that does not measure then takes no more than it should."""
+        if self.unlimited:
             return worker.capacity
         if seconds is None:
+            if worker.pace.measured is False:
+                return worker.capacity
             return depth_for(0.0, worker.capacity, self._horizon, worker.concurrency)
         if seconds <= 0.0:
             return worker.capacity

@@ -228,8 +228,11 @@ class Rejoin:
         and passed on to a connected owner); returns the rest, for the task table, with the tasks of those
         that another worker holds, or none, moved to this one (`_rehome`)."""
         records = self._tasks.records
+        # The run time goes on with what is kept: without it the worker would count as one that does not measure
+        # (prefetch.py) and be given its whole capacity of any tasks, however slow, for the whole grace period.
         kept = m.TaskResults(
-            succeeded_ids=[], payloads=[], failures=[], warnings=results.warnings, profiles=results.profiles
+            succeeded_ids=[], payloads=[], failures=[], warnings=results.warnings, profiles=results.profiles,
+            run_seconds=results.run_seconds, ran_tasks=results.ran_tasks,
         )
         expires = now + self._grace
         late: list[TaskRecord] = []
