@@ -167,6 +167,8 @@ def _encode_submission(builder, message: TaskSubmission, frames: list[Buffer]) -
             slot.keepResults = True
         if group.keep_in_stores:
             slot.keepInStores = True
+        if group.ahead:
+            slot.ahead = True
     if message.quiet_task_ids:
         submission.quietTaskIds = message.quiet_task_ids
 
@@ -401,6 +403,7 @@ def _decode_group(group, frames: _FrameTable) -> TaskGroup:
         stream_output=get(_GROUP["streamOutput"]),
         keep_results=get(_GROUP["keepResults"]),
         keep_in_stores=get(_GROUP["keepInStores"]),
+        ahead=get(_GROUP["ahead"]),
     )
 
 

@@ -10,7 +10,9 @@ What the processor decides:
 
 - **Which task runs next.** Top-level tasks in arrival order; nested ones deepest first and, at one depth,
   newest first: the newest are the children of the task that blocked last, so a recursion unfolds
-  depth-first and the tasks holding a processor while they wait stay near the recursion's depth.
+  depth-first and the tasks holding a processor while they wait stay near the recursion's depth. Tasks the
+  scheduler sent `ahead` (a newcomer's, TaskGroup.ahead) run before the top-level tasks, after the nested
+  ones, in arrival order: a client's first task does not wait behind a deep queue of other clients' tasks.
 - **Suspects** (TaskGroup.reportStart) run only once the scheduler knows they started here: the processor
   sends the results it holds, asks (TaskStarted), and keeps reading the socket until the answer, so that a
   cancel or release of the task still applies. No answer within AGENT_ANSWER_SECONDS: the task goes back.
@@ -71,13 +73,15 @@ IDLE_WAIT_SECONDS = 1.0
 # Idle this long after work, a processor gives back the freed memory malloc kept for the next task: a pause
 # between batches (a client making its next arguments) does not pay for fresh pages again.
 IDLE_BEFORE_GIVING_BACK_SECONDS = 5.0
+# The queue key of tasks sent ahead: above top-level tasks (0), below every nested depth (1 and more).
+AHEAD = 0.5
 
 
 class ProcessorCore:
     def __init__(self) -> None:
         self._out: list[Action] = []
-        # Queued tasks by nesting depth (see next_action), and their ids.
-        self._queues: dict[int, collections.deque[QueuedTask]] = {}
+        # Queued tasks by nesting depth, or AHEAD (see next_action), and their ids.
+        self._queues: dict[float, collections.deque[QueuedTask]] = {}
         self._queued_ids: set[int] = set()
         # The task whose code runs (or waits on nested tasks), until its end.
         self.running: QueuedTask | None = None
@@ -157,7 +161,8 @@ class ProcessorCore:
     def _accept(self, groups: list[m.TaskGroup]) -> None:
         for group in groups:
             object_slots = slots_by_row(group.object_arg_indices, group.args_per_task)
-            queue = self._queues.setdefault(group.nesting_depth, collections.deque())
+            key = AHEAD if group.ahead and not group.nesting_depth else group.nesting_depth
+            queue = self._queues.setdefault(key, collections.deque())
             for row, task_id in enumerate(group.task_ids):
                 queue.append((task_id, group, row, object_slots.get(row)))
             self._queued_ids.update(group.task_ids)
@@ -187,14 +192,16 @@ class ProcessorCore:
     def next_action(self, now: float) -> Actions:
         """Between tasks, once the socket is read: run a task, or wait for a message (held results go first)."""
         queues = self._queues
-        # Top-level tasks in arrival order; nested ones deepest, then newest, first (see the top of this file).
+        # Top-level tasks (and those sent ahead) in arrival order; nested ones deepest, then newest, first (see the
+        # top of this file).
         while queues:
             depth = max(queues)  # empty queues are removed: see check_invariants
             queue = queues[depth]
-            task = queue[-1] if depth else queue[0]
+            nested = depth >= 1
+            task = queue[-1] if nested else queue[0]
             task_id = task[0]
             if not task[1].report_start or task_id in self._start_granted:
-                if depth:
+                if nested:
                     queue.pop()
                 else:
                     queue.popleft()
@@ -354,6 +361,7 @@ class ProcessorCore:
             handed = groups.get(id(group))
             if handed is None:
                 handed = groups[id(group)] = TaskSignature.of_group(group).new_group(group.report_start)
+                handed.ahead = group.ahead
             width = group.args_per_task
             base = len(handed.args)
             handed.task_ids.append(task_id)
@@ -413,7 +421,7 @@ class ProcessorCore:
     def queued_task_ids(self) -> list[int]:
         """In the order they would run, were nothing to arrive."""
         by_depth = sorted(self._queues.items(), reverse=True)
-        return [task[0] for depth, queue in by_depth for task in (reversed(queue) if depth else queue)]
+        return [task[0] for depth, queue in by_depth for task in (reversed(queue) if depth >= 1 else queue)]
 
     def check_invariants(self) -> None:
         """Raise AssertionError if the core's state disagrees with itself (the tests call this after every step)."""

@@ -134,6 +134,7 @@ def task_groups(
         priority=draw(st.one_of(st.just(0), st.integers(-3, 3), I32)),
         stream_output=draw(st.booleans()),
         keep_in_stores=draw(st.booleans()),
+        ahead=draw(st.booleans()),
     )
 
 

@@ -99,7 +99,8 @@ class DrivenCore:
         self.unread.append(message)
 
     def submit(
-        self, count: int = 1, *, depth: int = 0, report_start: bool = False, object_args: list[bytes] | None = None
+        self, count: int = 1, *, depth: int = 0, report_start: bool = False, object_args: list[bytes] | None = None,
+        ahead: bool = False,
     ) -> list[int]:
         """Tasks of one argument each; with `object_args`, task i's argument is that stored object."""
         task_ids = self.new_task_ids(count)
@@ -107,7 +108,7 @@ class DrivenCore:
             function_id=FUNCTION_ID, args_per_task=1, keywords=(), task_ids=task_ids,
             args=list(object_args) if object_args else [b"arg-%d" % task_id for task_id in task_ids],
             nesting_depth=depth, report_start=report_start,
-            object_arg_indices=list(range(count)) if object_args else [],
+            object_arg_indices=list(range(count)) if object_args else [], ahead=ahead,
         )
         self.deliver(m.TaskSubmission(objects=[], groups=[group]))
         return task_ids

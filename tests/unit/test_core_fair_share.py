@@ -236,3 +236,45 @@ def test_a_client_that_leaves_takes_its_lanes_along():
         assert all(turn[3].client.identity == b"stays" for turn in queue.turns)
     worker = cluster.add_worker(capacity=5)
     assert len(worker.pending) == 3
+
+
+def sent_ahead(worker: SimWorker) -> tuple[list[int], list[int]]:
+    """The task ids this worker was sent ahead of what it held (TaskGroup.ahead), and the others."""
+    ahead: list[int] = []
+    behind: list[int] = []
+    for submission in worker.submissions():
+        for group in submission.groups:
+            (ahead if group.ahead else behind).extend(group.task_ids)
+    return ahead, behind
+
+
+def test_a_newcomers_tasks_go_ahead_of_the_deep_queues_other_clients_hold_on_the_workers() -> None:
+    # No-op floods keep each worker's queue 1,000 deep (prefetch.py): a newcomer's task placed behind them waited
+    # for all of them. The worker runs tasks sent ahead first; only a client with no task running gets that.
+    cluster = SimulatedCluster()
+    workers = [cluster.add_worker(capacity=1000) for _ in range(2)]
+    flooder, newcomer = cluster.add_client(), cluster.add_client()
+    submit(cluster, flooder, 5000)
+    assert [sent_ahead(worker)[0] for worker in workers] == [[], []], "a client alone: nothing ahead"
+    probe = submit(cluster, newcomer, 1)
+    cluster.complete(workers[0], limit=10)
+    assert sent_ahead(workers[0])[0] == probe, "its next free slot, ahead of the 990 it holds"
+    assert len(sent_ahead(workers[0])[1]) == 1000 + 9, "the flooder's tasks keep their place"
+    second = submit(cluster, newcomer, 1)
+    cluster.complete(workers[1], limit=10)
+    assert second[0] in sent_ahead(workers[1])[1], "a task running already: its next ones are not ahead"
+    cluster.run_to_completion()
+    assert_no_task_state(cluster.core)
+
+
+def test_a_newcomers_tasks_on_an_idle_worker_are_not_marked_ahead() -> None:
+    cluster = SimulatedCluster()
+    worker = cluster.add_worker(capacity=1000)
+    first, second = cluster.add_client(), cluster.add_client()
+    submit(cluster, first, 3)
+    assert sent_ahead(worker)[0] == []
+    behind_the_first = submit(cluster, second, 3)
+    assert sent_ahead(worker)[0] == behind_the_first
+    cluster.run_to_completion()
+    submit(cluster, second, 2)
+    assert not worker.submissions()[-1].groups[0].ahead, "nothing held there: nothing to go ahead of"

@@ -53,6 +53,25 @@ def test_nested_tasks_run_deepest_first_and_newest_first_at_one_depth(driven: Dr
     assert [driven.run() for _ in range(6)] == expected
 
 
+def test_tasks_sent_ahead_run_before_the_top_level_tasks_held_after_the_nested_ones_in_arrival_order(
+    driven: DrivenCore,
+) -> None:
+    # A newcomer's tasks (TaskGroup.ahead): 1,000 no-op tasks of other clients queued here must not delay them.
+    running, *held = driven.submit(4)
+    assert driven.next() == running
+    driven.code_starts()
+    first = driven.submit(2, ahead=True)
+    children = driven.submit(1, depth=1)
+    second = driven.submit(1, ahead=True)
+    nested_ahead = driven.submit(1, depth=1, ahead=True)  # a nested task keeps its depth's place
+    driven.end()
+    expected = [*nested_ahead, *children, *first, *second, *held]
+    driven.read()
+    assert driven.core.queued_task_ids() == expected
+    assert [driven.run() for _ in range(len(expected))] == expected
+    driven.check()
+
+
 # ---------------------------------------------------------------------------------------------- cancel and release
 
 

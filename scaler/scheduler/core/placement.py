@@ -6,6 +6,9 @@ to idle workers, and tasks handed back by a busy worker do not go straight back 
 one submitTasks per round and tag set, with the objects those tasks need that it does not have yet.
 Each tag set's ready queue goes only to the workers whose tags include the set (ready_queue.py).
 Balancing asks a worker that holds far more than its alike peers to hand back the tasks it has not started.
+The tasks of a client with none running go to a worker that holds others' tasks marked to run ahead of them
+(TaskGroup.ahead, `_newcomers`): deep queues of no-op tasks are what make them fly, and a newcomer's first
+task would otherwise wait behind a thousand of another client's on the worker its fair turn sent it to.
 
 At hundreds of workers the cost per task is the cost per message, so two things keep messages few: a
 worker that already holds tasks is topped up only with a batch at least as large as what it holds (up to
@@ -31,7 +34,7 @@ from scaler.scheduler.core.core_config import CoreConfig
 from scaler.scheduler.core.function_pace import FunctionPace
 from scaler.scheduler.core.object_lifetime.object_table import ObjectTable
 from scaler.scheduler.core.outgoing import Outgoing
-from scaler.scheduler.core.peer_registry import WorkerPeer
+from scaler.scheduler.core.peer_registry import ClientPeer, WorkerPeer
 from scaler.scheduler.core.prefetch import Prefetch
 from scaler.scheduler.core.ready_queue import ReadyQueue, Tags
 from scaler.scheduler.core.task_record import TaskRecord
@@ -39,6 +42,7 @@ from scaler.scheduler.core.task_table import TaskTable
 
 # See served_count: the most a worker's top-up needs to carry to be worth a message.
 TOP_UP_BATCH = 64
+_NO_CLIENTS: frozenset[ClientPeer] = frozenset()
 
 
 def water_fill(loads: list[int], room: list[int], count: int) -> list[int]:
@@ -97,6 +101,19 @@ def holding_count(room: list[int], count: int) -> int:
 
 def _assigned_count(worker: WorkerPeer) -> int:
     return len(worker.assigned)
+
+
+def _newcomers(queue: ReadyQueue) -> frozenset[ClientPeer]:
+    """The clients of the queue with no task running: their tasks go ahead of the tasks a worker holds already
+    (TaskGroup.ahead), so that a client's first tasks do not wait behind deep queues of others' tasks (no-op
+    tasks keep 1,000 on each worker, prefetch.py). Where it is fair: a newcomer's turn in the ready queue is the
+    next free slot, and only what the fair share gave it goes ahead. A client alone never has tasks ahead: when
+    it has none running, the workers hold none."""
+    turns = queue.turns
+    if len(turns) == 1:  # one client: a look, not a set
+        client = turns[0][3].client
+        return frozenset((client,)) if client.tasks_running == 0 else _NO_CLIENTS
+    return frozenset(turn[3].client for turn in turns if turn[3].client.tasks_running == 0)
 
 
 def _locality_allows(load: int, least_load: int) -> bool:
@@ -201,6 +218,7 @@ class Placement:
             candidates = [freed]
         else:
             candidates = self.capable(queue.tags)
+        newcomers = _newcomers(queue)
         while queue.waiting > 0:
             available = sorted((w for w in candidates if w.free > 0 and not w.draining), key=_assigned_count)
             room = [w.free for w in available]
@@ -216,7 +234,7 @@ class Placement:
                 records = tasks.take(queue, sum(shares))
                 for worker, batch in self._follow_data(available, room, records):
                     handed += len(batch)
-                    out.append((worker.identity, self._submission_for(worker, batch)))
+                    out.append((worker.identity, self._submission_for(worker, batch, newcomers)))
             else:
                 loads = [len(w.assigned) for w in available]
                 served = served_count(loads, room, queue.waiting)
@@ -234,7 +252,7 @@ class Placement:
                         batch = records[start:start + share]
                         start += share
                         handed += len(batch)
-                        out.append((worker.identity, self._submission_for(worker, batch)))
+                        out.append((worker.identity, self._submission_for(worker, batch, newcomers)))
             if handed == 0:
                 return
         self._saturated.discard(queue.tags)
@@ -330,19 +348,26 @@ class Placement:
                 start += share
         return [(available[index], batch) for index, batch in batches.items() if batch]
 
-    def _submission_for(self, worker: WorkerPeer, records: list[TaskRecord]) -> m.TaskSubmission:
-        """Assign the tasks to the worker, in groups by signature, suspects apart (crash_blame.py)."""
+    def _submission_for(
+        self, worker: WorkerPeer, records: list[TaskRecord], newcomers: frozenset[ClientPeer] = _NO_CLIENTS
+    ) -> m.TaskSubmission:
+        """Assign the tasks to the worker, in groups by signature, suspects apart (crash_blame.py), and a newcomer's
+        tasks apart, sent ahead of what the worker holds already (`_newcomers`)."""
         objects = self._objects
         groups: dict[object, m.TaskGroup] = {}
         shipped: list[m.ObjectPayload] = []
+        # Only on a worker that holds tasks, which are then other clients': a newcomer has none running.
+        ahead_of = newcomers if newcomers and worker.assigned else None
         for record in records:
             record.worker = worker
             worker.assigned[record.task_id] = None
             signature = record.signature
-            key = (signature, True) if record.suspect else signature
+            ahead = ahead_of is not None and record.client in ahead_of
+            key = (signature, record.suspect, ahead) if record.suspect or ahead else signature
             group = groups.get(key)
             if group is None:
                 group = groups[key] = signature.new_group(report_start=record.suspect)
+                group.ahead = ahead
                 for object_id in (signature.serializer_id, signature.function_id):
                     if object_id:
                         objects.ship(worker, object_id, shipped)
