@@ -1,11 +1,13 @@
 """A shared cluster: how long a second client waits while a first one floods the workers (issue 25).
 
     PYTHONPATH=$PWD .venv/bin/python benchmarks/shared_cluster.py [--tasks 4000] [--task-ms 10] [--workers 2]
+                                                                  [--flooders 1]
 
 Starts a scheduler and `--workers` workers (real processes, SchedulerClusterCombo) and two clients. Client A
 floods the cluster with `--tasks` tasks of `--task-ms` ms each (time.sleep, so that a loaded machine shifts
-the figures less) and keeps that many queued while the others measure: a feeder submits one more for each
-that finishes. Meanwhile:
+the figures less; 0: no-op tasks, which workers hold 1,000 deep) and keeps that many queued while the others
+measure: a feeder submits one more for each that finishes. With `--flooders N`, N clients flood so (A is the
+first). Meanwhile:
 
 - client B submits single no-op tasks one after the other (`--samples`): how long each waits for its
   result (median, p90, max);
@@ -23,6 +25,7 @@ every worker --per-worker-queue-size tasks, as before issue 25). Measuring stops
 from __future__ import annotations
 
 import argparse
+import contextlib
 import inspect
 import json
 import os
@@ -50,8 +53,9 @@ class Flood:
     def __init__(self, client: Client, count: int, task_ms: float) -> None:
         self._client = client
         self._task_ms = task_ms
+        self._function = sleep_ms if task_ms > 0 else noop
         self._stopping = threading.Event()
-        self.futures = [client.submit(sleep_ms, task_ms) for _ in range(count)]
+        self.futures = [client.submit(self._function, task_ms) for _ in range(count)]
         self.submitted = count
         self._feeder = threading.Thread(target=self._feed, name="flood-feeder", daemon=True)
         self._feeder.start()
@@ -61,7 +65,7 @@ class Flood:
             finished = sum(1 for future in self.futures if future.done())
             if finished:
                 self.futures = [future for future in self.futures if not future.done()]
-                self.futures.extend(self._client.submit(sleep_ms, self._task_ms) for _ in range(finished))
+                self.futures.extend(self._client.submit(self._function, self._task_ms) for _ in range(finished))
                 self.submitted += finished
 
     def stop(self) -> None:
@@ -112,15 +116,17 @@ def measure(arguments: argparse.Namespace) -> dict[str, Any]:
         monitor_address = f"ipc://{os.path.join(directory, 'monitor')}"
         with SchedulerClusterCombo(
             n_workers=arguments.workers, logging_level="WARNING", monitor_address=monitor_address, **settings
-        ) as cluster, Client(address=cluster.get_address()) as client_a, Client(
-            address=cluster.get_address()
-        ) as client_b:
-            for client in (client_a, client_b):  # functions shipped, processors started
+        ) as cluster, contextlib.ExitStack() as stack:
+            flooders = [
+                stack.enter_context(Client(address=cluster.get_address())) for _ in range(max(1, arguments.flooders))
+            ]
+            client_a, client_b = flooders[0], stack.enter_context(Client(address=cluster.get_address()))
+            for client in (*flooders, client_b):  # functions shipped, processors started
                 client.map(noop, [(index,) for index in range(20 * arguments.workers)])
             client_a.map(sleep_ms, [(arguments.task_ms,)] * (2 * arguments.workers))
             watch = DepthWatch(monitor_address)
             started = time.monotonic()
-            flood = Flood(client_a, arguments.tasks, arguments.task_ms)
+            floods = [Flood(client, arguments.tasks, arguments.task_ms) for client in flooders]
             try:
                 time.sleep(0.5)  # the flood reaches the workers
                 deadline = started + arguments.budget
@@ -142,14 +148,15 @@ def measure(arguments: argparse.Namespace) -> dict[str, Any]:
                     client_a.submit(noop, 1, priority=10).result(timeout=arguments.budget + 60)  # type: ignore[call-arg]
                     figures["priority_seconds"] = time.monotonic() - begin
             finally:
-                flood.stop()
-            backlog = list(flood.futures)
+                for flood in floods:
+                    flood.stop()
+            backlog = [future for flood in floods for future in flood.futures]
             drain_started = time.monotonic()
             for future in backlog:
                 future.result(timeout=arguments.budget + 600)
             drained = time.monotonic() - drain_started
             watch.stop()
-            figures["flood_tasks"] = flood.submitted
+            figures["flood_tasks"] = sum(flood.submitted for flood in floods)
             figures["drain_tasks"] = len(backlog)
             figures["drain_efficiency"] = (len(backlog) * arguments.task_ms / 1000 / arguments.workers) / drained
             figures["deepest_queue"] = watch.deepest
@@ -161,7 +168,8 @@ def measure(arguments: argparse.Namespace) -> dict[str, Any]:
 def print_table(arguments: argparse.Namespace, figures: dict[str, Any]) -> None:
     waits = figures.get("single_waits", [])
     setting = "default" if arguments.worker_queue_seconds is None else f"{arguments.worker_queue_seconds:g}"
-    rows = [("client A's flood", f"{arguments.tasks} tasks of {arguments.task_ms:g} ms kept queued, "
+    flooders = f"{arguments.flooders} clients, each " if arguments.flooders > 1 else ""
+    rows = [("client A's flood", f"{flooders}{arguments.tasks} tasks of {arguments.task_ms:g} ms kept queued, "
              f"{arguments.workers} workers, --worker-queue-seconds {setting}")]
     if waits:
         rows.append(("B: single no-op task, wait (s)", f"median {statistics.median(waits):.3f}, "
@@ -192,6 +200,7 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=4000, help="client A's backlog, kept queued (default 4000)")
     parser.add_argument("--task-ms", type=float, default=10.0, help="duration of A's tasks in ms (default 10)")
     parser.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
+    parser.add_argument("--flooders", type=int, default=1, help="clients flooding so, A first (default 1)")
     parser.add_argument("--samples", type=int, default=10, help="B's single tasks, one after the other (default 10)")
     parser.add_argument("--budget", type=float, default=120.0, help="seconds of measuring at most (default 120)")
     parser.add_argument(

@@ -211,7 +211,7 @@ class TaskGroup:
     keep_results: bool = False
     # With keep_results: results stay in the workers' stores whatever their size (persisted data); see the schema.
     keep_in_stores: bool = False
-    # Set by the scheduler: run these before the top-level tasks the worker holds (a newcomer's); see the schema.
+    # Set by the scheduler: run these before the top-level tasks the worker holds (a client far below its share).
     ahead: bool = False
 
 

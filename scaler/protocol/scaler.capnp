@@ -210,10 +210,10 @@ struct TaskGroup {
   # where each is and reads it if it asks (persisted data), instead of small ones inline (PROTOCOL.md, "Kept
   # results stay in stores"). The scheduler copies it into the groups it sends workers; a worker may ignore it.
   keepInStores @19 :Bool;
-  # Set by the scheduler for the tasks of a client that had none running, sent to a worker that holds other
-  # clients' tasks: the worker runs them before the top-level tasks it holds (after nested ones), in the order
-  # they came, so that a newcomer's task does not wait behind a deep queue of others' (PROTOCOL.md, "Ahead of
-  # the queue"). A worker may ignore it (the native worker does).
+  # Set by the scheduler for the tasks of a client far below its fair share of the tasks on workers, sent to a
+  # worker that holds others: the worker runs them before the top-level tasks it holds (after nested ones), in
+  # the order they came, so that a newcomer's task does not wait behind a deep queue of others' (PROTOCOL.md,
+  # "Ahead of the queue"). A worker may ignore it (the native worker does).
   ahead @20 :Bool;
 }
 

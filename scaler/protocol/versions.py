@@ -19,7 +19,7 @@ PROTOCOL_VERSION = 1
 # Revisions of protocol version 1; a peer from before revisions were counted sends none, read as 0.
 #   1: hello and welcome carry the sender's release and revision.
 #   2: TaskGroup.keepInStores (kept results that stay in stores whatever their size).
-#   3: TaskGroup.ahead (a newcomer's tasks run before the top-level tasks a worker holds).
+#   3: TaskGroup.ahead (the tasks of a client far below its share run before the top-level tasks a worker holds).
 PROTOCOL_REVISION = 3
 RELEASE = f"scaler {__version__}"
 

@@ -11,8 +11,8 @@ What the processor decides:
 - **Which task runs next.** Top-level tasks in arrival order; nested ones deepest first and, at one depth,
   newest first: the newest are the children of the task that blocked last, so a recursion unfolds
   depth-first and the tasks holding a processor while they wait stay near the recursion's depth. Tasks the
-  scheduler sent `ahead` (a newcomer's, TaskGroup.ahead) run before the top-level tasks, after the nested
-  ones, in arrival order: a client's first task does not wait behind a deep queue of other clients' tasks.
+  scheduler sent `ahead` (TaskGroup.ahead: a client far below its share) run before the top-level tasks,
+  after the nested ones, in arrival order: its task does not wait behind a deep queue of other clients' tasks.
 - **Suspects** (TaskGroup.reportStart) run only once the scheduler knows they started here: the processor
   sends the results it holds, asks (TaskStarted), and keeps reading the socket until the answer, so that a
   cancel or release of the task still applies. No answer within AGENT_ANSWER_SECONDS: the task goes back.

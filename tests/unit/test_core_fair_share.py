@@ -250,7 +250,8 @@ def sent_ahead(worker: SimWorker) -> tuple[list[int], list[int]]:
 
 def test_a_newcomers_tasks_go_ahead_of_the_deep_queues_other_clients_hold_on_the_workers() -> None:
     # No-op floods keep each worker's queue 1,000 deep (prefetch.py): a newcomer's task placed behind them waited
-    # for all of them. The worker runs tasks sent ahead first; only a client with no task running gets that.
+    # for all of them. The worker runs tasks sent ahead first; a client far below its share of the tasks on
+    # workers gets that, a client at its share never.
     cluster = SimulatedCluster()
     workers = [cluster.add_worker(capacity=1000) for _ in range(2)]
     flooder, newcomer = cluster.add_client(), cluster.add_client()
@@ -260,11 +261,31 @@ def test_a_newcomers_tasks_go_ahead_of_the_deep_queues_other_clients_hold_on_the
     cluster.complete(workers[0], limit=10)
     assert sent_ahead(workers[0])[0] == probe, "its next free slot, ahead of the 990 it holds"
     assert len(sent_ahead(workers[0])[1]) == 1000 + 9, "the flooder's tasks keep their place"
-    second = submit(cluster, newcomer, 1)
-    cluster.complete(workers[1], limit=10)
-    assert second[0] in sent_ahead(workers[1])[1], "a task running already: its next ones are not ahead"
+    batch = submit(cluster, newcomer, 20)  # one task running already: far below its share still
+    for _ in range(10):
+        for worker in workers:
+            cluster.complete(worker, limit=4)
+    ahead = [task_id for worker in workers for task_id in sent_ahead(worker)[0]]
+    assert sorted(ahead) == sorted(probe + batch), "all of it, over many rounds, and nothing of the flooder's"
     cluster.run_to_completion()
     assert_no_task_state(cluster.core)
+
+
+def test_clients_at_their_share_of_the_workers_do_not_go_ahead() -> None:
+    cluster = SimulatedCluster()
+    workers = [cluster.add_worker(capacity=1000) for _ in range(2)]
+    first, second = cluster.add_client(), cluster.add_client()
+    submit(cluster, first, 5000)
+    submit(cluster, second, 5000)
+    for _ in range(40):
+        for worker in workers:
+            cluster.complete(worker, limit=100)
+    held_ahead = [len(sent_ahead(worker)[0]) for worker in workers]
+    for _ in range(10):
+        for worker in workers:
+            cluster.complete(worker, limit=100)
+    assert [len(sent_ahead(worker)[0]) for worker in workers] == held_ahead, "no more once both hold their share"
+    assert 0 < sum(held_ahead) <= 1000, "the second went ahead only until it held half its share"
 
 
 def test_a_newcomers_tasks_on_an_idle_worker_are_not_marked_ahead() -> None:

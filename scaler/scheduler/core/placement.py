@@ -6,9 +6,10 @@ to idle workers, and tasks handed back by a busy worker do not go straight back 
 one submitTasks per round and tag set, with the objects those tasks need that it does not have yet.
 Each tag set's ready queue goes only to the workers whose tags include the set (ready_queue.py).
 Balancing asks a worker that holds far more than its alike peers to hand back the tasks it has not started.
-The tasks of a client with none running go to a worker that holds others' tasks marked to run ahead of them
-(TaskGroup.ahead, `_newcomers`): deep queues of no-op tasks are what make them fly, and a newcomer's first
-task would otherwise wait behind a thousand of another client's on the worker its fair turn sent it to.
+The tasks of a client holding far less than its fair fraction of the tasks on workers go to a worker that holds
+others' tasks marked to run ahead of them (TaskGroup.ahead, `_newcomers`): deep queues of no-op tasks are what
+make them fly, and a newcomer's task would otherwise wait behind a thousand of another client's on the worker
+its fair turn sent it to.
 
 At hundreds of workers the cost per task is the cost per message, so two things keep messages few: a
 worker that already holds tasks is topped up only with a batch at least as large as what it holds (up to
@@ -104,16 +105,27 @@ def _assigned_count(worker: WorkerPeer) -> int:
 
 
 def _newcomers(queue: ReadyQueue) -> frozenset[ClientPeer]:
-    """The clients of the queue with no task running: their tasks go ahead of the tasks a worker holds already
-    (TaskGroup.ahead), so that a client's first tasks do not wait behind deep queues of others' tasks (no-op
-    tasks keep 1,000 on each worker, prefetch.py). Where it is fair: a newcomer's turn in the ready queue is the
-    next free slot, and only what the fair share gave it goes ahead. A client alone never has tasks ahead: when
-    it has none running, the workers hold none."""
-    turns = queue.turns
-    if len(turns) == 1:  # one client: a look, not a set
-        client = turns[0][3].client
-        return frozenset((client,)) if client.tasks_running == 0 else _NO_CLIENTS
-    return frozenset(turn[3].client for turn in turns if turn[3].client.tasks_running == 0)
+    """The clients of the queue that hold less than half their fair fraction of the tasks on workers: their tasks
+    go ahead of what a worker holds already (TaskGroup.ahead), so that they do not wait behind deep queues of
+    others' tasks (no-op tasks keep 1,000 on each worker, prefetch.py). Where it is fair: the ready queue gives
+    such a client its turns (ready_queue.py), and it goes ahead only until it holds half of what its share is of
+    the tasks out there. A client alone, or among clients at their share, never goes ahead: no reordering then."""
+    lanes = queue.lanes
+    if len(lanes) < 2:  # one client (at one depth): no one to go ahead of
+        return _NO_CLIENTS
+    running = 0
+    shares = 0.0
+    for client in {client for client, _ in lanes}:
+        if client.tasks_running or client.tasks_queued:
+            running += client.tasks_running
+            shares += client.share
+    if running == 0:
+        return _NO_CLIENTS
+    # Below half of running * share / shares, without dividing.
+    return frozenset(
+        turn[3].client for turn in queue.turns
+        if 2.0 * turn[3].client.tasks_running * shares < running * turn[3].client.share
+    )
 
 
 def _locality_allows(load: int, least_load: int) -> bool:
@@ -356,7 +368,7 @@ class Placement:
         objects = self._objects
         groups: dict[object, m.TaskGroup] = {}
         shipped: list[m.ObjectPayload] = []
-        # Only on a worker that holds tasks, which are then other clients': a newcomer has none running.
+        # Only on a worker that holds tasks: there is nothing to go ahead of on an idle one.
         ahead_of = newcomers if newcomers and worker.assigned else None
         for record in records:
             record.worker = worker
