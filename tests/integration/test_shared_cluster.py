@@ -38,3 +38,17 @@ def test_a_second_clients_task_runs_before_the_first_clients_backlog_drains() ->
             assert flood_done < FLOOD_TASKS * 0.8, f"the small client's task waited for {flood_done} of the flood's"
             assert waited < 3.0, f"the small client's task waited {waited:.2f} s"
             flood.clear()
+
+
+def test_a_second_clients_tasks_run_ahead_of_what_the_first_client_queued_on_the_workers() -> None:
+    # Workers filled to their capacity (prefetch off: what no-op tasks get anyway), 1,000 of the flood's tasks on
+    # each: the fair share gives the small client's tasks the next free slots, and the workers run them before
+    # what they hold (TaskGroup.ahead). Behind those queues, its map would finish after about 2,000 of the flood's.
+    with SchedulerClusterCombo(n_workers=2, worker_queue_seconds=0, logging_level="WARNING") as cluster:
+        with Client(address=cluster.get_address()) as flood, Client(address=cluster.get_address()) as small:
+            backlog = [flood.submit(sleep_and_return, 0.002, index) for index in range(3000)]
+            assert backlog[0].result(timeout=60) == 0
+            assert small.map(sleep_and_return, [(0, index) for index in range(20)]) == list(range(20))
+            flood_done = sum(future.done() for future in backlog)
+            assert flood_done < 1000, f"the small client's tasks waited for {flood_done} of the flood's"
+            flood.clear()
