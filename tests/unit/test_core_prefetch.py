@@ -380,3 +380,17 @@ def test_a_worker_that_does_not_measure_is_held_to_the_pace_others_measured_of_a
         cluster.complete(measuring, limit=1, task_seconds=0.010)
     assert len(silent.pending) <= depth_for(0.010, 1000, 0.05) == 6, "not its whole share"
     cluster.core.check_invariants()
+
+
+def test_a_function_whose_tasks_all_raise_gets_a_pace_too() -> None:
+    # A task that raised ran as long as it took: without that measure, the tasks of a function that always fails
+    # stayed held as never measured, FIRST_DEPTH deep, however tiny they were.
+    cluster = prefetching(check_invariants=False)
+    worker = cluster.add_worker(capacity=1000)
+    cluster.submit(cluster.add_client(), 20000, function_payload=b"cloudpickled function: always raises")
+    assert len(worker.pending) == FIRST_DEPTH
+    for _ in range(3):
+        cluster.now += 0.001
+        cluster.complete(worker, failure_kind=m.FailureKind.RAISED, task_seconds=25e-6)
+    assert len(worker.pending) == 1000
+    cluster.core.check_invariants()

@@ -19,8 +19,10 @@ a worker's own pace (prefetch.py) is that of the tasks it ran, and after no-op t
 whole capacity of a new function's 10 ms tasks until two samples of those came back. Tasks of a function
 never measured are held as by a worker that just joined (`FIRST_DEPTH`), until its first results say more.
 
-A sample is one results message whose first and last finished tasks ran the same function: its run time
-over the tasks it ran (`TaskResults.run_seconds`, `ranTasks`; a worker that does not measure sends none).
+A sample is one results message whose first and last finished tasks ran the same function (of those that
+succeeded, and of those that raised: a failure is a measure too, or a function whose tasks all fail would stay
+held as never measured): its run time over the tasks it ran (`TaskResults.run_seconds`, `ranTasks`; a worker
+that does not measure sends none).
 A slower sample is believed at once (a slow function batched by mistake is the costly error), a faster one
 halfway. A mixed message gives its average only to the functions at its ends that were never measured.
 At most `FUNCTIONS_KEPT` functions are remembered, the oldest forgotten first.
@@ -52,25 +54,24 @@ class FunctionPace:
         ran = results.ran_tasks
         if not ran:
             return
-        if results.succeeded_ids:
-            first_id, last_id = results.succeeded_ids[0], results.succeeded_ids[-1]
-        elif results.stored:
-            first_id, last_id = results.stored[0].task_id, results.stored[-1].task_id
-        else:
+        ends = _ends(results)
+        if not ends:
             return
-        first, last = records.get(first_id), records.get(last_id)
-        if first is None or last is None:
-            return
+        function_ids = []
+        for task_id in ends:
+            record = records.get(task_id)
+            if record is None:
+                return
+            function_ids.append(record.signature.function_id)
         sample = max(results.run_seconds, 0.0) / ran
         if not sample < math.inf:
             return  # NaN or infinite: no measure (a peer's defect must not reach the paces)
         seconds = self._seconds
-        function_id = first.signature.function_id
-        last_function_id = last.signature.function_id
-        if last_function_id != function_id:
+        function_id = function_ids[0]
+        if any(other != function_id for other in function_ids):
             # A mixed message says little of either function, but more than nothing: a function never measured
             # gets its average, so that its tasks are no longer held back as unknown (first_depth below).
-            for unknown in (function_id, last_function_id):
+            for unknown in dict.fromkeys(function_ids):
                 if unknown not in seconds:
                     self._remember(unknown, sample)
             return
@@ -120,3 +121,19 @@ class FunctionPace:
         if slowest <= 0.0:
             return max(1, len(records))
         return max(1, int(BATCH_SECONDS / slowest))
+
+
+def _ends(results: m.TaskResults) -> list[int]:
+    """The first and last task of each kind of outcome that ran (succeeded, stored, raised), which say what the
+    message's tasks ran: a task that raised ran as long as it took, and a function whose tasks all fail gets a
+    pace too (else its tasks stay held as never measured, FIRST_DEPTH deep)."""
+    ends: list[int] = []
+    if results.succeeded_ids:
+        ends += (results.succeeded_ids[0], results.succeeded_ids[-1])
+    if results.stored:
+        ends += (results.stored[0].task_id, results.stored[-1].task_id)
+    if results.failures:
+        raised = [failure.task_id for failure in results.failures if failure.kind == m.FailureKind.RAISED]
+        if raised:
+            ends += (raised[0], raised[-1])
+    return ends
