@@ -213,7 +213,7 @@ struct TaskGroup {
   # Set by the scheduler for the tasks of a client far below its fair share of the tasks on workers, sent to a
   # worker that holds others: the worker runs them before the top-level tasks it holds (after nested ones), in
   # the order they came, so that a newcomer's task does not wait behind a deep queue of others' (PROTOCOL.md,
-  # "Ahead of the queue"). A worker may ignore it (the native worker does).
+  # "Ahead of the queue"). A worker may ignore it (the Symphony worker does).
   ahead @20 :Bool;
 }
 

@@ -14,7 +14,7 @@ STOP_SECONDS = 10.0
 
 
 class ProcessCluster:
-    def __init__(self, native_executable: str, log_dir: str) -> None:
+    def __init__(self, native_executable: str, log_dir: str, *scheduler_options: str) -> None:
         self.address = free_tcp_address()
         self._native_executable = native_executable
         self._log_dir = log_dir
@@ -22,7 +22,7 @@ class ProcessCluster:
         # Dead workers are noticed within seconds, so a killed one's tasks move on quickly.
         self.scheduler = self._start("scheduler", [
             sys.executable, "-m", "scaler.cli.scheduler", self.address, "--worker-timeout-seconds", "2",
-            "--heartbeat-interval-seconds", "0.5", "--logging-level", "INFO",
+            "--heartbeat-interval-seconds", "0.5", "--logging-level", "INFO", *scheduler_options,
         ])
 
     def add_worker(self, name: str, *options: str) -> subprocess.Popen:

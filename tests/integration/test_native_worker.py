@@ -114,3 +114,23 @@ def test_python_workers_read_the_neutral_encoding() -> None:
             assert client.get(graph, keys=["c"]) == {"c": {"total": 6}}
             with pytest.raises(NoCapableWorkerError, match="native"):
                 client.submit(native("add"), 1, 2).result(timeout=RESULT_SECONDS)
+
+
+@pytest.mark.timeout(120 + BUILD_TIMEOUT_SECONDS)
+def test_a_second_clients_tasks_run_ahead_of_what_a_native_worker_holds(tmp_path: str) -> None:
+    # Filled to its capacity by one client's flood (prefetch off: what no-op tasks get anyway), the worker runs the
+    # second client's tasks first (TaskGroup.ahead): behind its queue they would wait for about 1,000 of the flood's.
+    cluster = ProcessCluster(native_worker_executable(), str(tmp_path), "--worker-queue-seconds", "0")
+    try:
+        cluster.add_worker("native-1")
+        with Client(address=cluster.address, serializer=NeutralSerializer(), timeout_seconds=30) as flood, \
+                Client(address=cluster.address, serializer=NeutralSerializer(), timeout_seconds=30) as small:
+            backlog = [flood.submit(native("sleep_ms"), 2) for _ in range(1500)]
+            backlog[0].result(timeout=RESULT_SECONDS)
+            assert small.map(native("add"), [(index, 1) for index in range(20)]) == list(range(1, 21))
+            flood_done = sum(future.done() for future in backlog)
+            assert flood_done < 500, f"the small client's tasks waited for {flood_done} of the flood's"
+            flood.clear()
+    finally:
+        cluster.stop()
+

@@ -84,6 +84,7 @@ struct TaskGroup {
   uint32_t nesting_depth = 0;
   bool profiling = false;
   bool report_start = false;
+  bool ahead = false;  // run before the jobs queued that were not sent ahead (PROTOCOL.md, "Ahead of the queue")
 };
 
 struct TaskSubmission {

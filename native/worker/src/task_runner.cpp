@@ -127,7 +127,12 @@ TaskRunner::~TaskRunner() {
 void TaskRunner::start(Job job) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    jobs_.push_back(std::move(job));
+    if (job.group && job.group->ahead) {  // after those sent ahead before it, before every other queued job
+      jobs_.insert(jobs_.begin() + static_cast<std::ptrdiff_t>(ahead_), std::move(job));
+      ++ahead_;
+    } else {
+      jobs_.push_back(std::move(job));
+    }
   }
   work_ready_.notify_one();
 }
@@ -139,6 +144,7 @@ std::vector<uint64_t> TaskRunner::withdraw(const std::vector<uint64_t>& task_ids
   for (auto job = jobs_.begin(); job != jobs_.end();) {
     if (named.count(job->task_id)) {
       withdrawn.push_back(job->task_id);
+      if (static_cast<size_t>(job - jobs_.begin()) < ahead_) --ahead_;
       job = jobs_.erase(job);
     } else {
       ++job;
@@ -171,6 +177,7 @@ void TaskRunner::serve(Slot& slot) {
       if (closing_) return;
       job = std::move(jobs_.front());
       jobs_.pop_front();
+      if (ahead_ > 0) --ahead_;
       slot.running_task_id = job.task_id;
       slot.stop = false;
       ++busy_threads_;

@@ -46,8 +46,8 @@ Completion run_job(const Job& job, const StopFlag& stop);
 // early only when it runs dry (every job done, so the results should go now) or this many are waiting.
 constexpr size_t kWakeEveryCompletions = 1000;
 
-// Threads that take jobs from one queue, in the order they were started, without waiting for the agent's
-// loop between two jobs: a batch of tiny tasks runs back to back.
+// Threads that take jobs from one queue, in the order they were started (those sent ahead first, in theirs:
+// TaskGroup.ahead), without waiting for the agent's loop between two jobs: a batch of tiny tasks runs back to back.
 class TaskRunner {
  public:
   // `wake_fd` gets a byte written when the loop should collect completions now.
@@ -75,6 +75,7 @@ class TaskRunner {
   std::mutex mutex_;
   std::condition_variable work_ready_;
   std::deque<Job> jobs_;
+  size_t ahead_ = 0;  // the jobs at the front of jobs_ that were sent ahead, in the order they came
   std::vector<Completion> completions_;
   size_t busy_threads_ = 0;
   bool closing_ = false;

@@ -99,6 +99,7 @@ TaskSubmission decode_submission(::TaskSubmission::Reader reader, FrameTable& fr
     group->nesting_depth = reader_group.getNestingDepth();
     group->profiling = reader_group.getProfiling();
     group->report_start = reader_group.getReportStart();
+    group->ahead = reader_group.getAhead();
     submission.groups.push_back(std::move(group));
   }
   return submission;
