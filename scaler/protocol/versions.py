@@ -19,7 +19,8 @@ PROTOCOL_VERSION = 1
 # Revisions of protocol version 1; a peer from before revisions were counted sends none, read as 0.
 #   1: hello and welcome carry the sender's release and revision.
 #   2: TaskGroup.keepInStores (kept results that stay in stores whatever their size).
-PROTOCOL_REVISION = 2
+#   3: HeartbeatEcho.heartbeatIntervalMs (a scheduler with many workers spaces their heartbeats out).
+PROTOCOL_REVISION = 3
 RELEASE = f"scaler {__version__}"
 
 # What a refusal says of a peer whose hello names no release (one from before they were sent).
