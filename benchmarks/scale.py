@@ -2,7 +2,7 @@
 
     sudo python benchmarks/scale.py [--workers 10,100,500] [--clients 1,10,50] [--hosts 10] [--tasks 100000]
                                     [--latency-seconds 5] [--kill 100] [--worker-timeout 60] [--json PATH]
-                                    [--worker-queue-seconds S] [--idle-seconds 5]
+                                    [--worker-queue-seconds S] [--idle-seconds 20]
 
 For each number of workers W, on a fresh scheduler in a network namespace of its own, with the workers
 spread over `--hosts` host namespaces (several native workers each, all on one bridge; the clients and
@@ -350,7 +350,9 @@ def main() -> None:
     parser.add_argument("--hosts", type=int, default=10, help="simulated hosts the workers are spread over")
     parser.add_argument("--tasks", type=int, default=100_000, help="tasks of the map (split over the clients)")
     parser.add_argument("--latency-seconds", type=float, default=5.0, help="how long the probe measures")
-    parser.add_argument("--idle-seconds", type=float, default=5.0,
+    # At least the longest heartbeat interval a scheduler asks of many workers (a quarter of the worker timeout):
+    # the workers of a join storm heartbeat together, so a shorter window may hold one burst, or none.
+    parser.add_argument("--idle-seconds", type=float, default=20.0,
                         help="after the join storm: the scheduler's CPU measured this long with no task")
     parser.add_argument("--flood-chunk", type=int, default=10_000, help="tasks of each flooding client's maps")
     parser.add_argument("--kill", type=int, default=100, help="workers SIGKILLed at once (at most a fifth of W)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import math
 import os
 import signal
 import time
@@ -181,8 +182,8 @@ class SchedulerServer:
         next_tick = time.monotonic() + _TICK_SECONDS
         next_monitor = 0.0
         while not self._stop.requested and not self._core.should_exit:  # a step-down replaces the core
-            timeout_ms = max(0.0, (next_tick - time.monotonic()) * 1000)
-            events = poller.poll(int(timeout_ms))
+            # Rounded up: rounded down, the last millisecond before each tick is spent polling with no wait.
+            events = poller.poll(max(0, math.ceil((next_tick - time.monotonic()) * 1000)))
             if standby is not None:
                 for probe_socket, _ in events:
                     if probe_socket in standby.sockets:
