@@ -33,6 +33,7 @@ import argparse
 import json
 import os
 import platform
+import random
 import select
 import shlex
 import shutil
@@ -245,7 +246,9 @@ class Cell:
             client.stdin.flush()
             time.sleep(1.0)
             killed_at = time.time()
-            for pid in self.worker_pids[-count:]:
+            # Workers picked at random (seeded): the last ones started may hold no task of a map of tiny tasks,
+            # which idle workers get in batches (function_pace.py), and then no task would need rescuing.
+            for pid in random.Random(25).sample(self.worker_pids, count):
                 os.kill(pid, signal.SIGKILL)
             line = _read_line(client, START_SECONDS * 4)
             report = json.loads(line) if line.startswith("{") else {}
