@@ -18,9 +18,10 @@ the monitor in the root namespace):
    C-1 others flood (maps of `--flood-chunk` tasks one after the other); with C=1 the probe runs alone;
 4. the monitor feed with W rows: the snapshot's size, its encode and decode time, scaler_top's render
    time, and scaler_top itself run under a pseudo-terminal (it must draw the workers and quit on `q`);
-5. `--kill` workers (at most a fifth of W) SIGKILLed at once while a client maps `--tasks` tasks: every
-   task must come back with its own result; the seconds from the kill to the map's end (the scheduler
-   notices the dead workers after `--worker-timeout` seconds of silence and hands their tasks on).
+5. `--kill` workers (at most a fifth of W, picked at random) SIGKILLed at once while a client maps
+   `--tasks` tasks: every task must come back with its own result; the seconds from the kill to the map's
+   end (the scheduler notices the dead workers after `--worker-timeout` seconds of silence and hands their
+   tasks on).
 
 One table, one row per (W, C); the W-only figures on the first row of each W. Needs root (network
 namespaces); without it, or with `--one-host`, everything runs in the root namespace on 127.0.0.1, and
