@@ -2,7 +2,7 @@
 
     sudo python benchmarks/scale.py [--workers 10,100,500] [--clients 1,10,50] [--hosts 10] [--tasks 100000]
                                     [--latency-seconds 5] [--kill 100] [--worker-timeout 60] [--json PATH]
-                                    [--worker-queue-seconds S] [--idle-seconds 5]
+                                    [--worker-queue-seconds S] [--idle-seconds 20]
 
 For each number of workers W, on a fresh scheduler in a network namespace of its own, with the workers
 spread over `--hosts` host namespaces (several native workers each, all on one bridge; the clients and
@@ -18,9 +18,10 @@ the monitor in the root namespace):
    C-1 others flood (maps of `--flood-chunk` tasks one after the other); with C=1 the probe runs alone;
 4. the monitor feed with W rows: the snapshot's size, its encode and decode time, scaler_top's render
    time, and scaler_top itself run under a pseudo-terminal (it must draw the workers and quit on `q`);
-5. `--kill` workers (at most a fifth of W) SIGKILLed at once while a client maps `--tasks` tasks: every
-   task must come back with its own result; the seconds from the kill to the map's end (the scheduler
-   notices the dead workers after `--worker-timeout` seconds of silence and hands their tasks on).
+5. `--kill` workers (at most a fifth of W, picked at random) SIGKILLed at once while a client maps
+   `--tasks` tasks: every task must come back with its own result; the seconds from the kill to the map's
+   end (the scheduler notices the dead workers after `--worker-timeout` seconds of silence and hands their
+   tasks on).
 
 One table, one row per (W, C); the W-only figures on the first row of each W. Needs root (network
 namespaces); without it, or with `--one-host`, everything runs in the root namespace on 127.0.0.1, and
@@ -33,6 +34,7 @@ import argparse
 import json
 import os
 import platform
+import random
 import select
 import shlex
 import shutil
@@ -245,7 +247,9 @@ class Cell:
             client.stdin.flush()
             time.sleep(1.0)
             killed_at = time.time()
-            for pid in self.worker_pids[-count:]:
+            # Workers picked at random (seeded): the last ones started may hold no task of a map of tiny tasks,
+            # which idle workers get in batches (function_pace.py), and then no task would need rescuing.
+            for pid in random.Random(25).sample(self.worker_pids, count):
                 os.kill(pid, signal.SIGKILL)
             line = _read_line(client, START_SECONDS * 4)
             report = json.loads(line) if line.startswith("{") else {}
@@ -350,7 +354,9 @@ def main() -> None:
     parser.add_argument("--hosts", type=int, default=10, help="simulated hosts the workers are spread over")
     parser.add_argument("--tasks", type=int, default=100_000, help="tasks of the map (split over the clients)")
     parser.add_argument("--latency-seconds", type=float, default=5.0, help="how long the probe measures")
-    parser.add_argument("--idle-seconds", type=float, default=5.0,
+    # At least the longest heartbeat interval a scheduler asks of many workers (a quarter of the worker timeout):
+    # the workers of a join storm heartbeat together, so a shorter window may hold one burst, or none.
+    parser.add_argument("--idle-seconds", type=float, default=20.0,
                         help="after the join storm: the scheduler's CPU measured this long with no task")
     parser.add_argument("--flood-chunk", type=int, default=10_000, help="tasks of each flooding client's maps")
     parser.add_argument("--kill", type=int, default=100, help="workers SIGKILLed at once (at most a fifth of W)")

@@ -38,6 +38,10 @@ class AddressRotation:
         self._move_at: float | None = None
         self._wait = 0.0
 
+    def set_silence(self, silence_seconds: float) -> None:
+        """The peer heartbeats at another interval (the scheduler asked): the silence threshold follows."""
+        self._silence_seconds = silence_seconds
+
     @property
     def current(self) -> str:
         return self.addresses[self._index]

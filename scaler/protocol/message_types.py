@@ -157,7 +157,9 @@ class Heartbeat:
 
 @dataclasses.dataclass(slots=True)
 class HeartbeatEcho:
-    pass
+    # To workers: 0 keeps the interval the welcome set; else the interval to heartbeat at from now on, which may be
+    # longer than the worker's own (a scheduler with many workers spaces their heartbeats out).
+    heartbeat_interval_ms: int = 0
 
 
 @dataclasses.dataclass(slots=True)

@@ -146,7 +146,12 @@ struct Heartbeat {
   objectCount @9 :UInt64;
 }
 
-struct HeartbeatEcho {}
+struct HeartbeatEcho {
+  # Workers only (0 to clients and stores, and from a scheduler before this field): 0 keeps the interval the
+  # welcome set; else heartbeat this often from now on, though it is longer than the peer's own interval. A
+  # scheduler with many workers spaces their heartbeats out so (PROTOCOL.md, "Heartbeats spaced out at scale").
+  heartbeatIntervalMs @0 :UInt32;
+}
 
 struct ObjectPayload {
   objectId @0 :Data;       # 16 bytes; for functions, the blake2b-128 digest of `payload`

@@ -20,7 +20,8 @@ PROTOCOL_VERSION = 1
 #   1: hello and welcome carry the sender's release and revision.
 #   2: TaskGroup.keepInStores (kept results that stay in stores whatever their size).
 #   3: TaskGroup.ahead (the tasks of a client far below its share run before the top-level tasks a worker holds).
-PROTOCOL_REVISION = 3
+#   4: HeartbeatEcho.heartbeatIntervalMs (a scheduler with many workers spaces their heartbeats out).
+PROTOCOL_REVISION = 4
 RELEASE = f"scaler {__version__}"
 
 # What a refusal says of a peer whose hello names no release (one from before they were sent).

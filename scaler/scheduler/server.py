@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import math
 import os
 import signal
 import time
@@ -106,10 +107,11 @@ class SchedulerServer:
         # ZeroMQ pings each connection, so that the TCP connection of a peer whose machine vanished is
         # closed instead of kept open with its queued messages. Only after the longest peer timeout: by
         # then the core has dropped that peer, so closing a connection can never lose what it still owes.
-        socket.setsockopt(zmq.HEARTBEAT_IVL, max(1, int(config.heartbeat_interval_seconds * 1000)))
-        socket.setsockopt(zmq.HEARTBEAT_TIMEOUT, max(1, int(
-            max(config.worker_timeout_seconds, config.client_timeout_seconds) * 1000
-        )))
+        # A ping every quarter of that is enough for it, and each one wakes zmq's I/O thread per connection.
+        longest_timeout = max(config.worker_timeout_seconds, config.client_timeout_seconds)
+        socket.setsockopt(zmq.HEARTBEAT_IVL, max(1, int(max(config.heartbeat_interval_seconds, longest_timeout / 4)
+                                                        * 1000)))
+        socket.setsockopt(zmq.HEARTBEAT_TIMEOUT, max(1, int(longest_timeout * 1000)))
         authenticator = None
         monitor: MonitorPublisher | None = None
         metrics: MetricsServer | None = None
@@ -180,8 +182,8 @@ class SchedulerServer:
         next_tick = time.monotonic() + _TICK_SECONDS
         next_monitor = 0.0
         while not self._stop.requested and not self._core.should_exit:  # a step-down replaces the core
-            timeout_ms = max(0.0, (next_tick - time.monotonic()) * 1000)
-            events = poller.poll(int(timeout_ms))
+            # Rounded up: rounded down, the last millisecond before each tick is spent polling with no wait.
+            events = poller.poll(max(0, math.ceil((next_tick - time.monotonic()) * 1000)))
             if standby is not None:
                 for probe_socket, _ in events:
                     if probe_socket in standby.sockets:

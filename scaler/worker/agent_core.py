@@ -29,7 +29,8 @@ from typing import Mapping
 import cloudpickle
 
 from scaler.protocol import messages as m
-from scaler.protocol.address_rotation import AddressRotation, silence_seconds
+from scaler.protocol.address_rotation import AddressRotation
+from scaler.protocol.heartbeat_pace import HeartbeatPace
 from scaler.protocol.scheduler_session import SchedulerSession
 from scaler.protocol.versions import refused_by_scheduler
 from scaler.utility.host_key import this_host_key
@@ -78,12 +79,10 @@ class WorkerAgentCore:
         self._welcomed = False
         self._session = SchedulerSession()
         # Which scheduler we talk to, of several (a standby's): the shell connects where it says.
-        self.addresses = AddressRotation(parse_scheduler_addresses(config.address), silence_seconds(
-            config.heartbeat_interval_seconds, config.death_timeout_seconds))
+        self.addresses = AddressRotation(parse_scheduler_addresses(config.address), 0.0)
+        self._pace = HeartbeatPace(config.heartbeat_interval_seconds, config.death_timeout_seconds, self.addresses)
         self._last_heard = 0.0
         self._last_heartbeat: float | None = None
-        # Set again from Welcome, which may ask for more frequent heartbeats.
-        self._heartbeat_interval = config.heartbeat_interval_seconds
         self._heartbeat_sent_at: float | None = None
         self._latency_us = 0
         self._limits = SizeLimits()
@@ -108,7 +107,7 @@ class WorkerAgentCore:
 
     def heartbeat_due(self, now: float) -> bool:
         """Whether the next tick sends a heartbeat (then it needs the agent's usage)."""
-        return self._last_heartbeat is None or now - self._last_heartbeat >= self._heartbeat_interval
+        return self._last_heartbeat is None or now - self._last_heartbeat >= self._pace.interval
 
     def _take(self) -> list[Action]:
         actions = list(self._out)
@@ -189,6 +188,7 @@ class WorkerAgentCore:
             self._pool.set_store_directory(message)
         elif isinstance(message, m.HeartbeatEcho):
             self._session.echoed()
+            self._pace.echoed(message.heartbeat_interval_ms)
             if self._heartbeat_sent_at is not None:
                 self._latency_us = int((now - self._heartbeat_sent_at) * 1e6)
                 self._heartbeat_sent_at = None
@@ -311,7 +311,7 @@ class WorkerAgentCore:
     # ------------------------------------------------------------------------------------------ scheduler
 
     def _on_welcome(self, welcome: m.Welcome) -> None:
-        self._heartbeat_interval = welcome.heartbeat_interval_for(self._config.heartbeat_interval_seconds)
+        self._pace.welcomed(welcome)
         self._limits = SizeLimits(welcome.max_frame_bytes, welcome.max_control_frame_bytes)
         for frames in self._session.welcomed(self._pool.outstanding_task_ids(), f"Worker[{self._name}]", welcome):
             self._to_scheduler(frames, results=True)  # a re-announcement, then what was held back (§21)

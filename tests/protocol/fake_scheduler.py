@@ -82,6 +82,7 @@ class WorkerLink:
         self.hello = hello
         self.heartbeats: list[tuple[float, wire.Received]] = []
         self.answer_heartbeats = True
+        self.echo_fields: dict[str, Any] = {}  # what each heartbeatEcho says (a heartbeat interval, §5's end)
         self.cancel_refused: list[int] = []
         self.result_messages: list[wire.Received] = []
         self.answered: dict[int, Outcome] = {}
@@ -172,7 +173,7 @@ class WorkerLink:
         if message.member == "heartbeat":
             self.heartbeats.append((time.monotonic(), message))
             if self.answer_heartbeats:
-                self.send("heartbeatEcho")
+                self.send("heartbeatEcho", **self.echo_fields)
         return message
 
     def next(self, timeout: float = REPLY_SECONDS) -> wire.Received:

@@ -6,6 +6,7 @@ Each test plays the scheduler on a ROUTER it binds and starts the worker under t
 from __future__ import annotations
 
 import signal
+import time
 
 from tests.protocol import wire
 from tests.protocol.conftest import StartWorker, Worker
@@ -62,6 +63,23 @@ def test_heartbeats_within_a_third_of_the_peer_timeout(start: StartWorker, sched
     link = scheduler.accept()
     link.welcome(heartbeatIntervalMs=60000, peerTimeoutMs=150)
     link.wait_heartbeats(4)
+
+
+def test_heartbeats_at_the_rarer_interval_an_echo_asks(start: StartWorker, scheduler: FakeScheduler) -> None:
+    """PROTOCOL.md, "Heartbeats spaced out at scale": an echo's heartbeatIntervalMs holds even when longer than the
+    worker's own interval, and an echo of 0 brings back the welcome's."""
+    start(heartbeat_interval=0.05)
+    link = scheduler.accept()
+    link.welcome(heartbeatIntervalMs=50)
+    link.wait_heartbeats(3)
+    link.echo_fields = {"heartbeatIntervalMs": 3_000}
+    link.wait_heartbeats(len(link.heartbeats) + 1)  # its echo asks for 3 s
+    asked_at = time.monotonic()
+    link.pause(1.5)
+    # At its own 50 ms, about 30 more; at the asked 3 s none (one may have crossed the echo on the way).
+    assert len([at for at, _ in link.heartbeats if at > asked_at]) <= 1, link.heartbeats
+    link.echo_fields = {}
+    link.wait_heartbeats(len(link.heartbeats) + 5)  # the next echo says 0: every 50 ms again
 
 
 def test_refused_before_welcome_exits_with_failure(start: StartWorker, scheduler: FakeScheduler) -> None:

@@ -223,7 +223,7 @@ def message_strategies(
         m.Refused: st.builds(m.Refused, reason=TEXT, unknown_peer=st.booleans()),
         m.Reannounce: st.builds(m.Reannounce, task_ids=id_lists),
         m.Heartbeat: heartbeats(),
-        m.HeartbeatEcho: st.just(m.HeartbeatEcho()),
+        m.HeartbeatEcho: st.builds(m.HeartbeatEcho, heartbeat_interval_ms=st.integers(0, 2**32 - 1)),
         m.TaskSubmission: submissions(ids, functions),
         m.TaskResults: task_results(ids, paired_results),
         m.CancelTasks: st.builds(m.CancelTasks, task_ids=id_lists, force=st.booleans()),

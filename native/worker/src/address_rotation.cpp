@@ -47,6 +47,10 @@ double silence_seconds(double heartbeat_interval_seconds, double death_timeout_s
   return std::min(wanted, death_timeout_seconds / 3);
 }
 
+double longest_heartbeat_interval(double death_timeout_seconds) {
+  return death_timeout_seconds / (3 * kSilentHeartbeats);
+}
+
 AddressRotation::AddressRotation(std::vector<std::string> addresses, double silence_seconds, double now)
     : addresses_(std::move(addresses)), silence_seconds_(silence_seconds), arrived_at_(now) {
   if (addresses_.empty()) throw std::invalid_argument("at least one scheduler address is needed");

@@ -31,6 +31,10 @@ std::vector<std::string> parse_scheduler_addresses(const std::string& text);
 // heartbeat echoes, but well within its death timeout so that a standby is tried before the worker gives up.
 double silence_seconds(double heartbeat_interval_seconds, double death_timeout_seconds);
 
+// The rarest heartbeats the worker sends, whatever the scheduler's echo asks: its silence threshold then still
+// spans kSilentHeartbeats of them (scaler/protocol/heartbeat_pace.py).
+double longest_heartbeat_interval(double death_timeout_seconds);
+
 class AddressRotation {
  public:
   // `addresses` must not be empty.
@@ -43,6 +47,8 @@ class AddressRotation {
   void refused(double now);
   // A scheduler serves us here: stay, and a later refusal moves at once again.
   void welcomed();
+  // The worker heartbeats at another interval (the scheduler asked): the silence threshold follows.
+  void set_silence(double silence_seconds) { silence_seconds_ = silence_seconds; }
   // The address to move to now (the socket reconnects there), or nothing to stay. `last_heard`: when a word
   // (other than a standby's refusal) last came from a scheduler.
   std::optional<std::string> on_tick(double now, double last_heard);

@@ -74,6 +74,7 @@ class Agent {
         name_(options.name.empty() ? host_name() + "|" + std::to_string(getpid()) : options.name),
         identity_("W|" + name_ + "|" + random_hex(8)),
         heartbeat_interval_(options.heartbeat_interval_seconds),
+        welcome_interval_(options.heartbeat_interval_seconds),
         hello_{name_, host_name(), static_cast<uint32_t>(getpid()), options.capacity, advertised_tags(options),
                options.threads},
         rotation_(options.addresses, silence_seconds(options.heartbeat_interval_seconds, options.death_timeout_seconds),
@@ -90,6 +91,8 @@ class Agent {
   bool send_frames(const Frames& frames, int flags);
   void on_frames(const std::vector<Bytes>& frames, double now);
   void on_welcome(const Welcome& welcome, double now);
+  // An echo's interval (0: the welcome's), within longest_heartbeat_interval; the silence threshold follows.
+  void pace_heartbeats(uint32_t asked_ms);
   void on_refused(const Refused& refused, double now, double heard_before);
   void on_protocol_error(const ProtocolError& error);
   // To the next scheduler address (silent, or a standby's, §23): hello there, rejoining if welcomed before (§21).
@@ -107,6 +110,7 @@ class Agent {
   void* socket_ = nullptr;
   ProcessStats stats_;
   double heartbeat_interval_;
+  double welcome_interval_;  // what the welcome set, which an echo asking for nothing brings back
   double heartbeat_sent_at_ = -1;
   uint32_t latency_us_ = 0;
   Hello hello_;
@@ -198,8 +202,9 @@ void Agent::on_frames(const std::vector<Bytes>& frames, double now) {
     core_.on_task_started(*started, now);
   } else if (auto deleted = std::get_if<DeleteObjects>(&message)) {
     core_.on_delete(*deleted);
-  } else if (std::holds_alternative<HeartbeatEcho>(message)) {
+  } else if (auto echo = std::get_if<HeartbeatEcho>(&message)) {
     session_.echoed();
+    pace_heartbeats(echo->heartbeat_interval_ms);
     if (heartbeat_sent_at_ >= 0) {
       latency_us_ = static_cast<uint32_t>((now - heartbeat_sent_at_) * 1e6);
       heartbeat_sent_at_ = -1;
@@ -217,11 +222,23 @@ void Agent::on_frames(const std::vector<Bytes>& frames, double now) {
   }
 }
 
+void Agent::pace_heartbeats(uint32_t asked_ms) {
+  double interval = welcome_interval_;
+  if (asked_ms) {
+    interval = std::min(asked_ms / 1000.0, std::max(interval, longest_heartbeat_interval(options_.death_timeout_seconds)));
+  }
+  if (interval == heartbeat_interval_) return;
+  heartbeat_interval_ = interval;
+  rotation_.set_silence(silence_seconds(std::max(interval, options_.heartbeat_interval_seconds),
+                                        options_.death_timeout_seconds));
+}
+
 void Agent::on_welcome(const Welcome& welcome, double now) {
   double interval = options_.heartbeat_interval_seconds;
   if (welcome.heartbeat_interval_ms) interval = std::min(interval, welcome.heartbeat_interval_ms / 1000.0);
   if (welcome.peer_timeout_ms) interval = std::min(interval, welcome.peer_timeout_ms / 3000.0);
-  heartbeat_interval_ = interval;
+  welcome_interval_ = interval;
+  pace_heartbeats(0);
   core_.set_limits(welcome.max_frame_bytes, welcome.max_control_frame_bytes);
   store_directory_ = welcome.store_directory;
   heartbeat_sent_at_ = -1;

@@ -65,7 +65,10 @@ struct Refused {
   bool standby = false;       // a standby scheduler that does not serve now: try the next address (§23)
 };
 
-struct HeartbeatEcho {};
+struct HeartbeatEcho {
+  // 0: the welcome's interval stands; else heartbeat this often from now on (a scheduler with many workers).
+  uint32_t heartbeat_interval_ms = 0;
+};
 
 struct ObjectPayload {
   Bytes object_id;

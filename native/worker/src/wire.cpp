@@ -133,7 +133,7 @@ Incoming decode_message(::Message::Reader message, FrameTable& frames) {
       return Refused{message.getRefused().getReason().cStr(), message.getRefused().getUnknownPeer(),
                      message.getRefused().getStandby()};
     case ::Message::HEARTBEAT_ECHO:
-      return HeartbeatEcho{};
+      return HeartbeatEcho{message.getHeartbeatEcho().getHeartbeatIntervalMs()};
     case ::Message::SUBMIT_TASKS:
       return decode_submission(message.getSubmitTasks(), frames);
     case ::Message::CANCEL_TASKS: {

@@ -12,6 +12,7 @@
 
 using scaler_native::AddressRotation;
 using scaler_native::kLastMoveWaitSeconds;
+using scaler_native::longest_heartbeat_interval;
 using scaler_native::parse_scheduler_addresses;
 using scaler_native::silence_seconds;
 
@@ -94,6 +95,16 @@ void a_worker_tries_a_standby_well_before_its_death_timeout() {
   CHECK(silence_seconds(2.0, 3.0) == 1.0);
 }
 
+// An echo asked for rarer heartbeats (scaler/protocol/heartbeat_pace.py): the silence threshold follows, within
+// what the death timeout allows.
+void rarer_heartbeats_stretch_the_silence_within_the_death_timeout() {
+  CHECK(longest_heartbeat_interval(300.0) == 300.0 / 9);
+  AddressRotation rotation({A, B}, silence_seconds(2.0, 300.0));
+  rotation.set_silence(silence_seconds(15.0, 300.0));
+  CHECK(!rotation.on_tick(40.0, 0.0));
+  CHECK(rotation.on_tick(45.5, 0.0) == B);
+}
+
 // Random refusals, welcomes and ticks: moves go round the list in order, only after a refusal (nothing is ever
 // silent here), and no refusal waits longer than the longest wait.
 void refusals_move_round_the_list_in_order_within_the_longest_wait() {
@@ -145,6 +156,7 @@ void address_rotation_tests() {
            silence_moves_to_the_next_address_and_wraps_around,
            the_silence_counts_from_the_arrival_at_an_address,
            a_worker_tries_a_standby_well_before_its_death_timeout,
+           rarer_heartbeats_stretch_the_silence_within_the_death_timeout,
            refusals_move_round_the_list_in_order_within_the_longest_wait,
        }) {
     test();

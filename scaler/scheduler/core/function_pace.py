@@ -36,8 +36,10 @@ from scaler.protocol import messages as m
 from scaler.scheduler.core.ready_queue import ReadyQueue
 from scaler.scheduler.core.task_record import TaskRecord
 
-# An idle worker is given at least this much work at its function's pace (1 ms: 500 tasks of 2 µs).
-BATCH_SECONDS = 0.001
+# An idle worker is given at least this much work at its function's pace (5 ms: 2,500 tasks of 2 µs). At 1 ms
+# (500 such tasks, but 60 at the pace no-op tasks show on a loaded machine) 500 workers cost the scheduler 4 to 7 times
+# the messages of 5 ms and 15 to 25% more CPU per task (benchmarks/README.md, "heartbeats spaced out at scale").
+BATCH_SECONDS = 0.005
 FUNCTIONS_KEPT = 1024
 FASTER_WEIGHT = 0.5
 

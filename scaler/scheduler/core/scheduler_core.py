@@ -288,7 +288,7 @@ class SchedulerCore:
                       out: list[Outgoing]) -> None:
         if not isinstance(peer, ClientPeer):
             peer.last_heartbeat = heartbeat  # for the monitor: a client's heartbeat fields mean nothing
-        out.append((peer.identity, m.HeartbeatEcho()))
+        out.append((peer.identity, self.peers.heartbeat_echo(isinstance(peer, WorkerPeer))))
 
     def _on_disconnect(
         self, peer: ClientPeer | WorkerPeer | StorePeer, message: m.Disconnect, now: float, out: list[Outgoing]
