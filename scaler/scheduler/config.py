@@ -36,6 +36,7 @@ class SchedulerConfig:
     max_task_crashes: int = SCHEDULER.field("max_task_crashes")
     protected: bool = SCHEDULER.field("protected")
     monitor_address: str | None = SCHEDULER.field("monitor_address")
+    monitor_interval_seconds: float = SCHEDULER.field("monitor_interval_seconds")
     metrics_port: int = SCHEDULER.field("metrics_port")
     max_message_size_bytes: int = SCHEDULER.field("max_message_size_bytes")
     max_control_frame_bytes: int = SCHEDULER.field("max_control_frame_bytes")

@@ -39,7 +39,6 @@ logger = logging.getLogger(__name__)
 _MAX_MESSAGES_PER_WAKE = 512
 _MESSAGES_PER_SEND = 32
 _TICK_SECONDS = 0.25
-_MONITOR_SECONDS = 1.0
 
 
 class SchedulerStartError(RuntimeError):
@@ -214,7 +213,7 @@ class SchedulerServer:
                 for line in self._bad_frame_log.on_tick(now):
                     logger.warning(line)
                 if now >= next_monitor or monitor.newcomer_waiting:
-                    next_monitor = now + _MONITOR_SECONDS
+                    next_monitor = now + self._config.monitor_interval_seconds
                     # One snapshot serves the feed and /metrics; with neither watching, none is made.
                     watched = monitor.watched
                     if watched or metrics is not None:

@@ -104,6 +104,10 @@ SCHEDULER = OptionTable(
             flags=("-ma",), default_text="derived from the address, e.g. ipc:///tmp/127.0.0.1_2345_monitor",
         ),
         Option(
+            "monitor_interval_seconds", 1.0, POSITIVE_SECONDS,
+            "how often the monitor feed and /metrics get a new snapshot (at most every 0.25 s, the scheduler's tick)",
+        ),
+        Option(
             "metrics_port", 0, Rule(int, 0, 65535),
             "serve Prometheus metrics at http://HOST:PORT/metrics, HOST being the host of the scheduler's address "
             "(127.0.0.1 for ipc); 0 (the default) serves none",

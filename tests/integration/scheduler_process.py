@@ -13,10 +13,13 @@ from tests.conftest import child_python_environment, console_script
 from tests.integration.spawned import Spawned
 
 STARTUP_SECONDS = 30.0
+# The tests wait on the feed for what they check: a snapshot every 0.25 s (the scheduler's tick), not every second.
+MONITOR_INTERVAL = ("--monitor-interval-seconds", "0.25")
 
 
 class SchedulerProcess(Spawned):
-    """`scaler_scheduler ADDRESS --monitor-address ipc://<directory>/monitor`, logging to <directory>/scheduler.log."""
+    """`scaler_scheduler ADDRESS --monitor-address ipc://<directory>/monitor --monitor-interval-seconds 0.25`,
+    logging to <directory>/scheduler.log."""
 
     def __init__(self, directory: str, *options: str) -> None:
         self.address = free_local_address()
@@ -24,7 +27,10 @@ class SchedulerProcess(Spawned):
         environment = child_python_environment()
         environment.pop("SCALER_EXIT_WITH_PARENT", None)
         super().__init__(
-            [console_script("scaler_scheduler"), self.address, "--monitor-address", self.monitor_address, *options],
+            [
+                console_script("scaler_scheduler"), self.address, "--monitor-address", self.monitor_address,
+                *MONITOR_INTERVAL, *options,
+            ],
             os.path.join(directory, "scheduler.log"), environment,
         )
         try:

@@ -52,7 +52,9 @@ def record_start_then_square(directory: str, value: int) -> int:
     """Appends a line to its own file when it starts: a task killed mid-run and run again shows two."""
     with open(os.path.join(directory, str(value)), "a") as record:
         record.write("started\n")
-    time.sleep(0.5)
+    # Long enough for the feed (4 snapshots a second, tests/integration/scheduler_process.py) to show the worker
+    # chosen for release holding several; each took 0.5 s while the feed came once a second.
+    time.sleep(0.2)
     return value * value
 
 

@@ -60,6 +60,14 @@ def slow_square(value: int) -> int:
     return value * value
 
 
+def gated_square(value: int, gate: str) -> int:
+    """value * value once the test opens the gate (a file): the burst lasts as long as the test needs."""
+    deadline = time.monotonic() + WAIT_SECONDS
+    while not os.path.exists(gate) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return value * value
+
+
 def wait_until(condition, timeout: float, what: str, details=lambda: "") -> None:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while not condition():
@@ -70,18 +78,22 @@ def wait_until(condition, timeout: float, what: str, details=lambda: "") -> None
 
 def test_a_burst_brings_workers_as_slurm_jobs_which_go_once_idle(slurm: LocalSlurm, tmp_path) -> None:
     job_name = "scaler-burst"
+    gate = str(tmp_path / "gate")
     with SchedulerProcess(str(tmp_path)) as scheduler, MonitorSubscriber(scheduler.monitor_address) as monitor:
         scaler = SlurmScaler(slurm, scheduler, str(tmp_path), job_name)
         try:
             wait_for_snapshot(monitor, lambda s: not s.workers, 30, "an empty cluster")
             assert slurm.jobs(job_name) == {}
             with Client(address=scheduler.address, timeout_seconds=60) as client:
-                futures = [client.submit(slow_square, value) for value in range(16)]
+                # The burst holds until both workers are seen (tasks that only slept made it last, for longer).
+                futures = [client.submit(gated_square, value, gate) for value in range(16)]
                 # Two Slurm jobs run, and each one's worker has joined under the job's id.
                 snapshot = wait_for_snapshot(monitor, lambda s: len(s.workers) == 2, WAIT_SECONDS, "two workers")
                 jobs = slurm.jobs(job_name)
                 assert sorted(f"{job_name}-{job_id}|0" for job_id in jobs) == sorted(w.name for w in snapshot.workers)
                 assert set(jobs.values()) <= {"RUNNING", "COMPLETING"}, jobs
+                assert not any(future.done() for future in futures)
+                open(gate, "w").close()
                 assert [future.result(timeout=WAIT_SECONDS) for future in futures] == [v * v for v in range(16)]
             # Idle for IDLE_SECONDS: both jobs are cancelled and their workers leave.
             wait_for_snapshot(monitor, lambda s: not s.workers, WAIT_SECONDS, "every worker gone")
@@ -93,6 +105,7 @@ def test_a_burst_brings_workers_as_slurm_jobs_which_go_once_idle(slurm: LocalSlu
             assert all(f"{job_name}-{job_id}|0" in drains for job_id in jobs), log
             assert "(drained)" in log, log
         finally:
+            open(gate, "w").close()  # whatever happened, no task waits past the test
             scaler.stop(SCALER_STOP_SECONDS)
         assert scaler.process.returncode == 0, scaler.log()
 

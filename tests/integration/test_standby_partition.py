@@ -31,7 +31,8 @@ pytestmark = pytest.mark.timeout(180)
 
 WAIT_SECONDS = 60.0  # an upper bound against hangs, never a measure
 PORT = 23457
-TIMINGS = ["--heartbeat-interval-seconds", "0.3", "--worker-timeout-seconds", "2", "--client-timeout-seconds", "2"]
+TIMINGS = ["--heartbeat-interval-seconds", "0.3", "--worker-timeout-seconds", "2", "--client-timeout-seconds", "2",
+           "--monitor-interval-seconds", "0.25"]  # the feed, which the tests wait on, 4 times a second
 
 # 40 tasks of 0.2 s; "in flight" once 10 are done; then, once told the cut healed, one more task.
 CLIENT = textwrap.dedent("""

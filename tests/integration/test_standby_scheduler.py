@@ -24,7 +24,8 @@ pytestmark = pytest.mark.timeout(120)
 
 WAIT_SECONDS = 60.0  # an upper bound against hangs, never a measure
 wait_until = functools.partial(waiting.wait_until, timeout=WAIT_SECONDS)
-HEARTBEAT = ["--heartbeat-interval-seconds", "0.3", "--worker-timeout-seconds", "5", "--client-timeout-seconds", "5"]
+HEARTBEAT = ["--heartbeat-interval-seconds", "0.3", "--worker-timeout-seconds", "5", "--client-timeout-seconds", "5",
+             "--monitor-interval-seconds", "0.25"]  # the feed, which the tests wait on, 4 times a second
 
 # A client given both addresses, the standby's first: 40 tasks of 0.2 s, half of them done before it says so.
 CLIENT = textwrap.dedent("""
