@@ -123,7 +123,7 @@ def _report(title: str, runs: list[tuple[float, Figures]]) -> float:
     labels = sorted({label for _, figures in runs for label in figures})
     print(f"\n{title}: round trip median {median_wall * 1e6:.0f} us (median of {len(runs)} runs)")
     print(f"  {'hop':<40} {'CPU us':>8} {'wake-ups':>9}   (per round trip)")
-    total_cpu = total_wakeups = 0.0
+    total_cpu = total_wakeups = zmq_cpu = zmq_wakeups = 0.0
     for label in labels:
         cpu = statistics.median(figures.get(label, (0.0, 0.0))[0] for _, figures in runs)
         wakeups = statistics.median(figures.get(label, (0.0, 0.0))[1] for _, figures in runs)
@@ -131,8 +131,16 @@ def _report(title: str, runs: list[tuple[float, Figures]]) -> float:
             continue
         total_cpu += cpu
         total_wakeups += wakeups
+        if "zmq" in label:
+            zmq_cpu += cpu
+            zmq_wakeups += wakeups
         print(f"  {label:<40} {cpu:>8.1f} {wakeups:>9.2f}")
     print(f"  {'all':<40} {total_cpu:>8.1f} {total_wakeups:>9.2f}")
+    if zmq_wakeups:
+        # What a transport without I/O threads would not pay: each zmq message wakes the sender's I/O thread and
+        # the receiver's besides the receiver itself (transport_ping_pong.py measures one link alone).
+        print(f"  {'of which zmq I/O (and other) threads':<40} {zmq_cpu:>8.1f} {zmq_wakeups:>9.2f}"
+              f"   ({zmq_wakeups / total_wakeups:.0%} of the wake-ups)")
     return median_wall
 
 
