@@ -194,6 +194,25 @@ def no_leftover_temporary_entries() -> Iterator[None]:
     assert not left, f"temporary entries left behind, which nobody removes: {left}"
 
 
+# What a task sets in its process so that a Client made inside it knows it is nested (scaler/utility/blocking.py).
+# A test that runs a task's callable in the pytest process leaves them set, and every later Client of that process
+# then submits nested tasks (under xdist, whichever test files follow on the same worker): fail the leaking test.
+_TASK_ENVIRONMENT = ("SCALER_NESTING_DEPTH", "SCALER_TASK_PRIORITY")
+
+
+@pytest.fixture(autouse=True)
+def no_task_environment_left_set() -> Iterator[None]:
+    before = {name: os.environ.get(name) for name in _TASK_ENVIRONMENT}
+    yield
+    after = {name: os.environ.get(name) for name in _TASK_ENVIRONMENT}
+    for name, value in before.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    assert after == before, f"the test left a task's environment set in this process: {before} -> {after}"
+
+
 def child_python_environment() -> dict[str, str]:
     """Environment for child Pythons: they can import `tests`, and this checkout's `scaler` if it has one.
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import cloudpickle
+import pytest
 
 from scaler.adapters.symphony.symphony_processor import SymphonyProcessor
 from scaler.protocol import messages as m
@@ -56,7 +57,11 @@ def outcome(value: Any) -> bytes:
     return cloudpickle.dumps(value)
 
 
-def test_a_task_runs_in_symphony_and_its_result_goes_back_serialized_with_the_clients_serializer() -> None:
+def test_a_task_runs_in_symphony_and_its_result_goes_back_serialized_with_the_clients_serializer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The call sets the nesting depth a Client made inside the task reads: here, in the test's own process.
+    monkeypatch.setenv("SCALER_NESTING_DEPTH", "0")
     processor, session = processor_with_tasks([1])
     call, *args = cloudpickle.loads(session.sent[0])
     assert call(*args) == 1
