@@ -1,4 +1,4 @@
-"""What one message between two local processes costs by transport: zmq (ipc://, tcp://) against a Unix socketpair.
+"""What one message between two local processes costs by transport: zmq (ipc://, tcp://) against plain sockets.
 
     PYTHONPATH=$PWD .venv/bin/python benchmarks/transport_ping_pong.py [--count 3000] [--runs 2]
 
@@ -7,7 +7,11 @@ ping-pongs (two messages), per transport, alternated over `--runs`. A zmq messag
 the sender's zmq I/O thread, the receiver's, then the receiver; a socketpair's wakes the receiver only.
 A round trip `submit(...).result()` crosses six zmq links (round_trip_hops.py --trace shows each), so this
 is what a link without I/O threads saves per message; "FrameStream" is the socketpair with the framing the
-worker agent and its processors use (scaler/utility/frame_stream.py). Linux only.
+worker agent and its processors use (scaler/utility/frame_stream.py). "ZMTP from Python" is the question of
+a transport without I/O threads that still speaks ZeroMQ's wire protocol: the parent speaks ZMTP 3.0 (NULL
+mechanism) itself over a plain TCP socket to a child's libzmq ROUTER (as a client or worker would talk to the
+scheduler), so only the child's end has an I/O thread; "TCP socket" is the same with no zmq at either end.
+Linux only.
 """
 
 from __future__ import annotations
@@ -58,6 +62,128 @@ def _zmq(address: str, count: int) -> list[float]:
         child.join(timeout=30)
         peer.close(linger=0)
         context.term()
+    return samples
+
+
+def _router_echo(address: str, count: int) -> None:
+    context = zmq.Context()
+    router = context.socket(zmq.ROUTER)
+    router.bind(address)
+    for _ in range(count):
+        send_frames(router, receive_frames(router))
+    router.close(linger=1000)
+    context.term()
+
+
+class _ZmtpDealer:
+    """Just enough ZMTP 3.0 (NULL mechanism, DEALER) over a blocking TCP socket to measure it; not a product."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self._socket = socket.create_connection((host, port))
+        self._socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._buffer = bytearray()
+        greeting = b"\xff" + bytes(8) + b"\x7f" + bytes([3, 0]) + b"NULL".ljust(20, b"\x00") + b"\x00" + bytes(31)
+        self._socket.sendall(greeting)
+        self._exactly(64)
+        ready = bytes([5]) + b"READY" + self._property(b"Socket-Type", b"DEALER")
+        self._socket.sendall(bytes([0x04, len(ready)]) + ready)
+        flags, _ = self._frame()
+        assert flags & 0x04, "the peer's first frame after the greeting is its READY command"
+
+    @staticmethod
+    def _property(name: bytes, value: bytes) -> bytes:
+        return bytes([len(name)]) + name + len(value).to_bytes(4, "big") + value
+
+    def _exactly(self, size: int) -> bytes:
+        while len(self._buffer) < size:
+            chunk = self._socket.recv(65536)
+            if not chunk:
+                raise ConnectionError("the peer closed the connection")
+            self._buffer += chunk
+        data = bytes(self._buffer[:size])
+        del self._buffer[:size]
+        return data
+
+    def _frame(self) -> tuple[int, bytes]:
+        flags = self._exactly(1)[0]
+        size = int.from_bytes(self._exactly(8 if flags & 0x02 else 1), "big")
+        return flags, self._exactly(size)
+
+    def send(self, frames: list[bytes]) -> None:
+        wire = bytearray()
+        for index, frame in enumerate(frames):
+            more = 0x01 if index < len(frames) - 1 else 0
+            if len(frame) > 255:
+                wire += bytes([more | 0x02]) + len(frame).to_bytes(8, "big")
+            else:
+                wire += bytes([more, len(frame)])
+            wire += frame
+        self._socket.sendall(wire)
+
+    def receive(self) -> list[bytes]:
+        frames = []
+        while True:
+            flags, body = self._frame()
+            if flags & 0x04:
+                continue
+            frames.append(body)
+            if not flags & 0x01:
+                return frames
+
+    def close(self) -> None:
+        self._socket.close()
+
+
+def _zmtp_from_python(port: int, count: int) -> list[float]:
+    child = multiprocessing.get_context("fork").Process(target=_router_echo, args=(f"tcp://127.0.0.1:{port}", count))
+    child.start()
+    samples = []
+    dealer = None
+    try:
+        deadline = time.monotonic() + 10
+        while dealer is None:
+            try:
+                dealer = _ZmtpDealer("127.0.0.1", port)
+            except ConnectionRefusedError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
+        for _ in range(count):
+            started = time.perf_counter()
+            dealer.send([_MESSAGE])
+            dealer.receive()
+            samples.append(time.perf_counter() - started)
+    finally:
+        if dealer is not None:
+            dealer.close()
+        child.join(timeout=30)
+    return samples
+
+
+def _tcp_echo(listener: socket.socket, count: int) -> None:
+    peer, _ = listener.accept()
+    peer.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    for _ in range(count):
+        peer.sendall(peer.recv(65536))
+
+
+def _tcp(count: int) -> list[float]:
+    listener = socket.create_server(("127.0.0.1", 0))
+    child = multiprocessing.get_context("fork").Process(target=_tcp_echo, args=(listener, count))
+    child.start()
+    mine = socket.create_connection(listener.getsockname())
+    listener.close()
+    mine.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    samples = []
+    try:
+        for _ in range(count):
+            started = time.perf_counter()
+            mine.sendall(_MESSAGE)
+            mine.recv(65536)
+            samples.append(time.perf_counter() - started)
+    finally:
+        child.join(timeout=30)
+        mine.close()
     return samples
 
 
@@ -124,6 +250,8 @@ def main() -> None:
     transports: dict[str, Callable[[], list[float]]] = {
         "zmq ipc://": lambda: _zmq(f"ipc://{os.path.join(directory, 'ping.sock')}", count),
         "zmq tcp:// (loopback)": lambda: _zmq(f"tcp://127.0.0.1:{port}", count),
+        "ZMTP from Python (tcp)": lambda: _zmtp_from_python(port, count),
+        "TCP socket (loopback)": lambda: _tcp(count),
         "Unix socketpair": lambda: _socketpair(count),
         "FrameStream (socketpair)": lambda: _frame_stream(count),
     }
