@@ -202,15 +202,24 @@ _TASK_ENVIRONMENT = ("SCALER_NESTING_DEPTH", "SCALER_TASK_PRIORITY")
 
 @pytest.fixture(autouse=True)
 def no_task_environment_left_set() -> Iterator[None]:
+    """Also what scaler.utility.blocking read of them (it reads them once per process)."""
+    from scaler.utility import blocking
+
     before = {name: os.environ.get(name) for name in _TASK_ENVIRONMENT}
+    read_before = (blocking.client_nesting_depth(), blocking.running_task_priority())
     yield
     after = {name: os.environ.get(name) for name in _TASK_ENVIRONMENT}
+    read_after = (blocking.client_nesting_depth(), blocking.running_task_priority())
     for name, value in before.items():
         if value is None:
             os.environ.pop(name, None)
         else:
             os.environ[name] = value
+    blocking._nesting_depth, blocking._task_priority = read_before
     assert after == before, f"the test left a task's environment set in this process: {before} -> {after}"
+    assert read_after == read_before, (
+        f"the test left a task's nesting depth and priority set in this process: {read_before} -> {read_after}"
+    )
 
 
 def child_python_environment() -> dict[str, str]:

@@ -26,8 +26,8 @@ def make_parser(prog: str, description: str, table: OptionTable) -> argparse.Arg
     positionals = " ".join(option.name for option in table if option.form == POSITIONAL)
     parser = parser_for(table, prog, description, usage=f"{prog} [options] {positionals}")
     # Before an upgrade, the operator compares the protocol versions of the two releases (PROTOCOL.md §22).
-    parser.add_argument("--version", action="version", version=str(INSTALLED),
-                        help="print the release and the protocol version it speaks, and exit")
+    parser.add_argument("--version", action="version", version=INSTALLED.in_full(),
+                        help="print the release and the protocol version and revision it speaks, and exit")
     return parser
 
 

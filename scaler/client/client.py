@@ -33,6 +33,7 @@ from scaler.protocol.stored_payload import StoredBuffer
 from scaler.protocol.task_warnings import issue_task_warnings
 from scaler.store.relay_path import DEFAULT_PROBE_SECONDS
 from scaler.utility.blocking import client_nesting_depth, waiting_for_tasks
+from scaler.utility.child_exit import close_when_child_ends
 from scaler.utility.curve import PeerKeys
 from scaler.utility.identifiers import random_object_id
 from scaler.utility.scheduler_address import scheduler_address
@@ -115,6 +116,7 @@ class Client:
         )
         # Whoever forgets to disconnect still gets the I/O thread stopped when the client is collected.
         self._finalizer = weakref.finalize(self, self._connection.close)
+        close_when_child_ends(self._finalizer)  # a multiprocessing child ends without atexit (child_exit.py)
 
     # ------------------------------------------------------------------------------------------ context
 

@@ -39,6 +39,10 @@ class Speaks:
     def __str__(self) -> str:
         return f"{self.release or UNNAMED_RELEASE}, protocol version {self.protocol_version}"
 
+    def in_full(self) -> str:
+        """With the revision too: what `--version` prints (a refusal or a log line names only what decides)."""
+        return f"{self}, revision {self.protocol_revision}"
+
     def works_with(self, other: Speaks) -> bool:
         return self.protocol_version == other.protocol_version
 

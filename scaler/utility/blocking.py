@@ -27,8 +27,23 @@ def install_hooks(enter: Callable[[], None], exit: Callable[[], None]) -> None:
     _enter, _exit = enter, exit
 
 
+def _depth_from_environment() -> int:
+    try:
+        return int(os.environ.get(NESTING_DEPTH_ENVIRONMENT_VARIABLE, "0"))
+    except ValueError:
+        return 0
+
+
+# Read per submit, as the priority below: an environment lookup cost 1-4 us, a tenth of a submit's own work. A
+# process a task started inherits the variable and reads it here once; a forked one inherits this value.
+_nesting_depth = _depth_from_environment()
+
+
 def set_task_depth(depth: int) -> None:
-    """Called by the processor before it loads a task's arguments (a Client among them connects then)."""
+    """Called by the processor before it loads a task's arguments (a Client among them connects then), and by a
+    Symphony task's call (scaler/adapters/symphony/task_call.py) when this module is loaded."""
+    global _nesting_depth
+    _nesting_depth = depth + 1
     os.environ[NESTING_DEPTH_ENVIRONMENT_VARIABLE] = str(depth + 1)
 
 
@@ -61,10 +76,7 @@ def running_task_priority() -> int:
 
 def client_nesting_depth() -> int:
     """0 in an application; d + 1 for a client created inside a task of depth d."""
-    try:
-        return int(os.environ.get(NESTING_DEPTH_ENVIRONMENT_VARIABLE, "0"))
-    except ValueError:
-        return 0
+    return _nesting_depth
 
 
 @contextlib.contextmanager

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import TYPE_CHECKING, Callable, Union
+from typing import TYPE_CHECKING, Callable, TypeVar, Union
 
 import zmq
 
@@ -36,13 +36,13 @@ class ServerKeys:
 
     @staticmethod
     def resolve(secret_key_file: str | None, authorized_keys_dir: str | None) -> ServerKeys | None:
-        pair = _resolve_pair(
+        return _resolve_pair(
+            ServerKeys,
             (secret_key_file, SCHEDULER_SECRET_KEY_ENV, _file_check("scheduler secret key")),
             (authorized_keys_dir, AUTHORIZED_KEYS_ENV, _directory_check("authorized keys")),
             "CURVE needs both the scheduler's secret key file and a directory of authorized public keys "
             f"(--curve-secret-key / {SCHEDULER_SECRET_KEY_ENV} and --curve-authorized-keys / {AUTHORIZED_KEYS_ENV})",
         )
-        return None if pair is None else ServerKeys(*pair)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,21 +54,22 @@ class PeerKeys:
 
     @staticmethod
     def resolve(server_key_file: str | None, secret_key_file: str | None) -> PeerKeys | None:
-        pair = _resolve_pair(
+        return _resolve_pair(
+            PeerKeys,
             (server_key_file, SERVER_KEY_ENV, _file_check("scheduler public key")),
             (secret_key_file, SECRET_KEY_ENV, _file_check("secret key")),
             "CURVE needs both the scheduler's public key file and this peer's secret key file "
             f"({SERVER_KEY_ENV} and {SECRET_KEY_ENV}, or the matching options)",
         )
-        return None if pair is None else PeerKeys(*pair)
 
 
 # A value as given, the environment variable to read when it is not, and the check of what it names.
 _Source = tuple[Union[str, None], str, Callable[[str], None]]
+_Keys = TypeVar("_Keys")
 
 
-def _resolve_pair(first: _Source, second: _Source, both_needed: str) -> tuple[str, str] | None:
-    """Both paths, each as given or else from its environment variable, checked; None if neither is set."""
+def _resolve_pair(keys: Callable[[str, str], _Keys], first: _Source, second: _Source, both_needed: str) -> _Keys | None:
+    """`keys` of both paths, each as given or else from its environment variable, checked; None if neither is set."""
     first_path = first[0] or os.environ.get(first[1])
     second_path = second[0] or os.environ.get(second[1])
     if not first_path and not second_path:
@@ -77,7 +78,7 @@ def _resolve_pair(first: _Source, second: _Source, both_needed: str) -> tuple[st
         raise ValueError(both_needed)
     first[2](first_path)
     second[2](second_path)
-    return first_path, second_path
+    return keys(first_path, second_path)
 
 
 def _file_check(what: str) -> Callable[[str], None]:
@@ -100,16 +101,16 @@ def secure_server(context: zmq.Context, socket: zmq.Socket, keys: ServerKeys) ->
     """Make `socket` a CURVE server that only accepts the authorized keys; the caller stops the authenticator."""
     # zmq.auth is imported where keys are used: its thread brings asyncio, which a process started without keys
     # (a cluster's, whose start every user waits for) would import for nothing.
-    import zmq.auth
     from zmq.auth.thread import ThreadAuthenticator
 
     authenticator = ThreadAuthenticator(context)
     authenticator.start()
     authenticator.configure_curve(domain="*", location=keys.authorized_keys_dir)
-    public, secret = zmq.auth.load_certificate(keys.secret_key_file)
-    if secret is None:
+    try:
+        public, secret = _own_key_pair(keys.secret_key_file)
+    except ValueError:
         authenticator.stop()
-        raise ValueError(f"{keys.secret_key_file} holds no secret key (use the .key_secret file)")
+        raise
     # Its own key is accepted too: the schedulers of a cluster share one key pair (their peers know one server
     # key), and a standby probes the scheduler ranked before it with that pair (secure_probe).
     authenticator.certs.setdefault("*", {})[public] = True
@@ -122,11 +123,7 @@ def secure_server(context: zmq.Context, socket: zmq.Socket, keys: ServerKeys) ->
 def secure_probe(socket: zmq.Socket, keys: ServerKeys) -> None:
     """Make `socket` a CURVE client of another scheduler of the cluster (a standby's probe): it holds the same key
     pair, which every scheduler accepts (secure_server)."""
-    import zmq.auth
-
-    public, secret = zmq.auth.load_certificate(keys.secret_key_file)
-    if secret is None:
-        raise ValueError(f"{keys.secret_key_file} holds no secret key (use the .key_secret file)")
+    public, secret = _own_key_pair(keys.secret_key_file)
     socket.curve_serverkey = public
     socket.curve_publickey = public
     socket.curve_secretkey = secret
@@ -136,9 +133,17 @@ def secure_peer(socket: zmq.Socket, keys: PeerKeys) -> None:
     import zmq.auth
 
     server_public, _ = zmq.auth.load_certificate(keys.server_key_file)
-    public, secret = zmq.auth.load_certificate(keys.secret_key_file)
-    if secret is None:
-        raise ValueError(f"{keys.secret_key_file} holds no secret key (use the .key_secret file)")
+    public, secret = _own_key_pair(keys.secret_key_file)
     socket.curve_serverkey = server_public
     socket.curve_publickey = public
     socket.curve_secretkey = secret
+
+
+def _own_key_pair(secret_key_file: str) -> tuple[bytes, bytes]:
+    """The public and secret keys of a `.key_secret` file; ValueError for a file without the secret one."""
+    import zmq.auth
+
+    public, secret = zmq.auth.load_certificate(secret_key_file)
+    if secret is None:
+        raise ValueError(f"{secret_key_file} holds no secret key (use the .key_secret file)")
+    return public, secret

@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import json
+import mmap
 import os
 import re
 import signal
@@ -79,13 +80,21 @@ def sleep_forever(log_path: str) -> None:
 
 
 def hog_memory(log_path: str, megabytes: int) -> int:
+    """Takes `megabytes` of resident memory in one system call where the OS allows, then holds it.
+
+    Filling memory costs CPU (the kernel zeroes every page), which a loaded machine hands out sparingly: in 16 MiB
+    steps with a sleep between them, this task took 9 s to reach 250 MiB at load 14, so the task timeout stopped
+    it first. One populated mapping needs a tenth of the CPU time and no wake-ups on the way.
+    """
     append_line(log_path, "hog")
-    blocks = []
-    for _ in range(megabytes // 16):
-        blocks.append(bytearray(16 * 1024 * 1024))
-        time.sleep(0.02)
-    time.sleep(5)
-    return len(blocks)
+    size = megabytes * 1024 * 1024
+    populate = getattr(mmap, "MAP_POPULATE", 0)
+    if populate:
+        held: mmap.mmap | bytearray = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | populate)
+    else:
+        held = bytearray(size)
+    time.sleep(60)
+    return len(held)
 
 
 def expected(value: int) -> int:
@@ -557,7 +566,8 @@ def test_scheduler_death_fails_futures_promptly_workers_leave_and_a_new_schedule
 @pytest.mark.timeout(120)
 def test_timeout_and_memory_limit_fail_only_the_offending_tasks_among_thousands(log_path: str) -> None:
     with SchedulerClusterCombo(
-        n_workers=2, logging_level="CRITICAL", task_timeout_seconds=2, memory_limit_bytes=250 * 1024 * 1024
+        # The timeout leaves the hog, on a loaded machine, the CPU time to pass the memory limit first.
+        n_workers=2, logging_level="CRITICAL", task_timeout_seconds=5, memory_limit_bytes=250 * 1024 * 1024
     ) as cluster:
         with Client(address=cluster.get_address(), timeout_seconds=60) as client:
             spy = DeliverySpy(client)

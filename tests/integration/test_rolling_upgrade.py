@@ -128,14 +128,22 @@ def test_the_native_worker_refused_for_its_protocol_version_names_both_and_fails
     assert re.search(rf"refused worker .*the peer is {re.escape(OURS)}, the scheduler is {THEIRS}", other.log())
 
 
-@pytest.mark.parametrize("script", ["scaler_scheduler", "scaler_cluster"])
-def test_the_command_says_which_release_and_protocol_version_it_is(script: str, python_env: dict[str, str]) -> None:
-    """What an operator compares before an upgrade: the same protocol version, and the scheduler takes over."""
+# Every console script with a `--version`: the ones built on scaler.cli.common.make_parser.
+VERSIONED_SCRIPTS = ["scaler_scheduler", "scaler_cluster", "scaler_worker", "scaler_slurm_cluster",
+                     "scaler_symphony_cluster", "scaler_ui"]
+
+
+@pytest.mark.parametrize("script", VERSIONED_SCRIPTS)
+def test_the_command_says_which_release_protocol_version_and_revision_it_is(
+    script: str, python_env: dict[str, str]
+) -> None:
+    """What an operator compares before an upgrade: the same protocol version, and the scheduler takes over; the
+    revision says which additions to that version both sides use."""
     done = subprocess.run([console_script(script), "--version"], capture_output=True, text=True, timeout=60,
                           env=python_env)
-    assert (done.returncode, done.stdout) == (0, f"{OURS}\n"), done.stderr
+    assert (done.returncode, done.stdout) == (0, f"{OURS}, revision {m.PROTOCOL_REVISION}\n"), done.stderr
 
 
-def test_the_native_worker_says_which_release_and_protocol_version_it_is() -> None:
+def test_the_native_worker_says_which_release_protocol_version_and_revision_it_is() -> None:
     done = subprocess.run([native_worker_executable(), "--version"], capture_output=True, text=True, timeout=60)
-    assert (done.returncode, done.stdout) == (0, f"{OURS}\n"), done.stderr
+    assert (done.returncode, done.stdout) == (0, f"{OURS}, revision {m.PROTOCOL_REVISION}\n"), done.stderr

@@ -32,6 +32,10 @@ class WorkerImplementation:
     command: Callable[[], list[str]]  # resolved when first started (the native worker may need a build)
 
 
+# The implementations of this repository (the others come from SCALER_PROTOCOL_WORKER / SCALER_PROTOCOL_SCHEDULER).
+OWN_IMPLEMENTATIONS = ("python", "native")
+
+
 def worker_implementations() -> list[WorkerImplementation]:
     """SCALER_PROTOCOL_WORKER alone if it is set; otherwise the Python worker and the native worker."""
     external = os.environ.get(WORKER_ENV)
@@ -44,6 +48,10 @@ def worker_implementations() -> list[WorkerImplementation]:
             WorkerImplementation("native", "neutral", lambda: [native_worker_executable(), "--exit-with-parent"])
         )
     return found
+
+
+def scheduler_is_own() -> bool:
+    return not os.environ.get(SCHEDULER_ENV)
 
 
 def scheduler_command() -> list[str]:

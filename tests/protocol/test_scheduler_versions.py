@@ -6,8 +6,10 @@ from __future__ import annotations
 import os
 from typing import Callable
 
+from scaler.protocol.versions import PROTOCOL_REVISION
 from tests.protocol import wire
 from tests.protocol.conftest import SchedulerUnderTest
+from tests.protocol.peers import scheduler_is_own
 from tests.protocol.played_peer import PlayedPeer
 
 StartScheduler = Callable[..., SchedulerUnderTest]
@@ -26,6 +28,8 @@ def test_the_welcome_names_the_schedulers_release_and_revision(scheduler_under_t
     welcome = scheduler_under_test().peer("client").register("client")
     assert welcome.get("protocolVersion") == wire.PROTOCOL_VERSION
     assert welcome.get("release", "").strip() and welcome.get("protocolRevision", 0) >= 1
+    if scheduler_is_own():  # this repository's scheduler implements every revision of this checkout
+        assert welcome.get("protocolRevision") == PROTOCOL_REVISION, welcome.fields
 
 
 def test_peers_of_the_same_protocol_version_are_welcomed_whatever_their_release_and_revision(

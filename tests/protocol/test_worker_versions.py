@@ -3,20 +3,28 @@ upgrades"). Each test plays the scheduler on a ROUTER it binds and starts the wo
 
 from __future__ import annotations
 
+from scaler.protocol.versions import PROTOCOL_REVISION
 from tests.protocol import wire
 from tests.protocol.conftest import StartWorker
 from tests.protocol.dialects import Dialect
 from tests.protocol.fake_scheduler import FakeScheduler
+from tests.protocol.peers import OWN_IMPLEMENTATIONS, WorkerImplementation
 
 EXIT_SECONDS = 30.0
 OTHER_SCHEDULER = "scaler 99.0.0"
 
 
-def test_hello_names_the_workers_release_and_protocol_revision(start: StartWorker, scheduler: FakeScheduler) -> None:
+def test_hello_names_the_workers_release_and_protocol_revision(
+    start: StartWorker, scheduler: FakeScheduler, implementation: WorkerImplementation
+) -> None:
+    """The workers of this repository implement every revision of this checkout, so they say its revision; another
+    implementation says at least 1 (the revision that added the field)."""
     start()
     hello = scheduler.accept().hello
     assert hello.get("protocolVersion") == wire.PROTOCOL_VERSION
     assert hello.get("release", "").strip() and hello.get("protocolRevision", 0) >= 1, hello.fields
+    if implementation.name in OWN_IMPLEMENTATIONS:
+        assert hello.get("protocolRevision") == PROTOCOL_REVISION, hello.fields
 
 
 def test_a_refusal_for_another_protocol_version_is_logged_naming_both_sides(

@@ -11,6 +11,7 @@ import pytest
 from scaler.adapters.symphony.symphony_processor import SymphonyProcessor
 from scaler.protocol import messages as m
 from scaler.protocol.serializer import DefaultSerializer
+from scaler.utility import blocking
 
 FUNCTION_ID = b"f" * 32
 
@@ -62,6 +63,7 @@ def test_a_task_runs_in_symphony_and_its_result_goes_back_serialized_with_the_cl
 ) -> None:
     # The call sets the nesting depth a Client made inside the task reads: here, in the test's own process.
     monkeypatch.setenv("SCALER_NESTING_DEPTH", "0")
+    monkeypatch.setattr(blocking, "_nesting_depth", blocking.client_nesting_depth())
     processor, session = processor_with_tasks([1])
     call, *args = cloudpickle.loads(session.sent[0])
     assert call(*args) == 1

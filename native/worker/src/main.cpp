@@ -19,7 +19,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> arguments(argv + 1, argv + argc);
   for (const std::string& argument : arguments) {
     if (argument == "--version") {  // as the Python commands print it: what an operator compares before an upgrade
-      std::printf("%s, protocol version %u\n", scaler_native::kRelease, scaler_native::kProtocolVersion);
+      std::printf("%s, protocol version %u, revision %u\n", scaler_native::kRelease, scaler_native::kProtocolVersion,
+                  scaler_native::kProtocolRevision);
       return 0;
     }
   }

@@ -12,8 +12,12 @@ namespace scaler_native {
 
 constexpr uint32_t kProtocolVersion = 1;
 // The revision of kProtocolVersion this worker implements, and its release (PROTOCOL.md, "Versions and rolling
-// upgrades"): CMakeLists.txt reads the release from scaler/about.py next to the schema it builds against.
-constexpr uint32_t kProtocolRevision = 1;
+// upgrades"): CMakeLists.txt reads the release from scaler/about.py next to the schema it builds against. The
+// revision is what this code honours, so it is written here, not read from the Python peers' constant: 2 (kept
+// results) asks nothing of a worker that reads no stored object, 3 is `TaskGroup.ahead` (task_runner.cpp's queue
+// order), 4 is `HeartbeatEcho.heartbeatIntervalMs` (the spaced heartbeats). The conformance suite checks that
+// it is the revision of this checkout's Python peers (tests/protocol/test_worker_versions.py).
+constexpr uint32_t kProtocolRevision = 4;
 #ifndef SCALER_RELEASE
 #define SCALER_RELEASE "scaler (release unknown)"
 #endif

@@ -8,6 +8,7 @@ so a service host needs cloudpickle but not scaler, unless the task itself uses 
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any, Callable
 
 # Read by a scaler Client made inside the task: its tasks are nested one level deeper than this one.
@@ -23,4 +24,8 @@ class TaskCall:
     def __call__(self, *args: Any) -> Any:
         # Tasks this one submits carry priority over the base concurrency, as nested tasks do.
         os.environ[_NESTING_DEPTH_VARIABLE] = str(self.nesting_depth + 1)
+        # A scaler already loaded in this service host read the variable once (blocking.py): tell it too.
+        blocking = sys.modules.get("scaler.utility.blocking")
+        if blocking is not None:
+            blocking.set_task_depth(self.nesting_depth)
         return self.function(*args, **self.keywords)
