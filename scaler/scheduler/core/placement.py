@@ -257,7 +257,9 @@ class Placement:
                     least = self.pace.batch(records)
                     if least > 1:  # tiny tasks: fewer workers, larger messages (function_pace.py)
                         served = min(served, self._batched_count(loads, room, len(records), least))
-                shares = water_fill(loads[:served], room[:served], len(records))
+                # One worker (a round trip's task, or the only one with room): all it can take, as water filling gives.
+                shares = [min(room[0], len(records))] if served == 1 else water_fill(loads[:served], room[:served],
+                                                                                     len(records))
                 start = 0
                 for worker, share in zip(available, shares):
                     if share and start < len(records):
