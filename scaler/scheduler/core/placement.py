@@ -232,7 +232,10 @@ class Placement:
             candidates = self.capable(queue.tags)
         newcomers = _newcomers(queue)
         while queue.waiting > 0:
-            available = sorted((w for w in candidates if w.free > 0 and not w.draining), key=_assigned_count)
+            if len(candidates) == 1:  # one capable worker: nothing to sort
+                available = [w for w in candidates if w.free > 0 and not w.draining]
+            else:
+                available = sorted((w for w in candidates if w.free > 0 and not w.draining), key=_assigned_count)
             room = [w.free for w in available]
             if available and not self._prefetch.unlimited:
                 available, room = self._room_for_next(queue, available, room)
