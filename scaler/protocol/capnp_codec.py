@@ -319,24 +319,24 @@ def _ids_of_root(reader, which: str, frames: Sequence[Buffer]) -> SubmissionIds 
     if len(frames) != 1:
         return None
     if which == "submitTasks":
-        get = reader._get_by_field(_MESSAGE[which])._get_by_field
-        if len(get(_SUBMISSION["objects"])):
+        submission = reader._get_by_field(_MESSAGE[which])
+        if submission._has_by_field(_OBJECTS) and len(submission._get_by_field(_OBJECTS)):
             return None
         task_ids = []
-        for group in get(_SUBMISSION["groups"]):
-            if len(group._get_by_field(_GROUP["argFrames"])):
+        for group in submission._get_by_field(_SUBMISSION["groups"]):
+            if _filled(group, _GROUP["argFrames"]):
                 return None
             task_ids.extend(group._get_by_field(_GROUP["taskIds"]))
         return SubmissionIds(task_ids, [])
     if which == "taskResults":
-        get = reader._get_by_field(_MESSAGE[which])._get_by_field
-        if len(get(_RESULTS["payloadFrames"])):
+        results = reader._get_by_field(_MESSAGE[which])
+        get, has = results._get_by_field, results._has_by_field
+        if _filled(results, _RESULTS["payloadFrames"]):
             return None
         finished = _list(get(_RESULTS["succeededIds"]))
-        failures = get(_RESULTS["failures"])
-        if len(failures):
-            finished.extend(failure._get_by_field(_FAILURE["taskId"]) for failure in failures)
-        stored_task_ids = _list(get(_RESULTS["storedTaskIds"]))
+        if has(_RESULTS["failures"]):
+            finished.extend(failure._get_by_field(_FAILURE["taskId"]) for failure in get(_RESULTS["failures"]))
+        stored_task_ids = _list(get(_RESULTS["storedTaskIds"])) if has(_RESULTS["storedTaskIds"]) else []
         if not stored_task_ids:
             return ResultIds(finished, [])
         return ResultIds(finished + stored_task_ids, list(zip(stored_task_ids, get(_RESULTS["storedObjectIds"]))))
