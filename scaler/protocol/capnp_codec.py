@@ -108,6 +108,8 @@ def encode(message: Message) -> list[Buffer]:
 
 def _split_large(payloads: list[Buffer], frames: list[Buffer]) -> tuple[list[Buffer], list[int], list[int]]:
     """Move large payloads to frames; returns the inline list and the (index, frame) pairs."""
+    if not payloads or max(map(len, payloads)) < LARGE_PAYLOAD_BYTES:
+        return payloads, [], []  # the usual case, found without a Python step per payload (a map's thousands)
     indices: list[int] = []
     frame_numbers: list[int] = []
     inline = payloads
