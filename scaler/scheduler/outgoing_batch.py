@@ -32,7 +32,7 @@ class OutgoingBatch:
         for identity, message in outgoing:
             if type(message) is m.TaskResults:
                 open_results = self._open.get(identity)
-                size = sum(len(payload) for payload in message.payloads)
+                size = sum(map(len, message.payloads))
                 if open_results is not None:
                     index, merged_size = open_results
                     merged = self._outgoing[index][1]

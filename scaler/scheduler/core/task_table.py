@@ -250,7 +250,7 @@ class TaskTable:
         records = self.records
         if results.warnings:
             self._route_warnings(worker, results.warnings, router)
-        profiles = {profile.task_id: profile for profile in results.profiles}
+        profiles = {profile.task_id: profile for profile in results.profiles} if results.profiles else None
         for task_id, payload in zip(results.succeeded_ids, results.payloads):
             record = records.get(task_id)
             if record is None or record.worker is not worker:
@@ -286,7 +286,8 @@ class TaskTable:
                 back_to_queue[failure.task_id] = record
             else:
                 self.fail(record, failure, router)
-        self.requeue(list(back_to_queue.values()), router)
+        if back_to_queue:
+            self.requeue(list(back_to_queue.values()), router)
 
     def _route_warnings(self, worker: WorkerPeer, warnings: list[m.TaskWarning], router: ResultRouter) -> None:
         """Warnings go to the task's client, in the same message as the outcome that comes with them.
