@@ -11,7 +11,8 @@ views when large (read straight into a buffer of their own, never copied or grow
 The socket is non-blocking. `send` never waits: what the socket does not take at once is kept, in order, and
 written by `flush`, which the owner calls when the socket is writable (it polls for that while
 `wants_to_write`); `send_all` waits until everything is written instead, for an owner with no loop to come
-back to it. The peer's exit shows as `closed`: reads find the end of the stream, writes find no reader.
+back to it, and gives up with StreamStuck when a living peer takes nothing for its timeout. The peer's exit
+shows as `closed`: reads find the end of the stream, writes find no reader.
 """
 
 from __future__ import annotations
@@ -46,6 +47,10 @@ _POLL_OUT = select.POLLOUT
 
 class StreamClosed(ConnectionError):
     """The peer is gone (or this end was closed) and no whole message is left to receive."""
+
+
+class StreamStuck(TimeoutError):
+    """`send_all` gave up: the peer lives (its end is open) but took none of our bytes for the whole timeout."""
 
 
 def _encoded(frames: list[Frame]) -> list[Frame]:
@@ -156,14 +161,26 @@ class FrameStream:
                     pending[0] = memoryview(head)[sent:]
                     sent = 0
 
-    def send_all(self, frames: list[Frame]) -> None:
-        """Send one message and wait until all that waits is written (or the peer is gone)."""
+    def send_all(self, frames: list[Frame], timeout: float | None = None) -> None:
+        """Send one message and wait until all that waits is written (or the peer is gone).
+
+        With a `timeout`, StreamStuck if the peer takes nothing for that many seconds (a large message to a peer that
+        reads slowly is never cut short: each write it takes starts the wait anew); what is unwritten stays pending.
+        """
         self.send(frames)
+        if not self._pending:
+            return
+        if self._output is None:
+            self._output = select.poll()
+            self._output.register(self._fileno, _POLL_OUT)
+        wait_ms = None if timeout is None else max(1, math.ceil(timeout * 1000))
         while self._pending:
-            if self._output is None:
-                self._output = select.poll()
-                self._output.register(self._fileno, _POLL_OUT)
-            self._output.poll()  # a peer that exits makes the socket writable (with an error)
+            # A peer that exits makes the socket writable (with an error): flush then finds it gone.
+            if not self._output.poll(wait_ms):
+                raise StreamStuck(
+                    f"the peer took none of our bytes for {timeout:g}s although its end is open "
+                    f"({sum(len(part) for part in self._pending)} bytes wait)"
+                )
             self.flush()
 
     # ------------------------------------------------------------------------------------------ receiving

@@ -57,6 +57,9 @@ logger = logging.getLogger(__name__)
 
 _TICK_SECONDS = 0.1
 _PROCESSOR_STOP_SECONDS = 3.0
+# A processor gives up on a living agent that takes none of its messages this long after the agent's own longest
+# wait (a send to the scheduler, bounded by the death timeout): such an agent is stuck, not busy.
+_PROCESSOR_LINK_GRACE_SECONDS = 30.0
 
 
 class WorkerExit(Exception):
@@ -295,7 +298,8 @@ class WorkerAgent:
         try:
             process = subprocess.Popen(
                 [sys.executable, "-m", "scaler.worker.processor", str(theirs.fileno()), identity.decode(), slot_path,
-                 str(os.getpid()), repr(self._config.input_wait_seconds)],
+                 str(os.getpid()), repr(self._config.input_wait_seconds),
+                 repr(self._config.death_timeout_seconds + _PROCESSOR_LINK_GRACE_SECONDS)],
                 stdin=subprocess.DEVNULL,
                 pass_fds=(theirs.fileno(),),
                 # A Client() made by a task finds the scheduler the task came from (utility/scheduler_address.py).

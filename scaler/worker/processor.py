@@ -29,7 +29,7 @@ from scaler.protocol import messages as m
 from scaler.protocol.serializer import DefaultSerializer, Serializer, loads
 from scaler.store.peer_stores import Stores
 from scaler.utility.blocking import install_hooks, set_task_depth, set_task_priority
-from scaler.utility.frame_stream import FrameStream
+from scaler.utility.frame_stream import FrameStream, StreamStuck
 from scaler.utility.malloc_tuning import give_back_freed_memory
 from scaler.utility.parent_watch import die_with_parent
 from scaler.worker.agent_actions import AGENT_SIGNAL
@@ -63,8 +63,13 @@ _SIGNALLED_MESSAGE_SECONDS = 0.5
 
 
 class Processor:
-    def __init__(self, link: FrameStream, running_task_slot: RunningTaskSlot, input_wait_seconds: float) -> None:
+    def __init__(
+        self, link: FrameStream, running_task_slot: RunningTaskSlot, input_wait_seconds: float,
+        link_timeout_seconds: float | None = None,
+    ) -> None:
         self._link = link
+        # How long a send may wait for an agent that takes nothing before we give up (StreamStuck, and we exit).
+        self._link_timeout = link_timeout_seconds
         self._running_task_slot = running_task_slot
         self._core = ProcessorCore()
         self._stores = Stores(_STORE_TIMEOUT_SECONDS)
@@ -91,7 +96,7 @@ class Processor:
         # Restart interrupted system calls in extension code; Python's own waits (sleep, select) still
         # return to run the handler and then carry on (PEP 475).
         signal.siginterrupt(AGENT_SIGNAL, False)
-        self._link.send_all(m.encode(m.Hello(role=m.Role.WORKER, pid=os.getpid())))
+        self._send(m.Hello(role=m.Role.WORKER, pid=os.getpid()))
         while not core.stopping:
             self._drain()
             if core.stopping:
@@ -109,7 +114,7 @@ class Processor:
             if isinstance(action, RunTask):
                 self._run(action.task)
             elif isinstance(action, ToAgent):
-                self._link.send_all(m.encode(action.message))
+                self._send(action.message)
             elif isinstance(action, WaitForMessages):
                 self._wait_for_messages(action.seconds)
             elif isinstance(action, KeepObjects):
@@ -128,6 +133,9 @@ class Processor:
                 give_back_freed_memory()
             elif isinstance(action, RefuseWait):
                 raise NestingLimitError(action.reason)
+
+    def _send(self, message: m.Message) -> None:
+        self._link.send_all(m.encode(message), self._link_timeout)
 
     def _wait_for_messages(self, seconds: float) -> None:
         if self._link.wait_for_input(seconds):
@@ -303,7 +311,7 @@ class Processor:
         core = self._core
         could_read = core.task_code_ends()
         try:
-            self._link.send_all(m.encode(output))
+            self._send(output)
         finally:
             if could_read and core.task_code_starts():
                 self._answer_signals()
@@ -366,7 +374,7 @@ class Processor:
 
 def main() -> None:
     # The identity is there for `ps` to show: the link is this processor's own.
-    link_descriptor, _identity, running_task_path, parent_pid_text, input_wait_text = sys.argv[1:6]
+    link_descriptor, _identity, running_task_path, parent_pid_text, input_wait_text, link_timeout_text = sys.argv[1:7]
     parent_pid = int(parent_pid_text)
     die_with_parent()
     # Not for the programs a task runs: one holding it would hide our exit from the agent.
@@ -379,7 +387,11 @@ def main() -> None:
     link = FrameStream(link_socket)
     slot = RunningTaskSlot(running_task_path)
     try:
-        Processor(link, slot, float(input_wait_text)).run(parent_pid)
+        Processor(link, slot, float(input_wait_text), float(link_timeout_text)).run(parent_pid)
+    except StreamStuck as stuck:
+        # The agent lives but reads nothing of ours: it no longer serves us, and whoever watches it sees us go.
+        logger.error(f"processor {_identity}: exiting, the worker agent took no message: {stuck}")
+        sys.exit(1)
     finally:
         slot.close()
         link.close()

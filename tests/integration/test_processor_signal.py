@@ -41,7 +41,7 @@ def gated(gate: str, started: str) -> str:
 class PlayedAgent:
     """The agent's side of one processor: its end of their socketpair, the processor's slot and process."""
 
-    def __init__(self, directory: pathlib.Path) -> None:
+    def __init__(self, directory: pathlib.Path, link_timeout_seconds: float = 300.0, stderr: int | None = None) -> None:
         ours, theirs = socket.socketpair()
         self.link = FrameStream(ours)
         slot_path = str(directory / "slot")
@@ -50,8 +50,8 @@ class PlayedAgent:
         with theirs:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "scaler.worker.processor", str(theirs.fileno()), IDENTITY.decode(), slot_path,
-                 str(os.getpid()), "5"],
-                stdin=subprocess.DEVNULL, pass_fds=(theirs.fileno(),),
+                 str(os.getpid()), "5", repr(link_timeout_seconds)],
+                stdin=subprocess.DEVNULL, pass_fds=(theirs.fileno(),), stderr=stderr, text=True,
             )
 
     def receive(self, timeout: float) -> m.Message:

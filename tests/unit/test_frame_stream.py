@@ -12,7 +12,7 @@ from typing import Iterator
 
 import pytest
 
-from scaler.utility.frame_stream import FrameStream, StreamClosed
+from scaler.utility.frame_stream import FrameStream, StreamClosed, StreamStuck
 
 # More than a socketpair's buffers hold (a few hundred KiB on Linux), so that writes are partial.
 BIG = 8 * 1024 * 1024
@@ -102,6 +102,18 @@ def test_send_all_waits_for_a_reader_in_another_thread(pair: tuple[FrameStream, 
     reader.join(timeout=30)
     assert not reader.is_alive()
     assert [as_bytes(message) for message in received] == [[big, b"x"], [b"second"]]
+
+
+def test_send_all_gives_up_on_a_living_peer_that_reads_nothing_and_keeps_the_rest(
+    pair: tuple[FrameStream, FrameStream]
+) -> None:
+    left, right = pair
+    big = os.urandom(BIG)
+    with pytest.raises(StreamStuck, match="took none of our bytes"):
+        left.send_all([big, b"x"], timeout=0.2)
+    assert left.wants_to_write, "what the peer did not take waits, in order"
+    (message,) = pump(left, right, 1)  # a peer that reads again gets the message whole
+    assert as_bytes(message) == [big, b"x"]
 
 
 def test_frames_that_are_views_of_any_format_go_out_as_their_bytes(pair: tuple[FrameStream, FrameStream]) -> None:
