@@ -114,9 +114,8 @@ class Client:
         self._shared_arguments = SharedArguments(
             self._connection.send_object, self._connection.send_message, self._store_shared_argument
         )
-        # Whoever forgets to disconnect still gets the I/O thread stopped when the client is collected.
-        self._finalizer = weakref.finalize(self, self._connection.close)
-        close_when_child_ends(self._finalizer)  # a multiprocessing child ends without atexit (child_exit.py)
+        # Whoever forgets to disconnect gets the I/O thread stopped when the client is collected or its process ends.
+        self._finalizer = close_when_child_ends(weakref.finalize(self, self._connection.close))
 
     # ------------------------------------------------------------------------------------------ context
 

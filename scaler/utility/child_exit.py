@@ -24,7 +24,7 @@ import multiprocessing.util
 import os
 import signal
 import threading
-from typing import Callable
+from typing import Callable, TypeVar
 
 # How long a SIGTERMed child waits for its clients to say goodbye before it ends anyway.
 SIGTERM_CLOSE_SECONDS = 5.0
@@ -33,6 +33,7 @@ _EXIT_PRIORITY = 10
 
 # Reentrant: the SIGTERM handler runs on the main thread, which it may have interrupted holding this lock.
 _lock = threading.RLock()
+_Closer = TypeVar("_Closer", bound=Callable[[], object])
 _closers: list[Callable[[], object]] = []
 # Set once the child ends: the closers then run on a thread of their own, and whoever comes later waits for that
 # thread's end rather than for nothing.
@@ -47,11 +48,11 @@ _exit_hook_pid = 0
 _sigterm_pid = 0
 
 
-def close_when_child_ends(closer: Callable[[], object]) -> None:
+def close_when_child_ends(closer: _Closer) -> _Closer:
     """In a multiprocessing child, call `closer()` when the child ends or is SIGTERMed. `closer` must be safe to
-    call twice and from any thread (a weakref.finalize is); elsewhere, nothing."""
+    call twice and from any thread (a weakref.finalize is); elsewhere, nothing. Returns `closer`."""
     if multiprocessing.parent_process() is None:
-        return
+        return closer
     global _exit_hook_pid
     with _lock:
         _closers[:] = [kept for kept in _closers if getattr(kept, "alive", True)]
@@ -60,6 +61,7 @@ def close_when_child_ends(closer: Callable[[], object]) -> None:
             _exit_hook_pid = os.getpid()
             multiprocessing.util.Finalize(None, close_all, exitpriority=_EXIT_PRIORITY)
     _close_on_sigterm()
+    return closer
 
 
 def close_all(timeout: float = SIGTERM_CLOSE_SECONDS) -> None:
