@@ -176,10 +176,11 @@ def test_a_client_resuming_after_a_restart_keeps_its_prefix_once(scheduler_under
     scheduler = scheduler_under_test()
     prefix = 0x5A5A0001
     resumed, twin = scheduler.peer("resumed"), scheduler.peer("twin")
-    for peer in (resumed, twin):
-        peer.send("hello", protocolVersion=wire.PROTOCOL_VERSION, role="client", name="resuming", idPrefix=prefix)
+    # One after the other: two connections' hellos sent together reach the scheduler in either order.
+    resumed.send("hello", protocolVersion=wire.PROTOCOL_VERSION, role="client", name="resuming", idPrefix=prefix)
     welcome = resumed.expect("welcome")
     assert welcome.get("idPrefix") == prefix
+    twin.send("hello", protocolVersion=wire.PROTOCOL_VERSION, role="client", name="resuming", idPrefix=prefix)
     refused = twin.expect("refused")
     assert "is taken" in refused.get("reason", "")
     twin.assert_unknown()
