@@ -35,10 +35,14 @@ _MESSAGE = b"x" * 200
 _WARM_UP = 100
 
 
-def _zmq_echo(address: str, count: int) -> None:
+def _zmq_echo(address: str, count: int, kind: int = zmq.DEALER) -> None:
+    """Echo `count` messages: a DEALER connecting to the parent, or a ROUTER the parent connects to."""
     context = zmq.Context()
-    peer = context.socket(zmq.DEALER)
-    peer.connect(address)
+    peer = context.socket(kind)
+    if kind == zmq.ROUTER:
+        peer.bind(address)
+    else:
+        peer.connect(address)
     for _ in range(count):
         send_frames(peer, receive_frames(peer))
     peer.close(linger=1000)
@@ -63,16 +67,6 @@ def _zmq(address: str, count: int) -> list[float]:
         peer.close(linger=0)
         context.term()
     return samples
-
-
-def _router_echo(address: str, count: int) -> None:
-    context = zmq.Context()
-    router = context.socket(zmq.ROUTER)
-    router.bind(address)
-    for _ in range(count):
-        send_frames(router, receive_frames(router))
-    router.close(linger=1000)
-    context.term()
 
 
 class _ZmtpDealer:
@@ -135,7 +129,9 @@ class _ZmtpDealer:
 
 
 def _zmtp_from_python(port: int, count: int) -> list[float]:
-    child = multiprocessing.get_context("fork").Process(target=_router_echo, args=(f"tcp://127.0.0.1:{port}", count))
+    child = multiprocessing.get_context("fork").Process(
+        target=_zmq_echo, args=(f"tcp://127.0.0.1:{port}", count, zmq.ROUTER)
+    )
     child.start()
     samples = []
     dealer = None
@@ -174,17 +170,7 @@ def _tcp(count: int) -> list[float]:
     mine = socket.create_connection(listener.getsockname())
     listener.close()
     mine.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    samples = []
-    try:
-        for _ in range(count):
-            started = time.perf_counter()
-            mine.sendall(_MESSAGE)
-            mine.recv(65536)
-            samples.append(time.perf_counter() - started)
-    finally:
-        child.join(timeout=30)
-        mine.close()
-    return samples
+    return _socket_ping_pongs(mine, child, count)
 
 
 def _pair_echo(descriptor: int, count: int) -> None:
@@ -198,6 +184,10 @@ def _socketpair(count: int) -> list[float]:
     child = multiprocessing.get_context("fork").Process(target=_pair_echo, args=(theirs.fileno(), count))
     child.start()
     theirs.close()
+    return _socket_ping_pongs(mine, child, count)
+
+
+def _socket_ping_pongs(mine: socket.socket, child: multiprocessing.process.BaseProcess, count: int) -> list[float]:
     samples = []
     try:
         for _ in range(count):

@@ -27,16 +27,16 @@ def install_hooks(enter: Callable[[], None], exit: Callable[[], None]) -> None:
     _enter, _exit = enter, exit
 
 
-def _depth_from_environment() -> int:
+def _int_from_environment(name: str) -> int:
     try:
-        return int(os.environ.get(NESTING_DEPTH_ENVIRONMENT_VARIABLE, "0"))
+        return int(os.environ.get(name, "0"))
     except ValueError:
         return 0
 
 
 # Read per submit, as the priority below: an environment lookup cost 1-4 us, a tenth of a submit's own work. A
 # process a task started inherits the variable and reads it here once; a forked one inherits this value.
-_nesting_depth = _depth_from_environment()
+_nesting_depth = _int_from_environment(NESTING_DEPTH_ENVIRONMENT_VARIABLE)
 
 
 def set_task_depth(depth: int) -> None:
@@ -47,16 +47,9 @@ def set_task_depth(depth: int) -> None:
     os.environ[NESTING_DEPTH_ENVIRONMENT_VARIABLE] = str(depth + 1)
 
 
-def _priority_from_environment() -> int:
-    try:
-        return int(os.environ.get(TASK_PRIORITY_ENVIRONMENT_VARIABLE, "0"))
-    except ValueError:
-        return 0
-
-
 # Read per submit: a module global costs a tenth of an environment lookup. A process that a task started
 # inherits the variable and reads it here once.
-_task_priority = _priority_from_environment()
+_task_priority = _int_from_environment(TASK_PRIORITY_ENVIRONMENT_VARIABLE)
 
 
 def set_task_priority(priority: int) -> None:
