@@ -48,6 +48,8 @@ _NO_CLIENTS: frozenset[ClientPeer] = frozenset()
 
 def water_fill(loads: list[int], room: list[int], count: int) -> list[int]:
     """How many of `count` tasks each worker gets, loads ascending, so that loads end up as even as possible."""
+    if len(loads) == 1:  # one worker (a round trip's task, or the only one with room): all it can take
+        return [min(room[0], count)]
     shares = [0] * len(loads)
     remaining = count
     while remaining > 0:
@@ -232,10 +234,7 @@ class Placement:
             candidates = self.capable(queue.tags)
         newcomers = _newcomers(queue)
         while queue.waiting > 0:
-            if len(candidates) == 1:  # one capable worker: nothing to sort
-                available = [w for w in candidates if w.free > 0 and not w.draining]
-            else:
-                available = sorted((w for w in candidates if w.free > 0 and not w.draining), key=_assigned_count)
+            available = sorted((w for w in candidates if w.free > 0 and not w.draining), key=_assigned_count)
             room = [w.free for w in available]
             if available and not self._prefetch.unlimited:
                 available, room = self._room_for_next(queue, available, room)
@@ -260,9 +259,7 @@ class Placement:
                     least = self.pace.batch(records)
                     if least > 1:  # tiny tasks: fewer workers, larger messages (function_pace.py)
                         served = min(served, self._batched_count(loads, room, len(records), least))
-                # One worker (a round trip's task, or the only one with room): all it can take, as water filling gives.
-                shares = [min(room[0], len(records))] if served == 1 else water_fill(loads[:served], room[:served],
-                                                                                     len(records))
+                shares = water_fill(loads[:served], room[:served], len(records))
                 start = 0
                 for worker, share in zip(available, shares):
                     if share and start < len(records):
