@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pathlib
+import shutil
 import subprocess
+import sys
 import time
 from typing import Callable
 
@@ -36,7 +39,7 @@ class Spawned:
             if self.process.poll() is not None:
                 raise AssertionError(f"exited with {self.process.returncode} before logging {needle!r}:\n{text}")
             if time.monotonic() > deadline:
-                raise AssertionError(f"{needle!r} not logged within {timeout:g}s:\n{text}")
+                raise AssertionError(f"{needle!r} not logged within {timeout:g}s:\n{text}{self.stacks()}")
             time.sleep(0.05)
         return text
 
@@ -44,7 +47,24 @@ class Spawned:
         try:
             return self.process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            raise AssertionError(f"pid {self.pid} still running after {timeout:g}s:\n{self.log()}") from None
+            raise AssertionError(
+                f"pid {self.pid} still running after {timeout:g}s:\n{self.log()}{self.stacks()}"
+            ) from None
+
+    def stacks(self) -> str:
+        """Where this process and its descendants are, for the message of a wait that timed out: py-spy's dump
+        of each (the dev extra installs it; it reads another process's memory, so it may be refused)."""
+        py_spy = shutil.which("py-spy", path=str(pathlib.Path(sys.executable).parent)) or shutil.which("py-spy")
+        if py_spy is None:
+            return "\n(no py-spy to show where the processes are)"
+        dumps = []
+        for pid in [self.pid, *(child.pid for child in self.descendants())]:
+            try:
+                done = subprocess.run([py_spy, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=20)
+                dumps.append(f"--- py-spy dump --pid {pid}\n{done.stdout}{done.stderr}")
+            except subprocess.TimeoutExpired:
+                dumps.append(f"--- py-spy dump --pid {pid}: no answer within 20 s")
+        return "\n" + "\n".join(dumps)
 
     def descendants(self) -> list[psutil.Process]:
         try:
