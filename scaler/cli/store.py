@@ -71,11 +71,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         reporter.close()
 
     try:
-        run_store(config, exit_with_parent=exit_with_parent_pid(), on_listening=on_listening, link=link)
+        failed = run_store(config, exit_with_parent=exit_with_parent_pid(), on_listening=on_listening, link=link)
     except StoreStartError as error:
         logger.error(str(error))
         reporter.report(FAILED, str(error))
         raise SystemExit(1) from None
+    if failed:
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":

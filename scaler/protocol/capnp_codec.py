@@ -16,6 +16,7 @@ from typing import Any, Callable, cast
 import capnp
 
 from scaler.protocol.capnp_fields import FLAT_MESSAGES, read_directory, read_fields, write_directory, write_fields
+from scaler.protocol.capnp_flat_reader import flat_reader_class
 from scaler.protocol.frame_table import FrameTable
 from scaler.protocol.message_types import (
     LARGE_PAYLOAD_BYTES,
@@ -57,15 +58,8 @@ _RESULTS = _schema.TaskResults.schema.fields
 _FAILURE = _schema.TaskFailure.schema.fields
 
 
-def _flat_reader_class() -> Callable[[bytes, int, int], Any]:
-    """The reader class behind pycapnp's `from_bytes`. That is a generator-based context manager, which costs
-    three times the read itself (2.5 us against 0.7), and its exit only releases the buffer of a non-bytes
-    input: `_read` hands it bytes only, which the reader keeps alive as long as anything read from it."""
-    with _schema.Message.from_bytes(_schema.Message.new_message().to_bytes()) as reader:
-        return type(reader._parent)
-
-
-_FlatReader = _flat_reader_class()
+# None when this pycapnp lacks the class (capnp_flat_reader.py): `_read` then opens frames by `from_bytes`.
+_FlatReader = flat_reader_class(_schema.Message)
 _MESSAGE_SCHEMA = _schema.Message.schema
 
 
@@ -296,8 +290,11 @@ def _read(frames: Sequence[Buffer], read: Callable[[Any, str, Sequence[Buffer]],
     first = bytes(frames[0]) if type(frames[0]) is not bytes else frames[0]
     try:
         traversal_limit = len(first) // 8 * _TRAVERSAL_WORDS_PER_FRAME_WORD + _TRAVERSAL_SLACK_WORDS
-        reader = _FlatReader(first, traversal_limit, _NESTING_LIMIT).get_root(_MESSAGE_SCHEMA)
-        return read(reader, reader._which_str(), frames)
+        if _FlatReader is not None:
+            reader = _FlatReader(first, traversal_limit, _NESTING_LIMIT).get_root(_MESSAGE_SCHEMA)
+            return read(reader, reader._which_str(), frames)
+        with _schema.Message.from_bytes(first, traversal_limit, _NESTING_LIMIT) as reader:
+            return read(reader, reader._which_str(), frames)
     except ProtocolDecodeError:
         raise
     except Exception as error:  # capnp raises KjException and friends for corrupt frames

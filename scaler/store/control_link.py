@@ -142,7 +142,8 @@ class ControlLink(SchedulerLink):
                     self._held.clear()  # everything is announced again after the welcome
                     self._say_hello()
                 return []
-            return [StopStore(refused_by_scheduler("store", self._scheduler_address, message.reason))]
+            reason = refused_by_scheduler("store", self._scheduler_address, message.reason)
+            return [StopStore(reason, failed=not self._welcomed)]  # refused while rejoining too: nowhere to go
         elif isinstance(message, m.Disconnect):
             return [StopStore(f"the scheduler asked the store to leave: {message.reason}")]
         elif isinstance(message, m.ProtocolError):

@@ -38,6 +38,9 @@ class DeleteOrder:
 @dataclasses.dataclass(frozen=True)
 class StopStore:
     reason: str
+    # The store cannot work (the scheduler refused its hello): logged as an error, and its process exits with
+    # status 1, as a refused worker's does.
+    failed: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

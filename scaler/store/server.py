@@ -82,6 +82,7 @@ class StoreServer:
         self._bad_frame_log = BadFrameLog()
         self._link_sockets: list[zmq.Socket] = []
         self.identity: StoreIdentity | None = None
+        self.failed = False  # stopped because it cannot work (refused by its scheduler): its process exits with 1
         # stop() writes here, so that a poll in progress ends at once instead of at its timeout.
         self._stop.open()
 
@@ -125,11 +126,8 @@ class StoreServer:
                 raise StoreStartError(f"Store: cannot listen on {config.data_address}: {error}") from None
             data_address = remote.getsockopt_string(zmq.LAST_ENDPOINT)
             self.identity = StoreIdentity(
-                data_address=data_address,
-                ipc_address=ipc_address,
-                host_key=config.host_key or this_host_key(),
-                capacity_bytes=config.capacity_bytes,
-                pid=os.getpid(),
+                data_address=data_address, ipc_address=ipc_address, host_key=config.host_key or this_host_key(),
+                capacity_bytes=config.capacity_bytes, pid=os.getpid(),
             )
             self._core = c.StoreCore(r.StoreConfig(
                 config.capacity_bytes, own_address=data_address, pool_idle_seconds=config.pool_idle_seconds
@@ -212,7 +210,8 @@ class StoreServer:
             elif isinstance(event, Registered):
                 self._link.objects_held(self.core.held_objects())  # type: ignore[union-attr]
             elif isinstance(event, StopStore):
-                logger.warning(f"Store: stopping: {event.reason}")
+                logger.log(logging.ERROR if event.failed else logging.WARNING, f"Store: stopping: {event.reason}")
+                self.failed = self.failed or event.failed
                 self.stop()
             elif isinstance(event, RelayedRequest):
                 self._handle([event.peer, *event.frames], _RELAYED)
@@ -490,9 +489,10 @@ def _as_store_line(line: str) -> str:
 def run_store(
     config: StoreServerConfig, exit_with_parent: int | None = None,
     on_listening: Callable[[StoreIdentity], None] | None = None, link: SchedulerLink | None = None,
-) -> None:
-    """Run until SIGINT/SIGTERM (or the parent, if given, is gone)."""
+) -> bool:
+    """Run until SIGINT/SIGTERM (or the parent, if given, is gone); whether it stopped because it cannot work."""
     server = StoreServer(config, link)
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: server.stop())
     server.run(exit_with_parent=exit_with_parent, on_listening=on_listening)
+    return server.failed

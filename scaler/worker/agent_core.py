@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Mapping
+import random
+from typing import Callable, Mapping
 
 import cloudpickle
 
@@ -36,15 +37,7 @@ from scaler.protocol.versions import refused_by_scheduler
 from scaler.utility.host_key import this_host_key
 from scaler.utility.scheduler_addresses import parse_scheduler_addresses
 from scaler.utility.tags import PYTHON_TAG
-from scaler.worker.agent_actions import (
-    Action,
-    Exit,
-    Reconnect,
-    Registered,
-    RunningTasks,
-    SignalProcessor,
-    ToScheduler,
-)
+from scaler.worker.agent_actions import Action, Exit, Reconnect, Registered, RunningTasks, SignalProcessor, ToScheduler
 from scaler.worker.config import WorkerConfig
 from scaler.worker.processor_pool import ProcessorPool, ProcessorRecord
 from scaler.worker.result_split import SizeLimits, split_results
@@ -60,7 +53,7 @@ _HELD_RESULTS_AFTER_SECONDS = 0.05
 class WorkerAgentCore:
     def __init__(
         self, config: WorkerConfig, name: str, hostname: str, pid: int, running_tasks: RunningTasks,
-        concurrency: int = 1,
+        concurrency: int = 1, heartbeat_phase: Callable[[], float] = random.random,
     ) -> None:
         # `concurrency`: how many tasks run at once here (the hello says so, for the scheduler's prefetch). One
         # processor runs one task at a time; the Symphony worker runs its base concurrency.
@@ -80,9 +73,10 @@ class WorkerAgentCore:
         self._session = SchedulerSession()
         # Which scheduler we talk to, of several (a standby's): the shell connects where it says.
         self.addresses = AddressRotation(parse_scheduler_addresses(config.address), 0.0)
-        self._pace = HeartbeatPace(config.heartbeat_interval_seconds, config.death_timeout_seconds, self.addresses)
+        self._pace = HeartbeatPace(
+            config.heartbeat_interval_seconds, config.death_timeout_seconds, self.addresses, heartbeat_phase
+        )
         self._last_heard = 0.0
-        self._last_heartbeat: float | None = None
         self._heartbeat_sent_at: float | None = None
         self._latency_us = 0
         self._limits = SizeLimits()
@@ -107,7 +101,7 @@ class WorkerAgentCore:
 
     def heartbeat_due(self, now: float) -> bool:
         """Whether the next tick sends a heartbeat (then it needs the agent's usage)."""
-        return self._last_heartbeat is None or now - self._last_heartbeat >= self._pace.interval
+        return self._pace.due(now)
 
     def _take(self) -> list[Action]:
         actions = list(self._out)
@@ -295,7 +289,8 @@ class WorkerAgentCore:
             return self._take()
         if self.heartbeat_due(now):
             self._session.heartbeat_sent()
-            self._last_heartbeat = self._heartbeat_sent_at = now
+            self._pace.sent(now)
+            self._heartbeat_sent_at = now
             self._send(dataclasses.replace(
                 usage or m.Heartbeat(),
                 queued_tasks=sum(len(processor.outstanding) for processor in self._pool.processors.values()),

@@ -273,16 +273,18 @@ def test_a_store_speaks_the_store_role_and_obeys_the_scheduler(tmp_path) -> None
         scheduler.close()
 
 
-def test_a_refused_store_stops(tmp_path) -> None:
+def test_a_refused_store_stops_with_an_error_and_status_1_as_a_refused_worker_does(tmp_path) -> None:
     scheduler = SchedulerStandIn()
+    log = tmp_path / "store.log"
     try:
         with StoreProcess.start(
             capacity_bytes=1 << 20, spill_directory=str(tmp_path), scheduler_address=scheduler.address,
-            environment=child_python_environment(),
+            environment=child_python_environment(), logging_paths=(str(log),),
         ) as store:
             scheduler.receive(m.Hello)
             scheduler.send(m.Refused(reason="a store with data address X is registered already"))
-            assert store.process.wait(timeout=WAIT_SECONDS) == 0
+            assert store.process.wait(timeout=WAIT_SECONDS) == 1
+        assert "[ERROR]" in next(line for line in log.read_text().splitlines() if "registered already" in line)
     finally:
         scheduler.close()
 

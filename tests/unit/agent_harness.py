@@ -70,12 +70,17 @@ class SimProcessor:
 
 
 class SimulatedAgent:
-    def __init__(self, config: WorkerConfig | None = None, *, now: float = 1000.0) -> None:
+    def __init__(
+        self, config: WorkerConfig | None = None, *, now: float = 1000.0, heartbeat_phase: float = 1.0
+    ) -> None:
         self.config = config or WorkerConfig(address="tcp://127.0.0.1:1")
         self.now = now
         # The running-task slots the core reads (agent_actions.RunningTasks).
         self.slots: dict[bytes, int] = {}
-        self.core = WorkerAgentCore(self.config, WORKER_NAME, "sim-host", 4242, self)
+        # The fraction of a changed heartbeat interval before the next heartbeat: a whole one unless a test says.
+        self.core = WorkerAgentCore(
+            self.config, WORKER_NAME, "sim-host", 4242, self, heartbeat_phase=lambda: heartbeat_phase
+        )
         self.processors: dict[bytes, SimProcessor] = {}
         self.stopped: set[bytes] = set()
         self.started: list[bytes] = []

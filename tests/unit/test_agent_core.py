@@ -192,6 +192,19 @@ def test_a_task_over_the_timeout_fails_with_task_timeout_error_and_the_rest_go_b
     agent.check()
 
 
+def test_a_task_over_both_its_timeout_and_the_memory_limit_fails_with_memory_limit_error_naming_both() -> None:
+    # Only a longer timeout would not let it succeed: its memory would stop it again.
+    agent = make_agent(task_timeout_seconds=5.0, memory_limit_bytes=1000)
+    (task_id,) = agent.submit(1)
+    processor = agent.run_next()
+    agent.tick(0.1)  # the tick that sees it start
+    assert of_type(agent.tick(6.0, rss={processor.identity: 1001}), StopProcessor)
+    failure = agent.failures(m.FailureKind.RAISED)[task_id]
+    assert isinstance(pickle.loads(failure.exception), MemoryLimitError)
+    assert "--memory-limit-bytes" in failure.message and "--task-timeout-seconds" in failure.message
+    agent.check()
+
+
 def test_the_timeout_counts_from_when_the_task_started_not_from_the_one_before() -> None:
     agent = make_agent(task_timeout_seconds=5.0)
     agent.submit(2)

@@ -331,3 +331,30 @@ def test_only_a_rejoining_workers_results_for_a_resumed_clients_tasks_complete_t
     assert client.outcomes[old_ids(0)[0]] == []
     sim.send(holder.identity, m.TaskResults(succeeded_ids=[new_task, *old_ids(0)], payloads=[b"a", b"b"], failures=[]))
     assert new.outcomes[new_task] == [("ok", b"a")] and client.outcomes[old_ids(0)[0]] == [("ok", b"b")]
+
+
+def test_the_hold_lasts_while_the_workers_of_a_large_cluster_come_back_at_their_spaced_heartbeats() -> None:
+    # 400 workers heartbeat every 15 s (a quarter of the worker timeout, PeerRegistry.worker_heartbeat_seconds),
+    # so after a restart an idle one learns of it up to 15 s later: they rejoin spread over 15 s, and the one
+    # running a re-submitted task comes back last. Held for the configured interval (2 s) only, that task would
+    # have gone to another worker long before.
+    sim = restarted()
+    config = CoreConfig()  # the defaults, as `restarted` has them
+    workers = 400
+    spaced = config.worker_timeout_seconds / 4
+    assert workers / 25 >= spaced > config.heartbeat_interval_seconds, "not a cluster whose heartbeats are spaced"
+    client = client_saying_hello_again(sim)
+    sim.submit(client, 2, task_ids=old_ids(0, 1))
+    others = []
+    for index in range(workers - 1):
+        sim.tick(spaced / workers)
+        others.append(rejoining_worker(sim, b"w%d" % index))
+        sim.send(others[-1].identity, m.Reannounce(task_ids=[]))
+        if index % 50 == 0:
+            sim.send(client.identity, m.Heartbeat())
+    sim.tick(spaced / workers)
+    last = rejoining_worker(sim, b"last")
+    sim.send(last.identity, m.Reannounce(task_ids=old_ids(0)))
+    assert [task_id for worker in others for task_id in worker.received_task_ids] == [], "ran twice"
+    sim.tick(sim.core.rejoin.hold_seconds)
+    assert sorted(task_id for worker in [*others, last] for task_id in worker.received_task_ids) == old_ids(1)

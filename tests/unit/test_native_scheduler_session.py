@@ -1,6 +1,6 @@
 """The native worker's pure rules, tested in C++ by native/worker/tests/*_test.cpp: the executable the build makes
-next to the native worker. Its rejoin (src/scheduler_session.cpp, PROTOCOL.md §21) and which of several
-scheduler addresses it talks to (src/address_rotation.cpp, §23)."""
+next to the native worker. Its rejoin (src/scheduler_session.cpp, PROTOCOL.md §21), which of several
+scheduler addresses it talks to (src/address_rotation.cpp, §23), and when its results go (src/worker_core.cpp)."""
 
 from __future__ import annotations
 

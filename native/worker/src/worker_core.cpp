@@ -31,6 +31,9 @@ void WorkerCore::set_limits(uint64_t max_frame_bytes, uint64_t max_control_frame
 }
 
 void WorkerCore::on_submission(const TaskSubmission& submission, double now) {
+  // Work begins: the results' wait counts from now. Counted from the last send, a worker idle for longer than
+  // kFlushEverySeconds sent the first result of each submission alone (two results messages per submission).
+  if (kept_.empty() && handed_ids_.empty() && batch_.empty()) last_flush_ = now;
   for (const ObjectPayload& object : submission.objects) objects_[object.object_id] = object.payload;
   for (const auto& group : submission.groups) {
     for (size_t row = 0; row < group->task_ids.size(); ++row) {

@@ -15,7 +15,8 @@
 
 namespace scaler_native {
 
-// Results are sent when no task is queued, when this many have piled up, or this long after the last send.
+// Results are sent when no task is queued, when this many have piled up, or this long after the last send (or
+// after the work began, for a worker that was idle).
 constexpr size_t kFlushEveryTasks = 1000;
 constexpr double kFlushEverySeconds = 0.005;
 // A suspect task (reportStart) waits this long for the scheduler's taskStarted, then goes back `returned`.

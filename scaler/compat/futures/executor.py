@@ -112,7 +112,7 @@ class ScalerExecutor(concurrent.futures.Executor):
         self._address = self._client.address
         # Held for the whole of a submission, so shutdown() cannot slip between its check and its tracking.
         self._submit_lock = threading.Lock()
-        # Held only briefly, also by the client's I/O thread when a future settles.
+        # Held only briefly, also by the thread a future settles on (the client's I/O thread, mostly).
         self._tracking_lock = threading.Lock()
         self._shut_down = False
         # What the client raised when the cluster went away; every later call raises a new error from it.

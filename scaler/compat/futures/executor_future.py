@@ -66,7 +66,8 @@ class ExecutorFuture(concurrent.futures.Future):
             self._source.issue_task_warnings()
 
     def _settle(self, source: concurrent.futures.Future) -> None:
-        """Copy the followed future's outcome; runs on the client's I/O thread (or inline if it was done).
+        """Copy the followed future's outcome; runs where that future settles: on the client's I/O thread, or
+        inline on the caller's if it was done already or the client's link had ended (client/connection.py).
 
         No lock is held while the outcome is set: that runs the user's done-callbacks, which may
         wait on anything. Settling twice (cancel() and the callback both get here) is harmless.

@@ -185,7 +185,8 @@ class ScalerBackend(AutoBatchingMixin, ParallelBackendBase):
         return future
 
     def _on_done(self, future: concurrent.futures.Future, callback: Callable[[Any], None] | None) -> None:
-        """On the client's I/O thread: stop tracking, pass the future on to joblib's callback on our thread."""
+        """Where the future settled (the client's I/O thread; joblib's, inline, if it was done already): stop
+        tracking, pass the future on to joblib's callback on our thread."""
         with self._lock:
             self._outstanding.discard(future)
         if callback is not None:

@@ -1,6 +1,7 @@
 """CallbackThread: where the joblib backend runs joblib's completion callbacks.
 
-A future's done-callbacks run on the client's I/O thread. joblib's callback does real work: it
+A future's done-callbacks run on the client's I/O thread (on another thread only when the future was
+done already or the client's link had ended: client/connection.py). joblib's callback does real work: it
 reads the next items from the user's iterator and serializes the next batch, arguments and all.
 Done there, that would stall every send and receive of the client, heartbeats included, so the
 I/O thread only hands the finished future over, and this thread, owned by the backend, calls joblib.

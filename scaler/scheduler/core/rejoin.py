@@ -83,8 +83,7 @@ class Rejoin:
         objects: ObjectTable, counters: collections.Counter[str],
     ) -> None:
         self._grace = config.client_timeout_seconds
-        # From the first sign of a restart, how long re-submitted tasks wait for the workers to come back.
-        self.hold_seconds = RECONNECT_SECONDS + config.heartbeat_interval_seconds
+        self._first_sign = float("-inf")
         self.hold_until = float("-inf")
         # Re-submitted tasks waiting for that (on one input more: task_graph.py leaves them alone), in order.
         self.held: dict[int, TaskRecord] = {}
@@ -105,6 +104,16 @@ class Rejoin:
         # hot paths pay for none of this outside a grace period after a re-announcement.
         self.active_until = float("-inf")
 
+    @property
+    def hold_seconds(self) -> float:
+        """From the first sign of a restart, how long re-submitted tasks wait for the workers to come back: their
+        reconnect back-off plus a heartbeat interval, since an idle worker learns of the restart at its next
+        heartbeat. The scheduler before spaced those out by its number of workers (PeerRegistry.
+        worker_heartbeat_seconds); this one counts the workers back so far, so the interval grows towards that
+        one as they rejoin, and each rejoin stretches the hold (`noticed`): with the workers coming back spread
+        over an interval, those back within the hold always ask for a hold that outlasts it, until all are back."""
+        return RECONNECT_SECONDS + self._peers.worker_heartbeat_seconds()
+
     def active(self, now: float) -> bool:
         return now < self.active_until
 
@@ -119,8 +128,11 @@ class Rejoin:
         if not (hello.rejoining or hello.id_prefix):
             return
         self.active_until = max(self.active_until, now + self._grace)
-        if self.hold_until == float("-inf"):
+        if self._first_sign == float("-inf"):
+            self._first_sign = now
             self.hold_until = now + self.hold_seconds
+        elif now < self.hold_until:  # still holding: for as long as the interval of the workers back by now
+            self.hold_until = max(self.hold_until, self._first_sign + self.hold_seconds)
 
     def hold_back(self, record: TaskRecord, now: float) -> bool:
         """A ready task a resumed client submitted: True if it waits for the workers to come back."""
