@@ -1,0 +1,231 @@
+"""The ZMTP router (scaler/utility/zmtp_router.py) against real libzmq DEALERs over real sockets: what the
+scheduler's peers see of it is what they saw of libzmq's ROUTER."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import select
+import signal
+import socket
+import time
+from typing import Callable, Iterator
+
+import pytest
+import zmq
+
+from scaler.utility.zmtp_codec import Frame
+from scaler.utility.zmtp_router import ZmtpRouter
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class Pump:
+    """The owner's loop, reduced: wait on the router's descriptor, take what it received, tick it."""
+
+    def __init__(self, router: ZmtpRouter) -> None:
+        self.router = router
+        self.received: list[list[bytes]] = []
+
+    def until(self, done: Callable[[], bool], seconds: float = 10.0) -> None:
+        deadline = time.monotonic() + seconds
+        while not done():
+            assert time.monotonic() < deadline, "timed out"
+            select.select([self.router.fileno()], [], [], 0.02)
+            now = time.monotonic()
+            self.received += [[bytes(frame) for frame in frames] for frames in self.router.receive(now)]
+            self.router.tick(now)
+
+    def next_message(self) -> list[bytes]:
+        self.until(lambda: bool(self.received))
+        return self.received.pop(0)
+
+
+@pytest.fixture
+def context() -> Iterator[zmq.Context]:
+    context = zmq.Context()
+    yield context
+    context.destroy(linger=0)
+
+
+@pytest.fixture
+def router() -> Iterator[ZmtpRouter]:
+    router = ZmtpRouter("tcp://127.0.0.1:0", max_frame_bytes=64 * 1024 * 1024)
+    yield router
+    router.close()
+
+
+def dealer(context: zmq.Context, address: str, identity: bytes, **options: int) -> zmq.Socket:
+    peer = context.socket(zmq.DEALER)
+    peer.setsockopt(zmq.ROUTING_ID, identity)
+    peer.setsockopt(zmq.LINGER, 0)
+    peer.setsockopt(zmq.RCVTIMEO, 10_000)
+    for name, value in options.items():
+        peer.setsockopt(getattr(zmq, name), value)
+    peer.connect(address)
+    return peer
+
+
+def send(pump: Pump, frames: list[Frame]) -> None:
+    assert pump.router.send(frames)
+    pump.router.flush()
+
+
+def test_multipart_messages_go_both_ways_in_order(context: zmq.Context, router: ZmtpRouter) -> None:
+    pump = Pump(router)
+    peer = dealer(context, router.address, b"W|one")
+    for index in range(50):
+        peer.send_multipart([b"control %d" % index, b"", b"p" * index * 10])
+    pump.until(lambda: len(pump.received) == 50)
+    assert pump.received == [[b"W|one", b"control %d" % index, b"", b"p" * index * 10] for index in range(50)]
+    for index in range(50):
+        assert router.send([b"W|one", b"answer %d" % index, b"x" * 300])
+    router.flush()
+    assert [peer.recv_multipart() for _ in range(50)] == [[b"answer %d" % index, b"x" * 300] for index in range(50)]
+    assert not router.send([b"W|nobody", b"dropped"])
+
+
+def test_large_messages_both_ways(context: zmq.Context, router: ZmtpRouter) -> None:
+    pump = Pump(router)
+    peer = dealer(context, router.address, b"C|big")
+    payload = os.urandom(1024) * 20_000  # 20 MiB: many reads, most straight into the frame's own buffer
+    peer.send_multipart([b"head", payload, b"tail"])
+    assert pump.next_message() == [b"C|big", b"head", payload, b"tail"]
+    send(pump, [b"C|big", b"back", payload])
+    # The kernel takes part of it; the rest goes out as the socket becomes writable, in the owner's loop.
+    received: list[list[bytes]] = []
+    poller = zmq.Poller()
+    poller.register(peer, zmq.POLLIN)
+
+    def answered() -> bool:
+        if poller.poll(0):
+            received.append(peer.recv_multipart())
+        return bool(received)
+
+    pump.until(answered)
+    assert received == [[b"back", payload]]
+
+
+def test_a_peer_reconnecting_with_its_identity_is_routed_to_again(context: zmq.Context, router: ZmtpRouter) -> None:
+    pump = Pump(router)
+    first = dealer(context, router.address, b"W|same")
+    first.send(b"hello")
+    assert pump.next_message() == [b"W|same", b"hello"]
+    first.close()
+    pump.until(lambda: router.connection_count == 0)
+    second = dealer(context, router.address, b"W|same")
+    second.send(b"again")
+    assert pump.next_message() == [b"W|same", b"again"]
+    send(pump, [b"W|same", b"welcome back"])
+    assert second.recv() == b"welcome back"
+
+
+def test_a_second_connection_with_a_taken_identity_is_ignored_until_the_first_leaves(
+    context: zmq.Context, router: ZmtpRouter
+) -> None:
+    """As libzmq's ROUTER without ROUTER_HANDOVER (PROTOCOL.md §1)."""
+    pump = Pump(router)
+    first = dealer(context, router.address, b"W|twin")
+    first.send(b"first")
+    assert pump.next_message() == [b"W|twin", b"first"]
+    twin = dealer(context, router.address, b"W|twin")
+    twin.send(b"ignored")
+    first.send(b"still first")
+    assert pump.next_message() == [b"W|twin", b"still first"]
+    assert pump.received == []
+    first.close()
+    pump.until(lambda: router.connection_count == 1)
+    twin.send(b"now mine")
+    assert pump.next_message() == [b"W|twin", b"now mine"]
+
+
+def _connect_and_wait(address: str, ready: multiprocessing.synchronize.Event) -> None:
+    context = zmq.Context()
+    peer = dealer(context, address, b"W|doomed")
+    peer.send(b"alive")
+    ready.set()
+    time.sleep(60)
+
+
+def test_a_killed_peers_connection_is_closed(router: ZmtpRouter) -> None:
+    pump = Pump(router)
+    ready = multiprocessing.get_context("fork").Event()
+    child = multiprocessing.get_context("fork").Process(target=_connect_and_wait, args=(router.address, ready))
+    child.start()
+    try:
+        assert pump.next_message() == [b"W|doomed", b"alive"]
+        os.kill(child.pid, signal.SIGKILL)
+        pump.until(lambda: router.connection_count == 0)
+        assert not router.send([b"W|doomed", b"too late"])
+    finally:
+        child.kill()
+        child.join(timeout=10)
+
+
+def test_a_frame_over_the_limit_closes_the_connection_and_the_dealer_comes_back(context: zmq.Context) -> None:
+    router = ZmtpRouter("tcp://127.0.0.1:0", max_frame_bytes=1000)
+    try:
+        pump = Pump(router)
+        peer = dealer(context, router.address, b"C|greedy", RECONNECT_IVL=10)
+        peer.send_multipart([b"ok", b"y" * 1000])
+        assert pump.next_message() == [b"C|greedy", b"ok", b"y" * 1000]
+        peer.send_multipart([b"too big", b"y" * 1001])
+        peer.send(b"after")  # lost with the connection or sent on the next one: libzmq decides, as before
+        pump.until(lambda: router.connection_count == 0 or bool(pump.received), seconds=5)
+        peer.send(b"reconnected")
+        pump.until(lambda: [b"C|greedy", b"reconnected"] in pump.received)
+        assert [b"C|greedy", b"too big", b"y" * 1001] not in pump.received
+    finally:
+        router.close()
+
+
+def test_pings_keep_a_quiet_dealer_connected_and_its_own_pings_are_answered(context: zmq.Context) -> None:
+    router = ZmtpRouter("tcp://127.0.0.1:0", heartbeat_interval_seconds=0.05, heartbeat_timeout_seconds=0.3)
+    try:
+        pump = Pump(router)
+        # The DEALER pings too, and would drop a connection whose pings go unanswered for 200 ms.
+        peer = dealer(context, router.address, b"W|quiet", HEARTBEAT_IVL=50, HEARTBEAT_TIMEOUT=200)
+        monitor = peer.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        peer.send(b"hello")
+        assert pump.next_message() == [b"W|quiet", b"hello"]
+        stop = time.monotonic() + 1.5
+        pump.until(lambda: time.monotonic() > stop, seconds=5)
+        assert router.connection_count == 1
+        assert monitor.poll(0) == 0, "the DEALER saw its connection drop"
+        send(pump, [b"W|quiet", b"still here"])
+        assert peer.recv() == b"still here"
+        peer.disable_monitor()
+        monitor.close()
+    finally:
+        router.close()
+
+
+def test_a_peer_that_stops_answering_pings_is_closed() -> None:
+    router = ZmtpRouter("tcp://127.0.0.1:0", heartbeat_interval_seconds=0.05, heartbeat_timeout_seconds=0.2)
+    host, port = router.address[len("tcp://"):].rsplit(":", 1)
+    mute = socket.create_connection((host, int(port)))
+    try:
+        pump = Pump(router)
+        greeting = b"\xff" + bytes(8) + b"\x7f" + bytes([3, 1]) + b"NULL".ljust(20, b"\x00") + bytes(32)
+        ready = b"\x04\x1a\x05READY\x0bSocket-Type\x00\x00\x00\x06DEALER"
+        mute.sendall(greeting + ready)
+        pump.until(lambda: router.connection_count == 1)
+        # It never reads or answers again.
+        pump.until(lambda: router.connection_count == 0, seconds=5)
+    finally:
+        mute.close()
+        router.close()
+
+
+def test_ipc_addresses_are_served(context: zmq.Context, tmp_path: object) -> None:
+    router = ZmtpRouter(f"ipc://{tmp_path}/router.sock")
+    try:
+        pump = Pump(router)
+        peer = dealer(context, router.address, b"S|store")
+        peer.send_multipart([b"over", b"ipc"])
+        assert pump.next_message() == [b"S|store", b"over", b"ipc"]
+        send(pump, [b"S|store", b"answer"])
+        assert peer.recv() == b"answer"
+    finally:
+        router.close()
+    assert not os.path.exists(f"{tmp_path}/router.sock")
