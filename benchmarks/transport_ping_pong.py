@@ -10,7 +10,9 @@ is what a link without I/O threads saves per message; "FrameStream" is the socke
 worker agent and its processors use (scaler/utility/frame_stream.py). "ZMTP from Python" is the question of
 a transport without I/O threads that still speaks ZeroMQ's wire protocol: the parent speaks ZMTP 3.0 (NULL
 mechanism) itself over a plain TCP socket to a child's libzmq ROUTER (as a client or worker would talk to the
-scheduler), so only the child's end has an I/O thread; "TCP socket" is the same with no zmq at either end.
+scheduler), so only the child's end has an I/O thread; "ZMTP router" is the scheduler's end of that question
+(scaler/utility/zmtp_router.py, which SCALER_SCHEDULER_TRANSPORT=zmtp puts in the scheduler) against a child's
+libzmq DEALER; "TCP socket" is the same with no zmq at either end.
 Linux only.
 """
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
+import select
 import shutil
 import socket
 import statistics
@@ -30,15 +33,18 @@ import zmq
 
 from scaler.utility.frame_stream import FrameStream
 from scaler.utility.zmq_util import receive_frames, send_frames
+from scaler.utility.zmtp_router import ZmtpRouter
 
 _MESSAGE = b"x" * 200
 _WARM_UP = 100
+_IDENTITY = b"echo"
 
 
 def _zmq_echo(address: str, count: int, kind: int = zmq.DEALER) -> None:
     """Echo `count` messages: a DEALER connecting to the parent, or a ROUTER the parent connects to."""
     context = zmq.Context()
     peer = context.socket(kind)
+    peer.setsockopt(zmq.ROUTING_ID, _IDENTITY)
     if kind == zmq.ROUTER:
         peer.bind(address)
     else:
@@ -156,6 +162,38 @@ def _zmtp_from_python(port: int, count: int) -> list[float]:
     return samples
 
 
+def _zmtp_router(count: int) -> list[float]:
+    """The scheduler's end without libzmq (scaler/utility/zmtp_router.py, SCALER_SCHEDULER_TRANSPORT=zmtp): the
+    parent's router, polled as the scheduler polls it, to a child's libzmq DEALER."""
+    router = ZmtpRouter("tcp://127.0.0.1:0")
+    child = multiprocessing.get_context("fork").Process(target=_zmq_echo, args=(router.address, count, zmq.DEALER))
+    child.start()
+    poller = select.poll()
+    poller.register(router.fileno(), select.POLLIN)
+    samples = []
+    try:
+        # The first send that finds the child's identity connected is the warm-up's first ping.
+        deadline = time.monotonic() + 10
+        while not router.send([_IDENTITY, _MESSAGE]):
+            assert time.monotonic() < deadline, "the child's DEALER did not connect"
+            poller.poll(10)
+            router.receive(time.monotonic())
+        router.flush()
+        while not router.receive(time.monotonic()):
+            poller.poll(10_000)
+        for _ in range(count - 1):
+            started = time.perf_counter()
+            router.send([_IDENTITY, _MESSAGE])
+            router.flush()
+            while not router.receive(time.monotonic()):
+                poller.poll(10_000)
+            samples.append(time.perf_counter() - started)
+    finally:
+        child.join(timeout=30)
+        router.close()
+    return samples
+
+
 def _tcp_echo(listener: socket.socket, count: int) -> None:
     peer, _ = listener.accept()
     peer.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -241,6 +279,7 @@ def main() -> None:
         "zmq ipc://": lambda: _zmq(f"ipc://{os.path.join(directory, 'ping.sock')}", count),
         "zmq tcp:// (loopback)": lambda: _zmq(f"tcp://127.0.0.1:{port}", count),
         "ZMTP from Python (tcp)": lambda: _zmtp_from_python(port, count),
+        "ZMTP router (tcp)": lambda: _zmtp_router(count),
         "TCP socket (loopback)": lambda: _tcp(count),
         "Unix socketpair": lambda: _socketpair(count),
         "FrameStream (socketpair)": lambda: _frame_stream(count),

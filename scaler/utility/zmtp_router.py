@@ -39,7 +39,7 @@ _GONE = select.EPOLLHUP | select.EPOLLERR
 
 class _Connection:
     __slots__ = ("socket", "fd", "codec", "identity", "pending", "queued_bytes", "writing", "accepted",
-                 "next_ping", "silent_deadline")
+                 "next_ping", "silent_deadline", "peer")
 
     def __init__(self, connected: socket.socket, codec: ZmtpServerCodec, now: float) -> None:
         self.socket = connected
@@ -52,6 +52,7 @@ class _Connection:
         self.accepted = now
         self.next_ping = 0.0
         self.silent_deadline = 0.0  # after a ping: when silence closes the connection (0: no ping outstanding)
+        self.peer = ""  # for the log: the identity once known, else where the connection came from
 
 
 class ZmtpRouter:
@@ -70,6 +71,8 @@ class ZmtpRouter:
         self._by_identity: dict[bytes, _Connection] = {}
         self._dirty: set[_Connection] = set()
         self._next_generated_identity = 1
+        # Messages of connections whose identity another connection holds: read and dropped (libzmq counts none).
+        self.dropped_messages = 0
         self._read_buffer = bytearray(_READ_BYTES)
         self._read_view = memoryview(self._read_buffer)
         self._ipc_path: str | None = None
@@ -167,7 +170,7 @@ class ZmtpRouter:
     def _accept(self, now: float) -> None:
         while True:
             try:
-                connected, _ = self._listener.accept()
+                connected, peer_address = self._listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as error:
@@ -178,6 +181,7 @@ class ZmtpRouter:
             if connected.family != socket.AF_UNIX:
                 connected.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             connection = _Connection(connected, ZmtpServerCodec(self._max_frame_bytes), now)
+            connection.peer = f"a connection from {peer_address or 'a local process'}"
             self._connections[connection.fd] = connection
             self._epoll.register(connection.fd, _IN)
             self._queue_raw(connection, connection.codec.take_output())
@@ -234,6 +238,7 @@ class ZmtpRouter:
 
     def _deliver(self, connection: _Connection, received: list[list[Frame]], messages: list[list[Frame]]) -> None:
         if connection.identity is None and not self._claim_identity(connection):
+            self.dropped_messages += len(received)
             return
         identity = connection.identity
         assert identity is not None
@@ -252,6 +257,7 @@ class ZmtpRouter:
             return False
         self._by_identity[identity] = connection
         connection.identity = identity
+        connection.peer = repr(identity)
         return True
 
     def _queue_raw(self, connection: _Connection, data: bytes) -> None:
@@ -288,7 +294,7 @@ class ZmtpRouter:
         if self._connections.pop(connection.fd, None) is None:
             return
         if reason is not None:
-            logger.info(f"ZMTP router: closing the connection of {connection.identity!r}: {reason}")
+            logger.info(f"ZMTP router: closing {connection.peer}: {reason}")
         if connection.identity is not None and self._by_identity.get(connection.identity) is connection:
             del self._by_identity[connection.identity]
         self._dirty.discard(connection)

@@ -130,6 +130,7 @@ def test_a_second_connection_with_a_taken_identity_is_ignored_until_the_first_le
     assert pump.next_message() == [b"W|twin", b"first"]
     twin = dealer(context, router.address, b"W|twin")
     twin.send(b"ignored")
+    pump.until(lambda: router.dropped_messages == 1)
     first.send(b"still first")
     assert pump.next_message() == [b"W|twin", b"still first"]
     assert pump.received == []
