@@ -131,6 +131,8 @@ class ZmtpServerCodec:
         return self.peer_minor_version >= 1 or self.peer_major_version > 3
 
     def take_output(self) -> bytes:
+        if not self._output:
+            return b""
         output = bytes(self._output)
         self._output.clear()
         return output
@@ -161,10 +163,20 @@ class ZmtpServerCodec:
                 return messages
             self._finish_body(messages)
             data = data[taken:]
+        if self._state == _TRAFFIC and not self._buffer:
+            # The common case, whole messages in one read: parsed where they lie, only a partial tail kept.
+            with memoryview(data) as view:
+                position = self._read_frames(view, messages)
+                if position < len(view) and self._state == _TRAFFIC and self._body is None:
+                    self._buffer += view[position:]
+            return messages
         self._buffer += data
         if self._state == _GREETING and not self._read_greeting():
             return messages
-        self._read_frames(messages)
+        buffer = self._buffer
+        with memoryview(buffer) as view:
+            position = self._read_frames(view, messages)
+        del buffer[:position]
         return messages
 
     def _fail(self, reason: str) -> None:
@@ -201,8 +213,8 @@ class ZmtpServerCodec:
         self._state = _HANDSHAKE
         return True
 
-    def _read_frames(self, messages: list[list[Frame]]) -> None:
-        buffer = self._buffer
+    def _read_frames(self, buffer: memoryview, messages: list[list[Frame]]) -> int:
+        """Parse the frames in `buffer`; how many of its bytes were used (all, if the codec failed)."""
         size_limit = self._max_frame_bytes
         end = len(buffer)
         position = 0
@@ -210,7 +222,7 @@ class ZmtpServerCodec:
             flags = buffer[position]
             if flags & _RESERVED:
                 self._fail(f"a frame with reserved flag bits set ({flags:#04x})")
-                return
+                return end
             if flags & _LONG:
                 if end - position < 9:
                     break
@@ -223,10 +235,10 @@ class ZmtpServerCodec:
                 start = position + 2
             if size_limit is not None and size > size_limit:
                 self._fail(f"a frame of {size:,} bytes, over the limit of {size_limit:,}")
-                return
+                return end
             if flags & _COMMAND and flags & _MORE:
                 self._fail("a command frame with the MORE flag")
-                return
+                return end
             stop = start + size
             if stop > end:
                 if size >= LARGE_FRAME_BYTES and not flags & _COMMAND and self._state == _TRAFFIC:
@@ -236,22 +248,21 @@ class ZmtpServerCodec:
                     self._body, self._body_filled, self._body_flags = body, end - start, flags
                     position = end
                 break
-            with memoryview(buffer) as view:
-                body_bytes = bytes(view[start:stop])
+            body_bytes = bytes(buffer[start:stop])
             position = stop
             if flags & _COMMAND:
                 self._on_command(body_bytes)
                 if self._state == _FAILED:
-                    return
+                    return end
             elif self._state != _TRAFFIC:
                 self._fail("a message before the handshake's READY")
-                return
+                return end
             else:
                 self._frames.append(body_bytes)
                 if not flags & _MORE:
                     messages.append(self._frames)
                     self._frames = []
-        del buffer[:position]
+        return position
 
     def _finish_body(self, messages: list[list[Frame]]) -> None:
         assert self._body is not None
