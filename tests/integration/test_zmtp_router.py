@@ -230,3 +230,22 @@ def test_ipc_addresses_are_served(context: zmq.Context, tmp_path: object) -> Non
     finally:
         router.close()
     assert not os.path.exists(f"{tmp_path}/router.sock")
+
+
+def test_a_peer_that_reads_nothing_is_closed_once_its_queue_passes_the_bound(context: zmq.Context) -> None:
+    router = ZmtpRouter("tcp://127.0.0.1:0", max_queued_bytes=8 << 20)
+    try:
+        pump = Pump(router)
+        # zmq stops reading for a DEALER whose application does not once one message waits: TCP's window fills.
+        peer = dealer(context, router.address, b"C|asleep", RCVHWM=1)
+        peer.send(b"hello")
+        assert pump.next_message() == [b"C|asleep", b"hello"]
+        chunk = bytes(1 << 20)
+        for _ in range(200):
+            if not router.send([b"C|asleep", chunk]):
+                break
+            router.flush()
+            router.receive(time.monotonic())  # writable again: the queue drains as far as the peer lets it
+        assert router.connection_count == 0
+    finally:
+        router.close()
