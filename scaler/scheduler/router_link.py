@@ -4,7 +4,10 @@ Both take a message as the peer's identity followed by its frames, and give one 
 server.py does not know which it has. `SCALER_SCHEDULER_TRANSPORT=zmtp` picks the ROUTER without a zmq I/O
 thread (scaler/utility/zmtp_router.py, issue 24): each message then costs no wake-up of an I/O thread at this
 end. CURVE and inproc:// addresses keep libzmq, whatever the variable says. The peers never know the difference:
-the wire is ZMTP either way.
+the wire is ZMTP either way. Two differences a peer that breaks the rules may see: a connection that does not
+speak ZMTP 3 is closed at its greeting (libzmq reads such bytes as ZMTP 1.0 messages, which the scheduler then
+drops as undecodable, tests/integration/test_bad_frame_logging.py), and one that fails the handshake is told why
+with ZMTP's ERROR before the close.
 """
 
 from __future__ import annotations
