@@ -1,11 +1,12 @@
-"""ZMTP 3.1 (RFC 23, with RFC 37's PING and PONG) and its NULL mechanism, as a ROUTER's end of one connection.
+"""ZMTP 3.1 (RFC 23, with RFC 37's PING and PONG) and its NULL mechanism: one end of one connection.
 
-Bytes in, messages out, and no I/O: the connection's shell (zmtp_router.py) feeds what it reads and writes what
-`take_output` returns, so the whole wire protocol is testable without sockets. The peers are unchanged libzmq
-DEALERs (clients, workers' agents, stores, the native worker, a standby scheduler's probe): this side speaks
-what libzmq's ROUTER speaks to them, minus CURVE, which stays with libzmq.
+Bytes in, messages out, and no I/O: the connection's shell (zmtp_router.py, the scheduler's end) feeds what it
+reads and writes what `take_output` returns, so the whole wire protocol is testable without sockets. The
+scheduler's peers are unchanged libzmq DEALERs (clients, workers' agents, stores, the native worker, a standby
+scheduler's probe): a ROUTER codec speaks what libzmq's ROUTER speaks to them, minus CURVE, which stays with
+libzmq. A DEALER codec is the other end, for a peer that would speak ZMTP itself (the next step of issue 24).
 
-A peer that breaks the protocol (a bad greeting, another mechanism, a socket type a ROUTER does not accept, a
+A peer that breaks the protocol (a bad greeting, another mechanism, a socket type this side does not accept, a
 frame over the size limit, reserved flags) fails the codec: `error` says why and nothing more is read, as
 libzmq closes such a connection. A frame over `max_frame_bytes` fails it when its header arrives, before its
 body is read, as libzmq's MAXMSGSIZE does (per frame).
@@ -20,8 +21,11 @@ Frame = Union[bytes, memoryview]
 GREETING_BYTES = 64
 # A frame this large is received into a buffer of its own (zero copies beyond the read), and sent without a copy.
 LARGE_FRAME_BYTES = 64 * 1024
-# What a ROUTER accepts as its peer (RFC 28 and libzmq's compatibility table).
-ROUTER_PEERS = frozenset({b"DEALER", b"REQ", b"ROUTER"})
+# Which socket types each side accepts as its peer (RFC 28 and libzmq's compatibility table).
+_PEERS = {
+    b"ROUTER": frozenset({b"DEALER", b"REQ", b"ROUTER"}),
+    b"DEALER": frozenset({b"DEALER", b"REP", b"ROUTER"}),
+}
 
 _MORE = 0x01
 _LONG = 0x02
@@ -49,8 +53,12 @@ def command(name: bytes, data: bytes = b"") -> bytes:
     return _header(_COMMAND, len(body)) + body
 
 
-def ready(socket_type: bytes = b"ROUTER") -> bytes:
-    return command(b"READY", _property(b"Socket-Type", socket_type))
+def ready(socket_type: bytes = b"ROUTER", identity: bytes = b"") -> bytes:
+    """READY with the socket type, and the identity a ROUTER peer is to route by, if any."""
+    properties = _property(b"Socket-Type", socket_type)
+    if identity:
+        properties += _property(b"Identity", identity)
+    return command(b"READY", properties)
 
 
 def ping(ttl_deciseconds: int = 0, context: bytes = b"") -> bytes:
@@ -93,11 +101,17 @@ def encode_message(frames: Sequence[Frame]) -> list[Frame]:
     return pieces
 
 
-class ZmtpServerCodec:
-    """One accepted connection's protocol state. `feed` returns the complete messages (lists of frames) the bytes
-    finished; `take_output` what must be written (the greeting, READY, PONGs, ERROR) before anything else."""
+class ZmtpCodec:
+    """One connection's protocol state, either end: a ROUTER's accepted connection (the default) or a DEALER's
+    (`socket_type=b"DEALER"` and the `identity` it asks to be routed by). `feed` returns the complete messages
+    (lists of frames) the bytes finished; `take_output` what must be written (the greeting, READY, PONGs, ERROR)
+    before anything else. The NULL mechanism has no client or server roles, so both ends do the same."""
 
-    def __init__(self, max_frame_bytes: int = -1) -> None:
+    def __init__(self, max_frame_bytes: int = -1, socket_type: bytes = b"ROUTER", identity: bytes = b"") -> None:
+        if socket_type not in _PEERS:
+            raise ValueError(f"a ZMTP codec for a {socket_type!r} socket is not written; ROUTER and DEALER are")
+        self._socket_type = socket_type
+        self._own_identity = identity
         # -1 (or less) means no limit, as for zmq.MAXMSGSIZE.
         self._max_frame_bytes = max_frame_bytes if max_frame_bytes >= 0 else None
         self._state = _GREETING
@@ -209,7 +223,7 @@ class ZmtpServerCodec:
             self._fail(f"security mechanism mismatch: {mechanism.decode(errors='replace')!r} offered, NULL spoken")
             return False
         del buffer[:GREETING_BYTES]
-        self._output += ready()
+        self._output += ready(self._socket_type, self._own_identity)
         self._state = _HANDSHAKE
         return True
 
@@ -311,8 +325,9 @@ class ZmtpServerCodec:
             properties[data[position + 1:name_end].lower()] = data[name_end + 4:value_end]
             position = value_end
         socket_type = properties.get(b"socket-type")
-        if socket_type not in ROUTER_PEERS:
-            self._fail(f"a ROUTER does not talk to a {(socket_type or b'socket of no type').decode(errors='replace')}")
+        if socket_type not in _PEERS[self._socket_type]:
+            peer = (socket_type or b"socket of no type").decode(errors="replace")
+            self._fail(f"a {self._socket_type.decode()} does not talk to a {peer}")
             return
         identity = properties.get(b"identity", b"")
         if len(identity) > _MAX_IDENTITY_BYTES:

@@ -24,7 +24,7 @@ import select
 import socket
 from typing import Deque
 
-from scaler.utility.zmtp_codec import Frame, ZmtpServerCodec, encode_message, ping
+from scaler.utility.zmtp_codec import Frame, ZmtpCodec, encode_message, ping
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ class _Connection:
     __slots__ = ("socket", "fd", "codec", "identity", "pending", "queued_bytes", "writing", "accepted",
                  "next_ping", "silent_deadline", "peer")
 
-    def __init__(self, connected: socket.socket, codec: ZmtpServerCodec, now: float) -> None:
+    def __init__(self, connected: socket.socket, codec: ZmtpCodec, now: float) -> None:
         self.socket = connected
         self.fd = connected.fileno()
         self.codec = codec
@@ -180,7 +180,7 @@ class ZmtpRouter:
             connected.setblocking(False)
             if connected.family != socket.AF_UNIX:
                 connected.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            connection = _Connection(connected, ZmtpServerCodec(self._max_frame_bytes), now)
+            connection = _Connection(connected, ZmtpCodec(self._max_frame_bytes), now)
             connection.peer = f"a connection from {peer_address or 'a local process'}"
             self._connections[connection.fd] = connection
             self._epoll.register(connection.fd, _IN)

@@ -14,7 +14,7 @@ from typing import Callable, Iterator
 import pytest
 import zmq
 
-from scaler.utility.zmtp_codec import Frame
+from scaler.utility.zmtp_codec import Frame, ZmtpCodec, encode_message
 from scaler.utility.zmtp_router import ZmtpRouter
 
 pytestmark = pytest.mark.timeout(60)
@@ -249,3 +249,24 @@ def test_a_peer_that_reads_nothing_is_closed_once_its_queue_passes_the_bound(con
         assert router.connection_count == 0
     finally:
         router.close()
+
+
+def test_a_dealer_codec_over_a_plain_socket_talks_to_a_libzmq_router(context: zmq.Context) -> None:
+    """The DEALER end of zmtp_codec.py (what a client or an agent would speak) against libzmq's ROUTER."""
+    router = context.socket(zmq.ROUTER)
+    router.setsockopt(zmq.RCVTIMEO, 10_000)
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    codec = ZmtpCodec(socket_type=b"DEALER", identity=b"C|plain")
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as plain:
+        plain.sendall(codec.take_output())
+        received: list[list[Frame]] = []
+        while not codec.ready:
+            received += codec.feed(plain.recv(65536))
+            plain.sendall(codec.take_output())
+        plain.sendall(b"".join(encode_message([b"hello", b"y" * 100_000])))
+        assert router.recv_multipart() == [b"C|plain", b"hello", b"y" * 100_000]
+        router.send_multipart([b"C|plain", b"welcome", b"z" * 70_000])
+        while not received:
+            received += codec.feed(plain.recv(65536))
+        assert [bytes(frame) for frame in received[0]] == [b"welcome", b"z" * 70_000]
+    router.close()

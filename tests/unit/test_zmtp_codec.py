@@ -33,8 +33,8 @@ def wire(messages: list[list[bytes]]) -> bytes:
     return b"".join(b"".join(map(bytes, z.encode_message(frames))) for frames in messages)
 
 
-def opened(max_frame_bytes: int = -1) -> z.ZmtpServerCodec:
-    codec = z.ZmtpServerCodec(max_frame_bytes)
+def opened(max_frame_bytes: int = -1) -> z.ZmtpCodec:
+    codec = z.ZmtpCodec(max_frame_bytes)
     assert codec.feed(peer_greeting() + peer_ready()) == []
     assert codec.ready and not codec.failed
     return codec
@@ -45,7 +45,7 @@ def as_bytes(messages: list[list[z.Frame]]) -> list[list[bytes]]:
 
 
 def test_the_handshake_sends_greeting_then_ready_and_learns_the_peers_identity() -> None:
-    codec = z.ZmtpServerCodec()
+    codec = z.ZmtpCodec()
     first = codec.take_output()
     assert first == z.greeting() and len(first) == z.GREETING_BYTES
     assert first[10:12] == bytes([3, 1]) and first[12:16] == b"NULL"
@@ -57,7 +57,7 @@ def test_the_handshake_sends_greeting_then_ready_and_learns_the_peers_identity()
 
 
 def test_a_peer_without_identity_gets_an_empty_one_for_the_shell_to_name() -> None:
-    codec = z.ZmtpServerCodec()
+    codec = z.ZmtpCodec()
     codec.feed(peer_greeting() + peer_ready(identity=None))
     assert codec.ready and codec.identity == b""
 
@@ -90,7 +90,7 @@ def test_ping_is_answered_with_pong_carrying_its_context() -> None:
 
 
 def test_a_zmtp_30_peer_is_accepted_but_not_pinged() -> None:
-    codec = z.ZmtpServerCodec()
+    codec = z.ZmtpCodec()
     codec.feed(peer_greeting(minor=0) + peer_ready())
     assert codec.ready and not codec.speaks_ping
 
@@ -125,7 +125,7 @@ def test_a_frame_at_the_limit_passes() -> None:
     (peer_greeting() + peer_ready() + b"\x04\x02\x09P", "malformed command"),
 ])
 def test_broken_streams_fail_with_a_reason(stream: bytes, reason: str) -> None:
-    codec = z.ZmtpServerCodec()
+    codec = z.ZmtpCodec()
     codec.take_output()
     assert codec.feed(stream) == []
     assert codec.failed and codec.error is not None and reason in codec.error
@@ -161,7 +161,7 @@ def test_any_chunking_of_a_valid_stream_gives_the_same_messages(
         if index < len(pings) and pings[index]:
             stream += z.ping(0, b"c")
     points = sorted({0, len(stream), *(cut % (len(stream) + 1) for cut in cuts)})
-    codec = z.ZmtpServerCodec()
+    codec = z.ZmtpCodec()
     received: list[list[z.Frame]] = []
     for start, stop in zip(points, points[1:]):
         chunk = memoryview(stream)[start:stop]
@@ -183,7 +183,7 @@ def test_any_chunking_of_a_valid_stream_gives_the_same_messages(
        cuts=st.lists(st.integers(0, 4000), max_size=8))
 def test_garbage_fails_cleanly_or_waits_never_raises(garbage: bytes, prefix: str, cuts: list[int]) -> None:
     stream = {"none": b"", "greeting": peer_greeting(), "handshake": peer_greeting() + peer_ready()}[prefix] + garbage
-    codec = z.ZmtpServerCodec(max_frame_bytes=1 << 16)
+    codec = z.ZmtpCodec(max_frame_bytes=1 << 16)
     points = sorted({0, len(stream), *(cut % (len(stream) + 1) for cut in cuts)})
     for start, stop in zip(points, points[1:]):
         codec.feed(stream[start:stop])
@@ -191,3 +191,22 @@ def test_garbage_fails_cleanly_or_waits_never_raises(garbage: bytes, prefix: str
     assert codec.failed == (codec.error is not None)
     if codec.failed:
         assert codec.feed(b"\x00\x01x") == []
+
+
+def test_a_dealer_codec_and_a_router_codec_talk_to_each_other() -> None:
+    dealer = z.ZmtpCodec(socket_type=b"DEALER", identity=b"C|me")
+    router = z.ZmtpCodec()
+    for _ in range(3):  # greeting, then READY, each way
+        router.feed(dealer.take_output())
+        dealer.feed(router.take_output())
+    assert dealer.ready and router.ready and router.identity == b"C|me" and dealer.socket_type == b"ROUTER"
+    assert as_bytes(router.feed(wire([[b"up", b"x" * 300]]))) == [[b"up", b"x" * 300]]
+    assert as_bytes(dealer.feed(wire([[b"down"]]))) == [[b"down"]]
+
+
+def test_a_dealer_codec_refuses_a_peer_it_cannot_talk_to() -> None:
+    dealer = z.ZmtpCodec(socket_type=b"DEALER")
+    dealer.feed(peer_greeting() + peer_ready(socket_type=b"PUB"))
+    assert dealer.failed and dealer.error == "a DEALER does not talk to a PUB"
+    with pytest.raises(ValueError):
+        z.ZmtpCodec(socket_type=b"PUB")
