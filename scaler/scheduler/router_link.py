@@ -122,8 +122,7 @@ class ZmtpRouterLink:
         self.pollable = router.fileno()
 
     def receive(self, now: float, limit: int) -> Iterator[list[Frame]]:
-        # One wake's reads at most: a flood stops at what the kernel held, so timers still get their turn.
-        for frames in self._router.receive(now):
+        for frames in self._router.receive(now, limit):
             if hop_trace.log is not None:
                 hop_trace.log("R")
             yield frames

@@ -70,6 +70,8 @@ class ZmtpRouter:
         self._connections: dict[int, _Connection] = {}
         self._by_identity: dict[bytes, _Connection] = {}
         self._dirty: set[_Connection] = set()
+        # Sockets reported ready that a call's limit left unread: the next call reads them first.
+        self._unserved: dict[int, int] = {}
         self._next_generated_identity = 1
         # Messages of connections whose identity another connection holds: read and dropped (libzmq counts none).
         self.dropped_messages = 0
@@ -109,12 +111,21 @@ class ZmtpRouter:
             except OSError:
                 pass
 
-    def receive(self, now: float) -> list[list[Frame]]:
+    def receive(self, now: float, limit: int | None = None) -> list[list[Frame]]:
         """Whatever the ready sockets hold: new connections accepted, and each complete message as its sender's
-        identity followed by its frames, in the order each connection sent them."""
+        identity followed by its frames, in the order each connection sent them. Once `limit` messages are in,
+        the sockets not read yet are read first by the next call, so that a flood can neither hold its owner's
+        timers back nor keep the sockets reported last waiting."""
         messages: list[list[Frame]] = []
         listener_fd = self._listener.fileno()
+        ready = self._unserved
         for fd, events in self._epoll.poll(0):
+            ready[fd] = ready.get(fd, 0) | events
+        self._unserved = {}
+        for fd, events in ready.items():
+            if limit is not None and len(messages) >= limit:
+                self._unserved[fd] = events
+                continue
             if fd == listener_fd:
                 self._accept(now)
                 continue
@@ -225,10 +236,11 @@ class ZmtpRouter:
         codec = connection.codec
         output = codec.take_output()
         if output:
+            # The codec's own answers (READY, PONG, ERROR) go now: the owner flushes only when it sends something.
             self._queue_raw(connection, output)
-            self._dirty.add(connection)
+            if not connection.writing:
+                self._write(connection)
         if codec.failed:
-            self._write(connection)  # the ERROR, if the handshake failed, goes before the close (best effort)
             self._close(connection, codec.error)
             return
         if connection.identity is None and codec.ready:
