@@ -8,9 +8,11 @@ the sender's zmq I/O thread, the receiver's, then the receiver; a socketpair's w
 A round trip `submit(...).result()` crosses six zmq links (round_trip_hops.py --trace shows each), so this
 is what a link without I/O threads saves per message; "FrameStream" is the socketpair with the framing the
 worker agent and its processors use (scaler/utility/frame_stream.py). "ZMTP from Python" is the question of
-a transport without I/O threads that still speaks ZeroMQ's wire protocol: the parent speaks ZMTP 3.0 (NULL
-mechanism) itself over a plain TCP socket to a child's libzmq ROUTER (as a client or worker would talk to the
-scheduler), so only the child's end has an I/O thread; "TCP socket" is the same with no zmq at either end.
+a transport without I/O threads that still speaks ZeroMQ's wire protocol: the parent speaks ZMTP 3.1 (NULL
+mechanism, scaler/utility/zmtp_codec.py as a DEALER) itself over a plain TCP socket to a child's libzmq ROUTER
+(as a client or worker would talk to the scheduler), so only the child's end has an I/O thread; "ZMTP router"
+is the scheduler's end of that question (scaler/utility/zmtp_router.py, which SCALER_SCHEDULER_TRANSPORT=zmtp
+puts in the scheduler) against a child's libzmq DEALER; "TCP socket" is the same with no zmq at either end.
 Linux only.
 """
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
+import select
 import shutil
 import socket
 import statistics
@@ -30,15 +33,19 @@ import zmq
 
 from scaler.utility.frame_stream import FrameStream
 from scaler.utility.zmq_util import receive_frames, send_frames
+from scaler.utility.zmtp_codec import Frame, ZmtpCodec, encode_message
+from scaler.utility.zmtp_router import ZmtpRouter
 
 _MESSAGE = b"x" * 200
 _WARM_UP = 100
+_IDENTITY = b"echo"
 
 
 def _zmq_echo(address: str, count: int, kind: int = zmq.DEALER) -> None:
     """Echo `count` messages: a DEALER connecting to the parent, or a ROUTER the parent connects to."""
     context = zmq.Context()
     peer = context.socket(kind)
+    peer.setsockopt(zmq.ROUTING_ID, _IDENTITY)
     if kind == zmq.ROUTER:
         peer.bind(address)
     else:
@@ -70,59 +77,30 @@ def _zmq(address: str, count: int) -> list[float]:
 
 
 class _ZmtpDealer:
-    """Just enough ZMTP 3.0 (NULL mechanism, DEALER) over a blocking TCP socket to measure it; not a product."""
+    """A DEALER speaking ZMTP itself (scaler/utility/zmtp_codec.py) over a blocking TCP socket."""
 
     def __init__(self, host: str, port: int) -> None:
         self._socket = socket.create_connection((host, port))
         self._socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._buffer = bytearray()
-        greeting = b"\xff" + bytes(8) + b"\x7f" + bytes([3, 0]) + b"NULL".ljust(20, b"\x00") + b"\x00" + bytes(31)
-        self._socket.sendall(greeting)
-        self._exactly(64)
-        ready = bytes([5]) + b"READY" + self._property(b"Socket-Type", b"DEALER")
-        self._socket.sendall(bytes([0x04, len(ready)]) + ready)
-        flags, _ = self._frame()
-        assert flags & 0x04, "the peer's first frame after the greeting is its READY command"
+        self._codec = ZmtpCodec(socket_type=b"DEALER", identity=_IDENTITY)
+        self._received: list[list[Frame]] = []
+        while not self._codec.ready:
+            self._read()
 
-    @staticmethod
-    def _property(name: bytes, value: bytes) -> bytes:
-        return bytes([len(name)]) + name + len(value).to_bytes(4, "big") + value
-
-    def _exactly(self, size: int) -> bytes:
-        while len(self._buffer) < size:
-            chunk = self._socket.recv(65536)
-            if not chunk:
-                raise ConnectionError("the peer closed the connection")
-            self._buffer += chunk
-        data = bytes(self._buffer[:size])
-        del self._buffer[:size]
-        return data
-
-    def _frame(self) -> tuple[int, bytes]:
-        flags = self._exactly(1)[0]
-        size = int.from_bytes(self._exactly(8 if flags & 0x02 else 1), "big")
-        return flags, self._exactly(size)
+    def _read(self) -> None:
+        self._socket.sendall(self._codec.take_output())
+        chunk = self._socket.recv(65536)
+        if not chunk:
+            raise ConnectionError(f"the peer closed the connection: {self._codec.error or 'no reason given'}")
+        self._received += self._codec.feed(chunk)
 
     def send(self, frames: list[bytes]) -> None:
-        wire = bytearray()
-        for index, frame in enumerate(frames):
-            more = 0x01 if index < len(frames) - 1 else 0
-            if len(frame) > 255:
-                wire += bytes([more | 0x02]) + len(frame).to_bytes(8, "big")
-            else:
-                wire += bytes([more, len(frame)])
-            wire += frame
-        self._socket.sendall(wire)
+        self._socket.sendall(b"".join(encode_message(frames)))
 
-    def receive(self) -> list[bytes]:
-        frames = []
-        while True:
-            flags, body = self._frame()
-            if flags & 0x04:
-                continue
-            frames.append(body)
-            if not flags & 0x01:
-                return frames
+    def receive(self) -> list[Frame]:
+        while not self._received:
+            self._read()
+        return self._received.pop(0)
 
     def close(self) -> None:
         self._socket.close()
@@ -153,6 +131,38 @@ def _zmtp_from_python(port: int, count: int) -> list[float]:
         if dealer is not None:
             dealer.close()
         child.join(timeout=30)
+    return samples
+
+
+def _zmtp_router(count: int) -> list[float]:
+    """The scheduler's end without libzmq (scaler/utility/zmtp_router.py, SCALER_SCHEDULER_TRANSPORT=zmtp): the
+    parent's router, polled as the scheduler polls it, to a child's libzmq DEALER."""
+    router = ZmtpRouter("tcp://127.0.0.1:0")
+    child = multiprocessing.get_context("fork").Process(target=_zmq_echo, args=(router.address, count, zmq.DEALER))
+    child.start()
+    poller = select.poll()
+    poller.register(router.fileno(), select.POLLIN)
+    samples = []
+    try:
+        # The first send that finds the child's identity connected is the warm-up's first ping.
+        deadline = time.monotonic() + 10
+        while not router.send([_IDENTITY, _MESSAGE]):
+            assert time.monotonic() < deadline, "the child's DEALER did not connect"
+            poller.poll(10)
+            router.receive(time.monotonic())
+        router.flush()
+        while not router.receive(time.monotonic()):
+            poller.poll(10_000)
+        for _ in range(count - 1):
+            started = time.perf_counter()
+            router.send([_IDENTITY, _MESSAGE])
+            router.flush()
+            while not router.receive(time.monotonic()):
+                poller.poll(10_000)
+            samples.append(time.perf_counter() - started)
+    finally:
+        child.join(timeout=30)
+        router.close()
     return samples
 
 
@@ -241,6 +251,7 @@ def main() -> None:
         "zmq ipc://": lambda: _zmq(f"ipc://{os.path.join(directory, 'ping.sock')}", count),
         "zmq tcp:// (loopback)": lambda: _zmq(f"tcp://127.0.0.1:{port}", count),
         "ZMTP from Python (tcp)": lambda: _zmtp_from_python(port, count),
+        "ZMTP router (tcp)": lambda: _zmtp_router(count),
         "TCP socket (loopback)": lambda: _tcp(count),
         "Unix socketpair": lambda: _socketpair(count),
         "FrameStream (socketpair)": lambda: _frame_stream(count),

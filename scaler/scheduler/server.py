@@ -25,13 +25,13 @@ from scaler.scheduler.core.standby_core import Serve, StandbyAction, StandbyCore
 from scaler.scheduler.metrics_server import MetricsServer, MetricsUnavailable, metrics_host
 from scaler.scheduler.monitor import MonitorPublisher
 from scaler.scheduler.outgoing_batch import OutgoingBatch
+from scaler.scheduler.router_link import LinkStartError, RouterLink, open_router_link
 from scaler.scheduler.standby import StandbyLink
 from scaler.utility.bad_frame_log import BadFrameLog, short_identity
-from scaler.utility.curve import ServerKeys, secure_server
+from scaler.utility.curve import ServerKeys
 from scaler.utility.ipc_sockets import remove_stale_monitor_sockets
 from scaler.utility.loop_stop import LoopStop
 from scaler.utility.readiness import FAILED, LISTENING, ReadinessReporter
-from scaler.utility.zmq_util import configure_socket, has_input, receive_frames, send_frames
 
 logger = logging.getLogger(__name__)
 
@@ -100,33 +100,16 @@ class SchedulerServer:
             raise SchedulerStartError(f"Scheduler: cannot start: {error}") from None
         self._stop.open()
         context = zmq.Context(io_threads=config.io_threads)
-        socket = context.socket(zmq.ROUTER)
-        configure_socket(socket)
-        socket.setsockopt(zmq.MAXMSGSIZE, config.max_message_size_bytes)
-        # ZeroMQ pings each connection, so that the TCP connection of a peer whose machine vanished is
-        # closed instead of kept open with its queued messages. Only after the longest peer timeout: by
-        # then the core has dropped that peer, so closing a connection can never lose what it still owes.
-        # A ping every quarter of that is enough for it, and each one wakes zmq's I/O thread per connection.
-        longest_timeout = max(config.worker_timeout_seconds, config.client_timeout_seconds)
-        socket.setsockopt(zmq.HEARTBEAT_IVL, max(1, int(max(config.heartbeat_interval_seconds, longest_timeout / 4)
-                                                        * 1000)))
-        socket.setsockopt(zmq.HEARTBEAT_TIMEOUT, max(1, int(longest_timeout * 1000)))
-        authenticator = None
+        link: RouterLink | None = None
         monitor: MonitorPublisher | None = None
         metrics: MetricsServer | None = None
         try:
-            if curve_keys is not None:
-                try:
-                    authenticator = secure_server(context, socket, curve_keys)
-                except ValueError as error:
-                    raise SchedulerStartError(f"Scheduler: cannot start: {error}") from None
-                logger.info(f"Scheduler: CURVE on, accepting the keys in {curve_keys.authorized_keys_dir}")
-            else:
+            if curve_keys is None:
                 _warn_if_exposed(config.address)
             try:
-                socket.bind(config.address)
-            except zmq.ZMQError as error:
-                raise SchedulerStartError(f"Scheduler: cannot listen on {config.address}: {error}") from None
+                link = open_router_link(config, context, curve_keys)
+            except LinkStartError as error:
+                raise SchedulerStartError(f"Scheduler: {error}") from None
             if config.metrics_port:
                 try:
                     metrics = MetricsServer(metrics_host(config.address), config.metrics_port)
@@ -152,7 +135,7 @@ class SchedulerServer:
             removed = remove_stale_monitor_sockets(MONITOR_DIRECTORY)
             if removed:
                 logger.info(f"Scheduler: removed {len(removed)} monitor socket(s) left by schedulers that died")
-            self._loop(socket, monitor, metrics, exit_with_parent)
+            self._loop(link, monitor, metrics, exit_with_parent)
         finally:
             if self._standby is not None:
                 self._standby.close()
@@ -160,20 +143,19 @@ class SchedulerServer:
                 metrics.close()
             if monitor is not None:
                 monitor.close()
-            socket.close(linger=0)
-            if authenticator is not None:
-                authenticator.stop()
+            if link is not None:
+                link.close()
             context.term()
             self._stop.close()
             if monitor is not None:
                 logger.info("Scheduler: stopped")
 
     def _loop(
-        self, socket: zmq.Socket, monitor: MonitorPublisher, metrics: MetricsServer | None,
+        self, link: RouterLink, monitor: MonitorPublisher, metrics: MetricsServer | None,
         exit_with_parent: int | None,
     ) -> None:
         poller = zmq.Poller()
-        poller.register(socket, zmq.POLLIN)
+        poller.register(link.pollable, zmq.POLLIN)
         poller.register(self._stop.fileno(), zmq.POLLIN)
         standby = self._standby
         for probe_socket in standby.sockets if standby is not None else ():
@@ -186,30 +168,27 @@ class SchedulerServer:
             if standby is not None:
                 for probe_socket, _ in events:
                     if probe_socket in standby.sockets:
-                        self._on_standby(socket, standby.on_readable(probe_socket, time.monotonic()))
+                        self._on_standby(link, standby.on_readable(probe_socket, time.monotonic()))
             handle = self._handler
             # What one wake's messages answer goes out together, one client's results merged (outgoing_batch.py),
             # and at least every _MESSAGES_PER_SEND messages, so that no answer waits for a whole wake.
             batch = self._batch
-            # Asking the socket is cheaper than the poll's result and than the exception of a receive that finds
-            # nothing (zmq.Again), which the last receive of each wake would raise.
-            for _ in range(_MAX_MESSAGES_PER_WAKE):
-                if not has_input(socket):
-                    break
-                batch.add(handle(receive_frames(socket)))
+            for frames in link.receive(time.monotonic(), _MAX_MESSAGES_PER_WAKE):
+                batch.add(handle(frames))
                 if batch.handled >= _MESSAGES_PER_SEND:
-                    self._send(socket, batch.take())
+                    self._send(link, batch.take())
             if batch.handled:
-                self._send(socket, batch.take())
+                self._send(link, batch.take())
             now = time.monotonic()
             if now >= next_tick:
                 try:
-                    self._send(socket, self._core.on_tick(now))
+                    self._send(link, self._core.on_tick(now))
                 except Exception:
                     logger.exception("Scheduler: timer handling failed")
+                link.tick(now)
                 next_tick = now + _TICK_SECONDS
                 if standby is not None:
-                    self._on_standby(socket, standby.on_tick(now))
+                    self._on_standby(link, standby.on_tick(now))
                 for line in self._bad_frame_log.on_tick(now):
                     logger.warning(line)
                 if now >= next_monitor or monitor.newcomer_waiting:
@@ -256,7 +235,7 @@ class SchedulerServer:
             standby=True,
         ))]
 
-    def _on_standby(self, socket: zmq.Socket, actions: list[StandbyAction]) -> None:
+    def _on_standby(self, link: RouterLink, actions: list[StandbyAction]) -> None:
         for action in actions:
             if isinstance(action, Serve):
                 logger.warning(f"Scheduler: no scheduler ranked before this one served for "
@@ -269,21 +248,22 @@ class SchedulerServer:
                 logger.warning(f"Scheduler: the scheduler at {action.address} serves again; stepping down, sending "
                                f"{len(peers)} peers there")
                 self._handler = self._refuse_as_standby
-                self._send(socket, [outgoing for identity in peers for outgoing in self._refuse_as_standby([identity])])
+                self._send(link, [outgoing for identity in peers for outgoing in self._refuse_as_standby([identity])])
                 self._core = SchedulerCore(CoreConfig.from_settings(self._config, first_id_prefix_at(time.time())))
 
     def _log_bad_frame(self, sender: bytes, what: str) -> None:
         for line in self._bad_frame_log.on_dropped(sender, what, time.monotonic()):
             logger.warning(line)
 
-    def _send(self, socket: zmq.Socket, outgoing: list[Outgoing]) -> None:
+    def _send(self, link: RouterLink, outgoing: list[Outgoing]) -> None:
         for identity, message in outgoing:
             name = type(message).__name__
             self._sent[name] = self._sent.get(name, 0) + 1
             try:
-                send_frames(socket, [identity, *m.encode(message)])
+                link.send([identity, *m.encode(message)])
             except zmq.ZMQError as error:
                 logger.warning(f"Scheduler: could not send {name} to {short_identity(identity)}: {error}")
+        link.flush()
 
 
 def _warn_if_exposed(address: str) -> None:
