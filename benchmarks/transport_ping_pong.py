@@ -56,24 +56,28 @@ def _zmq_echo(address: str, count: int, kind: int = zmq.DEALER) -> None:
     context.term()
 
 
+def _timed(count: int, ping_pong: Callable[[], object]) -> list[float]:
+    """The seconds each of `count` ping-pongs took."""
+    samples = []
+    for _ in range(count):
+        started = time.perf_counter()
+        ping_pong()
+        samples.append(time.perf_counter() - started)
+    return samples
+
+
 def _zmq(address: str, count: int) -> list[float]:
     context = zmq.Context()
     peer = context.socket(zmq.DEALER)
     peer.bind(address)
     child = multiprocessing.get_context("fork").Process(target=_zmq_echo, args=(address, count))
     child.start()
-    samples = []
     try:
-        for _ in range(count):
-            started = time.perf_counter()
-            send_frames(peer, [_MESSAGE])
-            receive_frames(peer)
-            samples.append(time.perf_counter() - started)
+        return _timed(count, lambda: (send_frames(peer, [_MESSAGE]), receive_frames(peer)))
     finally:
         child.join(timeout=30)
         peer.close(linger=0)
         context.term()
-    return samples
 
 
 class _ZmtpDealer:
@@ -95,7 +99,8 @@ class _ZmtpDealer:
         self._received += self._codec.feed(chunk)
 
     def send(self, frames: list[bytes]) -> None:
-        self._socket.sendall(b"".join(encode_message(frames)))
+        # The codec's own output first: its READY, made by the read that completed the handshake, must lead.
+        self._socket.sendall(self._codec.take_output() + b"".join(encode_message(frames)))
 
     def receive(self) -> list[Frame]:
         while not self._received:
@@ -122,11 +127,7 @@ def _zmtp_from_python(port: int, count: int) -> list[float]:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.01)
-        for _ in range(count):
-            started = time.perf_counter()
-            dealer.send([_MESSAGE])
-            dealer.receive()
-            samples.append(time.perf_counter() - started)
+        samples = _timed(count, lambda: (dealer.send([_MESSAGE]), dealer.receive()))
     finally:
         if dealer is not None:
             dealer.close()
@@ -153,13 +154,14 @@ def _zmtp_router(count: int) -> list[float]:
         router.flush()
         while not router.receive(time.monotonic()):
             poller.poll(10_000)
-        for _ in range(count - 1):
-            started = time.perf_counter()
+
+        def ping_pong() -> None:
             router.send([_IDENTITY, _MESSAGE])
             router.flush()
             while not router.receive(time.monotonic()):
                 poller.poll(10_000)
-            samples.append(time.perf_counter() - started)
+
+        samples = _timed(count - 1, ping_pong)
     finally:
         child.join(timeout=30)
         router.close()
@@ -198,17 +200,11 @@ def _socketpair(count: int) -> list[float]:
 
 
 def _socket_ping_pongs(mine: socket.socket, child: multiprocessing.process.BaseProcess, count: int) -> list[float]:
-    samples = []
     try:
-        for _ in range(count):
-            started = time.perf_counter()
-            mine.sendall(_MESSAGE)
-            mine.recv(65536)
-            samples.append(time.perf_counter() - started)
+        return _timed(count, lambda: (mine.sendall(_MESSAGE), mine.recv(65536)))
     finally:
         child.join(timeout=30)
         mine.close()
-    return samples
 
 
 def _stream_echo(descriptor: int, count: int) -> None:
@@ -224,17 +220,11 @@ def _frame_stream(count: int) -> list[float]:
     child.start()
     theirs.close()
     stream = FrameStream(mine)
-    samples = []
     try:
-        for _ in range(count):
-            started = time.perf_counter()
-            stream.send_all([_MESSAGE[:24], _MESSAGE[24:]])
-            stream.receive()
-            samples.append(time.perf_counter() - started)
+        return _timed(count, lambda: (stream.send_all([_MESSAGE[:24], _MESSAGE[24:]]), stream.receive()))
     finally:
         child.join(timeout=30)
         stream.close()
-    return samples
 
 
 def main() -> None:
