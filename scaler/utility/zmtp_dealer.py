@@ -38,6 +38,7 @@ _MAX_PIECES_PER_WRITE = 512  # below IOV_MAX (1024)
 _IN = select.EPOLLIN
 _IN_OUT = select.EPOLLIN | select.EPOLLOUT
 _GONE = select.EPOLLHUP | select.EPOLLERR
+_GREETING_FIRST_BYTES = 11  # the signature (10 bytes) and the major version
 _IN_PROGRESS = (errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EALREADY)
 
 # The monitor events given by take_events, as zmq numbers them (zmq_socket_monitor).
@@ -66,6 +67,7 @@ class ZmtpDealer:
         self._address = ""
         self._socket: socket.socket | None = None
         self._codec: ZmtpCodec | None = None
+        self._greeting_rest = b""  # of our greeting, what waits for the peer's first bytes
         self._connecting = False  # a non-blocking connect not finished yet
         self._opened_at = 0.0
         self._last_heard = 0.0
@@ -198,7 +200,12 @@ class ZmtpDealer:
         self._events.append((EVENT_CONNECTED, self._socket.fileno()))
         self._codec = ZmtpCodec(self._max_frame_bytes, b"DEALER", self._identity)
         self._last_heard = now
-        self._pending.append(memoryview(self._codec.take_output()))
+        # The signature and major version first, the rest of the greeting once the peer's first bytes came, as
+        # libzmq does: a libzmq peer then sends its whole greeting before it reads our mechanism, and a mechanism
+        # mismatch (a CURVE scheduler) is seen here as such rather than as a connection closed mid-greeting.
+        greeting = self._codec.take_output()
+        self._pending.append(memoryview(greeting[:_GREETING_FIRST_BYTES]))
+        self._greeting_rest = greeting[_GREETING_FIRST_BYTES:]
         self._write()
 
     def _schedule_retry(self, now: float) -> None:
@@ -226,6 +233,7 @@ class ZmtpDealer:
         connected.close()
         self._connecting = False
         self._codec = None
+        self._greeting_rest = b""
         self._pending.clear()
         self._writing = False
 
@@ -266,6 +274,9 @@ class ZmtpDealer:
 
     def _after_feed(self, codec: ZmtpCodec, was_ready: bool, now: float) -> None:
         output = codec.take_output()
+        if self._greeting_rest:
+            self._pending.append(memoryview(self._greeting_rest))
+            self._greeting_rest = b""
         if output:
             # The codec's own answers (READY, PONG, ERROR) go at once, ahead of queued messages if it just got ready.
             self._pending.append(memoryview(output))

@@ -25,6 +25,7 @@ from scaler.protocol.scheduler_session import LAST_HELLO_RETRY_SECONDS
 from scaler.utility import hop_trace
 from scaler.utility.curve import PeerKeys, secure_peer
 from scaler.utility.handshake_failures import HandshakeDiagnosis, HandshakeWatch
+from scaler.utility.scheduler_addresses import parse_scheduler_addresses
 from scaler.utility.zmq_util import Frame, configure_socket, has_input, receive_frames, send_frames
 from scaler.utility.zmtp_dealer import ZmtpDealer, speaks
 from scaler.worker.config import WorkerConfig
@@ -59,7 +60,7 @@ def open_scheduler_link(config: WorkerConfig, identity: bytes, address: str, now
     """Connect to `address`; raises ValueError for unusable CURVE keys."""
     curve_keys = PeerKeys.resolve(config.curve_server_key, config.curve_secret_key)
     wanted = os.environ.get(TRANSPORT_ENV, "zmq")
-    if wanted == "zmtp" and curve_keys is None and all(map(speaks, config.address.split(","))):
+    if wanted == "zmtp" and curve_keys is None and all(map(speaks, parse_scheduler_addresses(config.address))):
         logger.info("Worker: speaking ZMTP itself to the scheduler (no zmq I/O thread on that link)")
         return ZmtpSchedulerLink(config, identity, address, now)
     if wanted not in ("zmq", "zmtp"):

@@ -4,6 +4,8 @@ scheduler restarts, and it leaves at its death timeout when no scheduler is ther
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
 from typing import Iterator
 
 import pytest
@@ -24,10 +26,10 @@ def plus_one(value: int) -> int:
     return value + 1
 
 
-@pytest.fixture(params=["zmq", "zmtp"])
+@pytest.fixture
 def python_env(python_env: dict[str, str], request: pytest.FixtureRequest) -> Iterator[dict[str, str]]:
-    """Every process spawned: the worker speaks ZMTP itself, the scheduler as the parameter says."""
-    yield {**python_env, WORKER_TRANSPORT_ENV: "zmtp", SCHEDULER_TRANSPORT_ENV: request.param}
+    """Every process spawned: the worker speaks ZMTP itself, the scheduler as the parameter says (zmq if none)."""
+    yield {**python_env, WORKER_TRANSPORT_ENV: "zmtp", SCHEDULER_TRANSPORT_ENV: getattr(request, "param", "zmq")}
 
 
 def run_tasks(address: str) -> None:
@@ -39,6 +41,7 @@ def run_tasks(address: str) -> None:
         assert client.submit(bytes, 5 << 20).result(RESULT_SECONDS) == bytes(5 << 20)
 
 
+@pytest.mark.parametrize("python_env", ["zmq", "zmtp"], indirect=True)
 def test_a_worker_speaking_zmtp_runs_tasks_and_comes_back_after_its_scheduler_restarts(spawn: Spawner) -> None:
     address = free_tcp_address()
     scheduler = start_scheduler(spawn, address, "--worker-timeout-seconds", "5")
@@ -60,3 +63,22 @@ def test_a_worker_speaking_zmtp_leaves_at_its_death_timeout_when_no_scheduler_an
     assert "speaking ZMTP itself" in text, text
     errors = [line for line in text.splitlines() if line.startswith("[ERROR]")]
     assert any(address in line and "3s" in line for line in errors), text
+
+
+def test_a_worker_speaking_zmtp_to_a_curve_scheduler_says_it_needs_keys(spawn: Spawner, tmp_path: Path) -> None:
+    """The handshake diagnosis the agent logs with libzmq's monitor, fed by the ZMTP link's own events: a plain
+    worker at a CURVE scheduler is told within seconds, then leaves at its death timeout."""
+    keys = tmp_path / "keys"
+    subprocess.run([console_script("scaler_keygen"), str(keys), "scheduler"], check=True, capture_output=True,
+                   timeout=60)
+    authorized = tmp_path / "authorized"
+    authorized.mkdir()
+    address = free_tcp_address()
+    start_scheduler(spawn, address, "--curve-secret-key", str(keys / "scheduler.key_secret"),
+                    "--curve-authorized-keys", str(authorized))
+    cluster = spawn("cluster", [console_script("scaler_cluster"), "-n", "1", "-ll", "INFO", "-ds", "3", address])
+    assert cluster.wait_exit() == 1, cluster.log()
+    text = cluster.log()
+    assert "speaking ZMTP itself" in text, text
+    # The worker's own line (the cluster's store, on libzmq, tells the same of its link).
+    assert any("Worker[" in line and "requires CURVE keys" in line for line in text.splitlines()), text
