@@ -1,10 +1,11 @@
 """The worker agent process: the I/O shell around the agent core (agent_core.py), which decides everything.
 
-The shell holds the link to the scheduler (scheduler_link.py: libzmq's DEALER, or ZMTP spoken by this thread)
-and a socketpair with each processor (frame_stream.py: no zmq I/O threads on that link), starts and stops the processor processes, maps their running-task slots,
-measures CPU and memory, and runs the loop: each message and each processor exit goes to the core as an
-event, a tick goes every 0.1 s, and the shell carries out whatever the core answers, in order. A
-processor's link never blocks the loop: what it does not take at once is written when it is writable.
+The shell holds the link to the scheduler (scheduler_link.py: libzmq's DEALER, or ZMTP spoken by this thread) and a
+socketpair with each processor (frame_stream.py: no zmq I/O threads on that link), starts and stops the processor
+processes, maps their running-task slots, measures CPU and memory, and runs the loop: each message and each
+processor exit goes to the core as an event, a tick goes every 0.1 s, and the shell carries out whatever the core
+answers, in order. A processor's link never blocks the loop: what it does not take at once is written when it is
+writable.
 """
 
 from __future__ import annotations
