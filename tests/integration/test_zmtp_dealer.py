@@ -183,3 +183,21 @@ def test_a_peer_that_is_not_a_zmtp_router_is_a_failed_handshake(dealer: ZmtpDeal
     pump.until(lambda: EVENT_HANDSHAKE_FAILED_PROTOCOL in pump.events)
     accepted.close()
     listener.close()
+
+
+def test_connect_elsewhere_drops_what_was_queued_for_the_old_address(context: zmq.Context, dealer: ZmtpDealer) -> None:
+    """The agent moving to a standby's address (a Reconnect): as zmq_disconnect, the old queue goes, and what is
+    sent next reaches the new address only."""
+    nobody = free_tcp_address()
+    pump = Pump(dealer)
+    dealer.connect(nobody, time.monotonic())
+    dealer.send([b"for-the-old-one"])
+    pump.run_for(0.1)
+    address = free_tcp_address()
+    bound = router(context, address)
+    dealer.connect(address, time.monotonic())
+    dealer.send([b"for-the-new-one"])
+    assert receive_while_pumping(pump, bound) == [IDENTITY, b"for-the-new-one"]
+    pump.run_for(0.2)
+    assert not bound.poll(0)
+    bound.close()
