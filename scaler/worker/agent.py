@@ -161,8 +161,8 @@ class WorkerAgent:
         poller.register(self._stop.fileno(), POLL_IN)
         pollable = scheduler.pollable
         while not self._stop.requested:
-            # What the last pass queued for the scheduler goes out in one write (the ZMTP link; zmq's I/O thread
-            # has sent it already).
+            # What the last tick queued for the scheduler goes out (the ZMTP link writes at a flush, in one write
+            # per flush; zmq's I/O thread has sent it already).
             scheduler.flush()
             events = poller.poll(int(_TICK_SECONDS * 1000))
             now = time.monotonic()
@@ -174,6 +174,7 @@ class WorkerAgent:
                     identity = self._links.get(source)  # type: ignore[call-overload]
                     if identity is not None:
                         self._serve_link(identity, flags, now)
+            scheduler.flush()  # before the tick's work (its usage figures take a while every heartbeat)
             now = time.monotonic()
             if now < self._next_tick:
                 continue
