@@ -28,13 +28,13 @@ from typing import Deque, Union
 
 import zmq
 
+from scaler.utility.pending_writes import write_pending
 from scaler.utility.zmtp_codec import Frame, ZmtpCodec, encode_message
 
 logger = logging.getLogger(__name__)
 
 _READ_BYTES = 256 * 1024
 _BODY_BYTES_PER_WAKE = 64 * 1024 * 1024  # a large frame's body per receive, so that the owner's timers run
-_MAX_PIECES_PER_WRITE = 512  # below IOV_MAX (1024)
 _IN = select.EPOLLIN
 _IN_OUT = select.EPOLLIN | select.EPOLLOUT
 _GONE = select.EPOLLHUP | select.EPOLLERR
@@ -299,19 +299,7 @@ class ZmtpDealer:
         if connected is None:
             return
         try:
-            while pending:
-                pieces = list(pending)[:_MAX_PIECES_PER_WRITE] if len(pending) > 1 else [pending[0]]
-                written = connected.sendmsg(pieces)
-                while written:
-                    head = pending[0]
-                    if written >= len(head):
-                        written -= len(head)
-                        pending.popleft()
-                    else:
-                        pending[0] = head[written:]
-                        written = 0
-        except (BlockingIOError, InterruptedError):
-            pass
+            write_pending(connected, pending)
         except OSError:
             # A broken pipe: the read that follows (EPOLLHUP or EPOLLERR) drops the connection and tells why.
             pending.clear()
