@@ -24,6 +24,7 @@ import select
 import socket
 from typing import Deque
 
+from scaler.utility.pending_writes import write_pending
 from scaler.utility.zmtp_codec import Frame, ZmtpCodec, encode_message, ping
 
 logger = logging.getLogger(__name__)
@@ -31,7 +32,6 @@ logger = logging.getLogger(__name__)
 _READ_BYTES = 256 * 1024
 # A large frame's body is read straight into its buffer, up to this much per wake so that others get their turn.
 _BODY_BYTES_PER_WAKE = 64 * 1024 * 1024
-_MAX_PIECES_PER_WRITE = 512  # below IOV_MAX (1024)
 _IN = select.EPOLLIN
 _IN_OUT = select.EPOLLIN | select.EPOLLOUT
 _GONE = select.EPOLLHUP | select.EPOLLERR
@@ -280,20 +280,7 @@ class ZmtpRouter:
     def _write(self, connection: _Connection) -> None:
         pending = connection.pending
         try:
-            while pending:
-                pieces = list(pending)[:_MAX_PIECES_PER_WRITE] if len(pending) > 1 else [pending[0]]
-                written = connection.socket.sendmsg(pieces)
-                connection.queued_bytes -= written
-                while written:
-                    head = pending[0]
-                    if written >= len(head):
-                        written -= len(head)
-                        pending.popleft()
-                    else:
-                        pending[0] = head[written:]
-                        written = 0
-        except (BlockingIOError, InterruptedError):
-            pass
+            connection.queued_bytes -= write_pending(connection.socket, pending)
         except OSError as error:
             self._close(connection, f"write failed: {error}" if error.errno != errno.EPIPE else None)
             return

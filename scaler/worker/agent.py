@@ -1,10 +1,11 @@
 """The worker agent process: the I/O shell around the agent core (agent_core.py), which decides everything.
 
-The shell holds the DEALER to the scheduler and a socketpair with each processor (frame_stream.py: no zmq
-I/O threads on that link), starts and stops the processor processes, maps their running-task slots,
-measures CPU and memory, and runs the loop: each message and each processor exit goes to the core as an
-event, a tick goes every 0.1 s, and the shell carries out whatever the core answers, in order. A
-processor's link never blocks the loop: what it does not take at once is written when it is writable.
+The shell holds the link to the scheduler (scheduler_link.py: libzmq's DEALER, or ZMTP spoken by this thread) and a
+socketpair with each processor (frame_stream.py: no zmq I/O threads on that link), starts and stops the processor
+processes, maps their running-task slots, measures CPU and memory, and runs the loop: each message and each
+processor exit goes to the core as an event, a tick goes every 0.1 s, and the shell carries out whatever the core
+answers, in order. A processor's link never blocks the loop: what it does not take at once is written when it is
+writable.
 """
 
 from __future__ import annotations
@@ -24,18 +25,14 @@ import psutil
 import zmq
 
 from scaler.protocol import messages as m
-from scaler.protocol.scheduler_session import LAST_HELLO_RETRY_SECONDS
-from scaler.protocol.zmq_messages import send_message
-from scaler.utility.curve import PeerKeys, secure_peer
 from scaler.utility.frame_stream import FrameStream
-from scaler.utility.handshake_failures import HandshakeWatch
 from scaler.utility.loop_stop import LoopStop
 from scaler.utility.malloc_tuning import with_freed_memory_kept
 from scaler.utility.parent_watch import parent_is_gone
 from scaler.utility.process_stop import stop_process
 from scaler.utility.readiness import FAILED, REGISTERED, ReadinessReporter
 from scaler.utility.scheduler_address import TASK_SCHEDULER_ENVIRONMENT_VARIABLE
-from scaler.utility.zmq_util import POLL_IN, POLL_OUT, configure_socket, has_input, receive_frames, send_frames
+from scaler.utility.zmq_util import POLL_IN, POLL_OUT
 from scaler.worker.agent_actions import (
     AGENT_SIGNAL,
     Action,
@@ -51,6 +48,7 @@ from scaler.worker.agent_actions import (
 from scaler.worker.agent_core import WorkerAgentCore
 from scaler.worker.config import WorkerConfig
 from scaler.worker.running_task_slot import NO_TASK, RunningTaskSlot, create_slot
+from scaler.worker.scheduler_link import LinkStuck, SchedulerLink, open_scheduler_link
 from scaler.worker.work_directory import make_work_directory, remove_abandoned_work_directories
 
 logger = logging.getLogger(__name__)
@@ -104,9 +102,7 @@ class WorkerAgent:
         self._process = psutil.Process()
         self._process.cpu_percent()
         self._work_dir = ""
-        self._scheduler: zmq.Socket | None = None
-        self._handshakes: HandshakeWatch | None = None  # tells a refused key within a tick, not at the death timeout
-        self._connected_to = ""  # of the scheduler addresses, the one the socket is connected to
+        self._scheduler: SchedulerLink | None = None
 
     def stop(self) -> None:
         self._stop.request()
@@ -122,27 +118,16 @@ class WorkerAgent:
         exit_code = 0
         remove_abandoned_work_directories()
         self._work_dir = make_work_directory()
-        context = zmq.Context(io_threads=config.io_threads)
-        scheduler = self._scheduler = context.socket(zmq.DEALER)
-        configure_socket(scheduler, self._identity)
-        self._poller.register(scheduler, POLL_IN)  # ahead of the processors' links: its messages are read first
-        # A send that must not be dropped still waits for a usable connection, but no longer than the death
-        # timeout: with a handshake that keeps failing (a CURVE mismatch) there may never be one.
-        scheduler.setsockopt(zmq.SNDTIMEO, max(1, int(config.death_timeout_seconds * 1000)))
-        # After a lost scheduler, reconnect attempts back off as the hellos do (protocol/scheduler_session.py).
-        scheduler.setsockopt(zmq.RECONNECT_IVL_MAX, int(LAST_HELLO_RETRY_SECONDS * 1000))
         try:
             try:
-                curve_keys = PeerKeys.resolve(config.curve_server_key, config.curve_secret_key)
-                if curve_keys is not None:
-                    secure_peer(scheduler, curve_keys)
+                # libzmq's DEALER, or ZMTP spoken by this thread (SCALER_WORKER_TRANSPORT=zmtp, scheduler_link.py).
+                scheduler = self._scheduler = open_scheduler_link(
+                    config, self._identity, self._core.addresses.current, time.monotonic()
+                )
             except ValueError as error:
                 raise WorkerExit(f"cannot start: {error}", failed=True, level=logging.ERROR) from None
-            self._handshakes = HandshakeWatch(
-                scheduler, config.address, time.monotonic(), role="worker", secured=curve_keys is not None
-            )
-            self._connected_to = self._core.addresses.current
-            scheduler.connect(self._connected_to)
+            # Ahead of the processors' links: its messages are read first.
+            self._poller.register(scheduler.pollable, POLL_IN)
             self._carry_out(self._core.start(time.monotonic()))
             self._stop.open()
             try:
@@ -161,43 +146,41 @@ class WorkerAgent:
             raise
         finally:
             self._reporter.close()
-            try:
-                send_message(scheduler, m.Disconnect(reason="worker exiting"), zmq.NOBLOCK)
-            except zmq.ZMQError:
-                pass
+            if self._scheduler is not None:
+                self._scheduler.close(m.encode(m.Disconnect(reason="worker exiting")))
             for identity in list(self._processes):
                 self._stop_processor(identity)
-            if self._handshakes is not None:
-                self._handshakes.close()
-            scheduler.close(linger=100)
-            context.term()
             shutil.rmtree(self._work_dir, ignore_errors=True)
         return exit_code
 
     # ------------------------------------------------------------------------------------------ loop
 
-    def _loop(self, scheduler: zmq.Socket, exit_with_parent: int | None) -> None:
+    def _loop(self, scheduler: SchedulerLink, exit_with_parent: int | None) -> None:
         core = self._core
         poller = self._poller
         poller.register(self._stop.fileno(), POLL_IN)
+        pollable = scheduler.pollable
         while not self._stop.requested:
+            # What the last tick queued for the scheduler goes out (the ZMTP link writes at a flush, in one write
+            # per flush; zmq's I/O thread has sent it already).
+            scheduler.flush()
             events = poller.poll(int(_TICK_SECONDS * 1000))
             now = time.monotonic()
             for source, flags in events:
-                if source is scheduler:
-                    while has_input(scheduler):
-                        self._carry_out(core.on_scheduler_frames(receive_frames(scheduler), now))
+                if source is pollable:
+                    for frames in scheduler.receive(now):
+                        self._carry_out(core.on_scheduler_frames(frames, now))
                 else:
                     identity = self._links.get(source)  # type: ignore[call-overload]
                     if identity is not None:
                         self._serve_link(identity, flags, now)
+            scheduler.flush()  # before the tick's work (its usage figures take a while every heartbeat)
             now = time.monotonic()
             if now < self._next_tick:
                 continue
             self._next_tick = now + _TICK_SECONDS
-            if self._handshakes is not None:
-                for problem in self._handshakes.poll(now):
-                    logger.error(f"Worker[{self._name}]: {problem}")
+            for problem in scheduler.tick(now):
+                logger.error(f"Worker[{self._name}]: {problem}")
             for identity, process in list(self._processes.items()):
                 exit_code = process.process.poll()
                 if exit_code is not None:
@@ -242,24 +225,10 @@ class WorkerAgent:
                     self._poll_link(process)
             elif isinstance(action, ToScheduler):
                 assert self._scheduler is not None
-                if action.may_drop:
-                    try:
-                        # With no usable connection (one whose handshake fails, say a CURVE mismatch) zmq
-                        # would wait for one, and the death timeout could never fire.
-                        send_frames(self._scheduler, action.frames, zmq.NOBLOCK)
-                    except zmq.Again:
-                        pass
-                else:
-                    try:
-                        send_frames(self._scheduler, action.frames)
-                    except zmq.Again:
-                        problem = self._handshakes.problem if self._handshakes is not None else ""
-                        raise WorkerExit(
-                            f"no usable connection to the scheduler at {self._config.address} for "
-                            f"{self._config.death_timeout_seconds:g}s (--death-timeout-seconds), exiting"
-                            + (f": {problem}" if problem else ""),
-                            failed=True, level=logging.ERROR,
-                        ) from None
+                try:
+                    self._scheduler.send(action.frames, action.may_drop)
+                except LinkStuck as stuck:
+                    raise WorkerExit(str(stuck), failed=True, level=logging.ERROR) from None
             elif isinstance(action, SignalProcessor):
                 process = self._processes[action.identity]
                 process.slot.announce_urgent_sent(action.urgent_sent)
@@ -273,15 +242,13 @@ class WorkerAgent:
                 self._stop_processor(action.identity)
             elif isinstance(action, Reconnect):
                 assert self._scheduler is not None
-                self._scheduler.disconnect(self._connected_to)
-                self._connected_to = action.address
-                self._scheduler.connect(action.address)
+                self._scheduler.reconnect(action.address, time.monotonic())
             elif isinstance(action, Registered):
                 self._welcomed = True
                 self._reporter.report(REGISTERED, self._name)
                 self._reporter.close()
             elif isinstance(action, Exit):
-                problem = self._handshakes.problem if self._handshakes is not None else ""
+                problem = self._scheduler.problem if self._scheduler is not None else ""
                 if problem and not self._welcomed:  # the core saw silence; the handshakes say why
                     raise WorkerExit(
                         f"no usable connection to the scheduler within {self._config.death_timeout_seconds:g}s "

@@ -1,0 +1,203 @@
+"""The ZMTP dealer (scaler/utility/zmtp_dealer.py) against a real libzmq ROUTER over real sockets: what the
+scheduler sees of it is what it saw of libzmq's DEALER, through restarts of the ROUTER and its death."""
+
+from __future__ import annotations
+
+import select
+import socket
+import time
+from typing import Callable, Iterator
+
+import pytest
+import zmq
+
+from scaler.utility.zmtp_codec import greeting, ping, ready
+from scaler.utility.zmtp_dealer import (
+    EVENT_CONNECTED,
+    EVENT_DISCONNECTED,
+    EVENT_HANDSHAKE_FAILED_PROTOCOL,
+    EVENT_HANDSHAKE_SUCCEEDED,
+    ZmtpDealer,
+)
+from tests.protocol.conftest import free_tcp_address
+
+pytestmark = pytest.mark.timeout(60)
+
+IDENTITY = b"W|dealer-test"
+
+
+class Pump:
+    """The owner's loop, reduced: wait on the dealer's descriptor, take what it received, flush, and tick it
+    every 0.1 s as the worker's agent does."""
+
+    def __init__(self, dealer: ZmtpDealer) -> None:
+        self.dealer = dealer
+        self.received: list[list[bytes]] = []
+        self.events: list[int] = []
+        self.next_tick = 0.0
+
+    def until(self, done: Callable[[], bool], seconds: float = 10.0) -> None:
+        deadline = time.monotonic() + seconds
+        while not done():
+            assert time.monotonic() < deadline, "timed out"
+            select.select([self.dealer.fileno()], [], [], 0.02)
+            now = time.monotonic()
+            self.received += [[bytes(frame) for frame in frames] for frames in self.dealer.receive(now)]
+            if now >= self.next_tick:
+                self.next_tick = now + 0.1
+                self.dealer.tick(now)
+            self.dealer.flush()
+            self.events += [event for event, _ in self.dealer.take_events()]
+
+    def run_for(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        self.until(lambda: time.monotonic() >= end, seconds + 5)
+
+
+@pytest.fixture
+def context() -> Iterator[zmq.Context]:
+    context = zmq.Context()
+    yield context
+    context.destroy(linger=0)
+
+
+@pytest.fixture
+def dealer() -> Iterator[ZmtpDealer]:
+    dealer = ZmtpDealer(IDENTITY, first_retry_seconds=0.05, last_retry_seconds=0.4)
+    yield dealer
+    dealer.close()
+
+
+def router(context: zmq.Context, address: str) -> zmq.Socket:
+    bound = context.socket(zmq.ROUTER)
+    bound.setsockopt(zmq.LINGER, 0)
+    bound.setsockopt(zmq.RCVTIMEO, 10_000)
+    bound.bind(address)
+    return bound
+
+
+def receive_while_pumping(pump: Pump, bound: zmq.Socket, seconds: float = 10.0) -> list[bytes]:
+    """A message at the ROUTER, while the dealer's loop runs (its handshake and writes need it)."""
+    got: list[list[bytes]] = []
+
+    def arrived() -> bool:
+        if bound.poll(0):
+            got.append(bound.recv_multipart())
+        return bool(got)
+
+    pump.until(arrived, seconds)
+    return got[0]
+
+
+@pytest.mark.parametrize("scheme", ["tcp", "ipc"])
+def test_messages_go_both_ways_in_order_and_queue_until_connected(
+    context: zmq.Context, dealer: ZmtpDealer, scheme: str, tmp_path: str
+) -> None:
+    address = free_tcp_address() if scheme == "tcp" else f"ipc://{tmp_path}/router.ipc"
+    pump = Pump(dealer)
+    dealer.connect(address, time.monotonic())
+    for index in range(3):  # nothing listens yet: queued, and sent in order once the ROUTER is there
+        dealer.send([b"early", str(index).encode()])
+    pump.run_for(0.3)
+    bound = router(context, address)
+    for index in range(3):
+        assert receive_while_pumping(pump, bound) == [IDENTITY, b"early", str(index).encode()]
+    assert EVENT_CONNECTED in pump.events and EVENT_HANDSHAKE_SUCCEEDED in pump.events
+    for index in range(50):
+        bound.send_multipart([IDENTITY, b"to-dealer", str(index).encode()])
+    pump.until(lambda: len(pump.received) == 50)
+    assert pump.received == [[b"to-dealer", str(index).encode()] for index in range(50)]
+    bound.close()
+
+
+def test_large_frames_both_ways(context: zmq.Context, dealer: ZmtpDealer) -> None:
+    address = free_tcp_address()
+    bound = router(context, address)
+    pump = Pump(dealer)
+    dealer.connect(address, time.monotonic())
+    large = bytes(range(256)) * (40 << 12)  # 40 MiB: many reads and writes each way
+    dealer.send([b"head", large, b"tail"])
+    assert receive_while_pumping(pump, bound, 30) == [IDENTITY, b"head", large, b"tail"]
+    bound.send_multipart([IDENTITY, large[::-1], b"x" * 300])
+    pump.until(lambda: bool(pump.received), 30)
+    assert pump.received == [[large[::-1], b"x" * 300]]
+
+
+def test_reconnects_after_the_router_restarts_and_answers_its_pings(context: zmq.Context, dealer: ZmtpDealer) -> None:
+    address = free_tcp_address()
+    bound = router(context, address)
+    pump = Pump(dealer)
+    dealer.connect(address, time.monotonic())
+    dealer.send([b"one"])
+    assert receive_while_pumping(pump, bound) == [IDENTITY, b"one"]
+    bound.close()  # the scheduler stops: the connection drops, the dealer retries with backoff
+    pump.until(lambda: EVENT_DISCONNECTED in pump.events)
+    pump.run_for(0.3)
+    dealer.send([b"while-down"])
+    bound = router(context, address)
+    # libzmq's ROUTER pings its peers when asked (as the scheduler's does): the dealer answers, so it stays.
+    bound.setsockopt(zmq.HEARTBEAT_IVL, 100)
+    bound.setsockopt(zmq.HEARTBEAT_TIMEOUT, 300)
+    assert receive_while_pumping(pump, bound) == [IDENTITY, b"while-down"]
+    assert pump.events.count(EVENT_HANDSHAKE_SUCCEEDED) == 2
+    bound.send_multipart([IDENTITY, b"back"])
+    pump.until(lambda: pump.received == [[b"back"]])
+    bound.close()
+
+
+def test_a_router_silenced_by_a_ttl_ping_is_left_and_reconnected(context: zmq.Context, dealer: ZmtpDealer) -> None:
+    """Peer death without a close (a vanished host): the ROUTER asks for a TTL in its pings, then goes silent."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    pump = Pump(dealer)
+    dealer.connect(f"tcp://127.0.0.1:{port}", time.monotonic())
+    listener.settimeout(10)
+    accepted, _ = listener.accept()
+    # A ZMTP ROUTER by hand: greeting, READY, then one PING with a TTL of 0.3 s, and silence.
+    accepted.sendall(greeting() + ready(b"ROUTER") + ping(3))
+    pump.until(lambda: EVENT_HANDSHAKE_SUCCEEDED in pump.events)
+    pump.until(lambda: EVENT_DISCONNECTED in pump.events, 5)
+    listener.setblocking(False)
+    again: list[socket.socket] = []
+
+    def came_back() -> bool:
+        try:
+            again.append(listener.accept()[0])
+        except BlockingIOError:
+            pass
+        return bool(again)
+
+    pump.until(came_back)
+    again[0].close()
+    accepted.close()
+    listener.close()
+
+
+def test_a_peer_that_is_not_a_zmtp_router_is_a_failed_handshake(dealer: ZmtpDealer) -> None:
+    listener = socket.create_server(("127.0.0.1", 0))
+    pump = Pump(dealer)
+    dealer.connect(f"tcp://127.0.0.1:{listener.getsockname()[1]}", time.monotonic())
+    listener.settimeout(10)
+    accepted, _ = listener.accept()
+    accepted.sendall(b"\xff" + bytes(8) + b"\x7f\x03\x01" + b"CURVE".ljust(20, b"\x00") + bytes(32))
+    pump.until(lambda: EVENT_HANDSHAKE_FAILED_PROTOCOL in pump.events)
+    accepted.close()
+    listener.close()
+
+
+def test_connect_elsewhere_drops_what_was_queued_for_the_old_address(context: zmq.Context, dealer: ZmtpDealer) -> None:
+    """The agent moving to a standby's address (a Reconnect): as zmq_disconnect, the old queue goes, and what is
+    sent next reaches the new address only."""
+    nobody = free_tcp_address()
+    pump = Pump(dealer)
+    dealer.connect(nobody, time.monotonic())
+    dealer.send([b"for-the-old-one"])
+    pump.run_for(0.1)
+    address = free_tcp_address()
+    bound = router(context, address)
+    dealer.connect(address, time.monotonic())
+    dealer.send([b"for-the-new-one"])
+    assert receive_while_pumping(pump, bound) == [IDENTITY, b"for-the-new-one"]
+    pump.run_for(0.2)
+    assert not bound.poll(0)
+    bound.close()
