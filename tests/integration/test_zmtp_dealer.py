@@ -3,10 +3,9 @@ scheduler sees of it is what it saw of libzmq's DEALER, through restarts of the 
 
 from __future__ import annotations
 
-import select
 import socket
 import time
-from typing import Callable, Iterator
+from typing import Iterator
 
 import pytest
 import zmq
@@ -19,6 +18,7 @@ from scaler.utility.zmtp_dealer import (
     EVENT_HANDSHAKE_SUCCEEDED,
     ZmtpDealer,
 )
+from tests.integration import zmtp_pump
 from tests.protocol.conftest import free_tcp_address
 
 pytestmark = pytest.mark.timeout(60)
@@ -26,32 +26,18 @@ pytestmark = pytest.mark.timeout(60)
 IDENTITY = b"W|dealer-test"
 
 
-class Pump:
-    """The owner's loop, reduced: wait on the dealer's descriptor, take what it received, flush, and tick it
-    every 0.1 s as the worker's agent does."""
+class Pump(zmtp_pump.Pump):
+    """The worker agent's loop over its dealer: a tick every 0.1 s, a flush and the monitor-like events after each
+    pass."""
 
     def __init__(self, dealer: ZmtpDealer) -> None:
+        super().__init__(dealer, tick_seconds=0.1)
         self.dealer = dealer
-        self.received: list[list[bytes]] = []
         self.events: list[int] = []
-        self.next_tick = 0.0
 
-    def until(self, done: Callable[[], bool], seconds: float = 10.0) -> None:
-        deadline = time.monotonic() + seconds
-        while not done():
-            assert time.monotonic() < deadline, "timed out"
-            select.select([self.dealer.fileno()], [], [], 0.02)
-            now = time.monotonic()
-            self.received += [[bytes(frame) for frame in frames] for frames in self.dealer.receive(now)]
-            if now >= self.next_tick:
-                self.next_tick = now + 0.1
-                self.dealer.tick(now)
-            self.dealer.flush()
-            self.events += [event for event, _ in self.dealer.take_events()]
-
-    def run_for(self, seconds: float) -> None:
-        end = time.monotonic() + seconds
-        self.until(lambda: time.monotonic() >= end, seconds + 5)
+    def after_pass(self) -> None:
+        self.dealer.flush()
+        self.events += [event for event, _ in self.dealer.take_events()]
 
 
 @pytest.fixture

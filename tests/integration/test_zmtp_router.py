@@ -9,40 +9,25 @@ import select
 import signal
 import socket
 import time
-from typing import Callable, Iterator
+from typing import Iterator
 
 import pytest
 import zmq
 
 from scaler.utility.zmtp_codec import Frame, ZmtpCodec, encode_message
 from scaler.utility.zmtp_router import ZmtpRouter
+from tests.integration import zmtp_pump
 
 pytestmark = pytest.mark.timeout(60)
 
 
-class Pump:
-    """The owner's loop, reduced: wait on the router's descriptor, take what it received, tick it as the
-    scheduler does (every 0.25 s: so that nothing but a tick's own work waits for one)."""
+class Pump(zmtp_pump.Pump):
+    """The scheduler's loop over its router: a tick every 0.25 s (so that nothing but a tick's own work waits for
+    one)."""
 
     def __init__(self, router: ZmtpRouter) -> None:
+        super().__init__(router, tick_seconds=0.25)
         self.router = router
-        self.received: list[list[bytes]] = []
-        self.next_tick = 0.0
-
-    def until(self, done: Callable[[], bool], seconds: float = 10.0) -> None:
-        deadline = time.monotonic() + seconds
-        while not done():
-            assert time.monotonic() < deadline, "timed out"
-            select.select([self.router.fileno()], [], [], 0.02)
-            now = time.monotonic()
-            self.received += [[bytes(frame) for frame in frames] for frames in self.router.receive(now)]
-            if now >= self.next_tick:
-                self.next_tick = now + 0.25
-                self.router.tick(now)
-
-    def next_message(self) -> list[bytes]:
-        self.until(lambda: bool(self.received))
-        return self.received.pop(0)
 
 
 @pytest.fixture
