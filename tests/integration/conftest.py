@@ -6,6 +6,7 @@ import sys
 from typing import Iterator
 
 import pytest
+import zmq
 
 from scaler import Client, SchedulerClusterCombo
 from tests.integration.spawned import Spawned, Spawner
@@ -60,6 +61,14 @@ def combo() -> Iterator[SchedulerClusterCombo]:
 def client(combo: SchedulerClusterCombo) -> Iterator[Client]:
     with Client(address=combo.get_address(), timeout_seconds=30) as connected:
         yield connected
+
+
+@pytest.fixture
+def context() -> Iterator[zmq.Context]:
+    """A zmq context for a test's own sockets, every one of them closed at the end."""
+    context = zmq.Context()
+    yield context
+    context.destroy(linger=0)
 
 
 @pytest.fixture

@@ -41,13 +41,6 @@ class Pump(zmtp_pump.Pump):
 
 
 @pytest.fixture
-def context() -> Iterator[zmq.Context]:
-    context = zmq.Context()
-    yield context
-    context.destroy(linger=0)
-
-
-@pytest.fixture
 def dealer() -> Iterator[ZmtpDealer]:
     dealer = ZmtpDealer(IDENTITY, first_retry_seconds=0.05, last_retry_seconds=0.4)
     yield dealer

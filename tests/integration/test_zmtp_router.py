@@ -31,13 +31,6 @@ class Pump(zmtp_pump.Pump):
 
 
 @pytest.fixture
-def context() -> Iterator[zmq.Context]:
-    context = zmq.Context()
-    yield context
-    context.destroy(linger=0)
-
-
-@pytest.fixture
 def router() -> Iterator[ZmtpRouter]:
     router = ZmtpRouter("tcp://127.0.0.1:0", max_frame_bytes=64 * 1024 * 1024)
     yield router
