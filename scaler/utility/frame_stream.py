@@ -23,10 +23,10 @@ import select
 import socket
 import struct
 import time
-from itertools import islice
 from typing import Deque, Union
 
 from scaler.utility import hop_trace
+from scaler.utility.pending_writes import write_pending
 
 Frame = Union[bytes, memoryview]
 
@@ -39,8 +39,6 @@ _LARGE_FRAME_BYTES = 64 * 1024
 # Messages smaller than this go out as one joined buffer (one copy, one write); larger ones frame by frame.
 _JOIN_BYTES = 64 * 1024
 _READ_BYTES = 64 * 1024
-# Buffers per sendmsg call, well under IOV_MAX (1024 on Linux).
-_WRITE_BUFFERS = 64
 _POLL_IN = select.POLLIN
 _POLL_OUT = select.POLLOUT
 
@@ -140,26 +138,10 @@ class FrameStream:
 
     def flush(self) -> None:
         """Write what waits, as far as the socket takes it now."""
-        pending = self._pending
-        while pending:
-            try:
-                if len(pending) == 1:
-                    sent = self._socket.send(pending[0])
-                else:
-                    sent = self._socket.sendmsg(list(islice(pending, _WRITE_BUFFERS)))
-            except BlockingIOError:
-                return
-            except OSError:
-                self._cannot_write()
-                return
-            while sent:
-                head = pending[0]
-                if sent >= len(head):
-                    sent -= len(head)
-                    pending.popleft()
-                else:
-                    pending[0] = memoryview(head)[sent:]
-                    sent = 0
+        try:
+            write_pending(self._socket, self._pending)
+        except OSError:
+            self._cannot_write()
 
     def send_all(self, frames: list[Frame], timeout: float | None = None) -> None:
         """Send one message and wait until all that waits is written (or the peer is gone).

@@ -28,7 +28,7 @@ from typing import Deque, Union
 
 import zmq
 
-from scaler.utility.pending_writes import write_pending
+from scaler.utility.pending_writes import Piece, write_pending
 from scaler.utility.zmtp_codec import Frame, ZmtpCodec, encode_message
 
 logger = logging.getLogger(__name__)
@@ -74,7 +74,7 @@ class ZmtpDealer:
         self._retry_at: float | None = None  # when no socket: the next attempt
         self._retry_wait = first_retry_seconds
         self._backlog: Deque[list[Frame]] = collections.deque()  # encoded messages no connection began to take
-        self._pending: Deque[memoryview] = collections.deque()  # bytes owed to the current connection
+        self._pending: Deque[Piece] = collections.deque()  # bytes owed to the current connection
         self._writing = False  # registered for EPOLLOUT
         self._events: list[tuple[int, int]] = []
         self._read_buffer = bytearray(_READ_BYTES)

@@ -24,7 +24,7 @@ import select
 import socket
 from typing import Deque
 
-from scaler.utility.pending_writes import write_pending
+from scaler.utility.pending_writes import Piece, write_pending
 from scaler.utility.zmtp_codec import Frame, ZmtpCodec, encode_message, ping
 
 logger = logging.getLogger(__name__)
@@ -46,7 +46,7 @@ class _Connection:
         self.fd = connected.fileno()
         self.codec = codec
         self.identity: bytes | None = None  # while None, the connection is anonymous: its messages are dropped
-        self.pending: Deque[memoryview] = collections.deque()
+        self.pending: Deque[Piece] = collections.deque()
         self.queued_bytes = 0
         self.writing = False  # registered for EPOLLOUT
         self.accepted = now
