@@ -1,13 +1,14 @@
-"""The scheduler's end of its links to every peer: libzmq's ROUTER, or (opt-in) ZMTP spoken by its own thread.
+"""The scheduler's end of its links to every peer: ZMTP spoken by its own thread, or libzmq's ROUTER.
 
 Both take a message as the peer's identity followed by its frames, and give one the same way; the loop in
-server.py does not know which it has. `SCALER_SCHEDULER_TRANSPORT=zmtp` picks the ROUTER without a zmq I/O
-thread (scaler/utility/zmtp_router.py, issue 24): each message then costs no wake-up of an I/O thread at this
-end. CURVE and inproc:// addresses keep libzmq, whatever the variable says. The peers never know the difference:
-the wire is ZMTP either way. Two differences a peer that breaks the rules may see: a connection that does not
-speak ZMTP 3 is closed at its greeting (libzmq reads such bytes as ZMTP 1.0 messages, which the scheduler then
-drops as undecodable, tests/integration/test_bad_frame_logging.py), and one that fails the handshake is told why
-with ZMTP's ERROR before the close.
+server.py does not know which it has. By default the scheduler speaks ZMTP 3.1 itself on tcp:// and ipc://
+addresses (scaler/utility/zmtp_router.py, issue 24): each message then costs no wake-up of a zmq I/O thread at
+this end. CURVE keys and inproc:// addresses need libzmq, and `SCALER_SCHEDULER_TRANSPORT=zmq` asks for it. The
+peers never know the difference: the wire is ZMTP either way. Two differences a peer that breaks the rules may
+see: a connection that does not speak ZMTP 3 is closed at its greeting and counted in the bad-frame log per host
+(libzmq reads such bytes as ZMTP 1.0 messages, which the scheduler then drops as undecodable,
+tests/integration/test_bad_frame_logging.py), and one that fails the handshake is told why with ZMTP's ERROR
+before the close.
 """
 
 from __future__ import annotations
@@ -44,6 +45,9 @@ class RouterLink(Protocol):
     def tick(self, now: float) -> None: ...
     def close(self) -> None: ...
 
+    def take_refused(self) -> list[tuple[bytes, str]]:
+        """Connections refused before their handshake since the last call: where from, and what they sent."""
+
 
 def open_router_link(config: SchedulerConfig, context: zmq.Context, curve_keys: ServerKeys | None) -> RouterLink:
     """Listen on the scheduler's address; raises LinkStartError if it cannot."""
@@ -53,7 +57,7 @@ def open_router_link(config: SchedulerConfig, context: zmq.Context, curve_keys: 
     # A ping every quarter of that is enough for it, and each one wakes zmq's I/O thread per connection.
     longest_timeout = max(config.worker_timeout_seconds, config.client_timeout_seconds)
     ping_interval = max(config.heartbeat_interval_seconds, longest_timeout / 4)
-    wanted = os.environ.get(TRANSPORT_ENV, "zmq")
+    wanted = os.environ.get(TRANSPORT_ENV, "zmtp")
     if wanted == "zmtp" and curve_keys is None and not config.address.startswith("inproc://"):
         try:
             router = ZmtpRouter(config.address, config.max_message_size_bytes, ping_interval, longest_timeout)
@@ -110,6 +114,9 @@ class ZmqRouterLink:
     def tick(self, now: float) -> None:
         pass  # zmq's I/O thread pings
 
+    def take_refused(self) -> list[tuple[bytes, str]]:
+        return []  # libzmq refuses silently; what it reads as ZMTP 1.0 messages comes in as undecodable ones
+
     def close(self) -> None:
         self.pollable.close(linger=0)
         if self._authenticator is not None:
@@ -137,6 +144,10 @@ class ZmtpRouterLink:
 
     def tick(self, now: float) -> None:
         self._router.tick(now)
+
+    def take_refused(self) -> list[tuple[bytes, str]]:
+        return [(host.encode(), f"a connection that did not speak ZMTP 3 ({reason})")
+                for host, reason in self._router.take_refused()]
 
     def close(self) -> None:
         self._router.close()

@@ -179,6 +179,8 @@ class SchedulerServer:
                     self._send(link, batch.take())
             if batch.handled:
                 self._send(link, batch.take())
+            for sender, what in link.take_refused():
+                self._log_bad_frame(sender, what)
             now = time.monotonic()
             if now >= next_tick:
                 try:

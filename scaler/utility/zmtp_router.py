@@ -9,6 +9,11 @@ connection (MAXMSGSIZE); queues are unlimited unless `max_queued_bytes` is given
 pinged every `heartbeat_interval_seconds` and closed after `heartbeat_timeout_seconds` without a byte from it
 (HEARTBEAT_IVL, HEARTBEAT_TIMEOUT), or `handshake_timeout_seconds` without a handshake (HANDSHAKE_IVL).
 
+A connection closed before its handshake completed (random bytes, a port scanner, a peer speaking another
+mechanism) is not logged here: `take_refused` hands its host and the reason to the owner, whose log decides how
+often to say so (the scheduler's is rate-limited per host, bad_frame_log.py). Closes after the handshake are one
+INFO line each, as only a peer that spoke ZMTP can cause them.
+
 All its sockets sit in one epoll set whose descriptor (`fileno`) the owner's poll watches: readable means
 `receive` has work. Messages given to `send` are queued and written by `flush`, so that what one wake answers
 goes out in one write per peer; what the kernel does not take waits for the socket to be writable.
@@ -39,7 +44,7 @@ _GONE = select.EPOLLHUP | select.EPOLLERR
 
 class _Connection:
     __slots__ = ("socket", "fd", "codec", "identity", "pending", "queued_bytes", "writing", "accepted",
-                 "next_ping", "silent_deadline", "peer")
+                 "next_ping", "silent_deadline", "peer", "host")
 
     def __init__(self, connected: socket.socket, codec: ZmtpCodec, now: float) -> None:
         self.socket = connected
@@ -53,6 +58,7 @@ class _Connection:
         self.next_ping = 0.0
         self.silent_deadline = 0.0  # after a ping: when silence closes the connection (0: no ping outstanding)
         self.peer = ""  # for the log: the identity once known, else where the connection came from
+        self.host = ""  # where the connection came from, without the port: how refusals are counted
 
 
 class ZmtpRouter:
@@ -75,6 +81,7 @@ class ZmtpRouter:
         self._next_generated_identity = 1
         # Messages of connections whose identity another connection holds: read and dropped (libzmq counts none).
         self.dropped_messages = 0
+        self._refused: list[tuple[str, str]] = []
         self._read_buffer = bytearray(_READ_BYTES)
         self._read_view = memoryview(self._read_buffer)
         self._ipc_path: str | None = None
@@ -110,6 +117,11 @@ class ZmtpRouter:
                 os.unlink(self._ipc_path)
             except OSError:
                 pass
+
+    def take_refused(self) -> list[tuple[str, str]]:
+        """The connections closed before their handshake completed since the last call: (host, reason) each."""
+        refused, self._refused = self._refused, []
+        return refused
 
     def receive(self, now: float, limit: int | None = None) -> list[list[Frame]]:
         """Whatever the ready sockets hold: new connections accepted, and each complete message as its sender's
@@ -193,6 +205,7 @@ class ZmtpRouter:
                 connected.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             connection = _Connection(connected, ZmtpCodec(self._max_frame_bytes), now)
             connection.peer = f"a connection from {peer_address or 'a local process'}"
+            connection.host = peer_address[0] if isinstance(peer_address, tuple) else "a local process"
             self._connections[connection.fd] = connection
             self._epoll.register(connection.fd, _IN)
             self._queue_raw(connection, connection.codec.take_output())
@@ -293,7 +306,10 @@ class ZmtpRouter:
         if self._connections.pop(connection.fd, None) is None:
             return
         if reason is not None:
-            logger.info(f"ZMTP router: closing {connection.peer}: {reason}")
+            if connection.codec.ready:
+                logger.info(f"ZMTP router: closing {connection.peer}: {reason}")
+            else:
+                self._refused.append((connection.host, reason))
         if connection.identity is not None and self._by_identity.get(connection.identity) is connection:
             del self._by_identity[connection.identity]
         self._dirty.discard(connection)

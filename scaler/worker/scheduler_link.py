@@ -1,10 +1,10 @@
-"""The worker agent's end of its link to the scheduler: libzmq's DEALER, or (opt-in) ZMTP spoken by its own thread.
+"""The worker agent's end of its link to the scheduler: ZMTP spoken by its own thread, or libzmq's DEALER.
 
-Both take and give a message as its frames; the agent's loop (agent.py) does not know which it has.
-`SCALER_WORKER_TRANSPORT=zmtp` picks the DEALER without a zmq I/O thread (scaler/utility/zmtp_dealer.py, issue
-24): each message then costs no wake-up of an I/O thread at this end. CURVE keys and addresses other than tcp://
-and ipc:// keep libzmq, whatever the variable says. The scheduler never knows the difference: the wire is ZMTP
-either way.
+Both take and give a message as its frames; the agent's loop (agent.py) does not know which it has. By default
+the agent speaks ZMTP 3.1 itself to tcp:// and ipc:// addresses (scaler/utility/zmtp_dealer.py, issue 24): each
+message then costs no wake-up of a zmq I/O thread at this end. CURVE keys and other kinds of address need
+libzmq, and `SCALER_WORKER_TRANSPORT=zmq` asks for it. The scheduler never knows the difference: the wire is
+ZMTP either way.
 
 What differs for the agent: with libzmq a send that must not be dropped waits for a usable connection, at most
 the death timeout, and fails then; the ZMTP link queues it instead (as libzmq's pipe does while reconnecting),
@@ -59,7 +59,7 @@ class SchedulerLink(Protocol):
 def open_scheduler_link(config: WorkerConfig, identity: bytes, address: str, now: float) -> SchedulerLink:
     """Connect to `address`; raises ValueError for unusable CURVE keys."""
     curve_keys = PeerKeys.resolve(config.curve_server_key, config.curve_secret_key)
-    wanted = os.environ.get(TRANSPORT_ENV, "zmq")
+    wanted = os.environ.get(TRANSPORT_ENV, "zmtp")
     if wanted == "zmtp" and curve_keys is None and all(map(speaks, parse_scheduler_addresses(config.address))):
         logger.info("Worker: speaking ZMTP itself to the scheduler (no zmq I/O thread on that link)")
         return ZmtpSchedulerLink(config, identity, address, now)
