@@ -15,6 +15,7 @@ from typing import Any, Callable, cast
 
 import capnp
 
+from scaler.protocol.capnp_fast import decode_plain
 from scaler.protocol.capnp_fields import FLAT_MESSAGES, read_directory, read_fields, write_directory, write_fields
 from scaler.protocol.capnp_flat_reader import flat_reader_class
 from scaler.protocol.frame_table import FrameTable
@@ -261,6 +262,10 @@ _ENCODERS: dict[type, Callable[[Any, Any, list[Buffer]], Any]] = {
 
 def decode(frames: Sequence[Buffer]) -> Message:
     """Decode one message from its frames; anything malformed raises ProtocolDecodeError, never anything else."""
+    if len(frames) == 1:  # a task's plain submission or results: read by struct, not pycapnp (capnp_fast.py)
+        plain = decode_plain(frames[0])
+        if plain is not None:
+            return plain
     return cast(Message, _read(frames, _decode_root))
 
 
