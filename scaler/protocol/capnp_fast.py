@@ -1,4 +1,5 @@
-"""Reading the two messages of every task, in their plain form, straight from their Cap'n Proto bytes.
+"""Reading the two messages of every task, in their plain form, straight from their Cap'n Proto bytes, and
+writing plain results so.
 
 A task's submission and its results are each decoded at three hops; through pycapnp, reading a group's
 twenty fields one by one costs most of a small message's decode. Here the frame's words are read with
@@ -10,11 +11,15 @@ size, text without its NUL or not UTF-8, pointers covering more words than the f
 codec then decodes the frame through pycapnp as ever, which reads it or says why it is malformed. So a message
 read here is one pycapnp reads alike (tests/protocol/test_capnp_fast.py holds the two to that), and the wire
 format is Cap'n Proto's, unchanged: this is another reader of it, not another format.
+
+The writer (`encode_plain`) writes plain results word for word as pycapnp's builder does (the tests compare
+the bytes): the scheduler's answer of every round trip, and the worker's, without a builder's setattr calls.
 """
 
 from __future__ import annotations
 
-from struct import Struct, unpack_from
+from struct import Struct, pack, unpack_from
+from struct import error as struct_error
 
 from scaler.protocol.message_types import Buffer, TaskGroup, TaskResults, TaskSubmission
 
@@ -225,3 +230,59 @@ def _group(frame: bytes, data: int, budget: int) -> tuple[TaskGroup, int] | None
         priority=priority, stream_output=bool(flags & 4), keep_results=bool(flags & 8),
         keep_in_stores=bool(flags & 16), ahead=bool(flags & 32),
     ), budget
+
+
+# ---------------------------------------------------------------------------------------------- writing
+
+# A message of up to this many words is one segment as pycapnp writes it (its first segment's size): the plain
+# writer writes those only, word for word as pycapnp does (the tests compare the bytes).
+_ONE_SEGMENT_WORDS = 1024
+_LARGE = 64 * 1024  # message_types.LARGE_PAYLOAD_BYTES: such a payload is a frame of its own (the codec's work)
+# Up to the results struct's pointers: the segment table, the root pointer, Message (the union's member, its
+# pointer) and TaskResults (2 data words, 13 pointers).
+_RESULTS_HEAD = Struct("<IIIIQII")
+_RESULTS_WORDS = 18  # before the first list
+_RUN = Struct("<dI4x")
+_NOT_RUN = bytes(16)
+_NULL_POINTERS = bytes(8 * 11)
+_PADDING = [b"", b"\0" * 7, b"\0" * 6, b"\0" * 5, b"\0" * 4, b"\0" * 3, b"\0" * 2, b"\0"]
+
+
+def encode_plain(message: object) -> bytes | None:
+    """The one frame of plain results (successes only, all inline, one segment), as pycapnp writes it; None for
+    anything else (the codec encodes it)."""
+    if type(message) is not TaskResults or message.failures or message.profiles or message.warnings or (
+        message.stored
+    ):
+        return None
+    ids = message.succeeded_ids
+    payloads = message.payloads
+    id_count = len(ids)
+    count = len(payloads)
+    sizes = [len(payload) for payload in payloads]
+    if sizes and max(sizes) >= _LARGE:
+        return None
+    position = _RESULTS_WORDS + id_count + count  # where the first payload goes
+    total = position + sum((size + 7) >> 3 for size in sizes)
+    if total > _ONE_SEGMENT_WORDS:
+        return None
+    pieces: list[bytes | memoryview] = []
+    try:
+        pieces.append(_RESULTS_HEAD.pack(0, total, 0, 0x00010001, _TASK_RESULTS, 0, 0x000D0002))
+        pieces.append(_RUN.pack(message.run_seconds, message.ran_tasks) if message.ran_tasks else _NOT_RUN)
+        pieces.append(_POINTER.pack((12 << 2) | 1, (id_count << 3) | 5))  # at word 5, to word 18
+        pieces.append(_POINTER.pack(((11 + id_count) << 2) | 1, (count << 3) | 6))
+        pieces.append(_NULL_POINTERS)
+        if id_count:
+            pieces.append(pack(f"<{id_count}Q", *ids))
+        at = _RESULTS_WORDS + id_count  # the word of the first payload's pointer
+        for size in sizes:
+            pieces.append(_POINTER.pack(((position - at - 1) << 2) | 1, (size << 3) | 2))
+            position += (size + 7) >> 3
+            at += 1
+    except (struct_error, OverflowError, TypeError):
+        return None  # a value its field cannot hold: the codec's encode says so as it always did
+    for payload, size in zip(payloads, sizes):
+        pieces.append(payload)
+        pieces.append(_PADDING[size & 7])
+    return b"".join(pieces)

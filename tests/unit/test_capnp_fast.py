@@ -15,7 +15,7 @@ from message_strategies import SMALL_BYTES, U64, submissions, task_groups, task_
 
 from scaler.protocol import capnp_codec
 from scaler.protocol import messages as m
-from scaler.protocol.capnp_fast import decode_plain
+from scaler.protocol.capnp_fast import decode_plain, encode_plain
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -126,3 +126,50 @@ def test_pointers_covering_the_same_words_again_and_again_are_left_to_pycapnp() 
         frame[at:at + 8] = struct.pack("<iI", (((first - (at + 8)) // 8) << 2) | 1, (4000 << 3) | 2)
     assert decode_plain(bytes(frame)) is None
     assert pycapnp_decode(bytes(frame)) is None
+
+
+def pycapnp_encode(message: m.TaskResults) -> list[m.Buffer]:
+    """The codec's encode of results without the plain writer."""
+    builder = capnp_codec._schema.Message.new_message()
+    frames: list[m.Buffer] = [b""]
+    capnp_codec._encode_results(builder, message, frames)
+    frames[0] = builder.to_bytes()
+    return frames
+
+
+@FUZZ
+@given(message=st.one_of(task_results(), st.builds(
+    m.TaskResults, succeeded_ids=st.lists(U64, max_size=40), failures=st.just([]),
+    payloads=st.lists(st.binary(max_size=600), max_size=40),
+    run_seconds=st.floats(allow_nan=False), ran_tasks=st.integers(0, 2**32 - 1),
+)))
+def test_plain_results_are_written_byte_for_byte_as_pycapnp_writes_them(message: m.TaskResults) -> None:
+    plain = encode_plain(message)
+    frames = pycapnp_encode(message)
+    if plain is not None:
+        assert [plain] == frames
+    else:
+        assert message.failures or message.profiles or message.warnings or message.stored or len(frames) > 1 or (
+            len(frames[0]) > 8 * 1024 + 8)
+
+
+def test_the_round_trips_results_and_the_largest_one_segment_are_written_plainly() -> None:
+    for message in round_trip_messages():
+        if isinstance(message, m.TaskResults):
+            assert encode_plain(message) == pycapnp_encode(message)[0]
+    for size in range(7900, 8100):  # around pycapnp's first segment (1024 words)
+        message = m.TaskResults(succeeded_ids=[1], payloads=[b"x" * size], failures=[])
+        plain = encode_plain(message)
+        frames = pycapnp_encode(message)
+        assert plain == frames[0] if plain is not None else struct.unpack_from("<I", frames[0])[0] > 0
+
+
+@pytest.mark.parametrize("task_id", [-1, 2**64])
+def test_a_value_its_field_cannot_hold_is_left_to_the_codec(task_id: int) -> None:
+    message = m.TaskResults(succeeded_ids=[task_id], payloads=[b"a"], failures=[])
+    assert encode_plain(message) is None
+    with pytest.raises(Exception) as plain_error:
+        m.encode(message)
+    with pytest.raises(Exception) as pycapnp_error:
+        pycapnp_encode(message)
+    assert type(plain_error.value) is type(pycapnp_error.value)
