@@ -15,6 +15,7 @@ from typing import Any, Callable, cast
 
 import capnp
 
+from scaler.protocol.capnp_fast import decode_plain, encode_plain
 from scaler.protocol.capnp_fields import FLAT_MESSAGES, read_directory, read_fields, write_directory, write_fields
 from scaler.protocol.capnp_flat_reader import flat_reader_class
 from scaler.protocol.frame_table import FrameTable
@@ -57,11 +58,9 @@ _OBJECT = _schema.ObjectPayload.schema.fields
 _RESULTS = _schema.TaskResults.schema.fields
 _FAILURE = _schema.TaskFailure.schema.fields
 
-
 # None when this pycapnp lacks the class (capnp_flat_reader.py): `_read` then opens frames by `from_bytes`.
 _FlatReader = flat_reader_class(_schema.Message)
 _MESSAGE_SCHEMA = _schema.Message.schema
-
 
 _FAILURE_NAMES = {
     FailureKind.RAISED: "raised",
@@ -90,6 +89,9 @@ def _decode_flat(cls: type, reader, frames: FrameTable) -> Any:
 
 def encode(message: Message) -> list[Buffer]:
     """The frames of one message: the Cap'n Proto frame, then any large payloads it names."""
+    plain = encode_plain(message)  # plain results, written by struct (capnp_fast.py); else None
+    if plain is not None:
+        return [plain]
     builder = _schema.Message.new_message()
     encoder = _ENCODERS.get(type(message))
     if encoder is None:
@@ -261,6 +263,9 @@ _ENCODERS: dict[type, Callable[[Any, Any, list[Buffer]], Any]] = {
 
 def decode(frames: Sequence[Buffer]) -> Message:
     """Decode one message from its frames; anything malformed raises ProtocolDecodeError, never anything else."""
+    plain = decode_plain(frames[0]) if len(frames) == 1 else None  # a task's plain messages: capnp_fast.py
+    if plain is not None:
+        return plain
     return cast(Message, _read(frames, _decode_root))
 
 

@@ -14,6 +14,7 @@ before the close.
 from __future__ import annotations
 
 import logging
+import math
 import os
 from typing import Iterator, Protocol, Union
 
@@ -38,6 +39,12 @@ class RouterLink(Protocol):
     @property
     def pollable(self) -> Union[zmq.Socket, int]:
         """What the scheduler's poller watches: readable means `receive` has work."""
+
+    def watch(self, fd: int) -> None:
+        """Let `fd` becoming readable end a `wait` too (the loop's stop pipe)."""
+
+    def wait(self, timeout_seconds: float) -> None:
+        """Until `receive` has work, a watched descriptor is readable, or the timeout passes (rounded up to the ms)."""
 
     def receive(self, now: float, limit: int) -> Iterator[list[Frame]]: ...
     def send(self, frames: list[Frame]) -> None: ...
@@ -81,6 +88,8 @@ class ZmqRouterLink:
         socket.setsockopt(zmq.HEARTBEAT_IVL, max(1, int(ping_interval * 1000)))
         socket.setsockopt(zmq.HEARTBEAT_TIMEOUT, max(1, int(ping_timeout * 1000)))
         self._authenticator = None
+        self._poller = zmq.Poller()
+        self._poller.register(socket, zmq.POLLIN)
         try:
             if curve_keys is not None:
                 try:
@@ -95,6 +104,12 @@ class ZmqRouterLink:
         except LinkStartError:
             self.close()
             raise
+
+    def watch(self, fd: int) -> None:
+        self._poller.register(fd, zmq.POLLIN)
+
+    def wait(self, timeout_seconds: float) -> None:
+        self._poller.poll(max(0, math.ceil(timeout_seconds * 1000)))
 
     def receive(self, now: float, limit: int) -> Iterator[list[Frame]]:
         # Asking the socket is cheaper than the poll's result and than the exception of a receive that finds
@@ -127,6 +142,14 @@ class ZmtpRouterLink:
     def __init__(self, router: ZmtpRouter) -> None:
         self._router = router
         self.pollable = router.fileno()
+
+    def watch(self, fd: int) -> None:
+        self._router.watch(fd)
+
+    def wait(self, timeout_seconds: float) -> None:
+        # One epoll_wait for the sockets and the stop pipe alike (zmq_poll would make two poll calls of each wake,
+        # the first with no timeout, and then the router would ask epoll once more).
+        self._router.wait(max(0.0, timeout_seconds))
 
     def receive(self, now: float, limit: int) -> Iterator[list[Frame]]:
         for frames in self._router.receive(now, limit):

@@ -154,18 +154,26 @@ class SchedulerServer:
         self, link: RouterLink, monitor: MonitorPublisher, metrics: MetricsServer | None,
         exit_with_parent: int | None,
     ) -> None:
-        poller = zmq.Poller()
-        poller.register(link.pollable, zmq.POLLIN)
-        poller.register(self._stop.fileno(), zmq.POLLIN)
         standby = self._standby
-        for probe_socket in standby.sockets if standby is not None else ():
-            poller.register(probe_socket, zmq.POLLIN)
+        poller = None
+        if standby is None:
+            link.watch(self._stop.fileno())
+        else:
+            # The probes are zmq sockets: zmq's poll watches them beside the link and the stop pipe.
+            poller = zmq.Poller()
+            poller.register(link.pollable, zmq.POLLIN)
+            poller.register(self._stop.fileno(), zmq.POLLIN)
+            for probe_socket in standby.sockets:
+                poller.register(probe_socket, zmq.POLLIN)
         next_tick = time.monotonic() + _TICK_SECONDS
         next_monitor = 0.0
         while not self._stop.requested and not self._core.should_exit:  # a step-down replaces the core
-            # Rounded up: rounded down, the last millisecond before each tick is spent polling with no wait.
-            events = poller.poll(max(0, math.ceil((next_tick - time.monotonic()) * 1000)))
-            if standby is not None:
+            if poller is None:
+                link.wait(next_tick - time.monotonic())
+            else:
+                # Rounded up: rounded down, the last millisecond before each tick is spent polling with no wait.
+                events = poller.poll(max(0, math.ceil((next_tick - time.monotonic()) * 1000)))
+                assert standby is not None
                 for probe_socket, _ in events:
                     if probe_socket in standby.sockets:
                         self._on_standby(link, standby.on_readable(probe_socket, time.monotonic()))

@@ -15,8 +15,10 @@ often to say so (the scheduler's is rate-limited per host, bad_frame_log.py). Cl
 INFO line each, as only a peer that spoke ZMTP can cause them.
 
 All its sockets sit in one epoll set whose descriptor (`fileno`) the owner's poll watches: readable means
-`receive` has work. Messages given to `send` are queued and written by `flush`, so that what one wake answers
-goes out in one write per peer; what the kernel does not take waits for the socket to be writable.
+`receive` has work. Or the owner waits with `wait`, one epoll_wait whose events `receive` then serves without
+asking the kernel again; descriptors of its own that should end that wait (a stop pipe) it adds with `watch`.
+Messages given to `send` are queued and written by `flush`, so that what one wake answers goes out in one write
+per peer; what the kernel does not take waits for the socket to be writable.
 """
 
 from __future__ import annotations
@@ -78,6 +80,8 @@ class ZmtpRouter:
         self._dirty: set[_Connection] = set()
         # Sockets reported ready that a call's limit left unread: the next call reads them first.
         self._unserved: dict[int, int] = {}
+        # What the last `wait` reported, for the next `receive` (None: it asks epoll itself).
+        self._waited: list[tuple[int, int]] | None = None
         self._next_generated_identity = 1
         # Messages of connections whose identity another connection holds: read and dropped (libzmq counts none).
         self.dropped_messages = 0
@@ -107,6 +111,15 @@ class ZmtpRouter:
     def fileno(self) -> int:
         return self._epoll.fileno()
 
+    def watch(self, fd: int) -> None:
+        """Let `fd` becoming readable end a `wait` too (the owner's own descriptor: `receive` ignores it)."""
+        self._epoll.register(fd, _IN)
+
+    def wait(self, timeout_seconds: float) -> None:
+        """Block until a socket or a watched descriptor is ready, or `timeout_seconds` (rounded up to the
+        millisecond) pass: one epoll_wait for the owner's whole wait, whose events the next `receive` serves."""
+        self._waited = self._epoll.poll(timeout_seconds)
+
     def close(self) -> None:
         for connection in list(self._connections.values()):
             self._close(connection, None)
@@ -131,7 +144,8 @@ class ZmtpRouter:
         messages: list[list[Frame]] = []
         listener_fd = self._listener.fileno()
         ready = self._unserved
-        for fd, events in self._epoll.poll(0):
+        waited, self._waited = self._waited, None
+        for fd, events in self._epoll.poll(0) if waited is None else waited:
             ready[fd] = ready.get(fd, 0) | events
         self._unserved = {}
         for fd, events in ready.items():

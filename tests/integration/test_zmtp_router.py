@@ -277,3 +277,30 @@ def test_many_peers_each_get_their_answers_and_a_limit_leaves_nobody_waiting(con
         assert [peer.recv() for peer in peers] == [b"done"] * 40
     finally:
         router.close()
+
+
+def test_wait_serves_the_next_receive_and_a_watched_pipe_ends_it(context: zmq.Context, router: ZmtpRouter) -> None:
+    """The scheduler's loop waits with `wait` alone: its events are what `receive` serves, and its stop pipe
+    (watched) ends the wait without ever being taken for a connection."""
+    read_end, write_end = os.pipe()
+    try:
+        router.watch(read_end)
+        peer = dealer(context, router.address, b"W|one")
+        peer.send_multipart([b"hello"])
+        received: list[list[bytes]] = []
+        deadline = time.monotonic() + 10
+        while not received:
+            assert time.monotonic() < deadline, "timed out"
+            router.wait(0.05)
+            received += [[bytes(frame) for frame in frames] for frames in router.receive(time.monotonic())]
+        assert received == [[b"W|one", b"hello"]]
+        os.write(write_end, b"\0")
+        router.wait(120.0)  # ends at once, the pipe being readable: past the test's timeout otherwise
+        assert router.receive(time.monotonic()) == []  # the pipe is the owner's: nothing is read from it
+        assert os.read(read_end, 1) == b"\0"
+        assert router.send([b"W|one", b"answer"])
+        router.flush()
+        assert peer.recv_multipart() == [b"answer"]
+    finally:
+        os.close(read_end)
+        os.close(write_end)
