@@ -1,21 +1,27 @@
 """The client's link to the scheduler: a thin I/O shell around the connection core (connection_core.py).
 
 Which thread owns what:
-- The I/O thread ("scaler-client-io") owns the core, and with it every pending outcome, every message held
-  before the welcome, every request waiting for an answer, the timeouts and heartbeats; and the DEALER
-  socket. It alone calls the core, and it carries out the core's actions (send, fetch, tell the stores).
-- Caller threads (the application's, done-callbacks) and the fetch thread never touch that state. They
-  append to `_queued` (a deque: append and popleft are atomic) and wake the I/O thread (wakeup.py), which
-  hands what piled up to the core at once: under load, many submits become one message on their own, and a
-  lone submit still leaves at once (outbox.py). A caller that waits for an answer waits on its request's
-  Reply (connection_actions.py), which the core settles with the answer or, at the deadline, an error.
+- Whoever holds the baton (baton.py: one thread at a time) owns the core, and with it every pending outcome,
+  every message held before the welcome, every request waiting for an answer, the timeouts and heartbeats;
+  and the link to the scheduler (client_link.py). It alone calls the core, and it carries out the core's
+  actions (send, fetch, tell the stores). The I/O thread ("scaler-client-io") holds the baton except while
+  it sleeps in its poll.
+- Caller threads (the application's, done-callbacks) and the fetch thread append to `_queued` (a deque:
+  append and popleft are atomic) and wake the I/O thread (wakeup.py), which hands what piled up to the core
+  at once: under load, many submits become one message on their own, and a lone submit still leaves at once
+  (outbox.py). With the ZMTP link (no zmq I/O thread that writes for us), a caller that finds the baton free
+  (the I/O thread asleep) takes it instead, hands the queue to the core, writes the message itself and gives
+  the baton back: no wake-up of the I/O thread on the way out. A caller that waits for an answer waits on
+  its request's Reply (connection_actions.py), which the core settles with the answer or, at the deadline,
+  an error.
 - Written by the I/O thread, read by callers: `limits` and the id prefix (set before connect() returns),
   `store_directory` (replaced whole), `_ended` (why the link is over) and `unfinished_tasks` (a count).
 - Shared objects that lock themselves: `stores` (scaler/store/peer_stores.py), `sent_objects`, `relay`.
 - Once the I/O thread has ended, the core belongs to whoever holds `_after_end_lock`: the thread's last act
   closes it, and what a caller queues after that is settled by that caller at once (canceled, or failed
   with why the link ended), so no future waits on a link that is over.
-- Futures complete on the I/O thread (or, after its end, on the thread that settles them), once each.
+- Futures complete on the baton's holder (or, after the I/O thread's end, on the thread that settles them),
+  once each; the I/O thread keeps the baton from its end on.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from typing import Any, Callable, Sequence
 import zmq
 
 from scaler.client import connection_actions as actions
+from scaler.client.baton import Baton
 from scaler.client.client_link import ClientLink, open_link
 from scaler.client.connection_core import ClientConnectionCore
 from scaler.client.connection_objects import put_payload_again, put_value_again
@@ -117,6 +124,8 @@ class ClientConnection:
         self._io_ended = False
         # I/O thread only: the link to the scheduler (client_link.py: libzmq's DEALER or the ZMTP one).
         self._link: ClientLink | None = None
+        self._baton = Baton()
+        self._caller_led = False  # callers may take the baton (the ZMTP link): set by the I/O thread
         self._thread = threading.Thread(target=self._run, name="scaler-client-io", daemon=True)
         self._owner_pid = os.getpid()
         fix_after_fork(self)
@@ -155,6 +164,7 @@ class ClientConnection:
         self._queued = collections.deque()
         self._after_end_lock = threading.Lock()  # the parent's could have been held at the fork
         self._io_ended = True
+        self._caller_led = False
         self._wakeup.silence()
 
     @property
@@ -281,7 +291,7 @@ class ClientConnection:
             return future.cancelled()
         future._expect_cancel_outcome()
         self.send_message(m.CancelTasks(task_ids=[future.task_id], force=force))
-        if threading.current_thread() is self._thread:
+        if self._baton.held_here():
             # A done-callback canceling another future cannot wait for the thread it runs on.
             future.mark_canceled(future.task_id)
             return True
@@ -306,7 +316,7 @@ class ClientConnection:
 
     def cancel_everything_pending(self) -> None:
         """Every task still waiting for its outcome ends canceled here (clear())."""
-        if threading.current_thread() is self._thread:
+        if self._baton.held_here():
             self._core.pending.cancel_all()  # a done-callback: this thread owns the core
             return
         request = actions.CancelPending()
@@ -345,8 +355,15 @@ class ClientConnection:
     # ------------------------------------------------------------------------------------------ hand-off
 
     def _hand(self, item: Any) -> None:
-        """Any thread: queue `item` for the core and wake the I/O thread; settled here if that thread has ended."""
+        """Any thread: queue `item` for the core and wake the I/O thread; settled here if that thread has ended.
+        With the baton free, the caller hands the queue to the core and writes it itself instead."""
         self._queued.append(item)
+        if self._caller_led and self._baton.try_take():
+            try:
+                self._act(self._core.on_requests(self._queued, time.monotonic()))
+            finally:
+                self._baton.give_back()
+            return
         self._wakeup.wake()
         if self._io_ended:
             with self._after_end_lock:
@@ -364,16 +381,19 @@ class ClientConnection:
 
     def _run(self) -> None:
         link: ClientLink | None = None
+        self._baton.take(_CLOSE_WAIT_SECONDS)  # free: callers take it only once _caller_led is set, below
         try:
             link = self._link = open_link(self.address, self._identity, self._curve_keys, time.monotonic())
             link.connect(self._core.addresses.current, time.monotonic())
-            self.relay.attach(link)
+            self.relay.attach(link, self._baton.held_here)
+            self._caller_led = not link.owns_io_thread
             self._act(self._core.start(time.monotonic()))
             self._loop(link)
         except Exception as error:  # a bug here must fail the futures, not strand them
             logger.exception("Client: I/O thread failed")
             self._act(self._core.on_failure(error))
-        finally:
+        finally:  # holding the baton, which it keeps: callers now settle what they queue (_hand)
+            self._caller_led = False
             self._fetcher.stop(_FETCH_STOP_SECONDS)
             self.stores.close()
             if link is not None:
@@ -401,7 +421,12 @@ class ClientConnection:
                 poller.register(data, wanted)
                 socket_events = wanted
             wait = min(_IDLE_POLL_SECONDS, core.seconds_to_next_decision(now), link.seconds_to_tick())
-            events = dict(poller.poll(int(wait * 1000) + 1))
+            self._baton.give_back()
+            try:
+                events = dict(poller.poll(int(wait * 1000) + 1))
+            finally:
+                while not self._baton.take(_IDLE_POLL_SECONDS):
+                    pass  # a caller holds it for one hand-off
             now = time.monotonic()
             link.flush()
             if wakeup.reader in events:

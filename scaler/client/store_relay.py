@@ -1,10 +1,10 @@
 """The client's relay path to stores it cannot reach (PROTOCOL.md §19): its own link to the scheduler.
 
 A StoreClient on any thread sends its data message as `relay` through the I/O thread and waits here for
-the answer, which the I/O thread hands over when it arrives. Code that runs on the I/O thread itself (a
-done-callback that stores an object) may need a relayed answer too: waiting for it there, the I/O thread
-reads its socket itself, keeps what else arrives for the loop to handle afterwards (in order), and takes
-the answer.
+the answer, which the I/O thread hands over when it arrives. Code that runs on the thread that owns the link
+(the baton's holder, connection.py: a done-callback that stores an object) may need a relayed answer too:
+waiting for it there, that thread reads the link itself, keeps what else arrives for the loop to handle
+afterwards (in order), and takes the answer.
 """
 
 from __future__ import annotations
@@ -30,14 +30,15 @@ class StoreRelay:
         self._queue = queue  # any thread: the message leaves with the I/O thread's next send
         self._condition = threading.Condition()
         self._answers: dict[str, collections.deque[m.Relay]] = {}
-        self._io_thread: threading.Thread | None = None
+        self._owns_link: Callable[[], bool] = lambda: False
         self._link: ClientLink | None = None
         # I/O thread only: messages read while it waited for a relayed answer, for its loop to handle.
         self.deferred: collections.deque[m.Message] = collections.deque()
 
-    def attach(self, link: ClientLink) -> None:
-        """The I/O thread, once its link is connected (client_link.py): how it sends now, and reads."""
-        self._io_thread = threading.current_thread()
+    def attach(self, link: ClientLink, owns_link: Callable[[], bool]) -> None:
+        """The I/O thread, once its link is connected (client_link.py): how it sends now and reads, and how to
+        tell whether the calling thread owns the link now (the baton, connection.py)."""
+        self._owns_link = owns_link
         self._link = link
 
     def send(self, store: str, request_id: int, frames: list[m.Buffer]) -> None:
@@ -71,7 +72,7 @@ class StoreRelay:
             self._read_socket(remaining)
 
     def _on_io_thread(self) -> bool:
-        return threading.current_thread() is self._io_thread
+        return self._owns_link()
 
     def _read_socket(self, timeout: float) -> None:
         link = self._link
