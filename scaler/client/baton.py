@@ -15,9 +15,6 @@ class Baton:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._holder: int | None = None
-        # The I/O thread waits for it: a caller leading a wait (caller_lead.py) lets go, so that the I/O thread's
-        # turns (reconnections, handshakes) are never starved by a caller that takes the baton again at once.
-        self.wanted = False
 
     def try_take(self) -> bool:
         """Take it if nobody holds it; never waits."""
@@ -28,12 +25,10 @@ class Baton:
 
     def take(self, timeout: float) -> bool:
         """Take it, waiting at most `timeout` (a holder keeps it for one hand-off at most)."""
-        self.wanted = True
-        taken = self._lock.acquire(timeout=timeout)
-        self.wanted = False
-        if taken:
+        if self._lock.acquire(timeout=timeout):
             self._holder = threading.get_ident()
-        return taken
+            return True
+        return False
 
     def give_back(self) -> None:
         self._holder = None

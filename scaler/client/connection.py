@@ -39,13 +39,12 @@ import zmq
 
 from scaler.client import connection_actions as actions
 from scaler.client.baton import Baton
-from scaler.client.caller_lead import CallerLead
 from scaler.client.client_link import ClientLink, open_link
 from scaler.client.connection_core import ClientConnectionCore
 from scaler.client.connection_objects import put_payload_again, put_value_again
 from scaler.client.connection_refusal import RefusalKind
 from scaler.client.future import ScalerFuture
-from scaler.client.outbox import TaskBatch, halves
+from scaler.client.outbox import TaskBatch
 from scaler.client.payload_limits import PayloadLimits
 from scaler.client.result_routing import PendingResults
 from scaler.client.result_sinks import MapCollector
@@ -127,7 +126,6 @@ class ClientConnection:
         self._link: ClientLink | None = None
         self._baton = Baton()
         self._caller_led = False  # callers may take the baton (the ZMTP link): set by the I/O thread
-        self._lead: CallerLead | None = None
         self._thread = threading.Thread(target=self._run, name="scaler-client-io", daemon=True)
         self._owner_pid = os.getpid()
         fix_after_fork(self)
@@ -253,8 +251,14 @@ class ClientConnection:
         if budget and len(task_ids) > 1 and inline > budget:
             # Too much for one message: in halves, each its own batch (the core sends batches that together
             # exceed the budget in separate messages).
-            for ids, part, positions, referenced in halves(task_ids, args, width, object_positions, references):
-                self.submit_tasks(signature, ids, part, collector, positions, referenced)
+            half = len(task_ids) // 2
+            cut = half * width
+            self.submit_tasks(signature, task_ids[:half], args[:cut], collector,
+                              [p for p in object_positions if p < cut],
+                              [(p, t) for p, t in references or () if p < cut])
+            self.submit_tasks(signature, task_ids[half:], args[cut:], collector,
+                              [p - cut for p in object_positions if p >= cut],
+                              [(p - cut, t) for p, t in references or () if p >= cut])
             return
         self._hand(TaskBatch(signature, task_ids, args, object_positions, inline, collector, references or None))
 
@@ -398,57 +402,48 @@ class ClientConnection:
             self._welcomed.set()
 
     def _loop(self, link: ClientLink) -> None:
+        core = self._core
+        act = self._act
         wakeup = self._wakeup
+        queued = self._queued
+        fetched = self._fetcher.fetched
+        inbox = self.relay.deferred  # what the link gave, and what a relayed answer's wait read past, in order
         poller = zmq.Poller()
         data, *monitor = link.pollables()
         for pollable in (data, *monitor, wakeup.reader):
             poller.register(pollable, zmq.POLLIN)
-        if self._caller_led:
-            self._lead = CallerLead(self._baton, data, wakeup.reader, self._pass, self._seconds_to_decide)
         every_pass = not link.owns_io_thread  # the ZMTP dealer's events are told at every pass, a monitor's when due
         socket_events = POLL_IN
         now = time.monotonic()
-        while not (self._stopping or self._core.is_over):
+        while True:
             wanted = POLL_IN | (POLL_OUT if link.wants_out else 0)
             if wanted != socket_events:
                 poller.register(data, wanted)
                 socket_events = wanted
-            wait = self._seconds_to_decide(now)
+            wait = min(_IDLE_POLL_SECONDS, core.seconds_to_next_decision(now), link.seconds_to_tick())
             self._baton.give_back()
             try:
                 events = dict(poller.poll(int(wait * 1000) + 1))
             finally:
                 while not self._baton.take(_IDLE_POLL_SECONDS):
-                    pass  # a caller holds it for one pass
+                    pass  # a caller holds it for one hand-off
             now = time.monotonic()
+            link.flush()
+            if wakeup.reader in events:
+                wakeup.consume()
             if every_pass or (monitor and monitor[0] in events):
                 self._on_handshake(now)
-            self._pass(bool(events.get(data, 0) & POLL_IN), wakeup.reader in events, now)
-
-    def _seconds_to_decide(self, now: float) -> float:
-        assert self._link is not None
-        return min(_IDLE_POLL_SECONDS, self._core.seconds_to_next_decision(now), self._link.seconds_to_tick())
-
-    def _pass(self, readable: bool, woken: bool, now: float) -> None:
-        """The baton's holder, after its poll: what the link and the other threads brought, then the timers."""
-        core, act, link, fetched = self._core, self._act, self._link, self._fetcher.fetched
-        inbox = self.relay.deferred  # what the link gave, and what a relayed answer's wait read past, in order
-        link.flush()  # type: ignore[union-attr]
-        if woken:
-            self._wakeup.consume()
-        while fetched:
-            act(core.on_fetched(fetched.popleft(), now))
-        if readable:
-            inbox.extend(link.receive(now))  # type: ignore[union-attr]
-        while inbox:
-            act(core.on_message(inbox.popleft(), now))
-        if self._queued:
-            act(core.on_requests(self._queued, now))
-        act(core.on_tick(now))
-
-    def lead(self, future: ScalerFuture, timeout: float | None) -> float | None:
-        """A caller about to wait for `future` (caller_lead.py); what is left of `timeout`."""
-        return timeout if self._lead is None or not self._caller_led else self._lead.wait(future, timeout)
+            while fetched:
+                act(core.on_fetched(fetched.popleft(), now))
+            if events.get(data, 0) & POLL_IN:
+                inbox.extend(link.receive(now))
+            while inbox:
+                act(core.on_message(inbox.popleft(), now))
+            if queued:
+                act(core.on_requests(queued, now))
+            act(core.on_tick(now))
+            if self._stopping or core.is_over:
+                return
 
     def _act(self, decided: Sequence[actions.Action]) -> None:
         """I/O thread: carry out what the core decided, in order."""

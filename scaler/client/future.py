@@ -100,7 +100,7 @@ class ScalerFuture(concurrent.futures.Future):
                 payload = super().result(timeout)
             else:
                 with waiting_for_tasks():
-                    payload = super().result(self._connection.lead(self, timeout))
+                    payload = super().result(timeout)
         except BaseException:
             if self._warnings is not None or self._graph_warnings:
                 self.issue_task_warnings()
@@ -122,7 +122,7 @@ class ScalerFuture(concurrent.futures.Future):
             error = super().exception(timeout)
         else:
             with waiting_for_tasks():
-                error = super().exception(self._connection.lead(self, timeout))
+                error = super().exception(timeout)
         if self._warnings is not None or self._graph_warnings:
             self.issue_task_warnings()
         return error

@@ -42,21 +42,6 @@ class TaskBatch:
 OutboxItem = Union[TaskBatch, m.ObjectPayload, m.Message]
 
 
-def halves(
-    task_ids: Sequence[int], args: list[bytes], width: int, object_positions: list[int],
-    references: list[tuple[int, int]] | None,
-) -> list[tuple[Sequence[int], list[bytes], list[int], list[tuple[int, int]]]]:
-    """The tasks of a batch too large for one message, in two halves: ids, args, object positions, references."""
-    half = len(task_ids) // 2
-    cut = half * width
-    return [
-        (task_ids[:half], args[:cut], [p for p in object_positions if p < cut],
-         [(p, t) for p, t in references or () if p < cut]),
-        (task_ids[half:], args[cut:], [p - cut for p in object_positions if p >= cut],
-         [(p - cut, t) for p, t in references or () if p >= cut]),
-    ]
-
-
 def messages_from(outbox: collections.deque[OutboxItem], inline_budget: int) -> Iterator[m.Message]:
     """Take every item from `outbox`, oldest first, and yield the messages that carry them.
 

@@ -11,7 +11,6 @@ import os
 class WakeupPipe:
     def __init__(self) -> None:
         self.reader, self._writer = os.pipe()
-        os.set_blocking(self.reader, False)  # two threads may poll it (caller_lead.py): one finds it read
         self._pending = False
 
     def wake(self) -> None:
@@ -24,16 +23,13 @@ class WakeupPipe:
                 pass  # closed: the thread is gone
 
     def consume(self) -> None:
-        """The baton's holder (connection.py): take the wake-up bytes, then let callers wake us again (in this order).
+        """I/O thread: take the wake-up bytes, then let callers wake us again (in this order).
 
         Clearing the flag first would lose a wake-up: a caller could write its byte in between, which the
         read then swallows while the flag stays set. Every later wake() would then write nothing, and
         each message would wait for the I/O thread's idle poll timeout to go out.
         """
-        try:
-            os.read(self.reader, 65536)
-        except BlockingIOError:
-            pass
+        os.read(self.reader, 65536)
         self._pending = False
 
     def silence(self) -> None:
