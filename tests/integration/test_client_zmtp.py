@@ -1,7 +1,7 @@
 """The client speaking ZMTP itself (SCALER_CLIENT_TRANSPORT=zmtp, scaler/client/client_link.py), with callers
-that write their own submits and read their own results (baton.py, caller_lead.py): results right and each
-delivered once from many threads at once, done-callbacks, a scheduler that restarts or dies seen as with libzmq,
-and CURVE keys keeping libzmq. Real processes over real sockets."""
+that write their own submits (baton.py): results right and each delivered once from many threads at once,
+done-callbacks, a scheduler that restarts or dies seen as with libzmq, and CURVE keys keeping libzmq. Real
+processes over real sockets."""
 
 from __future__ import annotations
 
@@ -63,8 +63,8 @@ def test_submit_map_and_large_payloads_come_back_right(zmtp_client: Client) -> N
 
 
 def test_many_threads_submitting_and_waiting_at_once_each_get_their_results_once(zmtp_client: Client) -> None:
-    """Callers that write their own submits and lead their own waits, and callers that wait on futures of other
-    threads (never leading those): every result right, every done-callback called exactly once."""
+    """Callers that write their own submits while others wait, and futures waited for by two threads: every
+    result right, every done-callback called exactly once."""
     calls: collections.Counter[int] = collections.Counter()
     lock = threading.Lock()
     shared: list[concurrent.futures.Future[int]] = []
@@ -116,7 +116,7 @@ def test_done_callbacks_may_submit_and_a_result_waits_in_another_thread(zmtp_cli
     waiter.join(RESULT_SECONDS)
     assert waiter_result == [7]
     with pytest.raises(concurrent.futures.TimeoutError):
-        zmtp_client.submit(sleep_then, 0, 5.0).result(0.2)  # a lead ends at its timeout
+        zmtp_client.submit(sleep_then, 0, 5.0).result(0.2)  # a wait still ends at its timeout
 
 
 @pytest.mark.parametrize("transport", ["zmq", "zmtp"])

@@ -1,5 +1,5 @@
-"""The pure parts of the client's caller-led path: the baton (one owner of the core at a time), the split of a
-batch too large for one message, and which link the environment picks (client_link.py)."""
+"""The pure parts of the client's caller-led path: the baton (one owner of the core at a time), and which link
+the environment picks (client_link.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import pytest
 
 from scaler.client.baton import Baton
 from scaler.client.client_link import TRANSPORT_ENV, zmtp_wanted
-from scaler.client.outbox import halves
 from scaler.utility.curve import PeerKeys
 
 
@@ -28,40 +27,6 @@ def test_the_baton_has_one_holder_and_is_not_reentrant() -> None:
     assert not baton.held_here()
     assert baton.try_take()
     baton.give_back()
-
-
-def test_a_thread_waiting_for_the_baton_says_so_until_it_has_it() -> None:
-    baton = Baton()
-    assert baton.try_take()
-    wanted_seen = threading.Event()
-    pause = threading.Event()
-    taken: list[bool] = []
-
-    def take() -> None:
-        taken.append(baton.take(30.0))
-        baton.give_back()
-
-    waiter = threading.Thread(target=take)
-    waiter.start()
-    for _ in range(1000):
-        if baton.wanted:
-            wanted_seen.set()
-            break
-        pause.wait(0.01)
-    assert wanted_seen.is_set()
-    baton.give_back()
-    waiter.join(30)
-    assert taken == [True] and not baton.wanted
-    assert baton.try_take()  # free again
-    baton.give_back()
-
-
-def test_a_batch_in_halves_keeps_each_tasks_arguments_positions_and_references() -> None:
-    ids = [10, 11, 12, 13, 14]
-    args = [bytes([value]) for value in range(10)]  # two arguments a task
-    first, second = halves(ids, args, 2, [1, 4, 9], [(4, 99), (8, 98)])
-    assert first == ([10, 11], args[:4], [1], [])
-    assert second == ([12, 13, 14], args[4:], [0, 5], [(0, 99), (4, 98)])
 
 
 @pytest.mark.parametrize(
