@@ -164,7 +164,7 @@ class ClientConnection:
         self._queued = collections.deque()
         self._after_end_lock = threading.Lock()  # the parent's could have been held at the fork
         self._io_ended = True
-        self._caller_led = False
+        self._caller_led, self._baton = False, Baton()  # the parent's could have been held at the fork
         self._wakeup.silence()
 
     @property
@@ -356,7 +356,8 @@ class ClientConnection:
 
     def _hand(self, item: Any) -> None:
         """Any thread: queue `item` for the core and wake the I/O thread; settled here if that thread has ended.
-        With the baton free, the caller hands the queue to the core and writes it itself instead."""
+        With the baton free, the caller hands the queue to the core and writes it itself instead (a timer that
+        sets, such as a request's timeout, is seen by the I/O thread within its idle poll, _IDLE_POLL_SECONDS)."""
         self._queued.append(item)
         if self._caller_led and self._baton.try_take():
             try:
