@@ -1,21 +1,27 @@
 """The client's link to the scheduler: a thin I/O shell around the connection core (connection_core.py).
 
 Which thread owns what:
-- The I/O thread ("scaler-client-io") owns the core, and with it every pending outcome, every message held
-  before the welcome, every request waiting for an answer, the timeouts and heartbeats; and the DEALER
-  socket. It alone calls the core, and it carries out the core's actions (send, fetch, tell the stores).
-- Caller threads (the application's, done-callbacks) and the fetch thread never touch that state. They
-  append to `_queued` (a deque: append and popleft are atomic) and wake the I/O thread (wakeup.py), which
-  hands what piled up to the core at once: under load, many submits become one message on their own, and a
-  lone submit still leaves at once (outbox.py). A caller that waits for an answer waits on its request's
-  Reply (connection_actions.py), which the core settles with the answer or, at the deadline, an error.
+- Whoever holds the baton (baton.py: one thread at a time) owns the core, and with it every pending outcome,
+  every message held before the welcome, every request waiting for an answer, the timeouts and heartbeats;
+  and the link to the scheduler (client_link.py). It alone calls the core, and it carries out the core's
+  actions (send, fetch, tell the stores). The I/O thread ("scaler-client-io") holds the baton except while
+  it sleeps in its poll.
+- Caller threads (the application's, done-callbacks) and the fetch thread append to `_queued` (a deque:
+  append and popleft are atomic) and wake the I/O thread (wakeup.py), which hands what piled up to the core
+  at once: under load, many submits become one message on their own, and a lone submit still leaves at once
+  (outbox.py). With the ZMTP link (no zmq I/O thread that writes for us), a caller that finds the baton free
+  (the I/O thread asleep) takes it instead, hands the queue to the core, writes the message itself and gives
+  the baton back: no wake-up of the I/O thread on the way out. A caller that waits for an answer waits on
+  its request's Reply (connection_actions.py), which the core settles with the answer or, at the deadline,
+  an error.
 - Written by the I/O thread, read by callers: `limits` and the id prefix (set before connect() returns),
   `store_directory` (replaced whole), `_ended` (why the link is over) and `unfinished_tasks` (a count).
 - Shared objects that lock themselves: `stores` (scaler/store/peer_stores.py), `sent_objects`, `relay`.
 - Once the I/O thread has ended, the core belongs to whoever holds `_after_end_lock`: the thread's last act
   closes it, and what a caller queues after that is settled by that caller at once (canceled, or failed
   with why the link ended), so no future waits on a link that is over.
-- Futures complete on the I/O thread (or, after its end, on the thread that settles them), once each.
+- Futures complete on the baton's holder (or, after the I/O thread's end, on the thread that settles them),
+  once each; the I/O thread keeps the baton from its end on.
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ from typing import Any, Callable, Sequence
 import zmq
 
 from scaler.client import connection_actions as actions
+from scaler.client.baton import Baton
+from scaler.client.client_link import ClientLink, open_link
 from scaler.client.connection_core import ClientConnectionCore
 from scaler.client.connection_objects import put_payload_again, put_value_again
 from scaler.client.connection_refusal import RefusalKind
@@ -44,23 +52,20 @@ from scaler.client.sent_objects import SentObjects
 from scaler.client.store_relay import StoreRelay
 from scaler.client.stored_results import StoredResultFetcher
 from scaler.client.task_output_display import show_task_output
-from scaler.client.unsent_messages import UnsentMessages
 from scaler.client.wakeup import WakeupPipe
 from scaler.errors import ConnectionFailedError
 from scaler.protocol import messages as m
 from scaler.protocol.serializer import Serializer
 from scaler.protocol.task_signature import TaskSignature
-from scaler.protocol.zmq_messages import send_message
 from scaler.store.peer_stores import Stores
 from scaler.store.relay_path import DEFAULT_PROBE_SECONDS
 from scaler.store.store_client import StoreError
 from scaler.utility.blocking import client_nesting_depth
-from scaler.utility.curve import PeerKeys, secure_peer
+from scaler.utility.curve import PeerKeys
 from scaler.utility.fork_safety import fix_after_fork
-from scaler.utility.handshake_failures import HandshakeWatch
 from scaler.utility.host_key import this_host_key
 from scaler.utility.identifiers import TASK_COUNTER_BITS
-from scaler.utility.zmq_util import POLL_IN, POLL_OUT, configure_socket, has_input, receive_frames
+from scaler.utility.zmq_util import POLL_IN, POLL_OUT
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +89,6 @@ class ClientConnection:
         store_probe_seconds: float = DEFAULT_PROBE_SECONDS, share: float = m.DEFAULT_SHARE,
     ) -> None:
         self.address = address  # with standby schedulers, all of them (comma-separated)
-        self._connected_to = ""  # the one the socket is connected to now (I/O thread)
         # The stores the scheduler names (welcome, storeDirectory): where large objects go, and results come from;
         # those out of reach through the scheduler.
         self.relay = StoreRelay(self.send_message)
@@ -116,12 +120,12 @@ class ClientConnection:
         self._welcomed = threading.Event()  # set by the welcome, or by the end of the link
         self._stopping = False
         self._ended: BaseException | None = None
-        self._handshakes: HandshakeWatch | None = None  # I/O thread: why a handshake failed, from the socket's monitor
         self._after_end_lock = threading.Lock()
         self._io_ended = False
-        # I/O thread only: its socket, and messages zmq could not take yet (no usable connection), in order.
-        self._socket: zmq.Socket | None = None
-        self._unsent = UnsentMessages()
+        # I/O thread only: the link to the scheduler (client_link.py: libzmq's DEALER or the ZMTP one).
+        self._link: ClientLink | None = None
+        self._baton = Baton()
+        self._caller_led = False  # callers may take the baton (the ZMTP link): set by the I/O thread
         self._thread = threading.Thread(target=self._run, name="scaler-client-io", daemon=True)
         self._owner_pid = os.getpid()
         fix_after_fork(self)
@@ -160,6 +164,7 @@ class ClientConnection:
         self._queued = collections.deque()
         self._after_end_lock = threading.Lock()  # the parent's could have been held at the fork
         self._io_ended = True
+        self._caller_led, self._baton = False, Baton()  # the parent's could have been held at the fork
         self._wakeup.silence()
 
     @property
@@ -286,7 +291,7 @@ class ClientConnection:
             return future.cancelled()
         future._expect_cancel_outcome()
         self.send_message(m.CancelTasks(task_ids=[future.task_id], force=force))
-        if threading.current_thread() is self._thread:
+        if self._baton.held_here():
             # A done-callback canceling another future cannot wait for the thread it runs on.
             future.mark_canceled(future.task_id)
             return True
@@ -311,7 +316,7 @@ class ClientConnection:
 
     def cancel_everything_pending(self) -> None:
         """Every task still waiting for its outcome ends canceled here (clear())."""
-        if threading.current_thread() is self._thread:
+        if self._baton.held_here():
             self._core.pending.cancel_all()  # a done-callback: this thread owns the core
             return
         request = actions.CancelPending()
@@ -336,21 +341,30 @@ class ClientConnection:
         """I/O thread: the socket's monitor has events. A refused key is said at once, and ends the connection
         before the welcome (retrying cannot help); after it, ZeroMQ's reconnects go on and the log says why.
         A connection made tells the core, which may want to know at once who answers there now."""
-        assert self._handshakes is not None
-        connections = self._handshakes.diagnosis.handshakes_succeeded
-        for problem in self._handshakes.poll(now):
-            if self._handshakes.diagnosis.keys_refused and not self._core.welcomed:
+        assert self._link is not None
+        diagnosis = self._link.diagnosis
+        connections = diagnosis.handshakes_succeeded
+        for problem in self._link.handshake_problems(now):
+            if diagnosis.keys_refused and not self._core.welcomed:
                 self.on_authentication_failed(problem)
             else:
                 logger.error(f"Client: {problem}")
-        if self._handshakes.diagnosis.handshakes_succeeded > connections:
+        if diagnosis.handshakes_succeeded > connections:
             self._act(self._core.on_connected(now))
 
     # ------------------------------------------------------------------------------------------ hand-off
 
     def _hand(self, item: Any) -> None:
-        """Any thread: queue `item` for the core and wake the I/O thread; settled here if that thread has ended."""
+        """Any thread: queue `item` for the core and wake the I/O thread; settled here if that thread has ended.
+        With the baton free, the caller hands the queue to the core and writes it itself instead (a timer that
+        sets, such as a request's timeout, is seen by the I/O thread within its idle poll, _IDLE_POLL_SECONDS)."""
         self._queued.append(item)
+        if self._caller_led and self._baton.try_take():
+            try:
+                self._act(self._core.on_requests(self._queued, time.monotonic()))
+            finally:
+                self._baton.give_back()
+            return
         self._wakeup.wake()
         if self._io_ended:
             with self._after_end_lock:
@@ -367,78 +381,65 @@ class ClientConnection:
     # ------------------------------------------------------------------------------------------ I/O thread
 
     def _run(self) -> None:
-        context = zmq.Context(io_threads=1)
-        socket = context.socket(zmq.DEALER)
-        configure_socket(socket, self._identity)
-        self._socket = socket
+        link: ClientLink | None = None
+        self._baton.take(_CLOSE_WAIT_SECONDS)  # free: callers take it only once _caller_led is set, below
         try:
-            if self._curve_keys is not None:
-                secure_peer(socket, self._curve_keys)
-            self._handshakes = HandshakeWatch(
-                socket, self.address, time.monotonic(), role="client", secured=self._curve_keys is not None
-            )
-            self._connected_to = self._core.addresses.current
-            socket.connect(self._connected_to)
-            unsent = self._unsent
-            self.relay.attach(socket, lambda message: unsent.send(socket, message), lambda: unsent.send_kept(socket))
+            link = self._link = open_link(self.address, self._identity, self._curve_keys, time.monotonic())
+            link.connect(self._core.addresses.current, time.monotonic())
+            self.relay.attach(link, self._baton.held_here)
+            self._caller_led = not link.owns_io_thread
             self._act(self._core.start(time.monotonic()))
-            self._loop(socket)
+            self._loop(link)
         except Exception as error:  # a bug here must fail the futures, not strand them
             logger.exception("Client: I/O thread failed")
             self._act(self._core.on_failure(error))
-        finally:
+        finally:  # holding the baton, which it keeps: callers now settle what they queue (_hand)
+            self._caller_led = False
             self._fetcher.stop(_FETCH_STOP_SECONDS)
             self.stores.close()
-            if self._handshakes is not None:
-                self._handshakes.close()
-            socket.close(linger=int(_CLOSE_LINGER_SECONDS * 1000) if self._ended is None else 0)
-            context.term()
+            if link is not None:
+                link.close(_CLOSE_LINGER_SECONDS if self._ended is None else 0.0)
             self._take_over_core()
             self._welcomed.set()
 
-    def _loop(self, socket: zmq.Socket) -> None:
+    def _loop(self, link: ClientLink) -> None:
         core = self._core
         act = self._act
         wakeup = self._wakeup
         queued = self._queued
         fetched = self._fetcher.fetched
-        deferred = self.relay.deferred
+        inbox = self.relay.deferred  # what the link gave, and what a relayed answer's wait read past, in order
         poller = zmq.Poller()
-        poller.register(socket, zmq.POLLIN)
-        poller.register(wakeup.reader, zmq.POLLIN)
-        monitor = self._handshakes.monitor_socket if self._handshakes is not None else None
-        if monitor is not None:
-            poller.register(monitor, zmq.POLLIN)
+        data, *monitor = link.pollables()
+        for pollable in (data, *monitor, wakeup.reader):
+            poller.register(pollable, zmq.POLLIN)
+        every_pass = not link.owns_io_thread  # the ZMTP dealer's events are told at every pass, a monitor's when due
         socket_events = POLL_IN
         now = time.monotonic()
         while True:
-            wanted = POLL_IN | (POLL_OUT if self._unsent else 0)
+            wanted = POLL_IN | (POLL_OUT if link.wants_out else 0)
             if wanted != socket_events:
-                poller.register(socket, wanted)
+                poller.register(data, wanted)
                 socket_events = wanted
-            wait = min(_IDLE_POLL_SECONDS, core.seconds_to_next_decision(now))
-            events = dict(poller.poll(int(wait * 1000) + 1))
+            wait = min(_IDLE_POLL_SECONDS, core.seconds_to_next_decision(now), link.seconds_to_tick())
+            self._baton.give_back()
+            try:
+                events = dict(poller.poll(int(wait * 1000) + 1))
+            finally:
+                while not self._baton.take(_IDLE_POLL_SECONDS):
+                    pass  # a caller holds it for one hand-off
             now = time.monotonic()
-            if self._unsent:
-                self._unsent.send_kept(socket)
+            link.flush()
             if wakeup.reader in events:
                 wakeup.consume()
-            if monitor is not None and monitor in events:
+            if every_pass or (monitor and monitor[0] in events):
                 self._on_handshake(now)
             while fetched:
                 act(core.on_fetched(fetched.popleft(), now))
-            if events.get(socket, 0) & POLL_IN or deferred:
-                # Messages read while an answer relayed from a store was awaited on this thread come first.
-                while deferred or has_input(socket):
-                    if deferred:
-                        act(core.on_message(deferred.popleft(), now))
-                        continue
-                    try:
-                        message = m.decode(receive_frames(socket))
-                    except m.ProtocolDecodeError as error:
-                        logger.warning(f"Client: dropped an undecodable message from the scheduler: {error}")
-                        continue
-                    act(core.on_message(message, now))
+            if events.get(data, 0) & POLL_IN:
+                inbox.extend(link.receive(now))
+            while inbox:
+                act(core.on_message(inbox.popleft(), now))
             if queued:
                 act(core.on_requests(queued, now))
             act(core.on_tick(now))
@@ -447,18 +448,14 @@ class ClientConnection:
 
     def _act(self, decided: Sequence[actions.Action]) -> None:
         """I/O thread: carry out what the core decided, in order."""
-        socket = self._socket
-        assert socket is not None
+        link = self._link
+        assert link is not None
         for action in decided:
             kind = type(action)
             if kind is actions.Send:
-                self._unsent.send(socket, action.message)  # type: ignore[union-attr]
+                link.send(action.message)  # type: ignore[union-attr]
             elif kind is actions.SendHeartbeat:
-                if not self._unsent:  # a heartbeat that cannot leave now is not worth keeping
-                    try:
-                        send_message(socket, m.Heartbeat(), zmq.NOBLOCK)
-                    except zmq.Again:
-                        pass
+                link.send_heartbeat()
             elif kind is actions.SweepStores:
                 self.stores.sweep()
             elif isinstance(action, actions.Fetch):
@@ -485,9 +482,8 @@ class ClientConnection:
                 self._ended = action.error
                 self._welcomed.set()
             elif isinstance(action, actions.Reconnect):
-                socket.disconnect(self._connected_to)
-                self._connected_to = action.address
-                socket.connect(action.address)
+                link.connect(action.address, time.monotonic())
+        link.flush()
 
     def _resend(self, object_ids: list[bytes]) -> None:
         """The scheduler lost objects of ours with their store: stored again (named in a submission with no

@@ -1,10 +1,10 @@
 """The client's relay path to stores it cannot reach (PROTOCOL.md §19): its own link to the scheduler.
 
 A StoreClient on any thread sends its data message as `relay` through the I/O thread and waits here for
-the answer, which the I/O thread hands over when it arrives. Code that runs on the I/O thread itself (a
-done-callback that stores an object) may need a relayed answer too: waiting for it there, the I/O thread
-reads its socket itself, keeps what else arrives for the loop to handle afterwards (in order), and takes
-the answer.
+the answer, which the I/O thread hands over when it arrives. Code that runs on the thread that owns the link
+(the baton's holder, connection.py: a done-callback that stores an object) may need a relayed answer too:
+waiting for it there, that thread reads the link itself, keeps what else arrives for the loop to handle
+afterwards (in order), and takes the answer.
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ import collections
 import logging
 import threading
 import time
-from typing import Callable
-
-import zmq
+from typing import TYPE_CHECKING, Callable
 
 from scaler.protocol import messages as m
-from scaler.utility.zmq_util import has_input, receive_frames
+
+if TYPE_CHECKING:
+    from scaler.client.client_link import ClientLink
 
 logger = logging.getLogger(__name__)
 
@@ -30,27 +30,23 @@ class StoreRelay:
         self._queue = queue  # any thread: the message leaves with the I/O thread's next send
         self._condition = threading.Condition()
         self._answers: dict[str, collections.deque[m.Relay]] = {}
-        self._io_thread: threading.Thread | None = None
-        self._socket: zmq.Socket | None = None
-        self._send_now: Callable[[m.Message], None] | None = None
-        self._send_unsent: Callable[[], None] | None = None
+        self._owns_link: Callable[[], bool] = lambda: False
+        self._link: ClientLink | None = None
         # I/O thread only: messages read while it waited for a relayed answer, for its loop to handle.
         self.deferred: collections.deque[m.Message] = collections.deque()
 
-    def attach(
-        self, socket: zmq.Socket, send_now: Callable[[m.Message], None], send_unsent: Callable[[], None]
-    ) -> None:
-        """The I/O thread, once its socket is connected: how it sends now, and sends what zmq could not take yet."""
-        self._io_thread = threading.current_thread()
-        self._socket = socket
-        self._send_now = send_now
-        self._send_unsent = send_unsent
+    def attach(self, link: ClientLink, owns_link: Callable[[], bool]) -> None:
+        """The I/O thread, once its link is connected (client_link.py): how it sends now and reads, and how to
+        tell whether the calling thread owns the link now (the baton, connection.py)."""
+        self._owns_link = owns_link
+        self._link = link
 
     def send(self, store: str, request_id: int, frames: list[m.Buffer]) -> None:
         relay = m.Relay(frames=frames, store=store, request_id=request_id)
         if self._on_io_thread():
-            assert self._send_now is not None
-            self._send_now(relay)
+            assert self._link is not None
+            self._link.send(relay)
+            self._link.flush()
         else:
             self._queue(relay)
 
@@ -76,20 +72,15 @@ class StoreRelay:
             self._read_socket(remaining)
 
     def _on_io_thread(self) -> bool:
-        return threading.current_thread() is self._io_thread
+        return self._owns_link()
 
     def _read_socket(self, timeout: float) -> None:
-        socket = self._socket
-        assert socket is not None and self._send_unsent is not None
-        self._send_unsent()  # the relayed request may wait there, behind messages sent before a reconnect
-        if not socket.poll(max(1, int(timeout * 1000))):
+        link = self._link
+        assert link is not None
+        link.flush()  # the relayed request may wait there, behind messages sent before a reconnect
+        if not link.wait_input(timeout):
             return
-        while has_input(socket):
-            try:
-                message = m.decode(receive_frames(socket))
-            except m.ProtocolDecodeError as error:
-                logger.warning(f"Client: dropped an undecodable message from the scheduler: {error}")
-                continue
+        for message in link.receive(time.monotonic()):
             if isinstance(message, m.Relay):
                 self.deliver(message)
             else:
