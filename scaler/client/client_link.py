@@ -199,8 +199,8 @@ class ZmtpClientLink:
         return 3600.0 if self._dealer.ready else _NOT_READY_TICK_SECONDS
 
     def close(self, linger_seconds: float) -> None:
-        """What waits to be written gets one last try, then the connection closes (no lingering)."""
-        self._dealer.flush()
+        """What waits to be written goes, within `linger_seconds` (as libzmq's linger), then the connection closes."""
+        self._dealer.drain(linger_seconds)
         self._dealer.close()
 
 

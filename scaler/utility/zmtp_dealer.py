@@ -24,6 +24,7 @@ import errno
 import logging
 import select
 import socket
+import time
 from typing import Deque, Union
 
 import zmq
@@ -123,6 +124,19 @@ class ZmtpDealer:
     def flush(self) -> None:
         if self._pending and not self._writing and self._codec is not None and self._codec.ready:
             self._write()
+
+    def drain(self, timeout_seconds: float) -> bool:
+        """Write what is queued, waiting for room in the socket at most `timeout_seconds` in all (libzmq's linger);
+        True if all of it went. Before closing: what a ready connection still owes its peer is not cut short."""
+        self.flush()
+        deadline = time.monotonic() + timeout_seconds
+        while self._pending and self._socket is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            select.select([], [self._socket], [], left)
+            self._write()
+        return not self._pending
 
     def tick(self, now: float) -> None:
         """A reconnection due, and a connection stuck before its handshake or silent past its peer's TTL, closed."""

@@ -182,5 +182,5 @@ class ZmtpSchedulerLink:
     def close(self, goodbye: list[Frame]) -> None:
         if goodbye and self._dealer.ready:
             self._dealer.send(goodbye)
-            self._dealer.flush()
+            self._dealer.drain(0.1)  # as the libzmq link's linger
         self._dealer.close()

@@ -180,3 +180,40 @@ def test_connect_elsewhere_drops_what_was_queued_for_the_old_address(context: zm
     pump.run_for(0.2)
     assert not bound.poll(0)
     bound.close()
+
+
+def test_drain_before_close_delivers_what_the_kernel_could_not_take_at_once(context: zmq.Context) -> None:
+    address = free_tcp_address()
+    bound = router(context, address)
+    dealer = ZmtpDealer(IDENTITY, first_retry_seconds=0.05, last_retry_seconds=0.4)
+    pump = Pump(dealer)
+    dealer.connect(address, time.monotonic())
+    dealer.send([b"hello"])
+    assert receive_while_pumping(pump, bound) == [IDENTITY, b"hello"]
+    large = bytes(range(256)) * (40 << 12)  # 40 MiB: far more than the socket buffers take in one write
+    dealer.send([b"last", large])
+    assert dealer.drain(30)
+    dealer.close()
+    assert bound.recv_multipart() == [IDENTITY, b"last", large]
+    bound.close()
+
+
+def test_drain_gives_up_at_its_timeout_when_the_peer_reads_nothing() -> None:
+    # A peer that completes the handshake and then never reads: the socket buffers fill and stay full.
+    listener = socket.create_server(("127.0.0.1", 0))
+    address = f"tcp://127.0.0.1:{listener.getsockname()[1]}"
+    dealer = ZmtpDealer(IDENTITY, first_retry_seconds=0.05, last_retry_seconds=0.4)
+    try:
+        dealer.connect(address, time.monotonic())
+        peer, _ = listener.accept()
+        peer.sendall(greeting() + ready(b"ROUTER"))
+        pump = Pump(dealer)
+        pump.until(lambda: EVENT_HANDSHAKE_SUCCEEDED in pump.events, 10)
+        dealer.send([b"x" * (64 << 20)])
+        started = time.monotonic()
+        assert not dealer.drain(0.5)
+        assert time.monotonic() - started < 10
+        peer.close()
+    finally:
+        dealer.close()
+        listener.close()
