@@ -1,10 +1,10 @@
-"""The client's end of its link to the scheduler: libzmq's DEALER, or (opt-in) ZMTP spoken by the thread that
-owns the link (scaler/utility/zmtp_dealer.py, issue 24), as scheduler_link.py does for the worker's agent.
+"""The client's end of its link to the scheduler: ZMTP spoken by the thread that owns the link
+(scaler/utility/zmtp_dealer.py, issue 24), as scheduler_link.py does for the worker's agent, or libzmq's DEALER.
 
-`SCALER_CLIENT_TRANSPORT=zmtp` picks the DEALER without a zmq I/O thread: a message then leaves on the write of
+By default the client speaks ZMTP itself to tcp:// and ipc:// addresses: a message then leaves on the write of
 the thread that sends it, and arrives on the read of the thread that polls the link, with no zmq I/O thread
-woken at this end. CURVE keys and addresses other than tcp:// and ipc:// keep libzmq, whatever the variable
-says. The scheduler never knows the difference: the wire is ZMTP either way.
+woken at this end. CURVE keys and other kinds of address need libzmq, and `SCALER_CLIENT_TRANSPORT=zmq` asks for
+it. The scheduler never knows the difference: the wire is ZMTP either way.
 
 Both links take a message and keep it, in order, while no connection can take it (never blocking: the owner's
 timeouts must run); both give what arrived as decoded messages; both feed a HandshakeDiagnosis (the libzmq one
@@ -39,8 +39,9 @@ _NOT_READY_TICK_SECONDS = 0.1
 
 
 def zmtp_wanted(address: str, curve_keys: PeerKeys | None) -> bool:
-    """Whether the environment asks for the ZMTP link and it can serve `address` (all of them, with standbys)."""
-    wanted = os.environ.get(TRANSPORT_ENV, "zmq")
+    """Whether the ZMTP link is wanted (unless the environment asks for libzmq) and can serve `address` (all of
+    them, with standbys)."""
+    wanted = os.environ.get(TRANSPORT_ENV, "zmtp")
     if wanted not in ("zmq", "zmtp"):
         logger.warning(f"Client: {TRANSPORT_ENV}={wanted!r} is neither zmq nor zmtp; using zmq")
         return False
@@ -210,6 +211,6 @@ ClientLink = Union[ZmqClientLink, ZmtpClientLink]
 def open_link(all_addresses: str, identity: bytes, curve_keys: PeerKeys | None, now: float) -> ClientLink:
     """The link the environment asks for (see the module's docstring); raises ValueError for unusable keys."""
     if zmtp_wanted(all_addresses, curve_keys):
-        logger.info("Client: speaking ZMTP itself to the scheduler (no zmq I/O thread on that link)")
+        logger.debug("Client: speaking ZMTP itself to the scheduler (no zmq I/O thread on that link)")
         return ZmtpClientLink(all_addresses, identity, now)
     return ZmqClientLink(all_addresses, identity, curve_keys, now)

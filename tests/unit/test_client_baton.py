@@ -32,7 +32,8 @@ def test_the_baton_has_one_holder_and_is_not_reentrant() -> None:
 @pytest.mark.parametrize(
     ("value", "address", "keys", "expected"),
     [
-        (None, "tcp://127.0.0.1:1", False, False),
+        (None, "tcp://127.0.0.1:1", False, True),
+        (None, "tcp://127.0.0.1:1", True, False),
         ("zmq", "tcp://127.0.0.1:1", False, False),
         ("zmtp", "tcp://127.0.0.1:1", False, True),
         ("zmtp", "ipc:///tmp/scheduler", False, True),
@@ -42,7 +43,7 @@ def test_the_baton_has_one_holder_and_is_not_reentrant() -> None:
         ("bogus", "tcp://127.0.0.1:1", False, False),
     ],
 )
-def test_the_zmtp_link_is_picked_only_when_asked_for_and_able(
+def test_the_zmtp_link_is_picked_unless_libzmq_is_asked_for_or_needed(
     value: str | None, address: str, keys: bool, expected: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if value is None:
