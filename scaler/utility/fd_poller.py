@@ -18,6 +18,7 @@ from scaler.utility.zmq_util import POLL_IN, POLL_OUT
 _POLL_ERR = int(zmq.POLLERR)
 _SELECT_IN = select.POLLIN
 _SELECT_OUT = select.POLLOUT
+assert _SELECT_IN == POLL_IN
 
 
 def _to_select(flags: int) -> int:
@@ -48,7 +49,8 @@ class FdPoller:
 
     def poll(self, timeout_ms: int) -> list[tuple[int, int]]:
         """The ready descriptors and their zmq flags, waiting up to `timeout_ms` (negative: without end)."""
-        return [
-            (fd, POLL_IN if events == _SELECT_IN else _to_zmq(events))
-            for fd, events in self._poll.poll(None if timeout_ms < 0 else timeout_ms)
-        ]
+        ready = self._poll.poll(timeout_ms)
+        for _fd, events in ready:
+            if events != _SELECT_IN:
+                return [(fd, _to_zmq(events)) for fd, events in ready]
+        return ready  # readable only, the usual case: select's POLLIN is zmq's
