@@ -175,6 +175,10 @@ class FrameStream:
         self._messages.clear()
         return messages
 
+    def has_received(self) -> bool:
+        """True if a whole message was read from the socket and waits to be received (no system call)."""
+        return bool(self._messages)
+
     def has_input(self) -> bool:
         """True if a whole message can be received without blocking."""
         if self._messages:

@@ -25,6 +25,7 @@ import psutil
 import zmq
 
 from scaler.protocol import messages as m
+from scaler.utility.fd_poller import FdPoller
 from scaler.utility.frame_stream import FrameStream
 from scaler.utility.loop_stop import LoopStop
 from scaler.utility.malloc_tuning import with_freed_memory_kept
@@ -95,7 +96,8 @@ class WorkerAgent:
         self._processes: dict[bytes, ProcessorProcess] = {}
         # The processors' links by file descriptor, as the poller reports them; a link that reached its end leaves.
         self._links: dict[int, bytes] = {}
-        self._poller = zmq.Poller()
+        # A zmq socket's poller while the scheduler link is libzmq's; run() takes a plain one for a ZMTP link.
+        self._poller: zmq.Poller | FdPoller = zmq.Poller()
         self._next_tick = 0.0
         # A SIGTERM ends the loop's wait at once, not at its next tick (the scheduler's and store's loops do the same).
         self._stop = LoopStop()
@@ -127,7 +129,13 @@ class WorkerAgent:
             except ValueError as error:
                 raise WorkerExit(f"cannot start: {error}", failed=True, level=logging.ERROR) from None
             # Ahead of the processors' links: its messages are read first.
-            self._poller.register(scheduler.pollable, POLL_IN)
+            pollable = scheduler.pollable
+            if isinstance(pollable, int):
+                self._poller = FdPoller()  # no zmq socket to watch: one poll a wait, not zmq_poll's two (fd_poller.py)
+                self._poller.register(pollable, POLL_IN)
+            else:
+                assert isinstance(self._poller, zmq.Poller)
+                self._poller.register(pollable, POLL_IN)
             self._carry_out(self._core.start(time.monotonic()))
             self._stop.open()
             try:

@@ -164,3 +164,21 @@ def test_wait_for_input_times_out_while_the_peer_is_silent(pair: tuple[FrameStre
         right.receive()
         assert right.wait_for_input(0.05) is False
         assert not right.closed
+
+
+def test_has_received_tells_of_messages_read_already_and_never_reads_the_socket(
+    pair: tuple[FrameStream, FrameStream]
+) -> None:
+    left, right = pair
+    left.send([b"first"])
+    left.send([b"second"])
+    assert not right.has_received(), "the messages are in the socket, not read yet"
+    assert right.wait_for_input(10)  # one read takes both: they were in the socket before it
+    assert right.has_received()
+    assert as_bytes(right.receive()) == [b"first"]
+    left.send([b"third"])
+    assert right.has_received(), "the second is still there"
+    assert as_bytes(right.receive()) == [b"second"]
+    assert not right.has_received(), "the third waits in the socket: only has_input and the waits read it"
+    assert right.has_input()
+    assert as_bytes(right.receive()) == [b"third"]
