@@ -14,6 +14,6 @@ ProtocolDecodeError, never anything else.
 from __future__ import annotations
 
 from scaler.protocol.capnp_codec import decode as decode
-from scaler.protocol.capnp_codec import decode_ids as decode_ids
 from scaler.protocol.capnp_codec import encode as encode
+from scaler.protocol.capnp_ids import decode_ids as decode_ids
 from scaler.protocol.message_types import *  # noqa: F403  (every message class, constant and type alias)
