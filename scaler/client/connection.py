@@ -71,6 +71,8 @@ logger = logging.getLogger(__name__)
 
 # The longest the I/O thread waits for input: the core's next decision may come sooner (seconds_to_next_decision).
 _IDLE_POLL_SECONDS = 0.25
+# A caller writes a request itself only if it comes this long after the one before (a submit loop's are batched).
+_LONE_REQUEST_GAP_SECONDS = 0.0002
 # What a graceful close gives queued messages to leave; the I/O thread never blocks on a send, so only it can hold.
 _CLOSE_LINGER_SECONDS = 2.0
 _CLOSE_WAIT_SECONDS = _CLOSE_LINGER_SECONDS + 3.0
@@ -126,6 +128,7 @@ class ClientConnection:
         self._link: ClientLink | None = None
         self._baton = Baton()
         self._caller_led = False  # callers may take the baton (the ZMTP link): set by the I/O thread
+        self._last_hand = 0.0  # when a caller last queued a request (any caller: a hint, races are harmless)
         self._thread = threading.Thread(target=self._run, name="scaler-client-io", daemon=True)
         self._owner_pid = os.getpid()
         fix_after_fork(self)
@@ -356,12 +359,14 @@ class ClientConnection:
 
     def _hand(self, item: Any) -> None:
         """Any thread: queue `item` for the core and wake the I/O thread; settled here if that thread has ended.
-        With the baton free, the caller hands the queue to the core and writes it itself instead (a timer that
-        sets, such as a request's timeout, is seen by the I/O thread within its idle poll, _IDLE_POLL_SECONDS)."""
+        With the baton free and the request alone, the caller hands the queue to the core and writes it itself (a
+        timer that sets, such as a request's timeout, is seen by the I/O thread within _IDLE_POLL_SECONDS)."""
         self._queued.append(item)
-        if self._caller_led and self._baton.try_take():
+        now = time.monotonic()
+        alone, self._last_hand = now - self._last_hand >= _LONE_REQUEST_GAP_SECONDS, now
+        if self._caller_led and alone and self._baton.try_take():
             try:
-                self._act(self._core.on_requests(self._queued, time.monotonic()))
+                self._act(self._core.on_requests(self._queued, now))
             finally:
                 self._baton.give_back()
             return
