@@ -79,17 +79,10 @@ def _results(frame: bytes, at: int, budget: int) -> TaskResults | None:
     if frame.count(0, pointers + 16, end) != end - pointers - 16:
         return None
     budget -= data_words + pointer_count
-    ids: list[int] = []
-    lower, upper = _POINTER.unpack_from(frame, pointers)
-    if lower or upper:
-        count = upper >> 3
-        budget -= count
-        if lower & 3 != 1 or upper & 7 != 5 or budget < 0:
-            return None
-        first = _target(frame, pointers, lower, count)
-        if first < 0:
-            return None
-        ids = list(unpack_from(f"<{count}Q", frame, first))
+    read_ids = _uint64s(frame, pointers, budget)
+    if read_ids is None:
+        return None
+    ids, budget = read_ids
     read = _datas(frame, pointers + 8, budget)
     if read is None:
         return None
@@ -98,32 +91,42 @@ def _results(frame: bytes, at: int, budget: int) -> TaskResults | None:
     return TaskResults(succeeded_ids=ids, payloads=payloads, failures=[], run_seconds=run_seconds, ran_tasks=ran_tasks)
 
 
-def _datas(frame: bytes, at: int, budget: int) -> tuple[list[Buffer], int] | None:
-    """A List(Data) (a null element is empty), and the budget left."""
+def _list(frame: bytes, at: int, element_size: int, budget: int) -> tuple[int, int, int] | None:
+    """Where the list that the pointer at `at` points to starts, its length and the budget left ((0, 0, budget)
+    for a null pointer); None unless it is a list of `element_size` (5: 64-bit values, 6: pointers) in the frame."""
     lower, upper = _POINTER.unpack_from(frame, at)
     if not (lower or upper):
-        return [], budget
+        return 0, 0, budget
     count = upper >> 3
     budget -= count
-    if lower & 3 != 1 or upper & 7 != 6 or budget < 0:
+    if lower & 3 != 1 or upper & 7 != element_size or budget < 0:
         return None
     first = _target(frame, at, lower, count)
-    if first < 0:
+    return None if first < 0 else (first, count, budget)
+
+
+def _uint64s(frame: bytes, at: int, budget: int) -> tuple[list[int], int] | None:
+    """A List(UInt64) (null: empty), and the budget left."""
+    found = _list(frame, at, 5, budget)
+    if found is None:
         return None
+    first, count, budget = found
+    return (list(unpack_from(f"<{count}Q", frame, first)) if count else []), budget
+
+
+def _datas(frame: bytes, at: int, budget: int) -> tuple[list[Buffer], int] | None:
+    """A List(Data) (a null element is empty), and the budget left."""
+    found = _list(frame, at, 6, budget)
+    if found is None:
+        return None
+    first, count, budget = found
     values: list[Buffer] = []
     for element in range(first, first + count * 8, 8):
-        lower, upper = _POINTER.unpack_from(frame, element)
-        if not (lower or upper):
-            values.append(b"")
-            continue
-        length = upper >> 3
-        budget -= (length + 7) >> 3
-        if lower & 3 != 1 or upper & 7 != 2 or budget < 0:
+        read = _data(frame, element, budget)
+        if read is None:
             return None
-        start = _target(frame, element, lower, (length + 7) >> 3)
-        if start < 0:
-            return None
-        values.append(frame[start:start + length])
+        value, budget = read
+        values.append(value)
     return values, budget
 
 
@@ -196,17 +199,10 @@ def _group(frame: bytes, data: int, budget: int) -> tuple[TaskGroup, int] | None
     if read_args is None:
         return None
     args, budget = read_args
-    task_ids: list[int] = []
-    lower, upper = _POINTER.unpack_from(frame, pointers + 16)
-    if lower or upper:
-        count = upper >> 3
-        budget -= count
-        if lower & 3 != 1 or upper & 7 != 5 or budget < 0:
-            return None
-        first = _target(frame, pointers + 16, lower, count)
-        if first < 0:
-            return None
-        task_ids = list(unpack_from(f"<{count}Q", frame, first))
+    read_ids = _uint64s(frame, pointers + 16, budget)
+    if read_ids is None:
+        return None
+    task_ids, budget = read_ids
     required_tags: tuple[str, ...] = ()
     lower, upper = _POINTER.unpack_from(frame, pointers + 80)
     if lower or upper:
