@@ -35,6 +35,10 @@ _GROUP_DATA = Struct("<HBxIIi")  # argsPerTask, the flags byte, nestingDepth, wa
 _NULL_WORD = bytes(8)
 
 
+class _NotPlain(Exception):
+    """The frame is not a plain message as this reader expects it: the codec's pycapnp decode takes it."""
+
+
 def decode_plain(frame: Buffer) -> TaskSubmission | TaskResults | None:
     """The submission or results that `frame` (the only frame of its message) holds, or None for anything else."""
     if type(frame) is not bytes:
@@ -50,182 +54,149 @@ def decode_plain(frame: Buffer) -> TaskSubmission | TaskResults | None:
     if not data_words or not upper >> 16 or root < 16 or root + (data_words + (upper >> 16)) * 8 > size:
         return None
     which = _WHICH.unpack_from(frame, root)[0]
-    if which == _TASK_RESULTS:
-        return _results(frame, root + data_words * 8, words)
-    if which == _SUBMIT_TASKS:
-        return _submission(frame, root + data_words * 8, words)
-    return None
+    if which != _TASK_RESULTS and which != _SUBMIT_TASKS:
+        return None
+    reader = _Reader(frame, words)
+    try:
+        if which == _TASK_RESULTS:
+            return reader.results(root + data_words * 8)
+        return reader.submission(root + data_words * 8)
+    except _NotPlain:
+        return None
 
 
-def _target(frame: bytes, at: int, lower: int, words: int) -> int:
-    """Where the pointer at `at` (lower half `lower`) points, if `words` words from there are in the frame; else -1."""
-    start = at + 8 + ((lower >> 2) - ((lower & 0x80000000) >> 1)) * 8
-    return start if start >= 16 and start + words * 8 <= len(frame) else -1
+class _Reader:
+    """One frame's words, and a budget of words to visit (the frame's size) that no forged pointer can exceed."""
 
+    __slots__ = ("frame", "budget")
 
-def _results(frame: bytes, at: int, budget: int) -> TaskResults | None:
-    lower, upper = _POINTER.unpack_from(frame, at)
-    data_words = upper & 0xFFFF
-    pointer_count = upper >> 16
-    if lower & 3 or data_words < 2 or pointer_count < 2:
-        return None
-    start = _target(frame, at, lower, data_words + pointer_count)
-    if start < 0:
-        return None
-    pointers = start + data_words * 8
-    end = pointers + pointer_count * 8
-    # Successes only, all inline: failures, payloadFrameIndices, payloadFrames, profiles, warnings and their
-    # columns, stored results (pointers 2 to 12) all null.
-    if frame.count(0, pointers + 16, end) != end - pointers - 16:
-        return None
-    budget -= data_words + pointer_count
-    read_ids = _uint64s(frame, pointers, budget)
-    if read_ids is None:
-        return None
-    ids, budget = read_ids
-    read = _datas(frame, pointers + 8, budget)
-    if read is None:
-        return None
-    payloads = read[0]
-    run_seconds, ran_tasks = _RESULTS_DATA.unpack_from(frame, start)
-    return TaskResults(succeeded_ids=ids, payloads=payloads, failures=[], run_seconds=run_seconds, ran_tasks=ran_tasks)
+    def __init__(self, frame: bytes, budget: int) -> None:
+        self.frame = frame
+        self.budget = budget
 
+    def spend(self, words: int) -> None:
+        self.budget -= words
+        if self.budget < 0:
+            raise _NotPlain
 
-def _list(frame: bytes, at: int, element_size: int, budget: int) -> tuple[int, int, int] | None:
-    """Where the list that the pointer at `at` points to starts, its length and the budget left ((0, 0, budget)
-    for a null pointer); None unless it is a list of `element_size` (5: 64-bit values, 6: pointers) in the frame."""
-    lower, upper = _POINTER.unpack_from(frame, at)
-    if not (lower or upper):
-        return 0, 0, budget
-    count = upper >> 3
-    budget -= count
-    if lower & 3 != 1 or upper & 7 != element_size or budget < 0:
-        return None
-    first = _target(frame, at, lower, count)
-    return None if first < 0 else (first, count, budget)
+    def target(self, at: int, lower: int, words: int) -> int:
+        """Where the pointer at `at` (lower half `lower`) points, if `words` words from there are in the frame."""
+        start = at + 8 + ((lower >> 2) - ((lower & 0x80000000) >> 1)) * 8
+        if start < 16 or start + words * 8 > len(self.frame):
+            raise _NotPlain
+        return start
 
+    def struct(self, at: int) -> tuple[int, int, int]:
+        """The struct the pointer at `at` points to: where its data starts, its data words and its pointers."""
+        lower, upper = _POINTER.unpack_from(self.frame, at)
+        if lower & 3:
+            raise _NotPlain
+        data_words, pointer_count = upper & 0xFFFF, upper >> 16
+        return self.target(at, lower, data_words + pointer_count), data_words, pointer_count
 
-def _uint64s(frame: bytes, at: int, budget: int) -> tuple[list[int], int] | None:
-    """A List(UInt64) (null: empty), and the budget left."""
-    found = _list(frame, at, 5, budget)
-    if found is None:
-        return None
-    first, count, budget = found
-    return (list(unpack_from(f"<{count}Q", frame, first)) if count else []), budget
+    def list_at(self, at: int, element_size: int) -> tuple[int, int]:
+        """Where the list the pointer at `at` points to starts, and its length ((0, 0) for a null pointer); a list
+        of another `element_size` (2: bytes, 5: 64-bit values, 6: pointers) is not plain."""
+        lower, upper = _POINTER.unpack_from(self.frame, at)
+        if not (lower or upper):
+            return 0, 0
+        count = upper >> 3
+        words = (count + 7) >> 3 if element_size == 2 else count
+        self.spend(words)
+        if lower & 3 != 1 or upper & 7 != element_size:
+            raise _NotPlain
+        return self.target(at, lower, words), count
 
+    def uint64s(self, at: int) -> list[int]:
+        first, count = self.list_at(at, 5)
+        return list(unpack_from(f"<{count}Q", self.frame, first)) if count else []
 
-def _datas(frame: bytes, at: int, budget: int) -> tuple[list[Buffer], int] | None:
-    """A List(Data) (a null element is empty), and the budget left."""
-    found = _list(frame, at, 6, budget)
-    if found is None:
-        return None
-    first, count, budget = found
-    values: list[Buffer] = []
-    for element in range(first, first + count * 8, 8):
-        read = _data(frame, element, budget)
-        if read is None:
-            return None
-        value, budget = read
-        values.append(value)
-    return values, budget
+    def data(self, at: int) -> bytes:
+        start, length = self.list_at(at, 2)
+        return self.frame[start:start + length]
 
+    def datas(self, at: int) -> list[Buffer]:
+        first, count = self.list_at(at, 6)
+        return [self.data(element) for element in range(first, first + count * 8, 8)]
 
-def _data(frame: bytes, at: int, budget: int) -> tuple[bytes, int] | None:
-    """A Data (null: empty), and the budget left."""
-    lower, upper = _POINTER.unpack_from(frame, at)
-    if not (lower or upper):
-        return b"", budget
-    length = upper >> 3
-    budget -= (length + 7) >> 3
-    if lower & 3 != 1 or upper & 7 != 2 or budget < 0:
-        return None
-    start = _target(frame, at, lower, (length + 7) >> 3)
-    return None if start < 0 else (frame[start:start + length], budget)
+    def results(self, at: int) -> TaskResults:
+        start, data_words, pointer_count = self.struct(at)
+        if data_words < 2 or pointer_count < 2:
+            raise _NotPlain
+        pointers = start + data_words * 8
+        end = pointers + pointer_count * 8
+        # Successes only, all inline: failures, payloadFrameIndices, payloadFrames, profiles, warnings and their
+        # columns, stored results (pointers 2 to 12) all null.
+        if self.frame.count(0, pointers + 16, end) != end - pointers - 16:
+            raise _NotPlain
+        self.spend(data_words + pointer_count)
+        ids = self.uint64s(pointers)
+        payloads = self.datas(pointers + 8)
+        run_seconds, ran_tasks = _RESULTS_DATA.unpack_from(self.frame, start)
+        return TaskResults(
+            succeeded_ids=ids, payloads=payloads, failures=[], run_seconds=run_seconds, ran_tasks=ran_tasks
+        )
 
+    def submission(self, at: int) -> TaskSubmission:
+        frame = self.frame
+        start, data_words, pointer_count = self.struct(at)
+        if pointer_count != 3:
+            raise _NotPlain
+        pointers = start + data_words * 8
+        # No objects (pointer 0) and no quiet tasks (pointer 2): null.
+        if frame[pointers:pointers + 8] != _NULL_WORD or frame[pointers + 16:pointers + 24] != _NULL_WORD:
+            raise _NotPlain
+        lower, upper = _POINTER.unpack_from(frame, pointers + 8)
+        if lower & 3 != 1 or upper & 7 != 7:
+            raise _NotPlain
+        words = upper >> 3
+        tag = self.target(pointers + 8, lower, words + 1)
+        lower, upper = _POINTER.unpack_from(frame, tag)
+        count = lower >> 2
+        data_words, pointer_count = upper & 0xFFFF, upper >> 16
+        step = (data_words + pointer_count) * 8
+        self.spend(words + 1)
+        if lower & 3 or data_words != 2 or pointer_count != 11 or count * step > words * 8:
+            raise _NotPlain
+        return TaskSubmission(
+            objects=[], groups=[self.group(element) for element in range(tag + 8, tag + 8 + count * step, step)]
+        )
 
-def _submission(frame: bytes, at: int, budget: int) -> TaskSubmission | None:
-    lower, upper = _POINTER.unpack_from(frame, at)
-    pointer_count = upper >> 16
-    if lower & 3 or pointer_count != 3:
-        return None
-    start = _target(frame, at, lower, (upper & 0xFFFF) + 3)
-    if start < 0:
-        return None
-    pointers = start + (upper & 0xFFFF) * 8
-    # No objects (pointer 0) and no quiet tasks (pointer 2): null.
-    if frame[pointers:pointers + 8] != _NULL_WORD or frame[pointers + 16:pointers + 24] != _NULL_WORD:
-        return None
-    lower, upper = _POINTER.unpack_from(frame, pointers + 8)
-    if lower & 3 != 1 or upper & 7 != 7:
-        return None
-    words = upper >> 3
-    tag = _target(frame, pointers + 8, lower, words + 1)
-    if tag < 0:
-        return None
-    lower, upper = _POINTER.unpack_from(frame, tag)
-    count = lower >> 2
-    data_words = upper & 0xFFFF
-    pointer_count = upper >> 16
-    step = (data_words + pointer_count) * 8
-    budget -= words + 1
-    if lower & 3 or data_words != 2 or pointer_count != 11 or count * step > words * 8 or budget < 0:
-        return None
-    groups = []
-    for element in range(tag + 8, tag + 8 + count * step, step):
-        read = _group(frame, element, budget)
-        if read is None:
-            return None
-        group, budget = read
-        groups.append(group)
-    return TaskSubmission(objects=[], groups=groups)
+    def group(self, data: int) -> TaskGroup:
+        frame = self.frame
+        pointers = data + 16
+        # Null: keywords (1), the graph's refArgIndices and refTaskIds (5, 6), the large arguments'
+        # argFrameIndices and argFrames (7, 8), objectArgIndices (9).
+        if frame.count(0, pointers + 8, pointers + 16) != 8 or frame.count(0, pointers + 40, pointers + 80) != 40:
+            raise _NotPlain
+        args_per_task, flags, nesting_depth, wait_for_tags_ms, priority = _GROUP_DATA.unpack_from(frame, data)
+        function_id = self.data(pointers)
+        serializer_id = self.data(pointers + 32)
+        args = self.datas(pointers + 24)
+        task_ids = self.uint64s(pointers + 16)
+        return TaskGroup(
+            function_id=function_id, args_per_task=args_per_task, keywords=(), task_ids=task_ids, args=args,
+            serializer_id=serializer_id, nesting_depth=nesting_depth, profiling=bool(flags & 1),
+            report_start=bool(flags & 2), required_tags=self.one_tag(pointers + 80),
+            wait_for_tags_ms=wait_for_tags_ms, priority=priority, stream_output=bool(flags & 4),
+            keep_results=bool(flags & 8), keep_in_stores=bool(flags & 16), ahead=bool(flags & 32),
+        )
 
-
-def _group(frame: bytes, data: int, budget: int) -> tuple[TaskGroup, int] | None:
-    pointers = data + 16
-    # Null: keywords (1), the graph's refArgIndices and refTaskIds (5, 6), the large arguments' argFrameIndices
-    # and argFrames (7, 8), objectArgIndices (9).
-    if frame.count(0, pointers + 8, pointers + 16) != 8 or frame.count(0, pointers + 40, pointers + 80) != 40:
-        return None
-    args_per_task, flags, nesting_depth, wait_for_tags_ms, priority = _GROUP_DATA.unpack_from(frame, data)
-    read = _data(frame, pointers, budget)
-    if read is None:
-        return None
-    function_id, budget = read
-    read = _data(frame, pointers + 32, budget)
-    if read is None:
-        return None
-    serializer_id, budget = read
-    read_args = _datas(frame, pointers + 24, budget)
-    if read_args is None:
-        return None
-    args, budget = read_args
-    read_ids = _uint64s(frame, pointers + 16, budget)
-    if read_ids is None:
-        return None
-    task_ids, budget = read_ids
-    required_tags: tuple[str, ...] = ()
-    lower, upper = _POINTER.unpack_from(frame, pointers + 80)
-    if lower or upper:
+    def one_tag(self, at: int) -> tuple[str, ...]:
+        """No required tag, or one; more (or not a list of pointers) are the codec's to decode."""
+        lower, upper = _POINTER.unpack_from(self.frame, at)
+        if not (lower or upper):
+            return ()
         if lower & 3 != 1 or upper != (1 << 3) | 6:
-            return None  # more than one tag (or not a list of pointers): the codec's decode
-        element = _target(frame, pointers + 80, lower, 1)
-        read = _data(frame, element, budget - 1) if element >= 0 else None
-        if read is None:
-            return None
-        tag, budget = read
+            raise _NotPlain
+        self.spend(1)
+        tag = self.data(self.target(at, lower, 1))
         if not tag or tag[-1]:
-            return None  # no NUL at its end (or not even that)
+            raise _NotPlain  # no NUL at its end (or not even that)
         try:
-            required_tags = (tag[:-1].decode(),)
+            return (tag[:-1].decode(),)
         except UnicodeDecodeError:
-            return None
-    return TaskGroup(
-        function_id=function_id, args_per_task=args_per_task, keywords=(), task_ids=task_ids, args=args,
-        serializer_id=serializer_id, nesting_depth=nesting_depth, profiling=bool(flags & 1),
-        report_start=bool(flags & 2), required_tags=required_tags, wait_for_tags_ms=wait_for_tags_ms,
-        priority=priority, stream_output=bool(flags & 4), keep_results=bool(flags & 8),
-        keep_in_stores=bool(flags & 16), ahead=bool(flags & 32),
-    ), budget
+            raise _NotPlain from None
 
 
 # ---------------------------------------------------------------------------------------------- writing
