@@ -11,9 +11,11 @@ Which thread owns what:
   at once: under load, many submits become one message on their own, and a lone submit still leaves at once
   (outbox.py). With the ZMTP link (no zmq I/O thread that writes for us), a caller that finds the baton free
   (the I/O thread asleep) takes it instead, hands the queue to the core, writes the message itself and gives
-  the baton back: no wake-up of the I/O thread on the way out. A caller that waits for an answer waits on
-  its request's Reply (connection_actions.py), which the core settles with the answer or, at the deadline,
-  an error.
+  the baton back: no wake-up of the I/O thread on the way out. A caller about to wait for a future that
+  finds the baton free serves the link itself for up to 50 ms, as the I/O thread would (link_serving.py,
+  caller_read.py): the result wakes that caller alone. A caller that waits for an answer waits on its
+  request's Reply (connection_actions.py), which the core settles with the answer or, at the deadline, an
+  error.
 - Written by the I/O thread, read by callers: `limits` and the id prefix (set before connect() returns),
   `store_directory` (replaced whole), `_ended` (why the link is over) and `unfinished_tasks` (a count).
 - Shared objects that lock themselves: `stores` (scaler/store/peer_stores.py), `sent_objects`, `relay`.
@@ -35,15 +37,15 @@ import time
 import uuid
 from typing import Any, Callable, Sequence
 
-import zmq
-
 from scaler.client import connection_actions as actions
 from scaler.client.baton import Baton
+from scaler.client.caller_read import CallerRead
 from scaler.client.client_link import ClientLink, open_link
 from scaler.client.connection_core import ClientConnectionCore
 from scaler.client.connection_objects import put_payload_again, put_value_again
 from scaler.client.connection_refusal import RefusalKind
 from scaler.client.future import ScalerFuture
+from scaler.client.link_serving import LinkServing
 from scaler.client.outbox import TaskBatch
 from scaler.client.payload_limits import PayloadLimits
 from scaler.client.result_routing import PendingResults
@@ -65,12 +67,9 @@ from scaler.utility.curve import PeerKeys
 from scaler.utility.fork_safety import fix_after_fork
 from scaler.utility.host_key import this_host_key
 from scaler.utility.identifiers import TASK_COUNTER_BITS
-from scaler.utility.zmq_util import POLL_IN, POLL_OUT
 
 logger = logging.getLogger(__name__)
 
-# The longest the I/O thread waits for input: the core's next decision may come sooner (seconds_to_next_decision).
-_IDLE_POLL_SECONDS = 0.25
 # A caller writes a request itself only if it comes this long after the one before (a submit loop's are batched).
 _LONE_REQUEST_GAP_SECONDS = 0.0002
 # What a graceful close gives queued messages to leave; the I/O thread never blocks on a send, so only it can hold.
@@ -82,7 +81,7 @@ _FETCH_STOP_SECONDS = 1.0
 _REPLY_SLACK_SECONDS = 2.0
 
 
-class ClientConnection:
+class ClientConnection(LinkServing):
     """The calls the Client makes (queue tasks, objects and messages; wait for a reply) and the I/O thread."""
 
     def __init__(
@@ -129,6 +128,8 @@ class ClientConnection:
         self._baton = Baton()
         self._caller_led = False  # callers may take the baton (the ZMTP link): set by the I/O thread
         self._last_hand = 0.0  # when a caller last queued a request (any caller: a hint, races are harmless)
+        self._reader: CallerRead | None = None  # with the ZMTP link: how a waiting caller reads (caller_read.py)
+        self._every_pass = False  # whether the link's handshake events are looked at every pass (set by _loop)
         self._thread = threading.Thread(target=self._run, name="scaler-client-io", daemon=True)
         self._owner_pid = os.getpid()
         fix_after_fork(self)
@@ -167,7 +168,7 @@ class ClientConnection:
         self._queued = collections.deque()
         self._after_end_lock = threading.Lock()  # the parent's could have been held at the fork
         self._io_ended = True
-        self._caller_led, self._baton = False, Baton()  # the parent's could have been held at the fork
+        self._caller_led, self._baton, self._reader = False, Baton(), None  # the parent's could be held at the fork
         self._wakeup.silence()
 
     @property
@@ -360,7 +361,7 @@ class ClientConnection:
     def _hand(self, item: Any) -> None:
         """Any thread: queue `item` for the core and wake the I/O thread; settled here if that thread has ended.
         With the baton free and the request alone, the caller hands the queue to the core and writes it itself (a
-        timer that sets, such as a request's timeout, is seen by the I/O thread within _IDLE_POLL_SECONDS)."""
+        timer that sets, such as a request's timeout, is seen by the I/O thread within its idle poll, 0.25 s)."""
         self._queued.append(item)
         now = time.monotonic()
         alone, self._last_hand = now - self._last_hand >= _LONE_REQUEST_GAP_SECONDS, now
@@ -406,50 +407,6 @@ class ClientConnection:
                 link.close(_CLOSE_LINGER_SECONDS if self._ended is None else 0.0)
             self._take_over_core()
             self._welcomed.set()
-
-    def _loop(self, link: ClientLink) -> None:
-        core = self._core
-        act = self._act
-        wakeup = self._wakeup
-        queued = self._queued
-        fetched = self._fetcher.fetched
-        inbox = self.relay.deferred  # what the link gave, and what a relayed answer's wait read past, in order
-        poller = zmq.Poller()
-        data, *monitor = link.pollables()
-        for pollable in (data, *monitor, wakeup.reader):
-            poller.register(pollable, zmq.POLLIN)
-        every_pass = not link.owns_io_thread  # the ZMTP dealer's events are told at every pass, a monitor's when due
-        socket_events = POLL_IN
-        now = time.monotonic()
-        while True:
-            wanted = POLL_IN | (POLL_OUT if link.wants_out else 0)
-            if wanted != socket_events:
-                poller.register(data, wanted)
-                socket_events = wanted
-            wait = min(_IDLE_POLL_SECONDS, core.seconds_to_next_decision(now), link.seconds_to_tick())
-            self._baton.give_back()
-            try:
-                events = dict(poller.poll(int(wait * 1000) + 1))
-            finally:
-                while not self._baton.take(_IDLE_POLL_SECONDS):
-                    pass  # a caller holds it for one hand-off
-            now = time.monotonic()
-            link.flush()
-            if wakeup.reader in events:
-                wakeup.consume()
-            if every_pass or (monitor and monitor[0] in events):
-                self._on_handshake(now)
-            while fetched:
-                act(core.on_fetched(fetched.popleft(), now))
-            if events.get(data, 0) & POLL_IN:
-                inbox.extend(link.receive(now))
-            while inbox:
-                act(core.on_message(inbox.popleft(), now))
-            if queued:
-                act(core.on_requests(queued, now))
-            act(core.on_tick(now))
-            if self._stopping or core.is_over:
-                return
 
     def _act(self, decided: Sequence[actions.Action]) -> None:
         """I/O thread: carry out what the core decided, in order."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
+import time
 import weakref
 from concurrent.futures import _base as future_states
 from typing import TYPE_CHECKING, Any, Callable, Generator, Iterable
@@ -100,7 +101,7 @@ class ScalerFuture(concurrent.futures.Future):
                 payload = super().result(timeout)
             else:
                 with waiting_for_tasks():
-                    payload = super().result(timeout)
+                    payload = super().result(self._read_until_done(timeout))
         except BaseException:
             if self._warnings is not None or self._graph_warnings:
                 self.issue_task_warnings()
@@ -122,10 +123,20 @@ class ScalerFuture(concurrent.futures.Future):
             error = super().exception(timeout)
         else:
             with waiting_for_tasks():
-                error = super().exception(timeout)
+                error = super().exception(self._read_until_done(timeout))
         if self._warnings is not None or self._graph_warnings:
             self.issue_task_warnings()
         return error
+
+    def _read_until_done(self, timeout: float | None) -> float | None:
+        """Let this thread read the link for the outcome itself while the client's I/O thread sleeps
+        (caller_read.py); the rest of `timeout` to wait as ever."""
+        if timeout is None:
+            self._connection.read_until(self, None)
+            return None
+        started = time.monotonic()
+        self._connection.read_until(self, timeout)
+        return max(0.0, timeout - (time.monotonic() - started))
 
     def issue_task_warnings(self) -> None:
         """Issue here, once, the warnings the finished task raised (result() and exception() call this)."""

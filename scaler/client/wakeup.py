@@ -11,6 +11,9 @@ import os
 class WakeupPipe:
     def __init__(self) -> None:
         self.reader, self._writer = os.pipe()
+        # Two threads may consume (the I/O thread, and a caller serving the link: caller_read.py): the one that
+        # comes second finds the pipe empty, and must not block on it.
+        os.set_blocking(self.reader, False)
         self._pending = False
 
     def wake(self) -> None:
@@ -23,13 +26,16 @@ class WakeupPipe:
                 pass  # closed: the thread is gone
 
     def consume(self) -> None:
-        """I/O thread: take the wake-up bytes, then let callers wake us again (in this order).
+        """The baton's holder: take the wake-up bytes, then let callers wake us again (in this order).
 
         Clearing the flag first would lose a wake-up: a caller could write its byte in between, which the
         read then swallows while the flag stays set. Every later wake() would then write nothing, and
         each message would wait for the I/O thread's idle poll timeout to go out.
         """
-        os.read(self.reader, 65536)
+        try:
+            os.read(self.reader, 65536)
+        except BlockingIOError:
+            pass  # another consumer took the byte; what it woke us for was served by that one
         self._pending = False
 
     def silence(self) -> None:
