@@ -21,7 +21,7 @@ from typing import Iterator, Protocol, Union
 import zmq
 
 from scaler.scheduler.config import SchedulerConfig
-from scaler.utility import hop_trace, local_shortcut
+from scaler.utility import hop_trace
 from scaler.utility.curve import ServerKeys, secure_server
 from scaler.utility.zmq_util import Frame, configure_socket, has_input, receive_frames, send_frames
 from scaler.utility.zmtp_router import ZmtpRouter
@@ -71,26 +71,10 @@ def open_router_link(config: SchedulerConfig, context: zmq.Context, curve_keys: 
         except OSError as error:
             raise LinkStartError(f"cannot listen on {config.address}: {error}") from None
         logger.info("Scheduler: speaking ZMTP itself (no zmq I/O thread on its links)")
-        _serve_local_shortcut(router)
         return ZmtpRouterLink(router)
     if wanted not in ("zmq", "zmtp"):
         logger.warning(f"Scheduler: {TRANSPORT_ENV}={wanted!r} is neither zmq nor zmtp; using zmq")
     return ZmqRouterLink(config, context, curve_keys, ping_interval, longest_timeout)
-
-
-def _serve_local_shortcut(router: ZmtpRouter) -> None:
-    """Let peers on this machine reach a loopback address over a Unix socket (local_shortcut.py)."""
-    shortcut = local_shortcut.listen_address(router.address)
-    if shortcut is None:
-        return
-    try:
-        router.listen_also(shortcut)
-    except OSError as error:
-        # Taken: by a process of another user (peers check who listens, and will not use it), or ours that holds
-        # the name of a port it no longer has. Either way peers here speak TCP, which only costs time.
-        logger.warning(f"Scheduler: cannot serve peers on this machine over {shortcut} ({error}); they use TCP")
-        return
-    logger.debug(f"Scheduler: peers on this machine connect over {shortcut}")
 
 
 class ZmqRouterLink:

@@ -15,9 +15,6 @@ Its socket sits in an epoll set whose descriptor (`fileno`) stays the same acros
 poll watches it, and readable means `receive` has work. `send` queues; `flush` writes. `take_events` gives
 what a zmq socket monitor would say of the connection (connected, handshake succeeded or failed,
 disconnected), for handshake_failures.HandshakeDiagnosis.
-
-Told a scheduler's loopback address, it connects to that scheduler's Unix socket beside it when there is one
-(local_shortcut.py), at each attempt, and over TCP otherwise.
 """
 
 from __future__ import annotations
@@ -32,7 +29,6 @@ from typing import Deque, Union
 
 import zmq
 
-from scaler.utility import local_shortcut
 from scaler.utility.pending_writes import Piece, write_pending
 from scaler.utility.zmtp_codec import Frame, ZmtpCodec, encode_message
 
@@ -179,13 +175,6 @@ class ZmtpDealer:
         self._retry_at = None
         try:
             family, target = _resolve(self._address)
-            shortcut = local_shortcut.connect(target)
-            if shortcut is not None:  # a scheduler on this machine's loopback: its Unix socket (local_shortcut.py)
-                self._socket = shortcut
-                self._opened_at = now
-                self._epoll.register(shortcut.fileno(), _IN)
-                self._on_connected(now)
-                return
             connecting = socket.socket(family, socket.SOCK_STREAM)
         except OSError as error:
             logger.debug(f"ZMTP dealer: cannot connect to {self._address}: {error}")

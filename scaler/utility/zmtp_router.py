@@ -88,30 +88,16 @@ class ZmtpRouter:
         self._refused: list[tuple[str, str]] = []
         self._read_buffer = bytearray(_READ_BYTES)
         self._read_view = memoryview(self._read_buffer)
-        self._ipc_paths: list[str] = []  # the files of the ipc:// addresses bound, removed at close
+        self._ipc_path: str | None = None
+        self._listener = _listen(address)
+        if self._listener.family == socket.AF_UNIX and not address.startswith("ipc://@"):
+            self._ipc_path = address[len("ipc://"):]
         self._epoll = select.epoll()
-        self._listeners: dict[int, socket.socket] = {}
-        try:
-            self._listener = self._bind(address)
-        except BaseException:
-            self._epoll.close()
-            raise
-
-    def listen_also(self, address: str) -> None:
-        """Accept connections at `address` too (tcp:// or ipc://); raises OSError if it cannot bind it."""
-        self._bind(address)
-
-    def _bind(self, address: str) -> socket.socket:
-        listener = _listen(address)
-        if listener.family == socket.AF_UNIX and not address.startswith("ipc://@"):
-            self._ipc_paths.append(address[len("ipc://"):])
-        self._listeners[listener.fileno()] = listener
-        self._epoll.register(listener.fileno(), _IN)
-        return listener
+        self._epoll.register(self._listener.fileno(), _IN)
 
     @property
     def address(self) -> str:
-        """The address bound first, with the port the system chose for a tcp port 0."""
+        """The address bound, with the port the system chose for a tcp port 0."""
         name = self._listener.getsockname()
         if self._listener.family == socket.AF_UNIX:
             return "ipc://" + (name if isinstance(name, str) else "@" + name[1:].decode())
@@ -138,11 +124,10 @@ class ZmtpRouter:
         for connection in list(self._connections.values()):
             self._close(connection, None)
         self._epoll.close()
-        for listener in self._listeners.values():
-            listener.close()
-        for path in self._ipc_paths:
+        self._listener.close()
+        if self._ipc_path is not None:
             try:
-                os.unlink(path)
+                os.unlink(self._ipc_path)
             except OSError:
                 pass
 
@@ -157,6 +142,7 @@ class ZmtpRouter:
         the sockets not read yet are read first by the next call, so that a flood can neither hold its owner's
         timers back nor keep the sockets reported last waiting."""
         messages: list[list[Frame]] = []
+        listener_fd = self._listener.fileno()
         ready = self._unserved
         waited, self._waited = self._waited, None
         for fd, events in self._epoll.poll(0) if waited is None else waited:
@@ -166,9 +152,8 @@ class ZmtpRouter:
             if limit is not None and len(messages) >= limit:
                 self._unserved[fd] = events
                 continue
-            listener = self._listeners.get(fd)
-            if listener is not None:
-                self._accept(listener, now)
+            if fd == listener_fd:
+                self._accept(now)
                 continue
             connection = self._connections.get(fd)
             if connection is None:
@@ -219,10 +204,10 @@ class ZmtpRouter:
                 self._queue_raw(connection, ping())
         self.flush()
 
-    def _accept(self, listener: socket.socket, now: float) -> None:
+    def _accept(self, now: float) -> None:
         while True:
             try:
-                connected, peer_address = listener.accept()
+                connected, peer_address = self._listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as error:

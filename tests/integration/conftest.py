@@ -73,14 +73,13 @@ def context() -> Iterator[zmq.Context]:
 
 @pytest.fixture
 def spawn(tmp_path: pathlib.Path, python_env: dict[str, str]) -> Iterator[Spawner]:
-    """spawn(name, args, env=None) starts a console script, with `env` added to its environment; all of them are
-    stopped and reaped at the end of the test."""
+    """spawn(name, args) starts a console script; all of them are stopped and reaped at the end of the test."""
     environment = dict(python_env)
     environment.pop("SCALER_EXIT_WITH_PARENT", None)  # run as a user would, not as a combo's child
     started: list[Spawned] = []
 
-    def start(name: str, args: list[str], env: dict[str, str] | None = None) -> Spawned:
-        spawned = Spawned(args, str(tmp_path / f"{name}.log"), {**environment, **(env or {})})
+    def start(name: str, args: list[str]) -> Spawned:
+        spawned = Spawned(args, str(tmp_path / f"{name}.log"), environment)
         started.append(spawned)
         return spawned
 

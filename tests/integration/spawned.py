@@ -79,7 +79,7 @@ class Spawned:
 
 
 # spawn(name, args): starts a process logging to NAME.log; the `spawn` fixture stops them all at the end.
-Spawner = Callable[..., Spawned]  # (name, args, env=None): the spawn fixture (conftest.py)
+Spawner = Callable[[str, list[str]], Spawned]
 
 
 def start_scheduler(spawn: Spawner, address: str, *options: str, name: str = "scheduler") -> Spawned:
