@@ -15,53 +15,18 @@ import contextlib
 import select
 from typing import Iterator
 
-import zmq
-
 from scaler.client.baton import Baton
-from scaler.utility.zmq_util import POLL_IN, POLL_OUT
+from scaler.utility.fd_poller import EpollPoller
+from scaler.utility.zmq_util import POLL_IN
 
 # How long a caller serves the link before it leaves its result to the I/O thread: longer than a small task's
 # round trip; what waits meanwhile (other threads' requests, the timers) is served by the caller itself.
 READ_SECONDS = 0.05
 
-_POLL_ERR = int(zmq.POLLERR)
-
-
-class IoPoller:
-    """zmq.Poller's interface over an epoll set of plain descriptors, whose registrations another thread may
-    change while the owner sleeps in `poll` (epoll_ctl takes effect for a wait under way; poll(2) would not)."""
-
-    def __init__(self) -> None:
-        self._epoll = select.epoll()
-
-    def register(self, fd: int, flags: int) -> None:
-        events = (select.EPOLLIN if flags & POLL_IN else 0) | (select.EPOLLOUT if flags & POLL_OUT else 0)
-        try:
-            self._epoll.register(fd, events)
-        except FileExistsError:
-            self._epoll.modify(fd, events)  # as zmq.Poller.register does for a registered socket
-
-    def unregister(self, fd: int) -> None:
-        self._epoll.unregister(fd)
-
-    def poll(self, timeout_ms: int) -> list[tuple[int, int]]:
-        """The ready descriptors with zmq's flags (an error or hang-up as POLLERR, as zmq_poll says of them)."""
-        ready = []
-        for fd, events in self._epoll.poll(timeout_ms / 1000 if timeout_ms >= 0 else -1):
-            flags = (POLL_IN if events & select.EPOLLIN else 0) | (POLL_OUT if events & select.EPOLLOUT else 0)
-            if events & (select.EPOLLERR | select.EPOLLHUP):
-                flags |= _POLL_ERR
-            ready.append((fd, flags))
-        return ready
-
-    def close(self) -> None:
-        self._epoll.close()
-
-
 class CallerRead:
     """Made by the I/O thread with its poller; a caller holding the baton uses it, one at a time."""
 
-    def __init__(self, io_poller: IoPoller, data: int, wakeup: int, baton: Baton) -> None:
+    def __init__(self, io_poller: EpollPoller, data: int, wakeup: int, baton: Baton) -> None:
         self._io_poller = io_poller
         self._data = data
         self._baton = baton

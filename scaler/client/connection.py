@@ -130,6 +130,7 @@ class ClientConnection(LinkServing):
         self._last_hand = 0.0  # when a caller last queued a request (any caller: a hint, races are harmless)
         self._reader: CallerRead | None = None  # with the ZMTP link: how a waiting caller reads (caller_read.py)
         self._every_pass = False  # whether the link's handshake events are looked at every pass (set by _loop)
+        self._pollables: list[Any] = []  # the link's descriptors and sockets (set by _loop)
         self._thread = threading.Thread(target=self._run, name="scaler-client-io", daemon=True)
         self._owner_pid = os.getpid()
         fix_after_fork(self)

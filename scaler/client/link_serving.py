@@ -14,12 +14,13 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import zmq
 
 from scaler.client.baton import Baton
-from scaler.client.caller_read import READ_SECONDS, CallerRead, IoPoller
+from scaler.client.caller_read import READ_SECONDS, CallerRead
 from scaler.client.client_link import ClientLink
 from scaler.client.connection_core import ClientConnectionCore
 from scaler.client.store_relay import StoreRelay
 from scaler.client.stored_results import StoredResultFetcher
 from scaler.client.wakeup import WakeupPipe
+from scaler.utility.fd_poller import EpollPoller
 from scaler.utility.zmq_util import POLL_IN, POLL_OUT
 
 if TYPE_CHECKING:
@@ -40,6 +41,7 @@ class LinkServing:
     _fetcher: StoredResultFetcher
     _reader: CallerRead | None
     _every_pass: bool
+    _pollables: list[Any]  # the link's, listed once by _loop
     _caller_led: bool
     _stopping: bool
     relay: StoreRelay
@@ -74,8 +76,9 @@ class LinkServing:
         data, *monitor = link.pollables()
         # ZMTP: an epoll set, which a caller reading its own result (read_until) may take the link out of while
         # this thread sleeps in it; libzmq's socket needs zmq's poll.
-        poller: Any = IoPoller() if not link.owns_io_thread else zmq.Poller()
+        poller: Any = EpollPoller() if not link.owns_io_thread else zmq.Poller()
         self._every_pass = not link.owns_io_thread  # the ZMTP dealer's events are told at every pass
+        self._pollables = [data, *monitor]
         for pollable in (data, *monitor, wakeup.reader):
             poller.register(pollable, zmq.POLLIN)
         if not link.owns_io_thread:
@@ -84,7 +87,7 @@ class LinkServing:
             self._serve_until_over(link, poller, data)
         finally:  # holding the baton: no caller reads meanwhile, nor after (_run)
             self._reader = None
-            if isinstance(poller, IoPoller):
+            if isinstance(poller, EpollPoller):
                 poller.close()
 
     def _serve_until_over(self, link: ClientLink, poller: Any, data: Any) -> None:
@@ -111,7 +114,7 @@ class LinkServing:
     def _serve(self, link: ClientLink, events: dict[Any, int], now: float) -> None:
         """One wake's work, by the baton's holder: what the link and the other threads brought, and the timers."""
         core, act, inbox = self._core, self._act, self.relay.deferred
-        data, *monitor = link.pollables()
+        data, *monitor = self._pollables
         link.flush()
         if self._wakeup.reader in events:
             self._wakeup.consume()

@@ -19,6 +19,9 @@ _POLL_ERR = int(zmq.POLLERR)
 _SELECT_IN = select.POLLIN
 _SELECT_OUT = select.POLLOUT
 assert _SELECT_IN == POLL_IN
+# epoll's event bits are poll's on Linux: the same translation serves both pollers below.
+assert (select.EPOLLIN, select.EPOLLOUT, select.EPOLLERR, select.EPOLLHUP) == (
+    select.POLLIN, select.POLLOUT, select.POLLERR, select.POLLHUP)
 
 
 def _to_select(flags: int) -> int:
@@ -54,3 +57,31 @@ class FdPoller:
             if events != _SELECT_IN:
                 return [(fd, _to_zmq(events)) for fd, events in ready]
         return ready  # readable only, the usual case: select's POLLIN is zmq's
+
+
+class EpollPoller(FdPoller):
+    """The same over an epoll set, whose registrations another thread may change while the owner sleeps in `poll`
+    (epoll_ctl takes effect for a wait under way; poll(2)'s array would not): the client's I/O thread, whose link a
+    waiting caller takes out of its set (scaler/client/caller_read.py)."""
+
+    def __init__(self) -> None:
+        self._epoll = select.epoll()
+
+    def register(self, fd: int, flags: int) -> None:
+        try:
+            self._epoll.register(fd, _to_select(flags))
+        except FileExistsError:
+            self._epoll.modify(fd, _to_select(flags))  # as zmq.Poller.register does for a registered socket
+
+    def modify(self, fd: int, flags: int) -> None:
+        self._epoll.modify(fd, _to_select(flags))
+
+    def unregister(self, fd: int) -> None:
+        self._epoll.unregister(fd)
+
+    def poll(self, timeout_ms: int) -> list[tuple[int, int]]:
+        ready = self._epoll.poll(timeout_ms / 1000 if timeout_ms >= 0 else -1)
+        return [(fd, events if events == _SELECT_IN else _to_zmq(events)) for fd, events in ready]
+
+    def close(self) -> None:
+        self._epoll.close()

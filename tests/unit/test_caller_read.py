@@ -10,8 +10,9 @@ from typing import Iterator
 import pytest
 
 from scaler.client.baton import Baton
-from scaler.client.caller_read import CallerRead, IoPoller
+from scaler.client.caller_read import CallerRead
 from scaler.client.wakeup import WakeupPipe
+from scaler.utility.fd_poller import EpollPoller
 from scaler.utility.zmq_util import POLL_IN, POLL_OUT
 
 
@@ -24,13 +25,13 @@ def pipe() -> Iterator[tuple[int, int]]:
 
 
 @pytest.fixture
-def poller() -> Iterator[IoPoller]:
-    io_poller = IoPoller()
+def poller() -> Iterator[EpollPoller]:
+    io_poller = EpollPoller()
     yield io_poller
     io_poller.close()
 
 
-def test_the_io_poller_says_what_is_ready_in_zmqs_flags(pipe: tuple[int, int], poller: IoPoller) -> None:
+def test_the_io_poller_says_what_is_ready_in_zmqs_flags(pipe: tuple[int, int], poller: EpollPoller) -> None:
     reader, writer = pipe
     poller.register(reader, POLL_IN)
     assert poller.poll(0) == []
@@ -42,7 +43,7 @@ def test_the_io_poller_says_what_is_ready_in_zmqs_flags(pipe: tuple[int, int], p
 
 
 def test_a_descriptor_taken_out_by_another_thread_no_longer_ends_a_wait_under_way(
-    pipe: tuple[int, int], poller: IoPoller,
+    pipe: tuple[int, int], poller: EpollPoller,
 ) -> None:
     reader, writer = pipe
     poller.register(reader, POLL_IN)
@@ -58,7 +59,7 @@ def test_a_descriptor_taken_out_by_another_thread_no_longer_ends_a_wait_under_wa
 
 
 def test_a_session_holds_the_baton_with_the_link_out_of_the_io_threads_set(
-    pipe: tuple[int, int], poller: IoPoller,
+    pipe: tuple[int, int], poller: EpollPoller,
 ) -> None:
     reader, writer = pipe
     wakeup = WakeupPipe()
