@@ -55,6 +55,10 @@ class RouterLink(Protocol):
     def take_refused(self) -> list[tuple[bytes, str]]:
         """Connections refused before their handshake since the last call: where from, and what they sent."""
 
+    def take_lost(self, now: float) -> list[bytes]:
+        """Peers whose connection they ended (their process died, or closed it) without coming back within a
+        second since (zmtp_router.py): each identity once."""
+
 
 def open_router_link(config: SchedulerConfig, context: zmq.Context, curve_keys: ServerKeys | None) -> RouterLink:
     """Listen on the scheduler's address; raises LinkStartError if it cannot."""
@@ -132,6 +136,9 @@ class ZmqRouterLink:
     def take_refused(self) -> list[tuple[bytes, str]]:
         return []  # libzmq refuses silently; what it reads as ZMTP 1.0 messages comes in as undecodable ones
 
+    def take_lost(self, now: float) -> list[bytes]:
+        return []  # libzmq's ROUTER does not say: a peer that vanished is known by its silence alone
+
     def close(self) -> None:
         self.pollable.close(linger=0)
         if self._authenticator is not None:
@@ -171,6 +178,9 @@ class ZmtpRouterLink:
     def take_refused(self) -> list[tuple[bytes, str]]:
         return [(host.encode(), f"a connection that did not speak ZMTP 3 ({reason})")
                 for host, reason in self._router.take_refused()]
+
+    def take_lost(self, now: float) -> list[bytes]:
+        return self._router.take_lost(now)
 
     def close(self) -> None:
         self._router.close()

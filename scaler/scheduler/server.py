@@ -191,7 +191,10 @@ class SchedulerServer:
                 self._log_bad_frame(sender, what)
             now = time.monotonic()
             if now >= next_tick:
+                lost = link.take_lost(now)
                 try:
+                    if lost and handle == self._handle:  # standing by, no peer is ours
+                        self._send(link, self._core.on_connections_lost(lost, now))
                     self._send(link, self._core.on_tick(now))
                 except Exception:
                     logger.exception("Scheduler: timer handling failed")

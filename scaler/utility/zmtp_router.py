@@ -14,6 +14,13 @@ mechanism) is not logged here: `take_refused` hands its host and the reason to t
 often to say so (the scheduler's is rate-limited per host, bad_frame_log.py). Closes after the handshake are one
 INFO line each, as only a peer that spoke ZMTP can cause them.
 
+A connection that its peer ended (closed it, or reset it: the process died) while it held an identity is
+remembered: if no new connection claims that identity within `lost_grace_seconds`, `take_lost` hands the
+identity to the owner, which may take the peer for gone at once instead of at its heartbeat timeout. The grace
+lets a live peer that only reconnected (its DEALER does so within a fraction of a second) keep its place. A close
+the router decided (silence after a ping, a frame over the limit, its own close) is not reported: a peer cut off
+by the network may still come back.
+
 All its sockets sit in one epoll set whose descriptor (`fileno`) the owner's poll watches: readable means
 `receive` has work. Or the owner waits with `wait`, one epoll_wait whose events `receive` then serves without
 asking the kernel again; descriptors of its own that should end that wait (a stop pipe) it adds with `watch`.
@@ -29,6 +36,7 @@ import logging
 import os
 import select
 import socket
+import time
 from typing import Deque
 
 from scaler.utility.pending_writes import Piece, write_pending
@@ -67,7 +75,7 @@ class ZmtpRouter:
     def __init__(
         self, address: str, max_frame_bytes: int = -1, heartbeat_interval_seconds: float = 0.0,
         heartbeat_timeout_seconds: float = 0.0, handshake_timeout_seconds: float = 30.0,
-        max_queued_bytes: int | None = None,
+        max_queued_bytes: int | None = None, lost_grace_seconds: float = 1.0,
     ) -> None:
         """Binds `address` (tcp:// or ipc://); raises OSError if it cannot. Heartbeat settings of 0 mean none."""
         self._max_frame_bytes = max_frame_bytes
@@ -86,6 +94,9 @@ class ZmtpRouter:
         # Messages of connections whose identity another connection holds: read and dropped (libzmq counts none).
         self.dropped_messages = 0
         self._refused: list[tuple[str, str]] = []
+        self._lost_grace = lost_grace_seconds
+        # Identities whose connection the peer ended, and when: reported by take_lost unless claimed again.
+        self._lost: dict[bytes, float] = {}
         self._read_buffer = bytearray(_READ_BYTES)
         self._read_view = memoryview(self._read_buffer)
         self._ipc_path: str | None = None
@@ -135,6 +146,14 @@ class ZmtpRouter:
         """The connections closed before their handshake completed since the last call: (host, reason) each."""
         refused, self._refused = self._refused, []
         return refused
+
+    def take_lost(self, now: float) -> list[bytes]:
+        """The identities whose connection their peer ended at least `lost_grace_seconds` ago and that no
+        connection has claimed since: each reported once."""
+        due = [identity for identity, when in self._lost.items() if now - when >= self._lost_grace]
+        for identity in due:
+            del self._lost[identity]
+        return due
 
     def receive(self, now: float, limit: int | None = None) -> list[list[Frame]]:
         """Whatever the ready sockets hold: new connections accepted, and each complete message as its sender's
@@ -255,9 +274,9 @@ class ZmtpRouter:
         except (BlockingIOError, InterruptedError):
             return
         except OSError as error:
-            self._close(connection, f"read failed: {error}")
+            self._close(connection, f"read failed: {error}", lost_at=now)
             return
-        self._close(connection, None)  # the peer closed its end
+        self._close(connection, None, lost_at=now)  # the peer closed its end
 
     def _after_feed(self, connection: _Connection, received: list[list[Frame]], messages: list[list[Frame]]) -> None:
         codec = connection.codec
@@ -295,6 +314,7 @@ class ZmtpRouter:
         if holder is not None and holder is not connection:
             return False
         self._by_identity[identity] = connection
+        self._lost.pop(identity, None)  # back in time: not gone
         connection.identity = identity
         connection.peer = repr(identity)
         return True
@@ -309,14 +329,17 @@ class ZmtpRouter:
         try:
             connection.queued_bytes -= write_pending(connection.socket, pending)
         except OSError as error:
-            self._close(connection, f"write failed: {error}" if error.errno != errno.EPIPE else None)
+            self._close(
+                connection, f"write failed: {error}" if error.errno != errno.EPIPE else None, lost_at=time.monotonic()
+            )
             return
         wanted = bool(pending)
         if wanted != connection.writing:
             connection.writing = wanted
             self._epoll.modify(connection.fd, _IN_OUT if wanted else _IN)
 
-    def _close(self, connection: _Connection, reason: str | None) -> None:
+    def _close(self, connection: _Connection, reason: str | None, lost_at: float | None = None) -> None:
+        """`lost_at`: the peer ended the connection (then), as opposed to this router closing it."""
         if self._connections.pop(connection.fd, None) is None:
             return
         if reason is not None:
@@ -326,6 +349,8 @@ class ZmtpRouter:
                 self._refused.append((connection.host, reason))
         if connection.identity is not None and self._by_identity.get(connection.identity) is connection:
             del self._by_identity[connection.identity]
+            if lost_at is not None:
+                self._lost[connection.identity] = lost_at
         self._dirty.discard(connection)
         try:
             self._epoll.unregister(connection.fd)

@@ -195,8 +195,10 @@ def submit_logged(client: Client, values: range, log_path: str, seconds: float) 
     return [client.submit(logged_task, value, log_path, seconds) for value in values]
 
 
-def assert_all_correct(futures: list[concurrent.futures.Future], values: range) -> None:
-    results = [future.result(timeout=RESULT_TIMEOUT) for future in futures]
+def assert_all_correct(
+    futures: list[concurrent.futures.Future], values: range, timeout: float = RESULT_TIMEOUT
+) -> None:
+    results = [future.result(timeout=timeout) for future in futures]
     wrong = [(value, result) for value, result in zip(values, results) if result != expected(value)]
     assert not wrong, f"{len(wrong)} wrong results, first {wrong[:5]}"
 
@@ -209,8 +211,11 @@ def assert_each_ran(log_path: str, values: range) -> collections.Counter[str]:
 
 
 def tasks_rescheduled_from(cluster_log: str, worker_name: str) -> list[int]:
-    """What the scheduler logged when it timed the worker out: how many tasks it took back, per timeout."""
-    pattern = re.compile(rf"worker {re.escape(worker_name)} timed out, (\d+) tasks to reschedule")
+    """What the scheduler logged when it took the worker for gone (timed out, or its connection lost): how many
+    tasks it took back, each time."""
+    pattern = re.compile(
+        rf"worker {re.escape(worker_name)} (?:timed out|lost its connection), (\d+) tasks to reschedule"
+    )
     with open(cluster_log) as log:
         return [int(found.group(1)) for found in pattern.finditer(log.read())]
 
@@ -303,6 +308,33 @@ def test_a_worker_killed_mid_run_has_its_queued_and_running_tasks_rerun_elsewher
         # the survivor carries on alone
         assert [agent.pid for agent in children_running(cluster.cluster_pid, "scaler.worker.agent")] != [victim.pid]
         assert client.map(abs, [(-i,) for i in range(200)]) == list(range(200))
+
+
+@pytest.mark.timeout(120)
+def test_a_killed_worker_is_known_dead_by_its_closed_connection_long_before_its_timeout(
+    log_path: str, cluster_log: str
+) -> None:
+    """With the default 60 s worker timeout: the scheduler sees the dead agent's connection end and, as it
+    does not come back within a second, takes the worker for gone and reruns its tasks elsewhere at once."""
+    with SchedulerClusterCombo(
+        n_workers=2, logging_level="INFO", logging_paths=[cluster_log], worker_timeout_seconds=60,
+        worker_queue_seconds=0,
+    ) as cluster, MonitorSubscriber(default_monitor_address(cluster.get_address())) as monitor, \
+            Client(address=cluster.get_address(), timeout_seconds=60) as client:
+        victim, processors = agent_with_processors(cluster.cluster_pid, 2)
+        victim_name = json.loads(victim.cmdline()[-1])["name"]
+        wait_for_registered_workers(monitor, 2)
+        values = range(400)
+        futures = submit_logged(client, values, log_path, 0.01)
+        wait_for(lambda: log_lines(log_path) >= 40, 60, "tasks did not start")
+        for process in [victim, *processors]:
+            process.kill()
+        # Well within the worker timeout (60 s), even on a loaded machine.
+        assert_all_correct(futures, values, timeout=30)
+        assert tasks_rescheduled_from(cluster_log, victim_name)[0] > 0
+        with open(cluster_log) as log:
+            text = log.read()
+        assert f"worker {victim_name} lost its connection" in text and "timed out" not in text
 
 
 # ---------------------------------------------------------------------------------------------- 2. segfault

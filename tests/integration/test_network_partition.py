@@ -456,8 +456,11 @@ def scheduler_log(lab: Lab) -> str:
 
 
 def rescheduled_from(lab: Lab, name: str) -> int:
-    match = re.search(rf"worker {re.escape(name)} timed out, (\d+) tasks to reschedule", scheduler_log(lab))
-    assert match is not None, f"the scheduler never timed out {name}"
+    # Timed out; or, had the host's end closed the connection on its way out, taken for gone by that.
+    match = re.search(
+        rf"worker {re.escape(name)} (?:timed out|lost its connection), (\d+) tasks to reschedule", scheduler_log(lab)
+    )
+    assert match is not None, f"the scheduler never dropped {name}"
     return int(match.group(1))
 
 

@@ -100,6 +100,9 @@ def test_a_peer_reconnecting_with_its_identity_is_routed_to_again(context: zmq.C
     assert pump.next_message() == [b"W|same", b"again"]
     send(pump, [b"W|same", b"welcome back"])
     assert second.recv() == b"welcome back"
+    # Back within the grace: its owner never hears it was lost.
+    pump.run_for(1.2)
+    assert router.take_lost(time.monotonic()) == []
 
 
 def test_a_second_connection_with_a_taken_identity_is_ignored_until_the_first_leaves(
@@ -139,7 +142,14 @@ def test_a_killed_peers_connection_is_closed(router: ZmtpRouter) -> None:
         assert pump.next_message() == [b"W|doomed", b"alive"]
         os.kill(child.pid, signal.SIGKILL)
         pump.until(lambda: router.connection_count == 0)
+        closed = time.monotonic()
         assert not router.send([b"W|doomed", b"too late"])
+        # Not back within the grace (a second): its owner is told, once, and may take the peer for gone.
+        assert router.take_lost(closed) == []
+        lost: list[bytes] = []
+        pump.until(lambda: bool(lost.extend(router.take_lost(time.monotonic())) or lost), seconds=5)
+        assert lost == [b"W|doomed"] and time.monotonic() - closed >= 1.0
+        assert router.take_lost(time.monotonic() + 10) == []
     finally:
         child.kill()
         child.join(timeout=10)
@@ -163,6 +173,8 @@ def test_a_frame_over_the_limit_closes_the_connection_and_the_dealer_comes_back(
             peer.send(b"reconnected")
             pump.run_for(0.2)
         assert [b"C|greedy", b"too big", b"y" * 1001] not in pump.received
+        # The router closed that connection itself: not a peer that went away.
+        assert router.take_lost(time.monotonic() + 10) == []
     finally:
         router.close()
 
@@ -200,6 +212,8 @@ def test_a_peer_that_stops_answering_pings_is_closed() -> None:
         pump.until(lambda: router.connection_count == 1)
         # It never reads or answers again.
         pump.until(lambda: router.connection_count == 0, seconds=5)
+        # Closed for its silence, which a network cut would cause too: its owner's own timeout decides.
+        assert router.take_lost(time.monotonic() + 10) == []
     finally:
         mute.close()
         router.close()

@@ -142,6 +142,14 @@ class SimulatedCluster:
         self._route(out)
         return out
 
+    def lose_connections(self, identities: Iterable[bytes]) -> list[tuple[bytes, m.Message]]:
+        """As the scheduler's loop, once the router says these peers' connections ended and did not come back."""
+        out = self.core.on_connections_lost(list(identities), self.now)
+        if self.check_invariants:
+            self.core.check_invariants()
+        self._route(out)
+        return out
+
     def _route(self, out: Iterable[tuple[bytes, m.Message]]) -> None:
         for identity, message in out:
             if identity in self.workers:

@@ -11,7 +11,7 @@ from core_harness import SimulatedCluster, assert_no_task_state
 
 from scaler.protocol import messages as m
 from scaler.scheduler.core.core_config import CoreConfig
-from scaler.scheduler.core.scheduler_core import NO_CAPABLE_WORKER
+from scaler.scheduler.core.no_capable_worker import NO_CAPABLE_WORKER
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -544,6 +544,32 @@ def test_worker_disconnect_redispatches_its_tasks():
     assert_no_task_state(cluster.core)
 
 
+def test_a_worker_whose_connection_was_lost_has_its_tasks_redispatched_before_its_timeout():
+    """The router saw its process end the connection and not come back (router_link.take_lost): no waiting for
+    the worker timeout, a minute by default."""
+    cluster = SimulatedCluster(CoreConfig(worker_timeout_seconds=60, client_timeout_seconds=100))
+    doomed, staying = cluster.add_worker(capacity=50), cluster.add_worker(capacity=50)
+    client = cluster.add_client()
+    ids = cluster.submit(client, 40)
+    held = set(doomed.pending)
+    assert held
+    cluster.forget_worker(doomed)
+    cluster.now += 1
+    out = cluster.lose_connections([doomed.identity, b"W|never-registered"])
+    assert cluster.core.worker_count == 1 and held <= set(staying.pending)
+    assert not any(to == b"W|never-registered" for to, _ in out)
+    cluster.run_to_completion()
+    assert_exactly_once(client, ids)
+    assert_no_task_state(cluster.core)
+
+
+def test_a_client_whose_connection_was_lost_is_cleaned_up_like_a_disconnect():
+    cluster, workers, alice, bob, alice_ids, bob_ids = _two_clients_with_work()
+    out = cluster.lose_connections([alice.identity])
+    assert cluster.core.client_count == 1
+    _check_alice_cleaned_up(cluster, workers, alice, bob, alice_ids, bob_ids, out)
+
+
 def test_a_worker_that_reconnects_after_timeout_starts_afresh():
     cluster = SimulatedCluster(CoreConfig(worker_timeout_seconds=5, client_timeout_seconds=100))
     worker = cluster.add_worker(capacity=10)

@@ -21,6 +21,7 @@ core it concerns:
     ready_queue.py     the ready tasks of one set of required worker tags, and which client's turn it is
     client_lane.py     one client's ready tasks in a queue, by priority
     tag_waits.py       when tasks that may wait only so long for a worker with their tags are due
+    no_capable_worker.py  and how those fail if, by then, no connected worker has their tags
     placement.py       which worker gets which task, balancing (function_pace.py: batches of tiny tasks)
     prefetch.py        how many tasks each worker holds: as many as keep it busy, measured
     result_router.py   one results message per client per event
@@ -34,7 +35,6 @@ core it concerns:
 from __future__ import annotations
 
 import collections
-import dataclasses
 import logging
 from collections.abc import Iterable
 from typing import Any, Callable
@@ -45,6 +45,7 @@ from scaler.scheduler.core.core_config import CoreConfig
 from scaler.scheduler.core.hello_again import hello_again
 from scaler.scheduler.core.invariants import check_invariants
 from scaler.scheduler.core.message_rules import SENDERS, violation
+from scaler.scheduler.core.no_capable_worker import fail_tasks_without_capable_worker
 from scaler.scheduler.core.object_lifetime.lineage import Lineage
 from scaler.scheduler.core.object_lifetime.object_table import ObjectTable
 from scaler.scheduler.core.outgoing import Outgoing
@@ -52,7 +53,6 @@ from scaler.scheduler.core.output_routing import route_output
 from scaler.scheduler.core.peer_registry import ClientPeer, PeerRegistry, WorkerPeer, version_refusal
 from scaler.scheduler.core.placement import Placement
 from scaler.scheduler.core.prefetch import Prefetch
-from scaler.scheduler.core.ready_queue import Tags, describe_tags
 from scaler.scheduler.core.rejoin import Rejoin
 from scaler.scheduler.core.relay import RelayRouter
 from scaler.scheduler.core.result_router import ResultRouter
@@ -62,9 +62,6 @@ from scaler.scheduler.core.tag_waits import TagWaits
 from scaler.scheduler.core.task_graph import TaskGraph
 from scaler.scheduler.core.task_intake import TaskIntake
 from scaler.scheduler.core.task_table import TaskTable
-
-# The typeName of the failure of a task whose wait for a worker with its tags ran out (TaskGroup.waitForTagsMs).
-NO_CAPABLE_WORKER = "NoCapableWorkerError"
 
 logger = logging.getLogger(__name__)
 
@@ -160,12 +157,28 @@ class SchedulerCore:
         message that was fine but that the scheduler itself failed to handle: not the sender's fault.
         """
         out: list[Outgoing] = [(sender, m.ProtocolError(reason=reason))]
-        if not drop_sender:
-            return out
-        client = self.peers.clients.get(sender)
-        worker = self.peers.workers.get(sender)
-        store = self.stores.stores.get(sender)
         why = f"dropped after a malformed message: {reason}"
+        if drop_sender and self._drop(sender, why, out):
+            out.append((sender, m.Disconnect(reason=why)))
+        return out
+
+    def on_connections_lost(self, identities: list[bytes], now: float) -> list[Outgoing]:
+        """Peers whose connection their side ended (the process died) and who did not come back within the
+        router's grace (router_link.take_lost): gone now, as at their timeout, but without waiting for it."""
+        out: list[Outgoing] = []
+        self.tasks.now = now
+        for identity in identities:
+            worker = self.peers.workers.get(identity)
+            tasks = f", {len(worker.assigned)} tasks to reschedule" if worker is not None else ""
+            self._drop(identity, f"lost its connection{tasks}", out)
+        return out
+
+    def _drop(self, identity: bytes, why: str, out: list[Outgoing]) -> bool:
+        """Remove a registered peer as if it had left (a worker's tasks go back to the queue, a client's work is
+        cancelled and its objects freed); False if no peer has that identity."""
+        client = self.peers.clients.get(identity)
+        worker = self.peers.workers.get(identity)
+        store = self.stores.stores.get(identity)
         if client is not None:
             self._remove_client(client, why, logging.WARNING, out)
         elif worker is not None:
@@ -173,11 +186,10 @@ class SchedulerCore:
         elif store is not None:
             self._remove_store(store, why, logging.WARNING, out)
         else:
-            return out
-        out.append((sender, m.Disconnect(reason=why)))
+            return False
         self.objects.flush(self.peers.workers.values(), out)
         self._placement.dispatch(out)
-        return out
+        return True
 
     def on_tick(self, now: float) -> list[Outgoing]:
         """Drop peers that fell silent, hand out what waits, and now and then rebalance the workers."""
@@ -188,7 +200,8 @@ class SchedulerCore:
         for client in self.peers.silent_clients(now):
             self._remove_client(client, "timed out", logging.WARNING, out)
         if len(self.tag_waits):
-            self._fail_tasks_without_capable_worker(now, out)
+            fail_tasks_without_capable_worker(self.tag_waits, self._placement, self.tasks, self.peers.workers.values(),
+                                              now, out)
         if self.rejoin.pending:
             self.rejoin.on_tick(now, out)
         for store in self.stores.silent(now, self._config.worker_timeout_seconds):
@@ -198,35 +211,6 @@ class SchedulerCore:
         self._placement.dispatch(out)
         self._placement.balance(now, out)
         return out
-
-    def _fail_tasks_without_capable_worker(self, now: float, out: list[Outgoing]) -> None:
-        """Groups whose wait for their tags is over: those of their tasks that no worker holds fail, if no
-        connected worker has the tags now; else they wait their turn like any other task."""
-        router = ResultRouter()
-        records = self.tasks.records
-        for tags, task_ids in self.tag_waits.due(now):
-            if self._placement.capable(tags):
-                continue
-            failure = m.TaskFailure(
-                task_id=0, kind=m.FailureKind.REJECTED, type_name=NO_CAPABLE_WORKER,
-                message=self._no_capable_worker_message(tags),
-            )
-            for task_id in task_ids:
-                record = records.get(task_id)
-                if record is not None and record.worker is None:
-                    self.tasks.fail(record, dataclasses.replace(failure, task_id=task_id), router)
-        router.flush(out)
-
-    def _no_capable_worker_message(self, tags: Tags) -> str:
-        workers = self.peers.workers.values()
-        connected = sorted({describe_tags(worker.tags) for worker in workers})
-        missing = frozenset(tags).difference(*(worker.tags for worker in workers))
-        absent = f" (none has {describe_tags(missing)})" if missing else ""
-        return (
-            f"no connected worker has all the tags {describe_tags(tags)} this task requires{absent};"
-            f" connected workers have {', '.join(connected) if connected else 'nothing: no worker is connected'}."
-            " Start a worker with these tags (scaler_cluster --tags), or require fewer."
-        )
 
     # ------------------------------------------------------------------------------------------ views
     @property
