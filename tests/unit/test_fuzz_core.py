@@ -32,6 +32,7 @@ from core_harness import (
     assert_no_task_state,
     last_directory,
 )
+from fuzz_budget import examples
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -649,7 +650,7 @@ SchedulerCoreFuzz.TestCase.settings = settings(
     database=None,
     derandomize=True,
     deadline=None,
-    max_examples=150,
+    max_examples=examples(75),
     stateful_step_count=50,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )

@@ -96,7 +96,7 @@ def test_random_words_behind_a_plausible_header_are_a_message_or_a_protocol_erro
     decode_or_reject([header + body, *data.draw(st.lists(st.binary(max_size=8), max_size=2))])
 
 
-@fuzz(max_examples=1500)
+@fuzz(max_examples=700)
 @given(message=MESSAGES, data=st.data())
 def test_mutated_messages_are_a_message_or_a_protocol_error(message, data) -> None:
     frames = mutate(data, d.encode(message))

@@ -14,6 +14,7 @@ import tracemalloc
 from typing import Callable, TypeVar
 
 import pytest
+from fuzz_budget import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from message_strategies import MESSAGE_TYPES, message_strategies, messages
@@ -32,7 +33,7 @@ def fuzz(max_examples: int) -> settings:
         database=None,
         derandomize=True,
         deadline=None,
-        max_examples=max_examples,
+        max_examples=examples(max_examples),
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     )
 
@@ -272,7 +273,7 @@ def mutate(data: st.DataObject, frames: list) -> list:
     return frames
 
 
-@fuzz(max_examples=2000)
+@fuzz(max_examples=1000)
 @given(message=messages(), data=st.data())
 def test_mutated_messages_are_a_message_or_a_protocol_error(message, data):
     frames = mutate(data, m.encode(message))

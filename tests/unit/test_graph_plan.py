@@ -13,6 +13,7 @@ from collections.abc import Hashable
 from typing import Any
 
 import pytest
+from fuzz_budget import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -389,7 +390,7 @@ def _argument(earlier: list) -> st.SearchStrategy:
     )
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(random_graphs(), st.sampled_from([None, "python", "graphblas"] if HAVE_GRAPHBLAS else [None, "python"]))
 def test_any_dag_plans_to_its_meaning_in_a_valid_order(case: tuple[dict, list], order: Any) -> None:
     graph, requested = case
@@ -398,7 +399,7 @@ def test_any_dag_plans_to_its_meaning_in_a_valid_order(case: tuple[dict, list], 
     assert run_locally(plan) == {key: evaluate(graph, key) for key in requested}
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(random_graphs(), st.data())
 def test_a_reachable_back_edge_is_always_found(case: tuple[dict, list], data: st.DataObject) -> None:
     graph, _ = case

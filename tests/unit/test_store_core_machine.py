@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+from fuzz_budget import examples
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -281,7 +282,7 @@ class StoreMachine(RuleBasedStateMachine):
 
 
 StoreMachine.TestCase.settings = settings(
-    max_examples=300, stateful_step_count=60, deadline=None, database=None, derandomize=True,
+    max_examples=examples(150), stateful_step_count=60, deadline=None, database=None, derandomize=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 test_store_core_state_machine = StoreMachine.TestCase
