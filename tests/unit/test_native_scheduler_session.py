@@ -1,6 +1,7 @@
 """The native worker's pure rules, tested in C++ by native/worker/tests/*_test.cpp: the executable the build makes
 next to the native worker. Its rejoin (src/scheduler_session.cpp, PROTOCOL.md §21), which of several
-scheduler addresses it talks to (src/address_rotation.cpp, §23), and when its results go (src/worker_core.cpp)."""
+scheduler addresses it talks to (src/address_rotation.cpp, §23), how often it heartbeats (src/heartbeat_pace.cpp,
+§5 and "Heartbeats spaced out at scale"), and when its results go (src/worker_core.cpp)."""
 
 from __future__ import annotations
 

@@ -10,10 +10,12 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <stdexcept>
 
 #include "address_rotation.hpp"
+#include "heartbeat_pace.hpp"
 #include "logging.hpp"
 #include "process_stats.hpp"
 #include "scheduler_session.hpp"
@@ -52,6 +54,13 @@ std::vector<std::string> advertised_tags(const Options& options) {
   return tags;
 }
 
+// The fraction of a changed heartbeat interval after which the next heartbeat comes (HeartbeatPace): uniform in
+// [0, 1), from a generator seeded apart in each worker so that workers told together spread out.
+std::function<double()> heartbeat_phase() {
+  return [engine = std::mt19937(std::random_device()()), fraction = std::uniform_real_distribution<double>(0, 1)]()
+             mutable { return fraction(engine); };
+}
+
 std::string random_hex(size_t digits) {
   static const char hex_digits[] = "0123456789abcdef";
   std::random_device device;
@@ -73,12 +82,11 @@ class Agent {
       : options_(options),
         name_(options.name.empty() ? host_name() + "|" + std::to_string(getpid()) : options.name),
         identity_("W|" + name_ + "|" + random_hex(8)),
-        heartbeat_interval_(options.heartbeat_interval_seconds),
-        welcome_interval_(options.heartbeat_interval_seconds),
         hello_{name_, host_name(), static_cast<uint32_t>(getpid()), options.capacity, advertised_tags(options),
                options.threads},
         rotation_(options.addresses, silence_seconds(options.heartbeat_interval_seconds, options.death_timeout_seconds),
                   monotonic_seconds()),
+        pace_(options.heartbeat_interval_seconds, options.death_timeout_seconds, rotation_, heartbeat_phase()),
         connected_to_(rotation_.current()) {}
 
   int run();
@@ -91,8 +99,6 @@ class Agent {
   bool send_frames(const Frames& frames, int flags);
   void on_frames(const std::vector<Bytes>& frames, double now);
   void on_welcome(const Welcome& welcome, double now);
-  // An echo's interval (0: the welcome's), within longest_heartbeat_interval; the silence threshold follows.
-  void pace_heartbeats(uint32_t asked_ms);
   void on_refused(const Refused& refused, double now, double heard_before);
   void on_protocol_error(const ProtocolError& error);
   // To the next scheduler address (silent, or a standby's, §23): hello there, rejoining if welcomed before (§21).
@@ -109,14 +115,14 @@ class Agent {
   TaskRunner* runner_ = nullptr;
   void* socket_ = nullptr;
   ProcessStats stats_;
-  double heartbeat_interval_;
-  double welcome_interval_;  // what the welcome set, which an echo asking for nothing brings back
   double heartbeat_sent_at_ = -1;
   uint32_t latency_us_ = 0;
   Hello hello_;
   SchedulerSession session_;
   // Which scheduler we talk to, of several (a standby's): the socket is connected to connected_to_.
   AddressRotation rotation_;
+  // When the next heartbeat is due, at the interval the welcome and the echoes ask; keeps rotation_'s silence.
+  HeartbeatPace pace_;
   std::string connected_to_;
   // When a word (other than a standby's refusal) last came from a scheduler: the death timeout runs from it.
   double last_heard_ = 0;
@@ -204,7 +210,7 @@ void Agent::on_frames(const std::vector<Bytes>& frames, double now) {
     core_.on_delete(*deleted);
   } else if (auto echo = std::get_if<HeartbeatEcho>(&message)) {
     session_.echoed();
-    pace_heartbeats(echo->heartbeat_interval_ms);
+    pace_.echoed(echo->heartbeat_interval_ms);
     if (heartbeat_sent_at_ >= 0) {
       latency_us_ = static_cast<uint32_t>((now - heartbeat_sent_at_) * 1e6);
       heartbeat_sent_at_ = -1;
@@ -222,23 +228,8 @@ void Agent::on_frames(const std::vector<Bytes>& frames, double now) {
   }
 }
 
-void Agent::pace_heartbeats(uint32_t asked_ms) {
-  double interval = welcome_interval_;
-  if (asked_ms) {
-    interval = std::min(asked_ms / 1000.0, std::max(interval, longest_heartbeat_interval(options_.death_timeout_seconds)));
-  }
-  if (interval == heartbeat_interval_) return;
-  heartbeat_interval_ = interval;
-  rotation_.set_silence(silence_seconds(std::max(interval, options_.heartbeat_interval_seconds),
-                                        options_.death_timeout_seconds));
-}
-
 void Agent::on_welcome(const Welcome& welcome, double now) {
-  double interval = options_.heartbeat_interval_seconds;
-  if (welcome.heartbeat_interval_ms) interval = std::min(interval, welcome.heartbeat_interval_ms / 1000.0);
-  if (welcome.peer_timeout_ms) interval = std::min(interval, welcome.peer_timeout_ms / 3000.0);
-  welcome_interval_ = interval;
-  pace_heartbeats(0);
+  pace_.welcomed(welcome.heartbeat_interval_ms, welcome.peer_timeout_ms);
   core_.set_limits(welcome.max_frame_bytes, welcome.max_control_frame_bytes);
   store_directory_ = welcome.store_directory;
   heartbeat_sent_at_ = -1;
@@ -373,10 +364,9 @@ int Agent::run() {
                               std::to_string(options_.capacity) + " and " + std::to_string(options_.threads) + " thread(s)");
       send_now(hello_);
       last_heard_ = monotonic_seconds();
-      double last_heartbeat = -INFINITY;
       while (!leave_) {
         double now = monotonic_seconds();
-        double wait = std::min({kLoopTickSeconds, last_heartbeat + heartbeat_interval_ - now,
+        double wait = std::min({kLoopTickSeconds, pace_.next_due() - now,
                                 core_.next_deadline(now) - now, session_.next_hello() - now});
         zmq_pollitem_t items[] = {{socket_, 0, ZMQ_POLLIN, 0}, {nullptr, wake[0], ZMQ_POLLIN, 0}};
         if (zmq_poll(items, 2, static_cast<long>(std::max(0.0, std::ceil(wait * 1000)))) < 0 && errno != EINTR) {
@@ -403,8 +393,8 @@ int Agent::run() {
             hello.rejoining = true;
             send_now(hello, ZMQ_DONTWAIT);
           }
-        } else if (now - last_heartbeat >= heartbeat_interval_) {
-          last_heartbeat = now;
+        } else if (pace_.due(now)) {
+          pace_.sent(now);
           // Never blocks: with no usable connection, zmq would wait for one and the death timeout could not fire.
           if (send_now(heartbeat(), ZMQ_DONTWAIT)) session_.heartbeat_sent();
           heartbeat_sent_at_ = now;

@@ -15,8 +15,9 @@ inline void check(bool condition, const char* what, const char* file, int line) 
   }
 }
 
-// Each test file's cases (address_rotation_test.cpp, worker_core_test.cpp).
+// Each test file's cases (address_rotation_test.cpp, heartbeat_pace_test.cpp, worker_core_test.cpp).
 void address_rotation_tests();
+void heartbeat_pace_tests();
 void worker_core_tests();
 
 }  // namespace scaler_native_test

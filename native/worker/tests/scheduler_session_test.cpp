@@ -142,6 +142,7 @@ int main() {
     test();
   }
   scaler_native_test::address_rotation_tests();
+  scaler_native_test::heartbeat_pace_tests();
   scaler_native_test::worker_core_tests();
   if (scaler_native_test::failures) return EXIT_FAILURE;
   std::puts("scaler_native_session_test: all passed");
