@@ -366,8 +366,10 @@ int Agent::run() {
       last_heard_ = monotonic_seconds();
       while (!leave_) {
         double now = monotonic_seconds();
-        double wait = std::min({kLoopTickSeconds, pace_.next_due() - now,
-                                core_.next_deadline(now) - now, session_.next_hello() - now});
+        // While rejoining no heartbeat goes out: its deadline, passed, would make every poll return at once.
+        double heartbeat_at = session_.rejoining() ? INFINITY : pace_.next_due();
+        double wait = std::min({kLoopTickSeconds, heartbeat_at - now, core_.next_deadline(now) - now,
+                                session_.next_hello() - now});
         zmq_pollitem_t items[] = {{socket_, 0, ZMQ_POLLIN, 0}, {nullptr, wake[0], ZMQ_POLLIN, 0}};
         if (zmq_poll(items, 2, static_cast<long>(std::max(0.0, std::ceil(wait * 1000)))) < 0 && errno != EINTR) {
           throw std::runtime_error(std::string("poll failed: ") + zmq_strerror(errno));
