@@ -76,8 +76,9 @@ def test_heartbeats_at_the_rarer_interval_an_echo_asks(start: StartWorker, sched
     link.wait_heartbeats(len(link.heartbeats) + 1)  # its echo asks for 3 s
     asked_at = time.monotonic()
     link.pause(1.5)
-    # At its own 50 ms, about 30 more; at the asked 3 s none (one may have crossed the echo on the way).
-    assert len([at for at, _ in link.heartbeats if at > asked_at]) <= 1, link.heartbeats
+    # At its own 50 ms, about 30 more; at the asked 3 s at most two: one may have crossed the echo on the way, and
+    # the first at the new interval comes at a random fraction of it after the last (its phase, heartbeat_pace.py).
+    assert len([at for at, _ in link.heartbeats if at > asked_at]) <= 2, link.heartbeats
     link.echo_fields = {}
     link.wait_heartbeats(len(link.heartbeats) + 5)  # the next echo says 0: every 50 ms again
 
