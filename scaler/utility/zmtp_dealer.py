@@ -128,8 +128,30 @@ class ZmtpDealer:
     def drain(self, timeout_seconds: float) -> bool:
         """Write what is queued, waiting for room in the socket at most `timeout_seconds` in all (libzmq's linger);
         True if all of it went. Before closing: what a ready connection still owes its peer is not cut short."""
-        self.flush()
+        return self._drain_until(time.monotonic() + timeout_seconds)
+
+    def close_in_order(self, timeout_seconds: float) -> bool:
+        """Close as a peer that is done, within `timeout_seconds` in all; True if the connection ended in order.
+
+        What is queued is written; then our end is shut for writing (the peer reads a FIN after our last byte),
+        and what the peer still sends is read and dropped until it closes its end too. Closing at once instead,
+        with bytes unread in the socket (a message the peer sent just before), makes the kernel reset the
+        connection, and a reset drops whatever the kernel had not sent yet of ours: a goodbye written last may
+        never arrive, and the peer sees the connection reset, as if this process had died."""
         deadline = time.monotonic() + timeout_seconds
+        connected = self._socket
+        ended = False
+        if connected is not None and self.ready and self._drain_until(deadline):
+            try:
+                connected.shutdown(socket.SHUT_WR)
+                ended = _read_until_closed(connected, self._read_buffer, deadline)
+            except OSError:
+                pass  # reset or gone already: nothing more to say on it
+        self.close()
+        return ended
+
+    def _drain_until(self, deadline: float) -> bool:
+        self.flush()
         while self._pending and self._socket is not None:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -322,6 +344,22 @@ class ZmtpDealer:
         if wanted != self._writing:
             self._writing = wanted
             self._epoll.modify(connected.fileno(), _IN_OUT if wanted else _IN)
+
+
+def _read_until_closed(connected: socket.socket, buffer: bytearray, deadline: float) -> bool:
+    """Read and drop what comes until the peer closes its end (True), or until `deadline` (False)."""
+    poller = select.poll()
+    poller.register(connected.fileno(), select.POLLIN)
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        poller.poll(max(1, int(left * 1000)))
+        try:
+            if not connected.recv_into(buffer):
+                return True
+        except (BlockingIOError, InterruptedError):
+            pass
 
 
 def _resolve(address: str) -> tuple[int, Union[str, tuple]]:

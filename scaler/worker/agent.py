@@ -184,7 +184,9 @@ class WorkerAgent:
                         self._serve_link(identity, flags, now)
             scheduler.flush()  # before the tick's work (its usage figures take a while every heartbeat)
             now = time.monotonic()
-            if now < self._next_tick:
+            # Stopped, no tick: a processor that exited now got the same SIGTERM (a Slurm cancel signals every
+            # process of the job at once); its task is not to blame, and the goodbye hands it back with the rest.
+            if now < self._next_tick or self._stop.requested:
                 continue
             self._next_tick = now + _TICK_SECONDS
             for problem in scheduler.tick(now):

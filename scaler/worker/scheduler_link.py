@@ -33,6 +33,8 @@ from scaler.worker.config import WorkerConfig
 logger = logging.getLogger(__name__)
 
 TRANSPORT_ENV = "SCALER_WORKER_TRANSPORT"
+# How long a leaving agent waits for the scheduler to read its goodbye and close the connection in turn, at most.
+_GOODBYE_SECONDS = 1.0
 
 
 class LinkStuck(Exception):
@@ -182,5 +184,10 @@ class ZmtpSchedulerLink:
     def close(self, goodbye: list[Frame]) -> None:
         if goodbye and self._dealer.ready:
             self._dealer.send(goodbye)
-            self._dealer.drain(0.1)  # as the libzmq link's linger
+            # The goodbye written, the connection ends in order: the scheduler reads it, then our end's close, and
+            # closes its own. Closed at once, with a message of the scheduler's unread (a store directory sent as
+            # the job's store left), the kernel resets the connection and may drop the goodbye with it.
+            if not self._dealer.close_in_order(_GOODBYE_SECONDS):
+                logger.debug("Worker: the connection to the scheduler did not end in order (no answer in time)")
+            return
         self._dealer.close()

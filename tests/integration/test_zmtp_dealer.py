@@ -4,13 +4,14 @@ scheduler sees of it is what it saw of libzmq's DEALER, through restarts of the 
 from __future__ import annotations
 
 import socket
+import threading
 import time
 from typing import Iterator
 
 import pytest
 import zmq
 
-from scaler.utility.zmtp_codec import greeting, ping, ready
+from scaler.utility.zmtp_codec import encode_message, greeting, ping, ready
 from scaler.utility.zmtp_dealer import (
     EVENT_CONNECTED,
     EVENT_DISCONNECTED,
@@ -217,3 +218,62 @@ def test_drain_gives_up_at_its_timeout_when_the_peer_reads_nothing() -> None:
     finally:
         dealer.close()
         listener.close()
+
+
+def handshaken_peer(dealer: ZmtpDealer) -> tuple[socket.socket, socket.socket]:
+    """A raw TCP peer that greets the dealer as a ROUTER would: the listener and its accepted connection."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(10)
+    dealer.connect(f"tcp://127.0.0.1:{listener.getsockname()[1]}", time.monotonic())
+    peer, _ = listener.accept()
+    peer.settimeout(10)
+    peer.sendall(greeting() + ready(b"ROUTER"))
+    Pump(dealer).until(lambda: dealer.ready, 10)
+    return listener, peer
+
+
+def test_close_in_order_ends_with_the_peer_despite_unread_bytes_and_its_last_message_arrives() -> None:
+    dealer = ZmtpDealer(IDENTITY)
+    listener, peer = handshaken_peer(dealer)
+    got = bytearray()
+    ended: list[str] = []
+
+    def peer_reads_until_closed() -> None:
+        try:
+            while chunk := peer.recv(65536):
+                got.extend(chunk)
+            ended.append("closed in order")
+        except OSError as error:
+            ended.append(repr(error))
+        peer.close()  # as the scheduler's router does once it reads the end
+
+    try:
+        # The dealer reads none of this before it closes: a plain close (drain, then close) resets the connection.
+        peer.sendall(encode_message_bytes([b"unread", b"x" * 100_000]))
+        time.sleep(0.1)  # not a bound: time for the bytes to reach the dealer's socket, as the case needs
+        reader = threading.Thread(target=peer_reads_until_closed)
+        reader.start()
+        dealer.send([b"goodbye"])
+        assert dealer.close_in_order(10)
+        reader.join(10)
+        assert ended == ["closed in order"]
+        assert bytes(got).endswith(encode_message_bytes([b"goodbye"]))
+    finally:
+        dealer.close()
+        listener.close()
+
+
+def test_close_in_order_gives_up_at_its_timeout_when_the_peer_never_closes() -> None:
+    dealer = ZmtpDealer(IDENTITY)
+    listener, peer = handshaken_peer(dealer)
+    try:
+        dealer.send([b"goodbye"])
+        assert not dealer.close_in_order(0.3)  # (the test's timeout would catch a wait with no end)
+    finally:
+        dealer.close()
+        peer.close()
+        listener.close()
+
+
+def encode_message_bytes(frames: list[bytes]) -> bytes:
+    return b"".join(bytes(piece) for piece in encode_message(frames))
