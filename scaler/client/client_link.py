@@ -200,9 +200,10 @@ class ZmtpClientLink:
         return 3600.0 if self._dealer.ready else _NOT_READY_TICK_SECONDS
 
     def close(self, linger_seconds: float) -> None:
-        """What waits to be written goes, within `linger_seconds` (as libzmq's linger), then the connection closes."""
-        self._dealer.drain(linger_seconds)
-        self._dealer.close()
+        """What waits to be written goes, within `linger_seconds` (as libzmq's linger), and the connection ends in
+        order: closed at once with a message of the scheduler's unread, the kernel would reset it and could drop
+        the goodbye written last (zmtp_dealer.py, `close_in_order`)."""
+        self._dealer.close_in_order(linger_seconds)
 
 
 ClientLink = Union[ZmqClientLink, ZmtpClientLink]

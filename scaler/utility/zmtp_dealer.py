@@ -22,6 +22,7 @@ from __future__ import annotations
 import collections
 import errno
 import logging
+import os
 import select
 import socket
 import time
@@ -81,6 +82,9 @@ class ZmtpDealer:
         self._read_buffer = bytearray(_READ_BYTES)
         self._read_view = memoryview(self._read_buffer)
         self.dropped_connections = 0
+        # A forked child holds copies of the socket and of the epoll set: only the process that made the dealer may
+        # end the connection in order or take it out of the set, which would end it (or silence it) for the parent.
+        self._owner_pid = os.getpid()
 
     @property
     def ready(self) -> bool:
@@ -141,7 +145,7 @@ class ZmtpDealer:
         deadline = time.monotonic() + timeout_seconds
         connected = self._socket
         ended = False
-        if connected is not None and self.ready and self._drain_until(deadline):
+        if connected is not None and self.ready and os.getpid() == self._owner_pid and self._drain_until(deadline):
             try:
                 connected.shutdown(socket.SHUT_WR)
                 ended = _read_until_closed(connected, self._read_buffer, deadline)
@@ -262,10 +266,11 @@ class ZmtpDealer:
             logger.info(f"ZMTP dealer: closing the connection to {self._address}: {reason}")
         if self._codec is not None:  # it had connected (a monitor tells no disconnection of a failed connect)
             self._events.append((EVENT_DISCONNECTED, connected.fileno()))
-        try:
-            self._epoll.unregister(connected.fileno())
-        except (OSError, ValueError):
-            pass
+        if os.getpid() == self._owner_pid:  # a forked child shares the epoll set: taking the socket out of it
+            try:                            # would take it out of the parent's
+                self._epoll.unregister(connected.fileno())
+            except (OSError, ValueError):
+                pass
         connected.close()
         self._connecting = False
         self._codec = None

@@ -3,6 +3,7 @@ scheduler sees of it is what it saw of libzmq's DEALER, through restarts of the 
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
@@ -11,6 +12,8 @@ from typing import Iterator
 import pytest
 import zmq
 
+from scaler.client.client_link import ZmtpClientLink
+from scaler.protocol import messages as m
 from scaler.utility.zmtp_codec import encode_message, greeting, ping, ready
 from scaler.utility.zmtp_dealer import (
     EVENT_CONNECTED,
@@ -277,3 +280,73 @@ def test_close_in_order_gives_up_at_its_timeout_when_the_peer_never_closes() -> 
 
 def encode_message_bytes(frames: list[bytes]) -> bytes:
     return b"".join(bytes(piece) for piece in encode_message(frames))
+
+
+def test_a_forked_child_ending_its_copy_leaves_the_parents_connection_open() -> None:
+    """A forked child holds the parent's socket: its close must not shut the connection the parent still uses."""
+    dealer = ZmtpDealer(IDENTITY)
+    listener, peer = handshaken_peer(dealer)
+    try:
+        child = os.fork()
+        if child == 0:  # pragma: no cover (the child)
+            dealer.close_in_order(1.0)
+            os._exit(0)
+        _, status = os.waitpid(child, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        peer.sendall(encode_message_bytes([b"still", b"there"]))
+        pump = Pump(dealer)
+        pump.until(lambda: bool(pump.received), 10)
+        assert pump.received == [[b"still", b"there"]]
+        dealer.send([b"and", b"here"])
+        dealer.flush()
+        expected = encode_message_bytes([b"and", b"here"])
+        got = b""  # after the dealer's greeting, which this peer never read
+        while not got.endswith(expected):
+            chunk = peer.recv(65536)
+            assert chunk, "the connection ended"
+            got += chunk
+    finally:
+        dealer.close()
+        peer.close()
+        listener.close()
+
+
+def test_a_client_link_closes_in_order_despite_unread_bytes_and_its_goodbye_arrives() -> None:
+    """The client's ZMTP link ends as the agent's does (close_in_order), not with a reset that can drop its goodbye."""
+    link = ZmtpClientLink("tcp://127.0.0.1:1", IDENTITY, time.monotonic())
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(10)
+    link.connect(f"tcp://127.0.0.1:{listener.getsockname()[1]}", time.monotonic())
+    peer, _ = listener.accept()
+    peer.settimeout(10)
+    try:
+        peer.sendall(greeting() + ready(b"ROUTER"))
+        deadline = time.monotonic() + 10
+        while not link._dealer.ready and time.monotonic() < deadline:
+            link.wait_input(0.05)
+            link.receive(time.monotonic())
+        assert link._dealer.ready
+        peer.sendall(encode_message_bytes([b"unread", b"x" * 100_000]))
+        time.sleep(0.1)  # not a bound: time for the bytes to reach the link's socket, as the case needs
+        got = bytearray()
+        ended: list[str] = []
+
+        def peer_reads_until_closed() -> None:
+            try:
+                while chunk := peer.recv(65536):
+                    got.extend(chunk)
+                ended.append("closed in order")
+            except OSError as error:
+                ended.append(repr(error))
+            peer.close()
+
+        reader = threading.Thread(target=peer_reads_until_closed)
+        reader.start()
+        link.send(m.Disconnect(reason="client leaving"))
+        link.close(10)
+        reader.join(10)
+        assert ended == ["closed in order"]
+        assert bytes(got).endswith(encode_message_bytes(m.encode(m.Disconnect(reason="client leaving"))))
+    finally:
+        peer.close()
+        listener.close()
