@@ -30,7 +30,7 @@ from scaler.utility.frame_stream import FrameStream
 from scaler.utility.loop_stop import LoopStop
 from scaler.utility.malloc_tuning import with_freed_memory_kept
 from scaler.utility.parent_watch import parent_is_gone
-from scaler.utility.process_stop import stop_process
+from scaler.utility.process_stop import stop_process_trees
 from scaler.utility.readiness import FAILED, REGISTERED, ReadinessReporter
 from scaler.utility.scheduler_address import TASK_SCHEDULER_ENVIRONMENT_VARIABLE
 from scaler.utility.zmq_util import POLL_IN, POLL_OUT
@@ -156,8 +156,7 @@ class WorkerAgent:
             self._reporter.close()
             if self._scheduler is not None:
                 self._scheduler.close(m.encode(m.Disconnect(reason="worker exiting")))
-            for identity in list(self._processes):
-                self._stop_processor(identity)
+            self._stop_processors(list(self._processes))
             shutil.rmtree(self._work_dir, ignore_errors=True)
         return exit_code
 
@@ -297,15 +296,21 @@ class WorkerAgent:
         self._poller.register(link.fileno(), POLL_IN)
 
     def _stop_processor(self, identity: bytes) -> None:
-        process = self._processes.pop(identity)
-        stop_process(process.process, _PROCESSOR_STOP_SECONDS)
-        self._forget_link(process.link)
-        process.link.close()
-        process.slot.close()
-        try:
-            os.unlink(process.slot_path)
-        except OSError:
-            pass
+        self._stop_processors([identity])
+
+    def _stop_processors(self, identities: list[bytes]) -> None:
+        """Together, with one grace for all: one after another, an agent with several busy processors took longer
+        to stop than its cluster waits for it (cluster.py), and was killed before it cleaned up."""
+        processes = [self._processes.pop(identity) for identity in identities]
+        stop_process_trees([process.process for process in processes], _PROCESSOR_STOP_SECONDS)
+        for process in processes:
+            self._forget_link(process.link)
+            process.link.close()
+            process.slot.close()
+            try:
+                os.unlink(process.slot_path)
+            except OSError:
+                pass
 
     def _processor_rss(self) -> dict[bytes, int]:
         rss = {}

@@ -8,7 +8,7 @@ import sys
 
 import psutil
 
-from scaler.utility.process_stop import stop_process, stop_processes
+from scaler.utility.process_stop import stop_process, stop_process_trees, stop_processes
 
 # Prints its child's pid once both run, then ignores SIGTERM if told to, and sleeps.
 _PARENT_WITH_CHILD = """
@@ -69,3 +69,44 @@ def test_stopping_a_process_that_already_exited_only_reaps_it() -> None:
     process.wait(timeout=60)
     stop_process(process, grace_seconds=1.0)
     assert process.returncode == 0
+
+
+# Ignores SIGTERM, but says on it whether the process named by its argument still runs; has a child of its own.
+_STUBBORN_WATCHING = """
+import os, signal, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+watched = int(sys.argv[1])
+
+def on_term(signum, frame):
+    try:
+        os.kill(watched, 0)
+        print("TERM while the first still runs", flush=True)
+    except ProcessLookupError:
+        print("TERM after the first was gone", flush=True)
+
+signal.signal(signal.SIGTERM, on_term)
+print(child.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_stop_process_trees_gives_one_grace_to_all_not_one_after_another() -> None:
+    """What a worker agent with several busy processors does at its stop: one after another, stubborn ones took a
+    grace each, and the agent's cluster killed it first."""
+    first, first_child = start_parent("stubborn")
+    others = [
+        subprocess.Popen([sys.executable, "-c", _STUBBORN_WATCHING, str(first.pid)], stdout=subprocess.PIPE,
+                         text=True)
+        for _ in range(2)
+    ]
+    children = [first_child]
+    for process in others:
+        assert process.stdout is not None
+        children.append(int(process.stdout.readline()))
+    stop_process_trees([first, *others], grace_seconds=1.0)
+    assert [process.returncode for process in (first, *others)] == [-signal.SIGKILL] * 3
+    for process in others:
+        assert process.stdout is not None
+        assert process.stdout.read().strip() == "TERM while the first still runs"
+        process.stdout.close()
+    assert all(child_is_gone(pid) for pid in children)
