@@ -8,7 +8,7 @@ import math
 import os
 import signal
 import time
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 from urllib.parse import urlsplit
 
 import psutil
@@ -22,7 +22,6 @@ from scaler.scheduler.core.core_config import CoreConfig, first_id_prefix_at
 from scaler.scheduler.core.outgoing import Outgoing
 from scaler.scheduler.core.scheduler_core import SchedulerCore
 from scaler.scheduler.core.standby_core import Serve, StandbyAction, StandbyCore, StepDown
-from scaler.scheduler.metrics_server import MetricsServer, MetricsUnavailable, metrics_host
 from scaler.scheduler.monitor import MonitorPublisher
 from scaler.scheduler.outgoing_batch import OutgoingBatch
 from scaler.scheduler.router_link import LinkStartError, RouterLink, open_router_link
@@ -32,6 +31,9 @@ from scaler.utility.curve import ServerKeys
 from scaler.utility.ipc_sockets import remove_stale_monitor_sockets
 from scaler.utility.loop_stop import LoopStop
 from scaler.utility.readiness import FAILED, LISTENING, ReadinessReporter
+
+if TYPE_CHECKING:
+    from scaler.scheduler.metrics_server import MetricsServer
 
 logger = logging.getLogger(__name__)
 
@@ -111,6 +113,10 @@ class SchedulerServer:
             except LinkStartError as error:
                 raise SchedulerStartError(f"Scheduler: {error}") from None
             if config.metrics_port:
+                # Imported only for --metrics-port: its HTTP server (wsgiref, http.server, email) costs ~30 ms of
+                # CPU to import, which every scheduler started without metrics would pay.
+                from scaler.scheduler.metrics_server import MetricsServer, MetricsUnavailable, metrics_host
+
                 try:
                     metrics = MetricsServer(metrics_host(config.address), config.metrics_port)
                 except MetricsUnavailable as error:

@@ -9,7 +9,7 @@ coming back is not answered a backlog of probes. The server polls `sockets` and 
 from __future__ import annotations
 
 import logging
-import uuid
+import os
 
 import zmq
 
@@ -30,7 +30,7 @@ class StandbyLink:
     ) -> None:
         self.core = core
         self._by_socket: dict[zmq.Socket, str] = {}
-        identity = f"standby|{uuid.uuid4().hex[:8]}".encode()
+        identity = f"standby|{os.urandom(4).hex()}".encode()
         for address in core.ranked_before:
             socket = context.socket(zmq.DEALER)
             socket.setsockopt(zmq.IDENTITY, identity)

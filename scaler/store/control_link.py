@@ -13,8 +13,8 @@ name them again (PROTOCOL.md §21). One that hears nothing from the scheduler fo
 from __future__ import annotations
 
 import logging
+import os
 import socket as socket_module
-import uuid
 
 import psutil
 import zmq
@@ -78,7 +78,7 @@ class ControlLink(SchedulerLink):
 
     def start(self, context: zmq.Context, identity: StoreIdentity, now: float) -> list[zmq.Socket]:
         socket = self._socket = context.socket(zmq.DEALER)
-        configure_socket(socket, f"S|{self._name}|{uuid.uuid4().hex[:8]}".encode())
+        configure_socket(socket, f"S|{self._name}|{os.urandom(4).hex()}".encode())
         socket.setsockopt(zmq.RECONNECT_IVL_MAX, int(LAST_HELLO_RETRY_SECONDS * 1000))
         if self._keys is not None:
             secure_peer(socket, self._keys)

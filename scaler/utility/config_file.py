@@ -12,16 +12,10 @@ values the parser's defaults, so the command line still wins.
 from __future__ import annotations
 
 import argparse
-import difflib
 import sys
 from typing import Any
 
 from scaler.utility.option_table import LIST, OFF_SWITCH, ON_SWITCH, REPEATED, SWITCH, Option, OptionTable
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
 
 # Every section a Scaler config file may hold: one per command (`site` is `scaler FILE.toml`'s own).
 SECTIONS = ("scheduler", "cluster", "store", "slurm_cluster", "symphony_cluster", "top", "ui", "site")
@@ -42,6 +36,13 @@ def read_document(path: str) -> dict[str, Any]:
 
 
 def parse_document(text: str, path: str) -> dict[str, Any]:
+    # Imported when a file is read: every command line imports this module, few are given a --config file, and
+    # the TOML parser (its regular expressions, datetime) costs ~6 ms of CPU to import.
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        import tomli as tomllib
+
     try:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
@@ -124,5 +125,7 @@ def _shown(value: Any) -> str:
 
 
 def _suggestion(name: str, known: Any) -> str:
+    import difflib  # an error's path only
+
     close = difflib.get_close_matches(name, list(known), n=1)
     return f" (did you mean {close[0]}?)" if close else ""

@@ -16,9 +16,10 @@ import dataclasses
 import os
 from typing import TYPE_CHECKING, Callable, TypeVar, Union
 
-import zmq
-
 if TYPE_CHECKING:
+    # zmq only names types here: the command lines read these options before (or, for --help, without) opening a
+    # socket, and a cluster's process opens none.
+    import zmq
     from zmq.auth.thread import ThreadAuthenticator
 
 SCHEDULER_SECRET_KEY_ENV = "SCALER_CURVE_SCHEDULER_SECRET_KEY"

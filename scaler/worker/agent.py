@@ -19,7 +19,6 @@ import socket as socket_module
 import subprocess
 import sys
 import time
-import uuid
 
 import psutil
 import zmq
@@ -91,7 +90,7 @@ class WorkerAgent:
         self._reporter = reporter or ReadinessReporter(None)
         self._welcomed = False
         self._name = config.name or f"{socket_module.gethostname()}|{os.getpid()}"
-        self._identity = f"W|{self._name}|{uuid.uuid4().hex[:8]}".encode()
+        self._identity = f"W|{self._name}|{os.urandom(4).hex()}".encode()
         self._core = WorkerAgentCore(config, self._name, socket_module.gethostname(), os.getpid(), self)
         self._processes: dict[bytes, ProcessorProcess] = {}
         # The processors' links by file descriptor, as the poller reports them; a link that reached its end leaves.

@@ -24,10 +24,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import pickle
 import random
 from typing import Callable, Mapping
-
-import cloudpickle
 
 from scaler.protocol import messages as m
 from scaler.protocol.address_rotation import AddressRotation
@@ -469,7 +468,9 @@ class WorkerAgentCore:
         failures = []
         for task_id in processor.outstanding:
             if task_id == running:
-                exception = cloudpickle.dumps(error_type(message)) if error_type is not None else b""
+                # An error of scaler.errors: the standard pickler writes the bytes cloudpickle would (an importable
+                # class goes by reference), and the agent does not import cloudpickle for it.
+                exception = b"" if error_type is None else pickle.dumps(error_type(message), pickle.HIGHEST_PROTOCOL)
                 failures.append(m.TaskFailure(
                     task_id=task_id, kind=kind, type_name=type_name, message=message, exception=exception
                 ))
@@ -493,3 +494,4 @@ class WorkerAgentCore:
         )
         for batch in batches:
             self._send(batch)
+

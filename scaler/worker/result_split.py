@@ -10,9 +10,8 @@ task's warnings and profile in the message that carries its outcome.
 from __future__ import annotations
 
 import dataclasses
+import pickle
 import sys
-
-import cloudpickle
 
 from scaler.errors import PayloadTooLargeError
 from scaler.protocol import messages as m
@@ -100,5 +99,5 @@ def _too_large(task_id: int, size: int, frame_limit: int) -> m.TaskFailure:
     )
     return m.TaskFailure(
         task_id=task_id, kind=m.FailureKind.RAISED, type_name="scaler.errors.PayloadTooLargeError",
-        message=text, exception=cloudpickle.dumps(PayloadTooLargeError(text)),
+        message=text, exception=pickle.dumps(PayloadTooLargeError(text), protocol=pickle.HIGHEST_PROTOCOL),
     )

@@ -14,17 +14,22 @@ from tests.conftest import REPO_ROOT, child_python_environment
 
 # Imported only for: a profiled task (psutil in a processor), a --logging-config-file (logging.config), libc's
 # malloc_trim once a processor idles (ctypes.util runs `ldconfig -p`), the option tables (a processor gets its
-# settings on its command line), and joblib's import hook (importlib.abc would bring importlib.resources).
-RARE_IN_EVERY_PROCESS = ["logging.config", "ctypes.util", "importlib.abc"]
+# settings on its command line), joblib's import hook (importlib.abc would bring importlib.resources), and a
+# --config file (tomllib).
+RARE_IN_EVERY_PROCESS = ["logging.config", "ctypes.util", "importlib.abc", "tomllib"]
 NOT_AT_START = {
     "scaler.worker.processor": [*RARE_IN_EVERY_PROCESS, "psutil", "scaler.worker.settings"],
-    "scaler.worker.agent": RARE_IN_EVERY_PROCESS,
+    # The agent runs no task: it pickles only its own errors, with the standard pickler.
+    "scaler.worker.agent": [*RARE_IN_EVERY_PROCESS, "cloudpickle"],
     "scaler.cli.store": RARE_IN_EVERY_PROCESS,
     # A cluster's process starts the others and watches them: the protocol's codec (which its display would bring
-    # for a notebook's view of the monitor feed) is no part of that.
-    "scaler.cli.cluster": [*RARE_IN_EVERY_PROCESS, "capnp", "scaler.cluster.display"],
-    # The scheduler's server and the protocol's codec come once its command line is known good.
-    "scaler.cli.scheduler": [*RARE_IN_EVERY_PROCESS, "scaler.scheduler.server", "capnp"],
+    # for a notebook's view of the monitor feed) and ZeroMQ (it opens no socket) are no part of that.
+    "scaler.cli.cluster": [*RARE_IN_EVERY_PROCESS, "capnp", "scaler.cluster.display", "zmq"],
+    # The scheduler's server, the protocol's codec and ZeroMQ come once its command line is known good (a --help
+    # or a wrong option needs none of them).
+    "scaler.cli.scheduler": [*RARE_IN_EVERY_PROCESS, "scaler.scheduler.server", "capnp", "zmq"],
+    # The HTTP server of /metrics comes only with --metrics-port.
+    "scaler.scheduler.server": [*RARE_IN_EVERY_PROCESS, "wsgiref.simple_server"],
 }
 
 _SCRIPT = """

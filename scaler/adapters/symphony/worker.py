@@ -16,7 +16,6 @@ import os
 import queue
 import socket as socket_module
 import time
-import uuid
 from collections import deque
 from typing import Callable
 
@@ -89,7 +88,7 @@ class SymphonyWorker:
         self._config = config
         self._session_factory = session_factory
         self._name = config.name or f"symphony|{socket_module.gethostname()}|{os.getpid()}"
-        self._identity = f"W|{self._name}|{uuid.uuid4().hex[:8]}".encode()
+        self._identity = f"W|{self._name}|{os.urandom(4).hex()}".encode()
         # One processor, no store, no limits of its own: Symphony runs the functions and watches them.
         agent_config = WorkerConfig(
             address=config.address, name=self._name, task_queue_size=config.task_queue_size,
