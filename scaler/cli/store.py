@@ -15,10 +15,12 @@ import logging
 import os
 from typing import Sequence
 
+import psutil
+
 from scaler.store.control_link import ControlLink
 from scaler.store.scheduler_link import StoreIdentity
 from scaler.store.server import run_store
-from scaler.store.server_config import StoreServerConfig, StoreStartError, default_capacity_bytes
+from scaler.store.server_config import StoreServerConfig, StoreStartError
 from scaler.store.settings import STORE
 from scaler.utility.command_logging import start_logging
 from scaler.utility.command_parser import parser_for
@@ -28,6 +30,14 @@ from scaler.utility.parent_watch import exit_with_parent_pid
 from scaler.utility.readiness import FAILED, LISTENING, ReadinessReporter
 
 logger = logging.getLogger(__name__)
+
+# Of this machine's memory, what a store keeps in memory by default before it spills to disk. (Here, not in
+# server_config.py, which a cluster's process imports too: psutil would be its only use of that package.)
+DEFAULT_CAPACITY_FRACTION = 0.3
+
+
+def default_capacity_bytes() -> int:
+    return int(psutil.virtual_memory().total * DEFAULT_CAPACITY_FRACTION)
 
 
 def build_parser() -> argparse.ArgumentParser:

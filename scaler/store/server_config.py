@@ -4,18 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
-import psutil
-
 from scaler.store.settings import STORE, tcp_bind_address
 
-__all__ = ["StoreServerConfig", "StoreStartError", "default_capacity_bytes", "tcp_bind_address"]
-
-# Of this machine's memory, what a store keeps in memory by default before it spills to disk.
-DEFAULT_CAPACITY_FRACTION = 0.3
-
-
-def default_capacity_bytes() -> int:
-    return int(psutil.virtual_memory().total * DEFAULT_CAPACITY_FRACTION)
+__all__ = ["StoreServerConfig", "StoreStartError", "tcp_bind_address"]
 
 
 class StoreStartError(RuntimeError):

@@ -6,8 +6,6 @@ import subprocess
 import time
 from typing import Sequence
 
-import psutil
-
 
 def stop_processes(processes: Sequence[subprocess.Popen], grace_seconds: float) -> list[subprocess.Popen]:
     """Terminate every process at once, give them `grace_seconds` together, kill the late ones, reap all.
@@ -37,6 +35,9 @@ def stop_process(process: subprocess.Popen, grace_seconds: float) -> None:
 
 def stop_process_trees(processes: Sequence[subprocess.Popen], grace_seconds: float) -> None:
     """`stop_process` for several processes at once: one grace for them all, not one after another."""
+    # psutil only here: a cluster's process, which stops its children with stop_processes, has no other use for it.
+    import psutil
+
     descendants: list[psutil.Process] = []
     for process in processes:
         try:

@@ -23,8 +23,8 @@ NOT_AT_START = {
     "scaler.worker.agent": [*RARE_IN_EVERY_PROCESS, "cloudpickle"],
     "scaler.cli.store": RARE_IN_EVERY_PROCESS,
     # A cluster's process starts the others and watches them: the protocol's codec (which its display would bring
-    # for a notebook's view of the monitor feed) and ZeroMQ (it opens no socket) are no part of that.
-    "scaler.cli.cluster": [*RARE_IN_EVERY_PROCESS, "capnp", "scaler.cluster.display", "zmq"],
+    # for a notebook's view of the monitor feed), ZeroMQ (it opens no socket) and psutil are no part of that.
+    "scaler.cli.cluster": [*RARE_IN_EVERY_PROCESS, "capnp", "scaler.cluster.display", "zmq", "psutil"],
     # The scheduler's server, the protocol's codec and ZeroMQ come once its command line is known good (a --help
     # or a wrong option needs none of them).
     "scaler.cli.scheduler": [*RARE_IN_EVERY_PROCESS, "scaler.scheduler.server", "capnp", "zmq"],
