@@ -5,9 +5,11 @@ from __future__ import annotations
 import re
 
 # Words that start with a vowel letter but a consonant sound ("a uint32", "a unicode string", "a one-off").
-_CONSONANT_SOUNDS = re.compile(r"(?i)^(uni|use|usu|uti|uint|ur[aeiou]|eu|one\b|once)")
+# (Patterns, compiled by re.match on first use and cached there: only an error message needs them, and compiling
+# the two costs every process that imports this module a millisecond.)
+_CONSONANT_SOUNDS = r"(?i)^(uni|use|usu|uti|uint|ur[aeiou]|eu|one\b|once)"
 # Words that start with a consonant letter but a vowel sound.
-_VOWEL_SOUNDS = re.compile(r"(?i)^(hour|honest|honou?r|heir)")
+_VOWEL_SOUNDS = r"(?i)^(hour|honest|honou?r|heir)"
 
 
 def article(word: str) -> str:
@@ -16,9 +18,9 @@ def article(word: str) -> str:
         return "a"
     if word[0].isdigit():
         return "an" if _number_starts_with_a_vowel(word) else "a"
-    if _VOWEL_SOUNDS.match(word):
+    if re.match(_VOWEL_SOUNDS, word):
         return "an"
-    if word[0].lower() in "aeiou" and not _CONSONANT_SOUNDS.match(word):
+    if word[0].lower() in "aeiou" and not re.match(_CONSONANT_SOUNDS, word):
         return "an"
     return "a"
 
