@@ -33,6 +33,8 @@ __all__ = ["ProtocolDecodeError", "Buffer"]
 
 @dataclasses.dataclass(slots=True)
 class Allocate:
+    """Local writer to store: a segment to write an object of `size` bytes into (answer: Segment or Failed)."""
+
     request_id: int
     size: int
     pid: int
@@ -40,6 +42,8 @@ class Allocate:
 
 @dataclasses.dataclass(slots=True)
 class Segment:
+    """Store to local writer: map `size` bytes of `path` shared, write the payload, unmap, then Seal."""
+
     request_id: int
     path: str
     size: int
@@ -47,6 +51,8 @@ class Segment:
 
 @dataclasses.dataclass(slots=True)
 class Seal:
+    """Local writer to store: the segment at `path` holds object `object_id`, `size` bytes (answer: Stored)."""
+
     request_id: int
     object_id: bytes
     path: str
@@ -68,6 +74,8 @@ class MemoryLoan:
 
 @dataclasses.dataclass(slots=True)
 class Lend:
+    """Local writer to store: the object stays in the writer's memory, where `loan` says (answer: Stored or Failed)."""
+
     request_id: int
     object_id: bytes
     size: int
@@ -77,6 +85,8 @@ class Lend:
 
 @dataclasses.dataclass(slots=True)
 class Borrowed:
+    """Store to local reader: read the object from the lender's memory, where `loan` says (nothing to release)."""
+
     request_id: int
     object_id: bytes
     size: int
@@ -85,6 +95,8 @@ class Borrowed:
 
 @dataclasses.dataclass(slots=True)
 class Stored:
+    """Store to writer: the object is held (also when it already was)."""
+
     request_id: int
     object_id: bytes
 
@@ -105,6 +117,8 @@ class Put:
 
 @dataclasses.dataclass(slots=True)
 class Get:
+    """Reader to store: local (answered by Located) or remote (ObjectData); Missing if not here within `wait_ms`."""
+
     request_id: int
     object_id: bytes
     local: bool
@@ -116,6 +130,8 @@ class Get:
 
 @dataclasses.dataclass(slots=True)
 class Located:
+    """Store to local reader: map `size` bytes of `path` privately, and Release them once unmapped."""
+
     request_id: int
     object_id: bytes
     path: str
@@ -124,6 +140,8 @@ class Located:
 
 @dataclasses.dataclass(slots=True)
 class ObjectData:
+    """Store to remote reader: the object's stored payload, in pieces (their concatenation)."""
+
     request_id: int
     object_id: bytes
     payload: list[Buffer]
@@ -135,6 +153,8 @@ class ObjectData:
 
 @dataclasses.dataclass(slots=True)
 class Missing:
+    """Store to reader: the object is not here, nor arrived within the Get's wait."""
+
     request_id: int
     object_id: bytes
     reason: str = ""
@@ -142,28 +162,38 @@ class Missing:
 
 @dataclasses.dataclass(slots=True)
 class Release:
+    """Local reader to store, no answer: these mappings are gone (an id twice: two mappings)."""
+
     object_ids: list[bytes]
     pid: int
 
 
 @dataclasses.dataclass(slots=True)
 class Failed:
+    """Store to requester: the request was refused (bad size, a segment not lent to this pid, ...)."""
+
     request_id: int
     reason: str = ""
 
 
 @dataclasses.dataclass(slots=True)
 class Delete:
+    """Local process to a standalone store, no answer: nobody needs these objects any more."""
+
     object_ids: list[bytes]
 
 
 @dataclasses.dataclass(slots=True)
 class StatusRequest:
+    """Local process to store: what it holds (answer: StoreStatus)."""
+
     request_id: int
 
 
 @dataclasses.dataclass(slots=True)
 class StoreStatus:
+    """Store to requester: the numbers its heartbeats report (data.capnp StoreStatus)."""
+
     request_id: int
     capacity_bytes: int = 0
     resident_bytes: int = 0

@@ -35,6 +35,8 @@ def transfer_reader(transfer: int) -> ReaderId:
 
 @dataclasses.dataclass(frozen=True)
 class CreateSegment:
+    """Make a segment of `capacity` bytes, numbered `segment_id`."""
+
     segment_id: int
     capacity: int
     # A spare for the next writer: its pages are made now, off the writers' path (the shell does it in the
@@ -44,6 +46,8 @@ class CreateSegment:
 
 @dataclasses.dataclass(frozen=True)
 class DestroySegment:
+    """Give the segment up: its memory is freed once no other process has it open or mapped."""
+
     segment_id: int
 
 
@@ -67,6 +71,8 @@ class ReadBack:
 
 @dataclasses.dataclass(frozen=True)
 class DropSpill:
+    """Delete the spill file kept for the object: the object was deleted."""
+
     object_id: bytes
 
 
@@ -133,6 +139,8 @@ class SendBorrowed:
 
 @dataclasses.dataclass(frozen=True)
 class Reply:
+    """Send `message` (data protocol) to the requester."""
+
     to: Requester
     message: d.DataMessage
 
@@ -146,6 +154,8 @@ class WatchProcess:
 
 @dataclasses.dataclass(frozen=True)
 class UnwatchProcess:
+    """Stop watching this local process: it holds nothing of the store's any more."""
+
     pid: int
 
 

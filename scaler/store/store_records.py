@@ -28,6 +28,8 @@ class ObjectState(enum.Enum):
 
 @dataclasses.dataclass
 class SegmentRecord:
+    """A segment of the store's memory, and what it is used for now."""
+
     segment_id: int
     capacity: int
     use: SegmentUse
@@ -39,6 +41,8 @@ class SegmentRecord:
 
 @dataclasses.dataclass
 class ObjectRecord:
+    """An object the store holds or is about to hold, and where its bytes are."""
+
     object_id: bytes
     size: int
     state: ObjectState
@@ -49,6 +53,8 @@ class ObjectRecord:
 
 @dataclasses.dataclass
 class PendingGet:
+    """A get of an object that is not here yet: answered when it arrives, or as missing at `deadline`."""
+
     requester: Requester
     object_id: bytes
     local: bool
@@ -59,6 +65,8 @@ class PendingGet:
 
 @dataclasses.dataclass(frozen=True)
 class StoreConfig:
+    """What the store's core is started with."""
+
     capacity_bytes: int
     own_address: str = ""  # this store's data address: a get naming it as holder is not fetched
     pool_idle_seconds: float = 30.0
