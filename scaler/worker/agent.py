@@ -34,7 +34,6 @@ from scaler.utility.readiness import FAILED, REGISTERED, ReadinessReporter
 from scaler.utility.scheduler_address import TASK_SCHEDULER_ENVIRONMENT_VARIABLE
 from scaler.utility.zmq_util import POLL_IN, POLL_OUT
 from scaler.worker.agent_actions import (
-    AGENT_SIGNAL,
     Action,
     Exit,
     Reconnect,
@@ -46,6 +45,7 @@ from scaler.worker.agent_actions import (
     ToScheduler,
 )
 from scaler.worker.agent_core import WorkerAgentCore
+from scaler.worker.agent_signal import AGENT_SIGNAL
 from scaler.worker.config import WorkerConfig
 from scaler.worker.running_task_slot import NO_TASK, RunningTaskSlot, create_slot
 from scaler.worker.scheduler_link import LinkStuck, SchedulerLink, open_scheduler_link

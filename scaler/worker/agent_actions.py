@@ -12,16 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import signal
 from typing import Protocol, Union
 
 from scaler.protocol import messages as m
-
-# The agent sends this signal after a cancel or release for tasks queued behind a running one, or a request to
-# publish a result the processor made; see Processor._on_agent_signal. Here rather than in processor.py: the
-# agent would otherwise import everything a processor needs (the store client, cloudpickle, ...) just for this
-# name, at every worker's start.
-AGENT_SIGNAL = signal.SIGUSR1
 
 
 class RunningTasks(Protocol):

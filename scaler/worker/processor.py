@@ -32,7 +32,7 @@ from scaler.utility.blocking import install_hooks, set_task_depth, set_task_prio
 from scaler.utility.frame_stream import FrameStream, StreamStuck
 from scaler.utility.malloc_tuning import give_back_freed_memory
 from scaler.utility.parent_watch import die_with_parent
-from scaler.worker.agent_actions import AGENT_SIGNAL
+from scaler.worker.agent_signal import AGENT_SIGNAL
 from scaler.worker.large_results import LargeResults
 from scaler.worker.output_capture import TaskOutputCapture
 from scaler.worker.processor_actions import (

@@ -18,7 +18,7 @@ from scaler.protocol import messages as m
 from scaler.protocol.serializer import DefaultSerializer
 from scaler.utility.frame_stream import FrameStream
 from scaler.utility.identifiers import content_object_id
-from scaler.worker.agent_actions import AGENT_SIGNAL
+from scaler.worker.agent_signal import AGENT_SIGNAL
 from scaler.worker.running_task_slot import RunningTaskSlot, create_slot
 from tests.integration.waiting import wait_until
 

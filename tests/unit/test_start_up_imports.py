@@ -18,7 +18,10 @@ from tests.conftest import REPO_ROOT, child_python_environment
 # --config file (tomllib).
 RARE_IN_EVERY_PROCESS = ["logging.config", "ctypes.util", "importlib.abc", "tomllib"]
 NOT_AT_START = {
-    "scaler.worker.processor": [*RARE_IN_EVERY_PROCESS, "psutil", "scaler.worker.settings"],
+    # A processor takes its orders from the agent, but none of the agent's actions.
+    "scaler.worker.processor": [
+        *RARE_IN_EVERY_PROCESS, "psutil", "scaler.worker.settings", "scaler.worker.agent_actions",
+    ],
     # The agent runs no task: it pickles only its own errors, with the standard pickler.
     "scaler.worker.agent": [*RARE_IN_EVERY_PROCESS, "cloudpickle"],
     "scaler.cli.store": RARE_IN_EVERY_PROCESS,
