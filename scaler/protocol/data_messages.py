@@ -117,7 +117,7 @@ class Put:
 
 @dataclasses.dataclass(slots=True)
 class Get:
-    """Reader to store: local (answered by Located) or remote (ObjectData); Missing if not here within `wait_ms`."""
+    """Reader to store: local (answered by Located or Borrowed) or remote (ObjectData); Missing after `wait_ms`."""
 
     request_id: int
     object_id: bytes
