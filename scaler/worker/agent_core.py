@@ -494,4 +494,3 @@ class WorkerAgentCore:
         )
         for batch in batches:
             self._send(batch)
-
