@@ -235,32 +235,42 @@ def handshaken_peer(dealer: ZmtpDealer) -> tuple[socket.socket, socket.socket]:
     return listener, peer
 
 
+class ReadUntilClosed:
+    """On a thread, what a raw peer receives until the connection ends: in order (its end read) or by an error."""
+
+    def __init__(self, peer: socket.socket) -> None:
+        self.got = bytearray()
+        self.ended: list[str] = []
+        self._peer = peer
+        self._thread = threading.Thread(target=self._read)
+        self._thread.start()
+
+    def _read(self) -> None:
+        try:
+            while chunk := self._peer.recv(65536):
+                self.got.extend(chunk)
+            self.ended.append("closed in order")
+        except OSError as error:
+            self.ended.append(repr(error))
+        self._peer.close()  # as the scheduler's router does once it reads the end
+
+    def join(self) -> None:
+        self._thread.join(10)
+
+
 def test_close_in_order_ends_with_the_peer_despite_unread_bytes_and_its_last_message_arrives() -> None:
     dealer = ZmtpDealer(IDENTITY)
     listener, peer = handshaken_peer(dealer)
-    got = bytearray()
-    ended: list[str] = []
-
-    def peer_reads_until_closed() -> None:
-        try:
-            while chunk := peer.recv(65536):
-                got.extend(chunk)
-            ended.append("closed in order")
-        except OSError as error:
-            ended.append(repr(error))
-        peer.close()  # as the scheduler's router does once it reads the end
-
     try:
         # The dealer reads none of this before it closes: a plain close (drain, then close) resets the connection.
         peer.sendall(encode_message_bytes([b"unread", b"x" * 100_000]))
         time.sleep(0.1)  # not a bound: time for the bytes to reach the dealer's socket, as the case needs
-        reader = threading.Thread(target=peer_reads_until_closed)
-        reader.start()
+        reader = ReadUntilClosed(peer)
         dealer.send([b"goodbye"])
         assert dealer.close_in_order(10)
-        reader.join(10)
-        assert ended == ["closed in order"]
-        assert bytes(got).endswith(encode_message_bytes([b"goodbye"]))
+        reader.join()
+        assert reader.ended == ["closed in order"]
+        assert bytes(reader.got).endswith(encode_message_bytes([b"goodbye"]))
     finally:
         dealer.close()
         listener.close()
@@ -328,25 +338,12 @@ def test_a_client_link_closes_in_order_despite_unread_bytes_and_its_goodbye_arri
         assert link._dealer.ready
         peer.sendall(encode_message_bytes([b"unread", b"x" * 100_000]))
         time.sleep(0.1)  # not a bound: time for the bytes to reach the link's socket, as the case needs
-        got = bytearray()
-        ended: list[str] = []
-
-        def peer_reads_until_closed() -> None:
-            try:
-                while chunk := peer.recv(65536):
-                    got.extend(chunk)
-                ended.append("closed in order")
-            except OSError as error:
-                ended.append(repr(error))
-            peer.close()
-
-        reader = threading.Thread(target=peer_reads_until_closed)
-        reader.start()
+        reader = ReadUntilClosed(peer)
         link.send(m.Disconnect(reason="client leaving"))
         link.close(10)
-        reader.join(10)
-        assert ended == ["closed in order"]
-        assert bytes(got).endswith(encode_message_bytes(m.encode(m.Disconnect(reason="client leaving"))))
+        reader.join()
+        assert reader.ended == ["closed in order"]
+        assert bytes(reader.got).endswith(encode_message_bytes(m.encode(m.Disconnect(reason="client leaving"))))
     finally:
         peer.close()
         listener.close()
