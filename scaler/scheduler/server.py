@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import math
 import os
@@ -289,13 +290,8 @@ def _warn_if_exposed(address: str) -> None:
     if parts.scheme != "tcp":
         return
     host = (parts.hostname or "").strip("[]")
-    if host in ("localhost", "127.0.0.1", "::1"):
-        return
-    # Only another host is worth the ipaddress module (~3 ms of CPU to import; the usual loopback names are above).
-    import ipaddress
-
     try:
-        loopback = ipaddress.ip_address(host).is_loopback
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
     except ValueError:
         loopback = False
     if not loopback:

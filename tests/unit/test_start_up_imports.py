@@ -31,8 +31,8 @@ NOT_AT_START = {
     # The scheduler's server, the protocol's codec and ZeroMQ come once its command line is known good (a --help
     # or a wrong option needs none of them).
     "scaler.cli.scheduler": [*RARE_IN_EVERY_PROCESS, "scaler.scheduler.server", "capnp", "zmq"],
-    # The HTTP server of /metrics comes only with --metrics-port, ipaddress only for a host not plainly loopback.
-    "scaler.scheduler.server": [*RARE_IN_EVERY_PROCESS, "wsgiref.simple_server", "ipaddress"],
+    # The HTTP server of /metrics comes only with --metrics-port.
+    "scaler.scheduler.server": [*RARE_IN_EVERY_PROCESS, "wsgiref.simple_server"],
 }
 
 _SCRIPT = """
