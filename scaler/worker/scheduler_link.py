@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from typing import Iterator, Protocol, Union
 
 import zmq
@@ -119,9 +118,6 @@ class ZmqSchedulerLink:
             send_frames(self.pollable, frames, zmq.NOBLOCK if may_drop else 0)
         except zmq.Again:
             if not may_drop:
-                # What the handshakes said while the send waited (a refused CURVE key, say) is the reason to give:
-                # no tick read the watch meanwhile.
-                self.tick(time.monotonic())
                 raise LinkStuck(_no_usable_connection(self._config, self.problem)) from None
 
     def flush(self) -> None:
