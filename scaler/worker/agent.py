@@ -139,6 +139,8 @@ class WorkerAgent:
             self._stop.open()
             try:
                 self._loop(scheduler, exit_with_parent)
+            except LinkStuck as stuck:  # by then its ticks have named what the handshakes said
+                raise WorkerExit(str(stuck), failed=True, level=logging.ERROR) from None
             finally:
                 self._stop.close()
         except WorkerExit as reason:
@@ -233,10 +235,7 @@ class WorkerAgent:
                     self._poll_link(process)
             elif isinstance(action, ToScheduler):
                 assert self._scheduler is not None
-                try:
-                    self._scheduler.send(action.frames, action.may_drop)
-                except LinkStuck as stuck:
-                    raise WorkerExit(str(stuck), failed=True, level=logging.ERROR) from None
+                self._scheduler.send(action.frames, action.may_drop)
             elif isinstance(action, SignalProcessor):
                 process = self._processes[action.identity]
                 process.slot.announce_urgent_sent(action.urgent_sent)

@@ -6,9 +6,12 @@ message then costs no wake-up of a zmq I/O thread at this end. CURVE keys and ot
 libzmq, and `SCALER_WORKER_TRANSPORT=zmq` asks for it. The scheduler never knows the difference: the wire is
 ZMTP either way.
 
-What differs for the agent: with libzmq a send that must not be dropped waits for a usable connection, at most
-the death timeout, and fails then; the ZMTP link queues it instead (as libzmq's pipe does while reconnecting),
-and the core's death timeout ends a worker that never hears its scheduler. The handshake diagnosis is fed the
+What differs for the agent: with libzmq a send that must not be dropped and finds no usable connection (a
+handshake that keeps failing, such as a refused CURVE key, leaves the DEALER without a pipe) is held and tried
+again at each flush, and a flush fails once the oldest held message has waited the death timeout; the agent's
+loop goes on meanwhile, so its ticks read the handshake watch and name the refusal. The ZMTP link queues every
+message (as libzmq's pipe does while reconnecting), and the core's death timeout ends a worker that never hears
+its scheduler. The handshake diagnosis is fed the
 events a zmq monitor would give (connected, handshake succeeded or failed, disconnected); without CURVE the only
 failures are a peer that is not a ZMTP ROUTER and a secured scheduler (a mechanism mismatch), both told as today.
 """
@@ -17,6 +20,8 @@ from __future__ import annotations
 
 import logging
 import os
+import time
+from collections import deque
 from typing import Iterator, Protocol, Union
 
 import zmq
@@ -38,7 +43,7 @@ _GOODBYE_SECONDS = 1.0
 
 
 class LinkStuck(Exception):
-    """A message that must not be dropped found no usable connection within the death timeout."""
+    """A message that must not be dropped found no usable connection within the death timeout (raised by flush)."""
 
 
 class SchedulerLink(Protocol):
@@ -52,7 +57,8 @@ class SchedulerLink(Protocol):
 
     def receive(self, now: float) -> Iterator[list[Frame]]: ...
     def send(self, frames: list[Frame], may_drop: bool) -> None: ...
-    def flush(self) -> None: ...
+    def flush(self) -> None:
+        """Write what waits; raises LinkStuck if a message that must not be dropped waited the death timeout."""
     def tick(self, now: float) -> list[str]: ...
     def reconnect(self, address: str, now: float) -> None: ...
     def close(self, goodbye: list[Frame]) -> None: ...
@@ -85,9 +91,10 @@ class ZmqSchedulerLink:
         self._context = zmq.Context(io_threads=config.io_threads)
         socket = self.pollable = self._context.socket(zmq.DEALER)
         configure_socket(socket, identity)
-        # A send that must not be dropped still waits for a usable connection, but no longer than the death
-        # timeout: with a handshake that keeps failing (a CURVE mismatch) there may never be one.
-        socket.setsockopt(zmq.SNDTIMEO, max(1, int(config.death_timeout_seconds * 1000)))
+        # Messages that must not be dropped and found no usable connection, oldest first, and when the first was
+        # held: with a handshake that keeps failing (a CURVE mismatch) there may never be one.
+        self._held: deque[list[Frame]] = deque()
+        self._held_since = 0.0
         # After a lost scheduler, reconnect attempts back off as the hellos do (protocol/scheduler_session.py).
         socket.setsockopt(zmq.RECONNECT_IVL_MAX, int(LAST_HELLO_RETRY_SECONDS * 1000))
         self._watch: HandshakeWatch | None = None
@@ -112,16 +119,32 @@ class ZmqSchedulerLink:
             yield receive_frames(socket)
 
     def send(self, frames: list[Frame], may_drop: bool) -> None:
+        # Never blocks: with no usable connection zmq would wait for one, and the loop would read neither the
+        # handshake watch nor its processors meanwhile. A message that may be dropped is; one that may not is
+        # held, behind any held before it.
+        if self._held:
+            if not may_drop:
+                self._held.append(frames)
+            return
         try:
-            # With no usable connection (one whose handshake fails, say a CURVE mismatch) zmq would wait for one,
-            # and the death timeout could never fire: a message that may be dropped is.
-            send_frames(self.pollable, frames, zmq.NOBLOCK if may_drop else 0)
+            send_frames(self.pollable, frames, zmq.NOBLOCK)
         except zmq.Again:
             if not may_drop:
-                raise LinkStuck(_no_usable_connection(self._config, self.problem)) from None
+                self._held.append(frames)
+                self._held_since = time.monotonic()
 
     def flush(self) -> None:
-        pass  # zmq's I/O thread writes
+        # zmq's I/O thread writes what was sent; what was held is tried again.
+        held = self._held
+        while held:
+            try:
+                send_frames(self.pollable, held[0], zmq.NOBLOCK)
+            except zmq.Again:
+                if time.monotonic() - self._held_since >= self._config.death_timeout_seconds:
+                    raise LinkStuck(_no_usable_connection(self._config, self.problem)) from None
+                return
+            held.popleft()
+            self._held_since = time.monotonic()  # the connection moves: the next one's wait starts now
 
     def tick(self, now: float) -> list[str]:
         return self._watch.poll(now) if self._watch is not None else []

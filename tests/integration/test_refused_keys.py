@@ -51,6 +51,48 @@ def test_a_worker_and_its_store_with_a_key_the_scheduler_refuses_say_so(spawn: S
             assert "refused this" in line, line
 
 
+def test_a_workers_hello_to_a_scheduler_refusing_its_key_waits_without_blocking_and_gives_up_saying_why(
+    spawn: Spawner, keys: dict[str, str]
+) -> None:
+    """With its key refused, the libzmq DEALER has no pipe and a blocking send would wait out the death timeout,
+    the agent reading neither its handshake watch nor its processors meanwhile (a worker then gave up naming no
+    reason). A hello that must not be dropped is held instead, and the flush that gives up names the refusal."""
+    import time
+
+    from scaler.protocol import messages as m
+    from scaler.utility.curve import PeerKeys
+    from scaler.worker.config import WorkerConfig
+    from scaler.worker.scheduler_link import LinkStuck, ZmqSchedulerLink
+
+    address = free_local_address()
+    start_scheduler(spawn, address, "--curve-secret-key", keys["scheduler_secret"],
+                    "--curve-authorized-keys", keys["authorized"])
+    config = WorkerConfig(address=address, death_timeout_seconds=2, curve_server_key=keys["scheduler_public"],
+                          curve_secret_key=keys["intruder"])
+    curve_keys = PeerKeys.resolve(config.curve_server_key, config.curve_secret_key)
+    link = ZmqSchedulerLink(config, b"refused-worker", address, time.monotonic(), curve_keys)
+    try:
+        deadline = time.monotonic() + 60
+        told: list[str] = []
+        while not told:
+            assert time.monotonic() < deadline, "the refusal was never seen"
+            told = link.tick(time.monotonic())
+            time.sleep(0.01)
+        assert "refused this worker's key" in told[0]
+        hello = m.encode(m.Hello(role=m.Role.WORKER, name="refused-worker"))
+        with pytest.raises(LinkStuck) as stuck:
+            while time.monotonic() < deadline:
+                link.send(hello, may_drop=False)  # held, never waiting in zmq_send
+                link.flush()
+                assert link.tick(time.monotonic()) == []  # told once
+                time.sleep(0.05)
+        assert "no usable connection to the scheduler" in str(stuck.value)
+        assert "refused this worker's key (CURVE authentication failed" in str(stuck.value)
+        assert stuck.traceback[-1].name == "flush"  # not from a send that waited
+    finally:
+        link.close([])
+
+
 def test_a_client_with_a_key_the_scheduler_refuses_fails_at_once_saying_so(
     spawn: Spawner, keys: dict[str, str]
 ) -> None:
