@@ -415,3 +415,15 @@ class SimulatedAgent:
                 assert held_by_core.get(task_id) == identity, (
                     f"{identity!r} holds {task_id:#x}; the core thinks {held_by_core.get(task_id)!r}"
                 )
+
+
+def make_agent(**settings: Any) -> SimulatedAgent:
+    """An agent welcomed by its scheduler, its first processor said hello."""
+    agent = SimulatedAgent(WorkerConfig(address="tcp://127.0.0.1:1", **settings))
+    agent.welcome()
+    agent.hello()
+    return agent
+
+
+def of_type(actions: list, kind: type) -> list:
+    return [action for action in actions if isinstance(action, kind)]

@@ -1,4 +1,6 @@
-"""The worker agent's decisions, tested on its sans-I/O core with simulated processors (agent_harness.py).
+"""The worker agent's decisions, tested on its sans-I/O core with simulated processors (agent_harness.py):
+tasks and their results, nested waits, limits, crash blame, suspects, heartbeats and leaving. Cancels and
+releases are in test_agent_cancels.py, result sizes and results kept unwritten in test_agent_results.py.
 
 No process, socket or clock: each test plays the scheduler and the processors, and checks what the
 agent sends where, and which processes it starts, stops and signals.
@@ -8,30 +10,17 @@ from __future__ import annotations
 
 import logging
 import pickle
-from typing import Any
 
 import pytest
-from agent_harness import FUNCTION_ID, SimulatedAgent, payload_for
+from agent_harness import FUNCTION_ID, SimulatedAgent, make_agent, of_type
 
-from scaler.errors import MemoryLimitError, PayloadTooLargeError, TaskTimeoutError
+from scaler.errors import MemoryLimitError, TaskTimeoutError
 from scaler.protocol import messages as m
-from scaler.worker.agent_actions import Exit, SignalProcessor, StartProcessor, StopProcessor, ToScheduler
+from scaler.worker.agent_actions import Exit, StartProcessor, StopProcessor
 from scaler.worker.config import WorkerConfig
 from scaler.worker.processor_pool import SPARE_IDLE_SECONDS
 
 ADDRESS = "tcp://127.0.0.1:1"
-
-
-def make_agent(**settings: Any) -> SimulatedAgent:
-    agent = SimulatedAgent(WorkerConfig(address=ADDRESS, **settings))
-    agent.welcome()
-    agent.hello()
-    return agent
-
-
-def of_type(actions: list, kind: type) -> list:
-    return [action for action in actions if isinstance(action, kind)]
-
 
 @pytest.fixture
 def agent() -> SimulatedAgent:
@@ -298,186 +287,6 @@ def test_a_suspect_asks_to_start_and_the_answer_goes_only_to_the_processor_that_
     agent.check()
 
 
-# ---------------------------------------------------------------------------------------------- cancels and releases
-
-
-def test_a_release_goes_to_every_processor_and_signals_only_one_whose_queued_task_is_named(
-    agent: SimulatedAgent,
-) -> None:
-    running, queued = agent.submit(2)
-    busy, _ = agent.wait_in_active()
-    # busy: waits in `running`, its queue handed over; the new active one runs `queued` with more behind it
-    more = agent.submit(2)
-    active = agent.run_next(queued)
-    assert not of_type(agent.release([running]), SignalProcessor), "only its running task named: nothing to do"
-    assert not of_type(agent.release([queued]), SignalProcessor)
-    actions = agent.release([queued, more[1]])
-    assert [signal.identity for signal in of_type(actions, SignalProcessor)] == [active.identity]
-    assert set(agent.failures(m.FailureKind.RETURNED)) == {more[1]}, "the signalled processor answered at once"
-    for processor in agent.processors.values():
-        if processor.said_hello:
-            assert processor.received_of(m.ReleaseTasks), f"{processor.identity!r} was not told"
-    agent.check()
-
-
-def test_an_idle_processor_is_not_signalled(agent: SimulatedAgent) -> None:
-    task_ids = agent.submit(2)
-    assert not of_type(agent.release(task_ids), SignalProcessor)
-    assert set(agent.failures(m.FailureKind.RETURNED)) == set(task_ids)
-
-
-def test_a_result_held_back_behind_a_long_task_is_asked_for_once_the_task_outlasts_a_tick(
-    agent: SimulatedAgent,
-) -> None:
-    # The balancer saw the first task as queued behind the second and released the newest: the running one.
-    first, second = agent.submit(2)
-    processor = agent.run_next(first)
-    agent.finish(processor, held_back=True)  # it ended right after a batch went out
-    agent.run_next(second)
-    assert not of_type(agent.tick(0.1), SignalProcessor), "the tick that sees a task start does not ask"
-    assert not agent.outcomes[first]
-    assert [signal.identity for signal in of_type(agent.tick(0.1), SignalProcessor)] == [processor.identity]
-    assert agent.outcomes[first] == [("ok", payload_for(first))], "the held result reached the scheduler"
-    assert not of_type(agent.tick(0.1) + agent.tick(0.1), SignalProcessor), "asked once per running task"
-    agent.finish(processor)
-    agent.check()
-
-
-def test_a_long_task_with_no_older_task_unanswered_is_not_signalled(agent: SimulatedAgent) -> None:
-    first, second = agent.submit(2)
-    processor = agent.run_next(first)
-    for _ in range(3):
-        assert not of_type(agent.tick(0.1), SignalProcessor), "nothing before it waits for an answer"
-    agent.finish(processor)
-    agent.run_next(second)
-    for _ in range(3):
-        assert not of_type(agent.tick(0.1), SignalProcessor)
-    agent.check()
-
-
-def test_a_cancel_of_a_running_task_is_refused_at_once_before_the_queued_ones_are_canceled(
-    agent: SimulatedAgent,
-) -> None:
-    running, queued = agent.submit(2)
-    processor = agent.run_next()
-    actions = agent.cancel([running, queued])
-    messages = [m.decode(action.frames) for action in of_type(actions, ToScheduler)]
-    assert messages[0] == m.CancelRefused(task_ids=[running])
-    assert of_type(actions, SignalProcessor), "the queued one is answered now, not after the running one"
-    assert set(agent.failures(m.FailureKind.CANCELED)) == {queued}
-    agent.finish(processor)
-    assert agent.outcomes[running] == [("ok", payload_for(running))]
-    agent.check()
-
-
-def test_a_force_cancel_stops_the_processor_running_the_task(agent: SimulatedAgent) -> None:
-    running, queued, other = agent.submit(3)
-    processor = agent.run_next()
-    actions = agent.cancel([running], force=True)
-    assert of_type(actions, StopProcessor) == [StopProcessor(processor.identity)]
-    assert set(agent.failures(m.FailureKind.CANCELED)) == {running}
-    assert set(agent.failures(m.FailureKind.RETURNED)) == {queued, other}
-    assert not agent.received(m.CancelRefused)
-    agent.check()
-
-
-def test_a_force_cancel_that_comes_just_before_its_task_starts_stops_it_at_the_next_tick(
-    agent: SimulatedAgent,
-) -> None:
-    """The processor took the task from its socket and starts it before it reads the cancel behind it: the
-    slot names no task when the cancel comes, then the task runs and the processor reads nothing more."""
-    task, other = agent.submit(2)
-    processor = agent.active()
-    processor.starting = True
-    actions = agent.cancel([task], force=True)
-    assert not of_type(actions, StopProcessor)
-    assert agent.start_task(processor) == task
-    actions = agent.tick(0.1)
-    assert of_type(actions, StopProcessor) == [StopProcessor(processor.identity)]
-    assert set(agent.failures(m.FailureKind.CANCELED)) == {task}
-    assert set(agent.failures(m.FailureKind.RETURNED)) == {other}
-    agent.check()
-
-
-def test_a_cancel_that_comes_just_before_its_task_starts_is_refused_at_the_next_tick(agent: SimulatedAgent) -> None:
-    """As the forced one above: the slot names no task when the cancel comes, then the task runs and its processor
-    reads the cancel only after it; the scheduler hears that the cancel came too late while the task runs."""
-    task, other = agent.submit(2)
-    processor = agent.active()
-    processor.starting = True
-    agent.cancel([task])
-    assert not agent.received(m.CancelRefused)
-    assert agent.start_task(processor) == task
-    agent.tick(0.1)
-    assert agent.received(m.CancelRefused) == [m.CancelRefused(task_ids=[task])]
-    agent.tick(0.1)
-    assert len(agent.received(m.CancelRefused)) == 1, "refused once"
-    agent.finish(processor)
-    assert agent.outcomes[task] == [("ok", payload_for(task))]
-    agent.check()
-
-
-def test_a_force_cancel_of_queued_tasks_stops_nothing(agent: SimulatedAgent) -> None:
-    running, queued = agent.submit(2)
-    agent.run_next()
-    actions = agent.cancel([queued], force=True)
-    assert not of_type(actions, StopProcessor)
-    assert set(agent.failures(m.FailureKind.CANCELED)) == {queued}
-    agent.check()
-
-
-# ---------------------------------------------------------------------------------------------- size limits
-
-
-def test_a_result_over_the_frame_limit_fails_as_payload_too_large_and_the_others_go_through(
-    agent: SimulatedAgent, caplog: pytest.LogCaptureFixture
-) -> None:
-    agent.welcome(max_frame_bytes=10_000)
-    big, small = agent.submit(2)
-    results = m.TaskResults(succeeded_ids=[big, small], payloads=[b"x" * 20_000, b"ok"], failures=[])
-    with caplog.at_level(logging.WARNING):
-        agent.answer_batch(agent.active(), results)
-    failure = agent.failures(m.FailureKind.RAISED)[big]
-    assert failure.type_name == "scaler.errors.PayloadTooLargeError" and "20,000 bytes" in failure.message
-    assert isinstance(pickle.loads(failure.exception), PayloadTooLargeError)
-    assert agent.outcomes[small] == [("ok", b"ok")]
-    assert "1 failed as too large" in caplog.text
-    agent.check()
-
-
-def test_a_result_exactly_at_the_frame_limit_fails_too_and_one_byte_under_goes_through(agent: SimulatedAgent) -> None:
-    agent.welcome(max_frame_bytes=10_000)
-    at_limit, under = agent.submit(2)
-    results = m.TaskResults(succeeded_ids=[at_limit, under], payloads=[b"x" * 10_000, b"y" * 9_999], failures=[])
-    agent.answer_batch(agent.active(), results)
-    failure = agent.failures(m.FailureKind.RAISED)[at_limit]
-    assert failure.type_name == "scaler.errors.PayloadTooLargeError"
-    assert "10,000 bytes, at the scheduler's limit of 10,000 bytes" in failure.message
-    assert agent.outcomes[under] == [("ok", b"y" * 9_999)]
-    agent.check()
-
-
-def test_results_over_the_control_limit_go_in_parts_each_with_its_tasks_warnings(agent: SimulatedAgent) -> None:
-    agent.welcome(max_control_frame_bytes=2_000)
-    task_ids = agent.submit(20)
-    processor = agent.active()
-    warnings = [
-        m.TaskWarning(task_id=task_id, category="builtins.UserWarning", message="w" * 100, filename="f.py", lineno=1)
-        for task_id in task_ids
-    ]
-    results = m.TaskResults(
-        succeeded_ids=task_ids, payloads=[b"p" * 200 for _ in task_ids], failures=[], warnings=warnings
-    )
-    agent.answer_batch(processor, results)
-    parts = agent.received(m.TaskResults)
-    assert len(parts) > 1
-    assert all(len(m.encode(part)[0]) <= 2_000 for part in parts)
-    for part in parts:
-        assert {warning.task_id for warning in part.warnings} == set(part.succeeded_ids)
-    assert sorted(task_id for part in parts for task_id in part.succeeded_ids) == task_ids
-    agent.check()
-
-
 # ---------------------------------------------------------------------------------------------- heartbeats
 
 
@@ -571,80 +380,4 @@ def test_an_input_a_processor_could_not_read_is_reported_lost_before_its_task_co
             succeeded_ids=[], payloads=[], failures=[m.TaskFailure(task_id=task_id, kind=m.FailureKind.RETURNED)]
         ),
     ]
-    agent.check()
-
-
-# ---------------------------------------------------------------------------------------------- results kept unwritten
-
-
-LARGE = b"L" * 16
-STORE = "tcp://127.0.0.1:2"
-
-
-def _made_stored(agent: SimulatedAgent, processor, object_id: bytes) -> int:
-    """The processor's running task ends with a large result it reports as stored (and may not have written)."""
-    task_id = processor.running
-    assert task_id is not None
-    processor.running = None
-    agent.slots.pop(processor.identity, None)
-    agent._from_processor(processor, m.TaskResults(succeeded_ids=[], payloads=[], failures=[], stored=[
-        m.StoredResult(task_id=task_id, object_id=object_id, size=1 << 20, holder=STORE)
-    ]))
-    return task_id
-
-
-def test_a_publish_request_goes_to_the_processor_that_made_the_result_signalled_while_its_task_runs(
-    agent: SimulatedAgent,
-) -> None:
-    agent.submit(2)
-    maker = agent.run_next()
-    _made_stored(agent, maker, LARGE)
-    agent.run_next()  # busy with the next task: only the signal makes it read now
-    actions = agent.from_scheduler(m.PublishObjects(object_ids=[LARGE]))
-    assert [signal.identity for signal in of_type(actions, SignalProcessor)] == [maker.identity]
-    assert maker.received_of(m.PublishObjects) == [m.PublishObjects(object_ids=[LARGE])]
-    assert agent.from_scheduler(m.PublishObjects(object_ids=[LARGE])) == [], "asked once"
-    agent.check()
-
-
-def test_a_result_given_to_another_processor_of_the_worker_is_published_by_its_maker(agent: SimulatedAgent) -> None:
-    first, second = agent.submit(2)
-    maker = agent.run_next(first)
-    _made_stored(agent, maker, LARGE)
-    agent.run_next(second)
-    agent.block(maker)  # its task waits on nested tasks: another processor serves the next submissions
-    agent.hello()
-    assert agent.active() is not maker
-    agent.submit(1, objects=[m.ObjectPayload(object_id=LARGE, payload=b"", name="result", size=1 << 20,
-                                             holder=STORE)])
-    assert maker.received_of(m.PublishObjects) == [m.PublishObjects(object_ids=[LARGE])]
-    agent.check()
-
-
-def test_a_processor_that_dies_reports_the_results_it_may_not_have_written_as_lost(agent: SimulatedAgent) -> None:
-    agent.submit(2)
-    maker = agent.run_next()
-    _made_stored(agent, maker, LARGE)
-    agent.run_next()
-    agent.crash(maker)
-    assert m.ObjectsLost(object_ids=[LARGE]) in agent.received(m.ObjectsLost)
-    agent.check()
-
-
-def test_spares_stopped_after_idling_report_the_results_they_may_not_have_written_as_lost(
-    agent: SimulatedAgent,
-) -> None:
-    agent.submit(3)
-    first, _ = agent.wait_in_active()
-    second, _ = agent.wait_in_active()
-    made = {}
-    for processor, object_id in ((second, b"S" * 16), (first, b"F" * 16)):
-        agent.unblock(processor)
-        _made_stored(agent, processor, object_id)
-        made[processor.identity] = object_id
-    agent.tick(SPARE_IDLE_SECONDS / 2)
-    assert not agent.received(m.ObjectsLost)
-    stopped = {stop.identity for stop in of_type(agent.tick(SPARE_IDLE_SECONDS), StopProcessor)}
-    lost = {object_id for message in agent.received(m.ObjectsLost) for object_id in message.object_ids}
-    assert lost and lost == {made[identity] for identity in stopped if identity in made}
     agent.check()
