@@ -14,6 +14,16 @@ So in a multiprocessing child, whatever its start method, the closers registered
   exit status is what the pool expects. They run on a thread of their own, waited for a bounded time: the
   signal may have interrupted the main thread holding a lock they need.
 
+Python runs a signal's handler on the main thread only, between two bytecodes; the C-level handler, on whatever
+thread the kernel chose, only marks it due. A main thread waiting in C code that does not give up on a signal
+never runs it. A pool worker's main thread waits for its queue's lock in glibc's sem_wait, and `terminate()`
+takes that lock for good before its SIGTERM: when the signal lands while that wait is between two sleeps (woken
+by the lock's release, going back to sleep in glibc's own loop), nothing interrupts it again, and the worker
+never ends (`pool.join()` hangs). So a thread of ours also sees each SIGTERM, through the wakeup fd that the
+C-level handler writes (`signal.set_wakeup_fd`), and sends it again to the main thread itself until the handler
+has begun: the main thread's wait then ends with EINTR, and Python runs the handler. A process that has a wakeup
+fd already (asyncio's signal handling sets one) keeps it, without this.
+
 A process that is not a multiprocessing child is left alone: its atexit runs, and its signals are its owner's.
 """
 
@@ -46,6 +56,12 @@ _main_closing = False
 _sigterm_deferred = False
 _exit_hook_pid = 0
 _sigterm_pid = 0
+# Set as the SIGTERM handler begins: until then, a SIGTERM seen through the wakeup fd is sent again to the main
+# thread, this often.
+_sigterm_began = threading.Event()
+_NUDGE_SECONDS = 0.25
+# The pipe whose write end is the wakeup fd (read end, write end), in the process that set it.
+_wakeup_pipe: tuple[int, int] | None = None
 
 
 def close_when_child_ends(closer: _Closer) -> _Closer:
@@ -101,12 +117,51 @@ def _close_on_sigterm() -> None:
         return
     if signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, _on_sigterm):  # ours: inherited from a parent
         return  # the process's owner decided what SIGTERM does
+    _watch_sigterm()  # first: a SIGTERM that comes once the handler is set is seen
     signal.signal(signal.SIGTERM, _on_sigterm)
     _sigterm_pid = os.getpid()
 
 
+def _watch_sigterm() -> None:
+    """On the main thread: make the wakeup fd a pipe that a thread of ours reads (see the module's docstring)."""
+    global _wakeup_pipe
+    if not hasattr(signal, "pthread_kill"):
+        return
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)  # the C-level handler must never wait
+    previous = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+    if previous != -1:  # the process's (asyncio's): it stays
+        signal.set_wakeup_fd(previous)
+        os.close(read_end)
+        os.close(write_end)
+        return
+    _wakeup_pipe = (read_end, write_end)
+    threading.Thread(target=_nudge_main_thread, args=(read_end,), name="scaler-child-sigterm", daemon=True).start()
+
+
+def _nudge_main_thread(read_end: int) -> None:
+    """Wait for a SIGTERM that our handler is to take; then send it to the main thread until the handler began."""
+    while True:
+        try:
+            received = os.read(read_end, 512)
+        except OSError:
+            return
+        if not received:
+            return  # the pipe was closed
+        if signal.SIGTERM.value in received and signal.getsignal(signal.SIGTERM) is _on_sigterm:
+            break
+    main_thread = threading.main_thread().ident
+    assert main_thread is not None
+    while not _sigterm_began.wait(_NUDGE_SECONDS):
+        try:
+            signal.pthread_kill(main_thread, signal.SIGTERM)
+        except OSError:
+            return  # the main thread is gone: the process is ending
+
+
 def _on_sigterm(signum: int, _frame: object) -> None:
     global _sigterm_deferred
+    _sigterm_began.set()
     if _main_closing:
         _sigterm_deferred = True
         return
@@ -122,11 +177,23 @@ def _end_by(signum: int) -> None:
 
 def _after_fork_in_child() -> None:
     """The parent's closers are the parent's; a child registers its own (and its own hooks)."""
-    global _lock, _began, _done, _main_closing, _sigterm_deferred
+    global _lock, _began, _done, _main_closing, _sigterm_deferred, _sigterm_began, _wakeup_pipe
     _lock = threading.RLock()
     _closers.clear()
     _began, _done = False, threading.Event()
     _main_closing = _sigterm_deferred = False
+    _sigterm_began = threading.Event()
+    if _wakeup_pipe is not None:  # the parent's, which no thread reads here: the child sets its own if it needs one
+        read_end, write_end = _wakeup_pipe
+        _wakeup_pipe = None
+        try:
+            current = signal.set_wakeup_fd(-1)
+        except ValueError:  # not the main thread (Python makes the forking thread the child's): the pipe stays
+            return
+        if current != write_end:
+            signal.set_wakeup_fd(current)
+        os.close(read_end)
+        os.close(write_end)
 
 
 if hasattr(os, "register_at_fork"):

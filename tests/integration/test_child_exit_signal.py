@@ -1,0 +1,81 @@
+"""A multiprocessing child SIGTERMed while its main thread waits in C code still ends, its closers run
+(scaler/utility/child_exit.py).
+
+Python runs a signal's handler on the main thread only, between two bytecodes. A pool worker's main thread
+waits for its queue's lock in glibc's sem_wait, and a pool's terminate() takes that lock for good and then sends
+SIGTERM. When the signal lands while that wait is not inside its system call (woken by the lock's release just
+before, and going back to sleep in glibc's own retry loop), its C-level handler runs and nothing interrupts the
+wait again: the Python handler never runs and the worker never ends (1 round in about 50 of a terminated pool
+under load, `pool.join()` then hangs). Here the C-level handler is made to run on another thread of the child,
+which leaves its main thread in the same state, every time.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.connection
+import os
+import signal
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from scaler.utility.child_exit import close_when_child_ends
+
+pytestmark = pytest.mark.skipif(not hasattr(signal, "pthread_kill"), reason="needs POSIX threads' signals")
+
+WAIT_SECONDS = 30.0  # an upper bound against hangs on a loaded machine, never an expectation
+
+
+def _state(thread_id: int) -> str:
+    with open(f"/proc/self/task/{thread_id}/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0]
+
+
+def _sleeping_for_good(thread_id: int, deadline: float) -> None:
+    """Until the thread has been seen asleep twice, with this thread asleep in between: had it waited for the GIL
+    at the first look, it had it meanwhile and went on into its wait."""
+    seen = 0
+    while seen < 2 and time.monotonic() < deadline:
+        seen = seen + 1 if _state(thread_id) == "S" else 0
+        time.sleep(0.05)
+
+
+def _blocked_child(lock: Any, report: multiprocessing.connection.Connection) -> None:
+    close_when_child_ends(lambda: report.send("closed"))  # as a Client made here does
+    main_thread = threading.main_thread().native_id
+    assert main_thread is not None
+    about_to_wait = threading.Event()
+
+    def signal_on_another_thread() -> None:
+        about_to_wait.wait(WAIT_SECONDS)
+        _sleeping_for_good(main_thread, time.monotonic() + WAIT_SECONDS)
+        report.send("signalled")
+        signal.pthread_kill(threading.get_ident(), signal.SIGTERM)  # the C-level handler runs here, not on main
+
+    threading.Thread(target=signal_on_another_thread, daemon=True).start()
+    about_to_wait.set()
+    lock.acquire()  # held by the parent for good, as a terminating pool holds its workers' queue lock
+
+
+def test_a_sigterm_whose_handler_the_blocked_main_thread_cannot_run_still_ends_the_child() -> None:
+    context = multiprocessing.get_context("fork")
+    lock = context.Lock()
+    lock.acquire()
+    receiver, sender = context.Pipe(duplex=False)
+    child = context.Process(target=_blocked_child, args=(lock, sender))
+    child.start()
+    sender.close()
+    try:
+        assert receiver.poll(WAIT_SECONDS) and receiver.recv() == "signalled"
+        child.join(WAIT_SECONDS)
+        assert child.exitcode == -signal.SIGTERM, "still running" if child.exitcode is None else child.exitcode
+        assert receiver.poll(WAIT_SECONDS) and receiver.recv() == "closed"
+    finally:
+        if child.is_alive():
+            os.kill(child.pid, signal.SIGKILL)
+            child.join(WAIT_SECONDS)
+        receiver.close()
+        lock.release()
