@@ -152,7 +152,7 @@ def _nudge_main_thread(read_end: int) -> None:
             break
     main_thread = threading.main_thread().ident
     assert main_thread is not None
-    while not _sigterm_began.wait(_NUDGE_SECONDS):
+    while not _sigterm_began.wait(_NUDGE_SECONDS) and signal.getsignal(signal.SIGTERM) is _on_sigterm:
         try:
             signal.pthread_kill(main_thread, signal.SIGTERM)
         except OSError:

@@ -16,6 +16,7 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import signal
+import socket
 import threading
 import time
 from typing import Any
@@ -79,3 +80,44 @@ def test_a_sigterm_whose_handler_the_blocked_main_thread_cannot_run_still_ends_t
             child.join(WAIT_SECONDS)
         receiver.close()
         lock.release()
+
+
+
+def _wakeup_fd() -> int:
+    current = signal.set_wakeup_fd(-1)
+    signal.set_wakeup_fd(current)
+    return current
+
+
+def _wakeup_fds_seen(own_first: bool, report: multiprocessing.connection.Connection) -> None:
+    """In a child: the wakeup fd after a registration (its own, if it had one), and in a process forked then."""
+    own, other = socket.socketpair()
+    own.setblocking(False)
+    if own_first:
+        signal.set_wakeup_fd(own.fileno())
+    close_when_child_ends(lambda: None)
+    after = _wakeup_fd()
+    grandchild = os.fork()
+    if grandchild == 0:
+        os._exit(0 if _wakeup_fd() == (own.fileno() if own_first else -1) else 1)
+    _, status = os.waitpid(grandchild, 0)
+    report.send((after == own.fileno() if own_first else after not in (-1, own.fileno()),
+                 os.waitstatus_to_exitcode(status)))
+
+
+@pytest.mark.parametrize("own_first", [True, False], ids=["its own", "none"])
+def test_a_childs_own_wakeup_fd_stays_and_ours_does_not_outlive_a_fork(own_first: bool) -> None:
+    context = multiprocessing.get_context("fork")
+    receiver, sender = context.Pipe(duplex=False)
+    child = context.Process(target=_wakeup_fds_seen, args=(own_first, sender))
+    child.start()
+    sender.close()
+    try:
+        assert receiver.poll(WAIT_SECONDS) and receiver.recv() == (True, 0)
+        child.join(WAIT_SECONDS)
+        assert child.exitcode == 0
+    finally:
+        if child.is_alive():
+            os.kill(child.pid, signal.SIGKILL)
+            child.join(WAIT_SECONDS)
+        receiver.close()
