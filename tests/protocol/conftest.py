@@ -125,6 +125,27 @@ class SchedulerUnderTest:
 @pytest.fixture
 def scheduler_under_test(tmp_path: str) -> Iterator[Callable[..., SchedulerUnderTest]]:
     """start(*options): the scheduler under test on a free port, answering a hello; stopped after the test."""
+    yield from schedulers_under_test(str(tmp_path))
+
+
+@pytest.fixture(scope="module")
+def scheduler_shared_by_the_module(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Callable[[], SchedulerUnderTest]]:
+    """One scheduler under test (default options) for the tests of a module that each play peers of their own
+    and leave nothing the next test reads: every peer has an identity of its own, so what a test registers, or
+    has dropped, is no other test's. One scheduler's start instead of one per test; its log is printed when
+    the module ends."""
+    starts = schedulers_under_test(str(tmp_path_factory.mktemp("shared-scheduler")))
+    shared = next(starts)()
+    try:
+        yield lambda: shared
+    finally:
+        starts.close()  # its `finally`: the peers closed, the scheduler stopped, its log printed
+
+
+def schedulers_under_test(directory: str) -> Iterator[Callable[..., SchedulerUnderTest]]:
+    """The body of the fixtures above: yields start(*options); stops what it started when closed."""
     context = zmq.Context()
     played: list[PlayedPeer] = []
     started: list[PeerProcess] = []
@@ -136,7 +157,7 @@ def scheduler_under_test(tmp_path: str) -> Iterator[Callable[..., SchedulerUnder
 
     def start(*options: str) -> SchedulerUnderTest:
         address = free_tcp_address()
-        log_path = os.path.join(str(tmp_path), f"scheduler-{len(started)}.log")
+        log_path = os.path.join(directory, f"scheduler-{len(started)}.log")
         process = start_scheduler(address, log_path, "--logging-level", "INFO", *options)
         started.append(process)
         probe = peer("probe", address)
