@@ -82,7 +82,9 @@ def test_an_undecodable_frame_from_a_registered_peer_drops_it(scheduler_shared_b
     peer.assert_unknown()
 
 
-def test_an_undecodable_frame_from_a_stranger_gets_only_a_protocol_error(scheduler_shared_by_the_module: StartScheduler) -> None:
+def test_an_undecodable_frame_from_a_stranger_gets_only_a_protocol_error(
+    scheduler_shared_by_the_module: StartScheduler,
+) -> None:
     scheduler = scheduler_shared_by_the_module()
     peer = scheduler.peer("stranger")
     peer.send_frames([wire.with_discriminant(wire.build("heartbeat"), 99)])
