@@ -106,6 +106,36 @@ def worker(start: StartWorker, scheduler: FakeScheduler) -> Worker:
     return Worker(link, process)
 
 
+@dataclasses.dataclass
+class SharedWorker:
+    worker: Worker
+    dialect: Dialect
+
+
+@pytest.fixture(scope="module", params=IMPLEMENTATIONS, ids=[implementation.name for implementation in IMPLEMENTATIONS])
+def worker_shared_by_the_module(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[SharedWorker]:
+    """The `worker` above, one of each implementation for all the tests of a module that leave it as they found
+    it: registered, serving, nothing of theirs still on its way (each ends with every answer it caused read).
+    One worker's start instead of one per test; its log is printed when the module ends."""
+    implementation: WorkerImplementation = request.param
+    directory = str(tmp_path_factory.mktemp(f"shared-worker-{implementation.name}"))
+    schedulers = played_scheduler()
+    scheduler = next(schedulers)
+    process = start_worker(implementation, scheduler.address, os.path.join(directory, "worker.log"), capacity=100)
+    try:
+        link = scheduler.accept()
+        link.welcome(heartbeatIntervalMs=200)
+        yield SharedWorker(Worker(link, process), DIALECTS[implementation.dialect])
+    finally:
+        try:
+            process.stop()
+            print(f"---- log of worker process {process.process.pid} ({implementation.name}) ----\n{process.log()}")
+        finally:
+            schedulers.close()
+
+
 # ---------------------------------------------------------------------------------------------- scheduler part
 
 
