@@ -34,10 +34,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The first test that needs the native worker may build it: give that one test the build's time too."""
+    """The first test that needs the native worker may build it: give that one test the build's time too (its
+    worker is the `implementation` fixture's, or a module's shared one, worker_shared_by_the_module)."""
     for item in items:
         callspec = getattr(item, "callspec", None)
-        if callspec is not None and getattr(callspec.params.get("implementation"), "name", "") == "native":
+        params = callspec.params if callspec is not None else {}
+        if any(getattr(params.get(name), "name", "") == "native"
+               for name in ("implementation", "worker_shared_by_the_module")):
             default = float(config.getini("timeout") or 0)
             item.add_marker(pytest.mark.timeout(default + BUILD_TIMEOUT_SECONDS))
             return
