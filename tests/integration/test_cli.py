@@ -2,10 +2,15 @@
 
 Every process started here is a child of the test, logs to a file under tmp_path, and is terminated and
 reaped in a `finally`; the grandchildren (workers, processors) are checked for separately.
+
+Each script's `-h` runs once as a process, its text shared by the tests that read it; of the bad addresses,
+the first runs each script as a process, the others its entry point in a child forked from the test
+(tests/integration/forked_command_line.py): the same parser, without an interpreter's start per line.
 """
 
 from __future__ import annotations
 
+import functools
 import operator
 import os
 import re
@@ -20,6 +25,7 @@ from scaler import Client
 from scaler.cluster.combo import free_local_address
 from scaler.errors import ProtectedModeError
 from tests.conftest import console_script
+from tests.integration.forked_command_line import run_forked
 from tests.integration.spawned import Spawner, start_scheduler
 
 SCHEDULER = [console_script("scaler_scheduler")]
@@ -105,6 +111,18 @@ def option_blocks(help_text: str) -> dict[str, str]:
 # ---------------------------------------------------------------------------------------------- console scripts
 
 
+@functools.cache
+def _help_of(script: str, environment: tuple[tuple[str, str], ...]) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [console_script(script), "-h"], capture_output=True, text=True, timeout=60, env=dict(environment)
+    )
+
+
+def help_of(script: str, python_env: dict[str, str]) -> subprocess.CompletedProcess:
+    """`script -h` as a process, run once per script and environment: its output does not change in between."""
+    return _help_of(script, tuple(sorted(python_env.items())))
+
+
 SCHEDULER_OPTIONS = [
     "--io-threads", "--max-number-of-tasks-waiting", "--client-timeout-seconds", "--worker-timeout-seconds",
     "--object-retention-seconds", "--load-balance-seconds", "--per-worker-queue-size", "--event-loop",
@@ -123,9 +141,7 @@ CLUSTER_OPTIONS = [
     [("scaler_scheduler", SCHEDULER_OPTIONS), ("scaler_cluster", CLUSTER_OPTIONS), ("scaler_worker", CLUSTER_OPTIONS)],
 )
 def test_help_lists_every_option_with_its_default(script: str, options: list[str], python_env) -> None:
-    done = subprocess.run(
-        [console_script(script), "-h"], capture_output=True, text=True, timeout=60, env=python_env
-    )
+    done = help_of(script, python_env)
     assert done.returncode == 0, done.stderr
     assert "usage:" in done.stdout and "address" in done.stdout
     blocks = option_blocks(done.stdout)
@@ -145,9 +161,7 @@ def test_help_lists_every_option_with_its_default(script: str, options: list[str
 @pytest.mark.parametrize("script", ["scaler_scheduler", "scaler_cluster"])
 def test_help_shows_one_default_per_option(script: str, python_env) -> None:
     """Two "(default: ...)" in one entry contradict each other, e.g. "(default: X) (default: None)"."""
-    done = subprocess.run(
-        [console_script(script), "-h"], capture_output=True, text=True, timeout=60, env=python_env
-    )
+    done = help_of(script, python_env)
     doubled = {option: text for option, text in option_blocks(done.stdout).items() if text.count("(default:") > 1}
     assert not doubled, f"{script} -h shows two defaults for: {doubled}"
 
@@ -160,7 +174,7 @@ def test_help_shows_one_default_per_option(script: str, python_env) -> None:
 def test_help_states_no_default_that_misleads(script: str, python_env) -> None:
     """No "--no-store ... (default: True)" (it reads as if the store were off), no "(default: None)" on an
     address one must give, no empty or list-shaped default, and an item of a list said once."""
-    done = subprocess.run([console_script(script), "-h"], capture_output=True, text=True, timeout=60, env=python_env)
+    done = help_of(script, python_env)
     assert done.returncode == 0, done.stderr
     text = " ".join(done.stdout.split())
     for wrong in ("(default: None)", "(default: )", "(default: [])", "(default: ('", "(default: True)",
@@ -170,7 +184,7 @@ def test_help_states_no_default_that_misleads(script: str, python_env) -> None:
 
 
 def test_help_shows_the_documented_default_values(python_env) -> None:
-    done = subprocess.run([*SCHEDULER, "-h"], capture_output=True, text=True, timeout=60, env=python_env)
+    done = help_of("scaler_scheduler", python_env)
     blocks = option_blocks(done.stdout)
     assert "(default: -1)" in blocks["--max-number-of-tasks-waiting"]
     assert "(default: 60.0)" in blocks["--client-timeout-seconds"]
@@ -180,7 +194,7 @@ def test_help_shows_the_documented_default_values(python_env) -> None:
     assert "(default: builtin)" in blocks["--event-loop"]
     assert "(default: INFO)" in blocks["--logging-level"]
     assert "/dev/stdout" in blocks["--logging-paths"]
-    done = subprocess.run([*CLUSTER, "-h"], capture_output=True, text=True, timeout=60, env=python_env)
+    done = help_of("scaler_cluster", python_env)
     blocks = option_blocks(done.stdout)
     assert "(default: 300.0)" in blocks["--death-timeout-seconds"]
     assert "(default: 1000)" in blocks["--per-worker-task-queue-size"]
@@ -279,10 +293,14 @@ def test_a_lone_scheduler_exits_cleanly_on_a_signal(spawn: Spawner, signum: int)
 BAD_ADDRESSES = ["not-an-address", "127.0.0.1:2345", "tcp://127.0.0.1", "tcp://:2345", "http://127.0.0.1:80", "tcp://"]
 
 
-@pytest.mark.parametrize("command", [SCHEDULER, CLUSTER], ids=["scheduler", "cluster"])
+@pytest.mark.parametrize("script", ["scaler_scheduler", "scaler_cluster"], ids=["scheduler", "cluster"])
 @pytest.mark.parametrize("bad", BAD_ADDRESSES)
-def test_bad_address_says_what_a_valid_one_looks_like(command: list[str], bad: str, python_env) -> None:
-    done = subprocess.run([*command, bad], capture_output=True, text=True, timeout=60, env=python_env)
+def test_bad_address_says_what_a_valid_one_looks_like(script: str, bad: str, python_env) -> None:
+    if bad == BAD_ADDRESSES[0]:
+        done = subprocess.run([console_script(script), bad], capture_output=True, text=True, timeout=60,
+                              env=python_env)
+    else:
+        done = run_forked(script, [bad], python_env, timeout=60)
     assert done.returncode != 0
     assert "Traceback" not in done.stderr, done.stderr
     assert bad in done.stderr, done.stderr

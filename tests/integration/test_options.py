@@ -2,7 +2,10 @@
 message, exit status 2, nothing started) and by the Python entry points (ValueError at the call).
 A value that passes can always be sent: none reaches the wire to kill the scheduler later.
 
-Command lines run the installed console scripts (next to sys.executable), as a user runs them.
+Command lines run the installed console scripts (next to sys.executable), as a user runs them: each script's
+first bad command line below as a process of its own, the others in a child forked from the test that calls
+the same entry point (tests/integration/forked_command_line.py), which checks the same parser for a fraction
+of an interpreter's start.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from scaler.scheduler.config import SchedulerConfig
 from scaler.scheduler.core.core_config import CoreConfig
 from scaler.scheduler.core.scheduler_core import SchedulerCore
 from scaler.worker.config import WorkerConfig
+from tests.integration.forked_command_line import run_forked
 
 SCRIPTS_DIR = os.path.dirname(sys.executable)
 WAIT_SECONDS = 60.0  # upper bounds against hangs on a loaded machine, never expectations
@@ -35,8 +39,13 @@ def console_script(name: str) -> str:
     return os.path.join(SCRIPTS_DIR, name)
 
 
-def run_script(script: str, args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+def run_script(
+    script: str, args: list[str], env: dict[str, str], forked: bool = False
+) -> subprocess.CompletedProcess:
+    """The console script as a process of its own, or (`forked`) its entry point in a forked child."""
     try:
+        if forked:
+            return run_forked(script, args, env, WAIT_SECONDS)
         return subprocess.run([console_script(script), *args], capture_output=True, text=True, timeout=WAIT_SECONDS,
                               env=env, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired as expired:
@@ -102,13 +111,19 @@ BAD_COMMAND_LINES = [
     ("scaler_keygen", ["/dev/null", "worker"], "directory"),
 ]
 
+# The first bad command line of each script runs the installed console script; the rest run forked.
+STARTED_AS_PROCESSES = [
+    (script, args) for index, (script, args, _) in enumerate(BAD_COMMAND_LINES)
+    if script not in {earlier for earlier, _, _ in BAD_COMMAND_LINES[:index]}
+]
+
 
 @pytest.mark.parametrize(
     ("script", "args", "option"), BAD_COMMAND_LINES,
     ids=[f"{script}:{' '.join(args)}" for script, args, _ in BAD_COMMAND_LINES],
 )
 def test_a_bad_option_is_a_short_parser_error(script: str, args: list[str], option: str, python_env) -> None:
-    done = run_script(script, args, python_env)
+    done = run_script(script, args, python_env, forked=(script, args) not in STARTED_AS_PROCESSES)
     assert done.returncode == 2, f"exit status {done.returncode}:\n{done.stdout}\n{done.stderr}"
     assert "Traceback" not in done.stderr, done.stderr
     error_line = done.stderr.strip().splitlines()[-1]
@@ -118,7 +133,7 @@ def test_a_bad_option_is_a_short_parser_error(script: str, args: list[str], opti
 
 
 def test_a_wrong_number_of_worker_names_is_a_parser_error(python_env) -> None:
-    done = run_script("scaler_cluster", ["-wn", "a,b", "-n", "3", ADDRESS], python_env)
+    done = run_script("scaler_cluster", ["-wn", "a,b", "-n", "3", ADDRESS], python_env, forked=True)
     assert done.returncode == 2 and "2 worker names given for 3 workers" in done.stderr, done.stderr
 
 

@@ -34,10 +34,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The first test that needs the native worker may build it: give that one test the build's time too."""
+    """The first test that needs the native worker may build it: give that one test the build's time too (its
+    worker is the `implementation` fixture's, or a module's shared one, worker_shared_by_the_module)."""
     for item in items:
         callspec = getattr(item, "callspec", None)
-        if callspec is not None and getattr(callspec.params.get("implementation"), "name", "") == "native":
+        params = callspec.params if callspec is not None else {}
+        if any(getattr(params.get(name), "name", "") == "native"
+               for name in ("implementation", "worker_shared_by_the_module")):
             default = float(config.getini("timeout") or 0)
             item.add_marker(pytest.mark.timeout(default + BUILD_TIMEOUT_SECONDS))
             return
@@ -106,6 +109,36 @@ def worker(start: StartWorker, scheduler: FakeScheduler) -> Worker:
     return Worker(link, process)
 
 
+@dataclasses.dataclass
+class SharedWorker:
+    worker: Worker
+    dialect: Dialect
+
+
+@pytest.fixture(scope="module", params=IMPLEMENTATIONS, ids=[implementation.name for implementation in IMPLEMENTATIONS])
+def worker_shared_by_the_module(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[SharedWorker]:
+    """The `worker` above, one of each implementation for all the tests of a module that leave it as they found
+    it: registered, serving, nothing of theirs still on its way (each ends with every answer it caused read).
+    One worker's start instead of one per test; its log is printed when the module ends."""
+    implementation: WorkerImplementation = request.param
+    directory = str(tmp_path_factory.mktemp(f"shared-worker-{implementation.name}"))
+    schedulers = played_scheduler()
+    scheduler = next(schedulers)
+    process = start_worker(implementation, scheduler.address, os.path.join(directory, "worker.log"), capacity=100)
+    try:
+        link = scheduler.accept()
+        link.welcome(heartbeatIntervalMs=200)
+        yield SharedWorker(Worker(link, process), DIALECTS[implementation.dialect])
+    finally:
+        try:
+            process.stop()
+            print(f"---- log of worker process {process.process.pid} ({implementation.name}) ----\n{process.log()}")
+        finally:
+            schedulers.close()
+
+
 # ---------------------------------------------------------------------------------------------- scheduler part
 
 
@@ -125,6 +158,27 @@ class SchedulerUnderTest:
 @pytest.fixture
 def scheduler_under_test(tmp_path: str) -> Iterator[Callable[..., SchedulerUnderTest]]:
     """start(*options): the scheduler under test on a free port, answering a hello; stopped after the test."""
+    yield from schedulers_under_test(str(tmp_path))
+
+
+@pytest.fixture(scope="module")
+def scheduler_shared_by_the_module(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Callable[[], SchedulerUnderTest]]:
+    """One scheduler under test (default options) for the tests of a module that each play peers of their own
+    and leave nothing the next test reads: every peer has an identity of its own, so what a test registers, or
+    has dropped, is no other test's. One scheduler's start instead of one per test; its log is printed when
+    the module ends."""
+    starts = schedulers_under_test(str(tmp_path_factory.mktemp("shared-scheduler")))
+    shared = next(starts)()
+    try:
+        yield lambda: shared
+    finally:
+        starts.close()  # its `finally`: the peers closed, the scheduler stopped, its log printed
+
+
+def schedulers_under_test(directory: str) -> Iterator[Callable[..., SchedulerUnderTest]]:
+    """The body of the fixtures above: yields start(*options); stops what it started when closed."""
     context = zmq.Context()
     played: list[PlayedPeer] = []
     started: list[PeerProcess] = []
@@ -136,7 +190,7 @@ def scheduler_under_test(tmp_path: str) -> Iterator[Callable[..., SchedulerUnder
 
     def start(*options: str) -> SchedulerUnderTest:
         address = free_tcp_address()
-        log_path = os.path.join(str(tmp_path), f"scheduler-{len(started)}.log")
+        log_path = os.path.join(directory, f"scheduler-{len(started)}.log")
         process = start_scheduler(address, log_path, "--logging-level", "INFO", *options)
         started.append(process)
         probe = peer("probe", address)

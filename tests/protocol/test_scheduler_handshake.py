@@ -1,5 +1,9 @@
 """Scheduler conformance: the handshake, its version check, heartbeats and peer timeouts (PROTOCOL.md §3, §4,
-§5). The tests play clients and workers from DEALER sockets against the scheduler under test."""
+§5). The tests play clients and workers from DEALER sockets against the scheduler under test.
+
+The tests that need the default options and play only peers of their own, none of them given work, share one
+scheduler (scheduler_shared_by_the_module); those that set options, wait out a timeout or hand a worker a task
+start their own."""
 
 from __future__ import annotations
 
@@ -35,9 +39,9 @@ def test_a_worker_is_welcomed_with_prefix_zero(scheduler_under_test: StartSchedu
     assert welcome.get("peerTimeoutMs") == 33000
 
 
-def test_another_protocol_version_is_refused(scheduler_under_test: StartScheduler) -> None:
+def test_another_protocol_version_is_refused(scheduler_shared_by_the_module: StartScheduler) -> None:
     """§4: version checked before anything else; refused, and not registered."""
-    scheduler = scheduler_under_test()
+    scheduler = scheduler_shared_by_the_module()
     for role in ("client", "worker"):
         peer = scheduler.peer(f"v2-{role}")
         refused = peer.hello(role, capacity=1, version=2)
@@ -46,16 +50,18 @@ def test_another_protocol_version_is_refused(scheduler_under_test: StartSchedule
         peer.assert_unknown()
 
 
-def test_a_worker_offering_no_capacity_is_refused(scheduler_under_test: StartScheduler) -> None:
-    scheduler = scheduler_under_test()
+def test_a_worker_offering_no_capacity_is_refused(scheduler_shared_by_the_module: StartScheduler) -> None:
+    scheduler = scheduler_shared_by_the_module()
     peer = scheduler.peer("no-capacity")
     refused = peer.hello("worker", capacity=0)
     assert refused.member == "refused"
     peer.assert_unknown()
 
 
-def test_hello_twice_is_a_protocol_error_and_the_first_registration_stays(scheduler_under_test: StartScheduler) -> None:
-    scheduler = scheduler_under_test()
+def test_hello_twice_is_a_protocol_error_and_the_first_registration_stays(
+    scheduler_shared_by_the_module: StartScheduler,
+) -> None:
+    scheduler = scheduler_shared_by_the_module()
     peer = scheduler.peer("twice")
     peer.register("client")
     again = peer.hello("client")
@@ -64,10 +70,10 @@ def test_hello_twice_is_a_protocol_error_and_the_first_registration_stays(schedu
 
 
 def test_a_clients_hello_naming_its_own_prefix_is_welcomed_again_and_its_session_goes_on(
-    scheduler_under_test: StartScheduler,
+    scheduler_shared_by_the_module: StartScheduler,
 ) -> None:
     """§23, "Back at a scheduler that still has it": the client moved away and came back before it was dropped."""
-    scheduler = scheduler_under_test()
+    scheduler = scheduler_shared_by_the_module()
     peer = scheduler.peer("back")
     prefix = peer.register("client").get("idPrefix")
     peer.send("hello", protocolVersion=wire.PROTOCOL_VERSION, role="client", name="back", idPrefix=prefix)
@@ -77,10 +83,10 @@ def test_a_clients_hello_naming_its_own_prefix_is_welcomed_again_and_its_session
 
 
 def test_a_stores_hello_naming_its_own_data_address_is_welcomed_again_and_it_stays_registered(
-    scheduler_under_test: StartScheduler,
+    scheduler_shared_by_the_module: StartScheduler,
 ) -> None:
     """§23, "Back at a scheduler that still has it": a store is welcomed again in place; another address is a breach."""
-    scheduler = scheduler_under_test()
+    scheduler = scheduler_shared_by_the_module()
     peer = scheduler.peer("store-back")
     fields = dict(protocolVersion=wire.PROTOCOL_VERSION, role="store", name="store-back", hostKey="host",
                   dataAddress="tcp://127.0.0.1:1", ipcAddress="ipc:///tmp/store-back", capacityBytes=1 << 20)
@@ -94,17 +100,17 @@ def test_a_stores_hello_naming_its_own_data_address_is_welcomed_again_and_it_sta
     peer.assert_registered()
 
 
-def test_a_message_before_hello_is_refused(scheduler_under_test: StartScheduler) -> None:
-    scheduler = scheduler_under_test()
+def test_a_message_before_hello_is_refused(scheduler_shared_by_the_module: StartScheduler) -> None:
+    scheduler = scheduler_shared_by_the_module()
     peer = scheduler.peer("stranger")
     peer.send("heartbeat")
     refused = peer.expect("refused")
     assert "unknown peer" in refused.get("reason", "")
 
 
-def test_heartbeats_are_echoed(scheduler_under_test: StartScheduler) -> None:
+def test_heartbeats_are_echoed(scheduler_shared_by_the_module: StartScheduler) -> None:
     """§5: each heartbeat of a registered peer gets a heartbeatEcho."""
-    scheduler = scheduler_under_test()
+    scheduler = scheduler_shared_by_the_module()
     for role, capacity in (("client", 0), ("worker", 2)):
         peer = scheduler.peer(role)
         peer.register(role, capacity)
@@ -134,11 +140,11 @@ def test_a_silent_peer_is_dropped_after_its_timeout(scheduler_under_test: StartS
 
 
 def test_a_peer_the_scheduler_does_not_know_is_told_so_and_a_bad_hello_is_not(
-    scheduler_under_test: StartScheduler,
+    scheduler_shared_by_the_module: StartScheduler,
 ) -> None:
     """§21: refused{unknownPeer} answers a message from a peer it does not know (so one welcomed by a scheduler
     before this one says hello again); a refused hello does not set it (that refusal is final)."""
-    scheduler = scheduler_under_test()
+    scheduler = scheduler_shared_by_the_module()
     stranger = scheduler.peer("stranger")
     stranger.send("heartbeat")
     assert stranger.expect("refused").get("unknownPeer") is True
@@ -170,10 +176,12 @@ def test_a_rejoining_worker_gets_work_only_after_it_reannounced_what_it_holds(
     assert submission.get("groups")[0]["taskIds"] == task_ids
 
 
-def test_a_client_resuming_after_a_restart_keeps_its_prefix_once(scheduler_under_test: StartScheduler) -> None:
+def test_a_client_resuming_after_a_restart_keeps_its_prefix_once(
+    scheduler_shared_by_the_module: StartScheduler,
+) -> None:
     """§4 "Resuming after a restart": hello{idPrefix P} from a client the scheduler does not know is welcomed
     with P, unless this scheduler gave P out already: then refused, and not registered."""
-    scheduler = scheduler_under_test()
+    scheduler = scheduler_shared_by_the_module()
     prefix = 0x5A5A0001
     resumed, twin = scheduler.peer("resumed"), scheduler.peer("twin")
     # One after the other: two connections' hellos sent together reach the scheduler in either order.

@@ -2,6 +2,9 @@
 
 The cases marked `role_table` check §3's one answer to a message the sender's role may not send: a
 protocolError naming the role and the message, the message ignored, and the sender still registered.
+
+The tests share one scheduler (scheduler_shared_by_the_module): each plays peers of its own, and what one
+registers, or has dropped, no other test reads.
 """
 
 from __future__ import annotations
@@ -33,9 +36,9 @@ NEVER_RECEIVED = ["welcome", "refused", "heartbeatEcho", "clearResponse", "shutd
 @pytest.mark.role_table
 @pytest.mark.parametrize("role, member, fields", REFUSED_FOR_THE_ROLE,
                          ids=[f"{role}-{member}" for role, member, _ in REFUSED_FOR_THE_ROLE])
-def test_a_message_the_role_may_not_send(scheduler_under_test: StartScheduler, role: str, member: str,
+def test_a_message_the_role_may_not_send(scheduler_shared_by_the_module: StartScheduler, role: str, member: str,
                                          fields: dict) -> None:
-    scheduler = scheduler_under_test()
+    scheduler = scheduler_shared_by_the_module()
     peer = scheduler.peer(role)
     peer.register(role, capacity=1 if role == "worker" else 0)
     peer.send(member, **fields)
@@ -46,9 +49,9 @@ def test_a_message_the_role_may_not_send(scheduler_under_test: StartScheduler, r
 
 @pytest.mark.role_table
 @pytest.mark.parametrize("member, name", [("cancelTasks", "CancelTasks"), ("clearRequest", "ClearRequest")])
-def test_client_requests_from_a_worker_get_a_protocol_error(scheduler_under_test: StartScheduler, member: str,
+def test_client_requests_from_a_worker_get_a_protocol_error(scheduler_shared_by_the_module: StartScheduler, member: str,
                                                              name: str) -> None:
-    scheduler = scheduler_under_test()
+    scheduler = scheduler_shared_by_the_module()
     peer = scheduler.peer("worker")
     peer.register("worker", capacity=1)
     peer.send(member)
@@ -58,8 +61,8 @@ def test_client_requests_from_a_worker_get_a_protocol_error(scheduler_under_test
 
 @pytest.mark.role_table
 @pytest.mark.parametrize("member", NEVER_RECEIVED)
-def test_a_member_the_scheduler_never_receives(scheduler_under_test: StartScheduler, member: str) -> None:
-    scheduler = scheduler_under_test()
+def test_a_member_the_scheduler_never_receives(scheduler_shared_by_the_module: StartScheduler, member: str) -> None:
+    scheduler = scheduler_shared_by_the_module()
     peer = scheduler.peer("client")
     peer.register("client")
     peer.send(member)
@@ -68,9 +71,9 @@ def test_a_member_the_scheduler_never_receives(scheduler_under_test: StartSchedu
     peer.assert_registered()
 
 
-def test_an_undecodable_frame_from_a_registered_peer_drops_it(scheduler_under_test: StartScheduler) -> None:
+def test_an_undecodable_frame_from_a_registered_peer_drops_it(scheduler_shared_by_the_module: StartScheduler) -> None:
     """§3: protocolError, then disconnect, and the peer is forgotten."""
-    scheduler = scheduler_under_test()
+    scheduler = scheduler_shared_by_the_module()
     peer = scheduler.peer("garbled")
     peer.register("worker", capacity=1)
     peer.send_frames([b"this is not a capnp message at all!!!!!!"])
@@ -79,17 +82,19 @@ def test_an_undecodable_frame_from_a_registered_peer_drops_it(scheduler_under_te
     peer.assert_unknown()
 
 
-def test_an_undecodable_frame_from_a_stranger_gets_only_a_protocol_error(scheduler_under_test: StartScheduler) -> None:
-    scheduler = scheduler_under_test()
+def test_an_undecodable_frame_from_a_stranger_gets_only_a_protocol_error(
+    scheduler_shared_by_the_module: StartScheduler,
+) -> None:
+    scheduler = scheduler_shared_by_the_module()
     peer = scheduler.peer("stranger")
     peer.send_frames([wire.with_discriminant(wire.build("heartbeat"), 99)])
     peer.expect("protocolError")
     peer.assert_unknown()
 
 
-def test_a_rule_breaking_message_keeps_its_sender(scheduler_under_test: StartScheduler) -> None:
+def test_a_rule_breaking_message_keeps_its_sender(scheduler_shared_by_the_module: StartScheduler) -> None:
     """§3: a decodable message that breaks a rule (object ids of 15 bytes) is answered and ignored."""
-    scheduler = scheduler_under_test()
+    scheduler = scheduler_shared_by_the_module()
     peer = scheduler.peer("client")
     peer.register("client")
     peer.send("submitTasks", objects=[{"objectId": b"\x01" * 15, "payload": b"x"}])

@@ -1,5 +1,7 @@
 """Scheduler conformance: releases and protocol versions in the handshake (PROTOCOL.md §4 and "Versions and
-rolling upgrades"). The tests play clients and workers from DEALER sockets."""
+rolling upgrades"). The tests play clients and workers from DEALER sockets, each its own, against one scheduler
+they share (scheduler_shared_by_the_module): none is given work, and each test reads only its own peers' answers
+(and the scheduler's log for a reason only its peer was given)."""
 
 from __future__ import annotations
 
@@ -24,8 +26,8 @@ def hello(peer: PlayedPeer, role: str, **fields: object) -> wire.Received:
     return peer.receive()
 
 
-def test_the_welcome_names_the_schedulers_release_and_revision(scheduler_under_test: StartScheduler) -> None:
-    welcome = scheduler_under_test().peer("client").register("client")
+def test_the_welcome_names_the_schedulers_release_and_revision(scheduler_shared_by_the_module: StartScheduler) -> None:
+    welcome = scheduler_shared_by_the_module().peer("client").register("client")
     assert welcome.get("protocolVersion") == wire.PROTOCOL_VERSION
     assert welcome.get("release", "").strip() and welcome.get("protocolRevision", 0) >= 1
     if scheduler_is_own():  # this repository's scheduler implements every revision of this checkout
@@ -33,10 +35,10 @@ def test_the_welcome_names_the_schedulers_release_and_revision(scheduler_under_t
 
 
 def test_peers_of_the_same_protocol_version_are_welcomed_whatever_their_release_and_revision(
-    scheduler_under_test: StartScheduler,
+    scheduler_shared_by_the_module: StartScheduler,
 ) -> None:
     """A newer release (a higher revision), and one from before releases were sent (neither field)."""
-    scheduler = scheduler_under_test()
+    scheduler = scheduler_shared_by_the_module()
     for role in ("client", "worker"):
         newer = hello(scheduler.peer(f"newer-{role}"), role, release=NEWER_RELEASE, protocolRevision=99)
         older = hello(scheduler.peer(f"older-{role}"), role)
@@ -44,11 +46,11 @@ def test_peers_of_the_same_protocol_version_are_welcomed_whatever_their_release_
 
 
 def test_another_protocol_version_is_refused_naming_both_versions_and_releases(
-    scheduler_under_test: StartScheduler,
+    scheduler_shared_by_the_module: StartScheduler,
 ) -> None:
     """§4: final (not unknownPeer), not registered, and the reason says which versions met: the peer's (its
     release as its hello named it) and the scheduler's (as its welcome names it). The scheduler logs it."""
-    scheduler = scheduler_under_test()
+    scheduler = scheduler_shared_by_the_module()
     ours = scheduler.peer("client").register("client").get("release")
     for role in ("client", "worker"):
         peer = scheduler.peer(f"v2-{role}")

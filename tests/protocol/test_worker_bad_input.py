@@ -1,18 +1,31 @@
 """Worker conformance: input a worker cannot use, and what it must still do (PROTOCOL.md §1, §8 "Input you
 cannot use"). The scheduler never sends such input; a worker that meets it logs it, keeps its registration,
-and serves on."""
+and serves on.
+
+So the tests share one worker of each implementation (worker_shared_by_the_module): each leaves it serving,
+which it checks, with every answer it caused read, and reads only the answers to its own task ids."""
 
 from __future__ import annotations
 
 import pytest
 
 from tests.protocol import wire
-from tests.protocol.conftest import Worker
+from tests.protocol.conftest import SharedWorker, Worker
 from tests.protocol.dialects import Dialect, content_id
 from tests.protocol.fake_scheduler import WorkerLink
 
 # Neither a pickle nor msgpack: 0xc1 is the one byte msgpack never uses, and no pickle starts with it.
 UNREADABLE = b"\xc1 neither pickle nor msgpack"
+
+
+@pytest.fixture
+def worker(worker_shared_by_the_module: SharedWorker) -> Worker:
+    return worker_shared_by_the_module.worker
+
+
+@pytest.fixture
+def dialect(worker_shared_by_the_module: SharedWorker) -> Dialect:
+    return worker_shared_by_the_module.dialect
 
 
 def assert_serves(link: WorkerLink, dialect: Dialect) -> None:
@@ -73,8 +86,9 @@ def test_a_protocol_error_is_only_logged(worker: Worker, dialect: Dialect) -> No
 
 
 def test_a_function_never_sent_fails_the_task(worker: Worker, dialect: Dialect) -> None:
-    """A group naming an object the worker does not hold: each task fails with `serialization`."""
-    task_ids = worker.link.submit(dialect, "add", [(1, 2), (3, 4)], send_function=False)
+    """A group naming an object the worker does not hold: each task fails with `serialization`. (A function
+    name no test sends: the worker is shared, and the others send `add`.)"""
+    task_ids = worker.link.submit(dialect, "never_sent", [(1, 2), (3, 4)], send_function=False)
     outcomes = worker.link.outcomes(dialect, task_ids)
     assert [outcome.kind for outcome in outcomes.values()] == ["serialization"] * 2
     assert_serves(worker.link, dialect)

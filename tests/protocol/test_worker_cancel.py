@@ -1,13 +1,29 @@
 """Worker conformance: cancels, releases and suspect tasks (PROTOCOL.md §8, "cancelTasks", "releaseTasks",
-"Suspect tasks")."""
+"Suspect tasks").
+
+The tests share one worker of each implementation (worker_shared_by_the_module): each reads every outcome of the
+tasks it submits, and only those (task ids come from the link's counter, the unknown ones below are used once),
+and the worker serves on after each, as after a forced cancel, which the test checks."""
 
 from __future__ import annotations
 
-from tests.protocol.conftest import Worker
+import pytest
+
+from tests.protocol.conftest import SharedWorker, Worker
 from tests.protocol.dialects import Dialect
 from tests.protocol.fake_scheduler import WorkerLink
 
 ATTEMPTS = 5
+
+
+@pytest.fixture
+def worker(worker_shared_by_the_module: SharedWorker) -> Worker:
+    return worker_shared_by_the_module.worker
+
+
+@pytest.fixture
+def dialect(worker_shared_by_the_module: SharedWorker) -> Dialect:
+    return worker_shared_by_the_module.dialect
 
 
 def running_task(link: WorkerLink, dialect: Dialect, milliseconds: int) -> int:
