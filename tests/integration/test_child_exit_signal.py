@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from scaler.utility.child_exit import close_when_child_ends
+from tests.integration.forked_child import FORK, start_forked_child
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "pthread_kill"), reason="needs POSIX threads' signals")
 
@@ -62,13 +63,9 @@ def _blocked_child(lock: Any, report: multiprocessing.connection.Connection) -> 
 
 
 def test_a_sigterm_whose_handler_the_blocked_main_thread_cannot_run_still_ends_the_child() -> None:
-    context = multiprocessing.get_context("fork")
-    lock = context.Lock()
+    lock = FORK.Lock()
     lock.acquire()
-    receiver, sender = context.Pipe(duplex=False)
-    child = context.Process(target=_blocked_child, args=(lock, sender))
-    child.start()
-    sender.close()
+    child, receiver = start_forked_child(_blocked_child, lock)
     try:
         assert receiver.poll(WAIT_SECONDS) and receiver.recv() == "signalled"
         child.join(WAIT_SECONDS)
@@ -107,11 +104,7 @@ def _wakeup_fds_seen(own_first: bool, report: multiprocessing.connection.Connect
 
 @pytest.mark.parametrize("own_first", [True, False], ids=["its own", "none"])
 def test_a_childs_own_wakeup_fd_stays_and_ours_does_not_outlive_a_fork(own_first: bool) -> None:
-    context = multiprocessing.get_context("fork")
-    receiver, sender = context.Pipe(duplex=False)
-    child = context.Process(target=_wakeup_fds_seen, args=(own_first, sender))
-    child.start()
-    sender.close()
+    child, receiver = start_forked_child(_wakeup_fds_seen, own_first)
     try:
         assert receiver.poll(WAIT_SECONDS) and receiver.recv() == (True, 0)
         child.join(WAIT_SECONDS)

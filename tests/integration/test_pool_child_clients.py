@@ -21,6 +21,7 @@ import pytest
 from scaler import Client
 from scaler.cluster.combo import free_local_address
 from scaler.compat import cluster_choice
+from tests.integration.forked_child import start_forked_child
 from tests.integration.spawned import Spawned, Spawner, start_scheduler
 from tests.integration.waiting import wait_until
 
@@ -115,11 +116,7 @@ def test_a_users_kept_client_in_a_terminated_pool_worker_leaves(scheduler: tuple
 def test_a_terminated_child_still_ends_by_sigterm(scheduler: tuple[str, Spawned]) -> None:
     """The client leaves, and the child's exit status is SIGTERM's, as its parent expects."""
     address, spawned = scheduler
-    context = multiprocessing.get_context("fork")
-    receiver, sender = context.Pipe(duplex=False)
-    child = context.Process(target=client_then_wait, args=(address, sender))
-    child.start()
-    sender.close()
+    child, receiver = start_forked_child(client_then_wait, address)
     try:
         assert receiver.poll(WAIT_SECONDS), "the child did not make its client"
         name = receiver.recv()
