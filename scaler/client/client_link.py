@@ -27,7 +27,13 @@ from scaler.utility import hop_trace
 from scaler.utility.curve import PeerKeys, secure_peer
 from scaler.utility.handshake_failures import HandshakeDiagnosis, HandshakeWatch
 from scaler.utility.scheduler_addresses import parse_scheduler_addresses
-from scaler.utility.zmq_util import configure_socket, has_input, receive_frames, send_frames, wait_for_input
+from scaler.utility.zmq_util import (
+    SendsInOrder,
+    configure_socket,
+    has_input,
+    receive_frames,
+    wait_for_input,
+)
 from scaler.utility.zmtp_dealer import ZmtpDealer, speaks
 
 logger = logging.getLogger(__name__)
@@ -64,7 +70,7 @@ class ZmqClientLink:
         self._context = zmq.Context(io_threads=1)
         self.socket = self._context.socket(zmq.DEALER)
         configure_socket(self.socket, identity)
-        self._kept: list[list[m.Buffer]] = []
+        self._sends = SendsInOrder(self.socket)
         self._watch: HandshakeWatch | None = None
         try:
             if curve_keys is not None:
@@ -85,7 +91,7 @@ class ZmqClientLink:
     @property
     def wants_out(self) -> bool:
         """Whether the owner's poll should wait for the socket to take what was kept."""
-        return bool(self._kept)
+        return bool(self._sends)
 
     def connect(self, address: str, now: float) -> None:
         if self._connected_to:
@@ -95,31 +101,14 @@ class ZmqClientLink:
 
     def send(self, message: m.Message) -> None:
         """Send now, or keep it (after what was kept before) while zmq has no connection to take it."""
-        frames = m.encode(message)
-        if not self._kept:
-            try:
-                send_frames(self.socket, frames, zmq.NOBLOCK)
-                return
-            except zmq.Again:
-                pass
-        self._kept.append(frames)
+        self._sends.send(m.encode(message))
 
     def send_heartbeat(self) -> None:
-        if not self._kept:  # a heartbeat that cannot leave now is not worth keeping
-            try:
-                send_frames(self.socket, m.encode(m.Heartbeat()), zmq.NOBLOCK)
-            except zmq.Again:
-                pass
+        self._sends.send(m.encode(m.Heartbeat()), may_drop=True)  # one that cannot leave now is not worth keeping
 
     def flush(self) -> None:
         """Send what was kept, in order, as far as the socket takes it."""
-        kept = self._kept
-        while kept:
-            try:
-                send_frames(self.socket, kept[0], zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            kept.pop(0)
+        self._sends.flush()
 
     def receive(self, now: float) -> list[m.Message]:
         messages: list[m.Message] = []

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from collections import deque
 from typing import Any, Callable, Union, cast
 
 import zmq
@@ -21,6 +23,7 @@ _EVENTS = int(zmq.EVENTS)
 POLL_IN = _POLLIN = int(zmq.POLLIN)  # for loops that test poll results: `events & zmq.POLLIN` runs enum code
 POLL_OUT = int(zmq.POLLOUT)
 _SNDMORE = int(zmq.SNDMORE)
+_NOBLOCK = int(zmq.NOBLOCK)
 _send = cast(Callable[..., Any], zmq.backend.Socket.send)
 _get = cast(Callable[[zmq.Socket, int], int], zmq.backend.Socket.get)
 
@@ -65,6 +68,43 @@ def receive_frames(socket: zmq.Socket, flags: int = 0) -> list[Frame]:
         frames.append(frame.bytes if len(frame) < _ZERO_COPY_BYTES else frame.buffer)
         if not frame.more:
             return frames
+
+
+class SendsInOrder:
+    """A DEALER's messages, sent without ever blocking: one the socket cannot take yet (no usable connection, as
+    while a handshake keeps failing) is kept, with every later one behind it, and sent at a flush, in order. A
+    message that may be dropped (a heartbeat) is dropped instead whenever it would have to wait."""
+
+    def __init__(self, socket: zmq.Socket) -> None:
+        self._socket = socket
+        self._kept: deque[list[Frame]] = deque()
+        # Since when the oldest kept message has waited with no message leaving (0.0 while none is kept).
+        self.waiting_since = 0.0
+
+    def __bool__(self) -> bool:
+        """Whether messages are kept."""
+        return bool(self._kept)
+
+    def send(self, frames: list[Frame], may_drop: bool = False) -> None:
+        if not self._kept:
+            try:
+                send_frames(self._socket, frames, _NOBLOCK)
+                return
+            except zmq.Again:
+                self.waiting_since = time.monotonic()
+        if not may_drop:
+            self._kept.append(frames)
+
+    def flush(self) -> None:
+        """Send what was kept, in order, as far as the socket takes it."""
+        kept = self._kept
+        while kept:
+            try:
+                send_frames(self._socket, kept[0], _NOBLOCK)
+            except zmq.Again:
+                return
+            kept.popleft()
+            self.waiting_since = time.monotonic() if kept else 0.0  # it moves: the next one's wait starts now
 
 
 def _traced(log: Callable[[str], None]) -> None:

@@ -11,9 +11,9 @@ handshake that keeps failing, such as a refused CURVE key, leaves the DEALER wit
 again at each flush, and a flush fails once the oldest held message has waited the death timeout; the agent's
 loop goes on meanwhile, so its ticks read the handshake watch and name the refusal. The ZMTP link queues every
 message (as libzmq's pipe does while reconnecting), and the core's death timeout ends a worker that never hears
-its scheduler. The handshake diagnosis is fed the
-events a zmq monitor would give (connected, handshake succeeded or failed, disconnected); without CURVE the only
-failures are a peer that is not a ZMTP ROUTER and a secured scheduler (a mechanism mismatch), both told as today.
+its scheduler. The handshake diagnosis is fed the events a zmq monitor would give (connected, handshake succeeded
+or failed, disconnected); without CURVE the only failures are a peer that is not a ZMTP ROUTER and a secured
+scheduler (a mechanism mismatch), both told as today.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections import deque
 from typing import Iterator, Protocol, Union
 
 import zmq
@@ -31,7 +30,7 @@ from scaler.utility import hop_trace
 from scaler.utility.curve import PeerKeys, secure_peer
 from scaler.utility.handshake_failures import HandshakeDiagnosis, HandshakeWatch
 from scaler.utility.scheduler_addresses import parse_scheduler_addresses
-from scaler.utility.zmq_util import Frame, configure_socket, has_input, receive_frames, send_frames
+from scaler.utility.zmq_util import Frame, SendsInOrder, configure_socket, has_input, receive_frames, send_frames
 from scaler.utility.zmtp_dealer import ZmtpDealer, speaks
 from scaler.worker.config import WorkerConfig
 
@@ -91,10 +90,8 @@ class ZmqSchedulerLink:
         self._context = zmq.Context(io_threads=config.io_threads)
         socket = self.pollable = self._context.socket(zmq.DEALER)
         configure_socket(socket, identity)
-        # Messages that must not be dropped and found no usable connection, oldest first, and when the first was
-        # held: with a handshake that keeps failing (a CURVE mismatch) there may never be one.
-        self._held: deque[list[Frame]] = deque()
-        self._held_since = 0.0
+        # With a handshake that keeps failing (a CURVE mismatch) there may never be a usable connection.
+        self._sends = SendsInOrder(socket)
         # After a lost scheduler, reconnect attempts back off as the hellos do (protocol/scheduler_session.py).
         socket.setsockopt(zmq.RECONNECT_IVL_MAX, int(LAST_HELLO_RETRY_SECONDS * 1000))
         self._watch: HandshakeWatch | None = None
@@ -120,31 +117,15 @@ class ZmqSchedulerLink:
 
     def send(self, frames: list[Frame], may_drop: bool) -> None:
         # Never blocks: with no usable connection zmq would wait for one, and the loop would read neither the
-        # handshake watch nor its processors meanwhile. A message that may be dropped is; one that may not is
-        # held, behind any held before it.
-        if self._held:
-            if not may_drop:
-                self._held.append(frames)
-            return
-        try:
-            send_frames(self.pollable, frames, zmq.NOBLOCK)
-        except zmq.Again:
-            if not may_drop:
-                self._held.append(frames)
-                self._held_since = time.monotonic()
+        # handshake watch nor its processors meanwhile.
+        self._sends.send(frames, may_drop)
 
     def flush(self) -> None:
-        # zmq's I/O thread writes what was sent; what was held is tried again.
-        held = self._held
-        while held:
-            try:
-                send_frames(self.pollable, held[0], zmq.NOBLOCK)
-            except zmq.Again:
-                if time.monotonic() - self._held_since >= self._config.death_timeout_seconds:
-                    raise LinkStuck(_no_usable_connection(self._config, self.problem)) from None
-                return
-            held.popleft()
-            self._held_since = time.monotonic()  # the connection moves: the next one's wait starts now
+        # zmq's I/O thread writes what was sent; what was kept is tried again.
+        sends = self._sends
+        sends.flush()
+        if sends and time.monotonic() - sends.waiting_since >= self._config.death_timeout_seconds:
+            raise LinkStuck(_no_usable_connection(self._config, self.problem))
 
     def tick(self, now: float) -> list[str]:
         return self._watch.poll(now) if self._watch is not None else []
